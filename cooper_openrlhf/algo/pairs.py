@@ -1,0 +1,89 @@
+"""Cooper's preference pairs: positive selection and the masked pair batch the RM trains on.
+
+Per prompt (arXiv 2508.05613, sec. 3.2): the positive is a rollout the rule verifier marks
+correct; the negative is an assistant rewrite of that positive whose final answer is verified to
+differ from it. A prompt with no verified-correct rollout, or whose rewrites all failed, keeps its
+slot in the batch with `valid = False`, so every tensor lines up with the prompt order and the
+loss (`algo.losses.pairwise_rm_loss`) simply masks it out.
+
+Positive choice is deterministic: the first verified-correct rollout in batch order (the
+official recipe iterated a `set`, which made the choice depend on hashing).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+NO_POSITIVE = -1
+
+
+def group_rollouts(items: Sequence, n_samples_per_prompt: int) -> list[list]:
+    """Split a flat, prompt-grouped list [p0 s0, p0 s1, ..., p1 s0, ...] into per-prompt lists."""
+    if n_samples_per_prompt < 1 or len(items) % n_samples_per_prompt:
+        raise ValueError(f"{len(items)} rollouts do not split into groups of {n_samples_per_prompt}")
+    return [list(items[i : i + n_samples_per_prompt]) for i in range(0, len(items), n_samples_per_prompt)]
+
+
+def select_positives(verified_correct: Sequence[bool], n_samples_per_prompt: int) -> list[int]:
+    """For each prompt, the flat index of its first verified-correct rollout, or NO_POSITIVE (-1).
+
+    verified_correct: (P * n,) prompt-grouped, True where the rule verifier says CORRECT.
+    Returns (P,) flat indices into the rollout list.
+    """
+    positives = []
+    for prompt, group in enumerate(group_rollouts(list(verified_correct), n_samples_per_prompt)):
+        first = next((j for j, correct in enumerate(group) if correct), None)
+        positives.append(NO_POSITIVE if first is None else prompt * n_samples_per_prompt + first)
+    return positives
+
+
+@dataclass
+class PairBatch:
+    """One RM update's pairs: one slot per prompt, P prompts, in prompt order.
+
+    Texts are raw strings; the RM actor renders them with the RM template (`algo.template`)
+    and its own tokenizer. Where `valid[i]` is False, `positives[i]`/`negatives[i]` may be "".
+    """
+
+    questions: list[str]  # (P,) question text, as the RM template's <question>
+    references: list[str]  # (P,) reference answer, as the RM template's <reference_answer>
+    positives: list[str]  # (P,) a verified-correct rollout's completion text ("" if none)
+    negatives: list[str]  # (P,) the assistant's rewrite, verified to answer differently ("" if none)
+    valid: list[bool]  # (P,) True where both positive and negative exist
+    positive_index: list[int] = field(default_factory=list)  # (P,) flat rollout index of the positive, -1 if none
+
+    def __post_init__(self) -> None:
+        sizes = {len(self.questions), len(self.references), len(self.positives), len(self.negatives), len(self.valid)}
+        if self.positive_index:
+            sizes.add(len(self.positive_index))
+        if len(sizes) != 1:
+            raise ValueError(f"PairBatch fields have different lengths: {sorted(sizes)}")
+        for i, ok in enumerate(self.valid):
+            if ok and not (self.positives[i] and self.negatives[i]):
+                raise ValueError(f"pair {i} is marked valid but its positive or negative is empty")
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    @property
+    def num_valid(self) -> int:
+        return sum(self.valid)
+
+    def valid_mask(self) -> torch.Tensor:
+        """(P,) bool tensor of `valid`."""
+        return torch.tensor(self.valid, dtype=torch.bool)
+
+    def split(self, chunks: int) -> list["PairBatch"]:
+        """Contiguous chunks (for data-parallel RM ranks); the last ones may be shorter or empty."""
+        size = -(-len(self) // chunks) if len(self) else 0
+        parts = []
+        for c in range(chunks):
+            s = slice(c * size, (c + 1) * size)
+            parts.append(
+                PairBatch(
+                    self.questions[s], self.references[s], self.positives[s], self.negatives[s], self.valid[s],
+                    self.positive_index[s] if self.positive_index else [],
+                )
+            )
+        return parts

@@ -1,0 +1,41 @@
+"""Reward shaping: RM logits -> the scalar reward GRPO sees, picked by name from `REWARD_FORMS`.
+
+Cooper (arXiv 2508.05613, sec. 3.2) uses the reference-based RM's probability of "correct":
+  continuous  r = sigmoid(logit)                      in (0, 1)
+  discrete    r = 1[sigmoid(logit) >= threshold]      in {0, 1} (threshold 0.5 = logit >= 0)
+The rule-reward baseline uses the rule verifier's verdicts directly: r = 1 if verified correct.
+"""
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+
+def continuous_reward(logits: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """(B,) logits -> (B,) sigmoid(logits) as float32. `threshold` is ignored."""
+    return torch.sigmoid(logits.float())
+
+
+def discrete_reward(logits: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """(B,) logits -> (B,) 1.0 where sigmoid(logit) >= threshold, else 0.0."""
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+    return (torch.sigmoid(logits.float()) >= threshold).float()
+
+
+REWARD_FORMS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
+    "continuous": continuous_reward,
+    "discrete": discrete_reward,
+}
+
+
+def get_reward_form(name: str):
+    """The reward form named `name`; unknown names raise listing the valid ones."""
+    if name not in REWARD_FORMS:
+        raise KeyError(f"unknown reward form {name!r}; valid: {sorted(REWARD_FORMS)}")
+    return REWARD_FORMS[name]
+
+
+def rule_reward(verified_correct: Sequence[bool]) -> torch.Tensor:
+    """The rule-reward baseline: (B,) 1.0 for a rollout the rule verifier marks correct, else 0.0."""
+    return torch.tensor([1.0 if correct else 0.0 for correct in verified_correct], dtype=torch.float32)

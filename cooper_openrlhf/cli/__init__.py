@@ -1,0 +1,1 @@
+"""Command-line entry points (`python -m cooper_openrlhf.cli.<name>`)."""

@@ -1,0 +1,132 @@
+"""Measure a verifier against labelled data: `python -m cooper_openrlhf.cli.eval_verifier --data FILE --verifier rule`.
+
+Reads VerifyBench-format JSON Lines (`question`, `answer`, `completion`, `gold_correct`, optional
+`answer_type`), asks the chosen verifier whether each completion is correct, and reports
+accuracy, precision, recall, F1 and the confusion matrix (positive = "correct"), overall and per
+`answer_type`: a table on stdout, and with `--json-out` the same numbers as JSON.
+
+Verifiers:
+  rule   math-verify in a process pool with a hard per-item deadline (`--workers`, `--timeout`);
+         NO_ANSWER, TIMEOUT and ERROR count as predicted-incorrect.
+  rm     a reward-model checkpoint (`--model`): correct when sigmoid(logit) >= `--threshold`.
+  judge  an LLM judge (`--model`, `--engine hf|vllm`); UNDECIDED counts as predicted-incorrect.
+"""
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections import Counter
+
+from cooper_openrlhf.data.benchmarks import BenchmarkFormatError, load_benchmark
+from cooper_openrlhf.data.records import VerifyExample
+from cooper_openrlhf.verify.metrics import BinaryMetrics, binary_metrics, grouped_metrics, verdict_is_positive
+
+NO_ANSWER_TYPE = "(none)"  # group of rows without an answer_type
+
+
+def predict_rule(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:
+    from cooper_openrlhf.verify.pool import VerifierPool
+
+    with VerifierPool(num_workers=args.workers, deadline_s=args.timeout) as pool:
+        result = pool.verify_batch([e.reference for e in examples], [e.completion for e in examples])
+    counts = {verdict.value: count for verdict, count in sorted(result.counts.items())}
+    return [verdict_is_positive(v) for v in result.verdicts], {"verdict_counts": counts}
+
+
+def predict_rm(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:
+    from cooper_openrlhf.verify.rm_scorer import RMScorer
+
+    scorer = RMScorer(args.model, device=args.device, max_length=args.max_length, batch_size=args.batch_size)
+    scores = scorer.score([e.question for e in examples], [e.reference for e in examples], [e.completion for e in examples])
+    return [score >= args.threshold for score in scores], {"threshold": args.threshold, "template": scorer.template_version}
+
+
+def predict_judge(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:
+    from cooper_openrlhf.engines import make_engine
+    from cooper_openrlhf.engines.base import SamplingConfig
+    from cooper_openrlhf.verify.judge import JudgeVerdict, LLMJudge
+
+    engine_options = {"device": args.device, "batch_size": args.batch_size} if args.engine == "hf" else {}
+    judge = LLMJudge(make_engine(args.engine, args.model, **engine_options), SamplingConfig(max_new_tokens=args.max_new_tokens))
+    judgements = judge.judge([e.question for e in examples], [e.reference for e in examples], [e.completion for e in examples])
+    counts = Counter(j.verdict.value for j in judgements)
+    return [j.verdict == JudgeVerdict.YES for j in judgements], {"verdict_counts": dict(sorted(counts.items()))}
+
+
+VERIFIERS = {"rule": predict_rule, "rm": predict_rm, "judge": predict_judge}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="VerifyBench-format JSON Lines file")
+    parser.add_argument("--verifier", required=True, choices=sorted(VERIFIERS))
+    parser.add_argument("--json-out", help="also write the report as JSON to this file")
+    parser.add_argument("--skip-invalid", action="store_true", help="skip (and count) unreadable rows instead of failing")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N readable rows")
+    parser.add_argument("--workers", type=int, default=None, help="rule: worker processes (default: CPU count)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="rule: hard deadline per item, seconds")
+    parser.add_argument("--model", help="rm / judge: model folder")
+    parser.add_argument("--threshold", type=float, default=0.5, help="rm: predicted correct when sigmoid(logit) >= this")
+    parser.add_argument("--max-length", type=int, default=2048, help="rm: tokens per input")
+    parser.add_argument("--batch-size", type=int, default=8, help="rm / judge (hf): inputs per forward pass")
+    parser.add_argument("--device", default="cpu", help="rm / judge (hf): torch device")
+    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="judge: generation engine")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="judge: reply length in tokens")
+    return parser
+
+
+def format_table(overall: BinaryMetrics, by_type: dict[str, BinaryMetrics]) -> str:
+    header = f"{'answer_type':<20} {'n':>6} {'acc':>7} {'prec':>7} {'recall':>7} {'f1':>7} {'tp':>6} {'fp':>6} {'tn':>6} {'fn':>6}"
+    lines = [header, "-" * len(header)]
+    for name, m in [("ALL", overall), *by_type.items()]:
+        c = m.confusion
+        lines.append(
+            f"{name[:20]:<20} {m.n:>6} {m.accuracy:>7.4f} {m.precision:>7.4f} {m.recall:>7.4f} {m.f1:>7.4f} "
+            f"{c.tp:>6} {c.fp:>6} {c.tn:>6} {c.fn:>6}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.verifier in ("rm", "judge") and not args.model:
+        raise SystemExit(f"--verifier {args.verifier} needs --model")
+    try:
+        loaded = load_benchmark("verifybench", args.data, skip_invalid=args.skip_invalid)
+    except BenchmarkFormatError as exc:
+        raise SystemExit(f"error: {exc} (--skip-invalid skips and counts such rows)") from exc
+    examples = loaded.records[: args.limit] if args.limit is not None else loaded.records
+    if not examples:
+        raise SystemExit(f"no readable rows in {args.data}")
+    start = time.perf_counter()
+    predicted, details = VERIFIERS[args.verifier](examples, args)
+    seconds = time.perf_counter() - start
+    gold = [e.gold_correct for e in examples]
+    overall = binary_metrics(predicted, gold)
+    by_type = grouped_metrics(predicted, gold, [e.answer_type or NO_ANSWER_TYPE for e in examples])
+
+    print(f"verifier={args.verifier} data={args.data} rows={len(examples)} skipped={len(loaded.skipped)} seconds={seconds:.2f}")
+    for key, value in details.items():
+        print(f"{key}: {value}")
+    print(format_table(overall, by_type))
+    if args.json_out:
+        report = {
+            "verifier": args.verifier,
+            "data": args.data,
+            "n": len(examples),
+            "skipped": [{"line": line, "reason": reason} for line, reason in loaded.skipped],
+            "seconds": seconds,
+            "details": details,
+            "overall": overall.to_dict(),
+            "by_answer_type": {name: m.to_dict() for name, m in by_type.items()},
+        }
+        with open(args.json_out, "w", encoding="utf-8") as out:
+            json.dump(report, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

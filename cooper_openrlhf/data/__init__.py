@@ -1,0 +1,1 @@
+"""Benchmark loaders (GSM8K, MATH500, SVAMP, OlympiadBench, VerifyBench format) and synthetic arithmetic."""

@@ -1,0 +1,136 @@
+"""Loaders for math benchmark files (JSON Lines) into typed records.
+
+Each benchmark has a row parser (dict -> record fields) picked by name from `BENCHMARKS`. A row
+that is not valid JSON, lacks a field or has a field of the wrong type raises
+`BenchmarkFormatError` naming the file, the 1-based line and the field; with `skip_invalid=True`
+it is instead recorded in `LoadResult.skipped` as (line, reason) and logged. Blank lines carry no
+row and are ignored.
+
+Reference answers per benchmark:
+  gsm8k          text after the last "####" of `answer`, thousands commas removed ("1,600" -> "1600")
+  math500        `answer` as is
+  svamp          `Answer` (a JSON number) rendered without ".0" for whole numbers; question = Body + " " + Question
+  olympiadbench  the `final_answer` list joined with ", ", every "$" removed
+  verifybench    `answer`; rows also carry `completion`, `gold_correct` (bool) and optional `answer_type`
+"""
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Callable
+
+from cooper_openrlhf.data.records import LoadResult, MathProblem, VerifyExample
+
+logger = logging.getLogger(__name__)
+
+_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3})")
+
+
+class BenchmarkFormatError(ValueError):
+    """A row that cannot be read; the message names file, line and field."""
+
+
+class _RowError(ValueError):
+    """Raised by row parsers; the loader adds file and line."""
+
+
+def _string(row: dict, name: str) -> str:
+    if name not in row:
+        raise _RowError(f"field {name!r} is missing")
+    value = row[name]
+    if not isinstance(value, str):
+        raise _RowError(f"field {name!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _gsm8k(row: dict) -> dict:
+    answer = _string(row, "answer")
+    if "####" not in answer:
+        raise _RowError("field 'answer' has no '####' final-answer marker")
+    reference = _THOUSANDS_COMMA.sub("", answer.rsplit("####", 1)[1].strip())
+    if not reference:
+        raise _RowError("field 'answer' is empty after '####'")
+    return {"question": _string(row, "question"), "reference": reference}
+
+
+def _math500(row: dict) -> dict:
+    return {"question": _string(row, "problem"), "reference": _string(row, "answer")}
+
+
+def _svamp(row: dict) -> dict:
+    answer = row.get("Answer")
+    if "Answer" not in row:
+        raise _RowError("field 'Answer' is missing")
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        raise _RowError(f"field 'Answer' must be a number, got {type(answer).__name__}")
+    reference = str(int(answer)) if float(answer).is_integer() else repr(float(answer))
+    return {"question": _string(row, "Body").strip() + " " + _string(row, "Question").strip(), "reference": reference}
+
+
+def _olympiadbench(row: dict) -> dict:
+    answers = row.get("final_answer")
+    if "final_answer" not in row:
+        raise _RowError("field 'final_answer' is missing")
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+        raise _RowError("field 'final_answer' must be a non-empty list of strings")
+    reference = ", ".join(answer.replace("$", "").strip() for answer in answers)
+    return {"question": _string(row, "question"), "reference": reference}
+
+
+def _verifybench(row: dict) -> dict:
+    gold = row.get("gold_correct")
+    if "gold_correct" not in row:
+        raise _RowError("field 'gold_correct' is missing")
+    if not isinstance(gold, bool):
+        raise _RowError(f"field 'gold_correct' must be a boolean, got {type(gold).__name__}")
+    answer_type = row.get("answer_type")
+    if answer_type is not None and not isinstance(answer_type, str):
+        raise _RowError(f"field 'answer_type' must be a string when present, got {type(answer_type).__name__}")
+    return {
+        "question": _string(row, "question"),
+        "reference": _string(row, "answer"),
+        "completion": _string(row, "completion"),
+        "gold_correct": gold,
+        "answer_type": answer_type,
+    }
+
+
+# name -> (row parser, record type)
+BENCHMARKS: dict[str, tuple[Callable[[dict], dict], type]] = {
+    "gsm8k": (_gsm8k, MathProblem),
+    "math500": (_math500, MathProblem),
+    "svamp": (_svamp, MathProblem),
+    "olympiadbench": (_olympiadbench, MathProblem),
+    "verifybench": (_verifybench, VerifyExample),
+}
+
+
+def load_benchmark(name: str, path: str | Path, *, skip_invalid: bool = False) -> LoadResult:
+    """Read benchmark `name` from the JSON Lines file `path`.
+
+    Raises BenchmarkFormatError on the first bad row unless `skip_invalid`, in which case bad
+    rows are listed in the result's `skipped` (and logged as warnings).
+    """
+    if name not in BENCHMARKS:
+        raise KeyError(f"unknown benchmark {name!r}; valid: {sorted(BENCHMARKS)}")
+    parse_row, record_type = BENCHMARKS[name]
+    result = LoadResult()
+    with open(path, encoding="utf-8") as lines:
+        for line_number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise _RowError(f"row must be a JSON object, got {type(row).__name__}")
+                fields = parse_row(row)
+            except (json.JSONDecodeError, _RowError) as exc:
+                reason = f"invalid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+                if not skip_invalid:
+                    raise BenchmarkFormatError(f"{path}:{line_number}: {reason}") from exc
+                logger.warning("skipping %s:%d: %s", path, line_number, reason)
+                result.skipped.append((line_number, reason))
+                continue
+            result.records.append(record_type(**fields, source=name, index=line_number - 1))
+    return result

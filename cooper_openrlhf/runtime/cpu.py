@@ -1,0 +1,165 @@
+"""The CPU runtime: what OpenRLHF 0.11.2's actors need to run on a machine without CUDA.
+
+`install()` is called in the driver and, through Ray's `worker_process_setup_hook`
+(see `runtime/ray_cluster.py`), in every Ray worker before any actor class is unpickled.
+Where CUDA is available it does nothing: the GPU path stays OpenRLHF's own.
+
+Each shim names the OpenRLHF/DeepSpeed line it answers. The shims inside vLLM's own processes
+(engine core, workers), which Ray's hook never reaches, live in `runtime/vllm_plugin.py`.
+"""
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import types
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Read by runtime/vllm_plugin.py inside vLLM's processes, which inherit the environment.
+CPU_RUNTIME_ENV = "COOPER_OPENRLHF_CPU_RUNTIME"
+
+_installed = False
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def install() -> None:
+    """Install every CPU shim once per process; a no-op when CUDA is available."""
+    global _installed
+    if _installed or cuda_available():
+        return
+    _set_cpu_environment()
+    _stand_in_for_flash_attn_cuda()
+    _shim_torch_cuda()
+    # OpenRLHF's own modules are patched when they are first imported, not imported here:
+    # every Ray worker runs install(), and most never touch them (importing them costs ~4 s).
+    after_import("openrlhf.trainer.ppo_utils.replay_buffer", _replay_buffer_on_cpu)
+    after_import("openrlhf.utils.distributed_util", _gloo_weight_sync)
+    _installed = True
+    logger.debug("cooper_openrlhf CPU runtime installed in pid %d", os.getpid())
+
+
+def _set_cpu_environment() -> None:
+    # DeepSpeed picks its accelerator at import time; without this it probes CUDA and fails
+    # (deepspeed/accelerator/real_accelerator.py). Its CPU accelerator uses gloo for comms.
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    # Tells runtime/vllm_plugin.py (loaded by vLLM in its own processes) to patch them too.
+    os.environ[CPU_RUNTIME_ENV] = "1"
+
+
+def _stand_in_for_flash_attn_cuda() -> None:
+    """openrlhf/models/ring_attn_utils.py:3 imports flash_attn, whose flash_attn_interface.py imports the
+    compiled `flash_attn_2_cuda`. The pure-Python flash-attn build has no such module; OpenRLHF only needs
+    `flash_attn.bert_padding` (pure torch) on the eager/sdpa path, so a placeholder that fails loudly
+    on use is enough."""
+    try:
+        import flash_attn_2_cuda  # noqa: F401
+    except ImportError:
+        stand_in = types.ModuleType("flash_attn_2_cuda")
+        stand_in.__spec__ = importlib.machinery.ModuleSpec("flash_attn_2_cuda", loader=None)
+
+        def _unavailable(name):
+            if name.startswith("__"):  # introspection (inspect, pickle) must see a plain module
+                raise AttributeError(name)
+            raise RuntimeError(
+                f"flash_attn_2_cuda.{name}: flash-attention CUDA kernels are not available on CPU; "
+                "use --ds.attn_implementation eager or sdpa"
+            )
+
+        stand_in.__getattr__ = _unavailable
+        sys.modules["flash_attn_2_cuda"] = stand_in
+
+
+def _shim_torch_cuda() -> None:
+    """torch.cuda calls OpenRLHF makes unconditionally; on CPU torch they raise.
+    - set_device: utils/deepspeed/deepspeed.py:97 (setup_distributed).
+    - current_device: trainer/ray/ppo_actor.py:148,171,627, launcher.py:136,190, used as `.to(device)`;
+      "cpu" keeps every such `.to(...)` on the CPU.
+    - synchronize: utils/distributed_util.py:10 (every barrier), launcher.py:65, ppo_actor.py:605.
+    - current_stream: ppo_actor.py:436 passes it to the weight-sync broadcast, which ignores it on CPU.
+    empty_cache needs nothing: it is already a no-op when CUDA was never initialised."""
+    torch.cuda.set_device = lambda device: None
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda device=None: None
+    torch.cuda.current_stream = lambda device=None: None
+
+
+class _AfterImportFinder(importlib.abc.MetaPathFinder):
+    """Runs a callback on a module right after it executes, before any importer sees it."""
+
+    def __init__(self):
+        self.callbacks = {}  # module name -> callback(module)
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.callbacks:
+            return None
+        sys.meta_path.remove(self)  # find the real spec without recursing into ourselves
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module, callback = spec.loader.exec_module, self.callbacks.pop(name)
+
+        def exec_then_patch(module):
+            exec_module(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+
+_finder = _AfterImportFinder()
+
+
+def after_import(module_name: str, callback) -> None:
+    """Call `callback(module)` now if `module_name` is imported, else as soon as it is."""
+    if module_name in sys.modules:
+        callback(sys.modules[module_name])
+        return
+    _finder.callbacks[module_name] = callback
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def _replay_buffer_on_cpu(replay_buffer) -> None:
+    """trainer/ppo_utils/replay_buffer.py:40 builds torch.device(f"cuda:{current_device()}"), i.e.
+    'cuda:cpu', which torch rejects. Run the original __init__ with a valid CUDA index and then point
+    the buffer at the CPU, so every other line of the constructor stays OpenRLHF's."""
+    cls = replay_buffer.NaiveReplayBuffer
+    if getattr(cls.__init__, "_cooper_cpu", False):
+        return
+    original_init = cls.__init__
+
+    def init_on_cpu(self, *args, **kwargs):
+        current_device = torch.cuda.current_device
+        torch.cuda.current_device = lambda: 0
+        try:
+            original_init(self, *args, **kwargs)
+        finally:
+            torch.cuda.current_device = current_device
+        self.target_device = torch.device("cpu")
+
+    init_on_cpu._cooper_cpu = True
+    cls.__init__ = init_on_cpu
+
+
+def _gloo_weight_sync(distributed_util) -> None:
+    """Weight sync is NCCL-only: utils/distributed_util.py:13-26 builds a PyNcclCommunicator.
+    trainer/ray/ppo_actor.py:24 imports the function by name, so replacing it in distributed_util before
+    ppo_actor is imported covers both; if ppo_actor is already loaded, its reference is replaced too.
+    The vLLM side of the same group is patched by runtime/vllm_plugin.py."""
+    from cooper_openrlhf.runtime.gloo_weight_sync import stateless_init_gloo_group
+
+    distributed_util.stateless_init_process_group = stateless_init_gloo_group
+    ppo_actor = sys.modules.get("openrlhf.trainer.ray.ppo_actor")
+    if ppo_actor is not None:
+        ppo_actor.stateless_init_process_group = stateless_init_gloo_group

@@ -1,0 +1,49 @@
+"""Start a local Ray cluster that OpenRLHF's actors can be scheduled on, on any machine.
+
+OpenRLHF asks Ray for one CPU and one GPU per model actor and a {"GPU": 1, "CPU": 1} bundle per vLLM
+engine (trainer/ray/launcher.py:254-287, vllm_engine.py:270). On a small CPU machine those requests exceed
+what exists and Ray waits forever without a word, so on CPU the cluster declares logical resources
+(over-commit): they are scheduling tokens, not cores. Every worker process runs the CPU runtime first.
+"""
+
+import logging
+import os
+
+import ray
+
+from cooper_openrlhf.runtime import cpu
+
+logger = logging.getLogger(__name__)
+
+# Logical resources declared on a CPU-only machine: enough for policy + reference + reward + critic
+# actors and two vLLM engines at one "GPU" each.
+CPU_LOGICAL_CPUS = 16
+CPU_LOGICAL_GPUS = 8
+
+# Passed to every Ray worker. OMP_NUM_THREADS=1 stops each of many processes from spawning a thread per
+# core on a machine that has two.
+_CPU_WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
+
+
+def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = None, **ray_init_kwargs) -> None:
+    """`ray.init` for a single machine; on CPU with logical over-commit and the CPU runtime in every worker.
+
+    On a machine with CUDA this is a plain `ray.init` with the real resources (or the ones given).
+    """
+    if ray.is_initialized():
+        return
+    runtime_env = dict(ray_init_kwargs.pop("runtime_env", None) or {})
+    if not cpu.cuda_available():
+        cpu.install()
+        num_cpus = num_cpus if num_cpus is not None else CPU_LOGICAL_CPUS
+        num_gpus = num_gpus if num_gpus is not None else CPU_LOGICAL_GPUS
+        env_vars = {**_CPU_WORKER_ENV, cpu.CPU_RUNTIME_ENV: "1", **runtime_env.get("env_vars", {})}
+        for key in ("HF_HUB_OFFLINE", "COOPER_MODELS_DIR", "VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH"):
+            if key in os.environ:
+                env_vars.setdefault(key, os.environ[key])
+        runtime_env["env_vars"] = env_vars
+        runtime_env.setdefault("worker_process_setup_hook", "cooper_openrlhf.runtime.cpu.install")
+    ray_init_kwargs.setdefault("include_dashboard", False)
+    ray_init_kwargs.setdefault("log_to_driver", True)
+    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env, **ray_init_kwargs)
+    logger.info("local Ray cluster: %s", ray.cluster_resources())

@@ -1,0 +1,77 @@
+"""Binary classification metrics for verifiers: "is this completion correct?" predicted vs gold.
+
+The positive class is "correct". For the rule verifier only Verdict.CORRECT is a positive
+prediction: NO_ANSWER, TIMEOUT and ERROR all count as predicted-incorrect (a verifier that cannot
+decide does not reward). Precision, recall and F1 are 0.0 when their denominator is zero
+(no predicted or no gold positives), as scikit-learn's zero_division=0.
+"""
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from cooper_openrlhf.verify.rule import Verdict
+
+
+@dataclass(frozen=True)
+class ConfusionMatrix:
+    """Counts: true/false positives, true/false negatives (positive = correct)."""
+
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+
+
+@dataclass(frozen=True)
+class BinaryMetrics:
+    """Metrics over `n` examples; all rates in [0, 1]."""
+
+    n: int
+    accuracy: float
+    precision: float
+    recall: float
+    f1: float
+    confusion: ConfusionMatrix
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def verdict_is_positive(verdict: Verdict) -> bool:
+    """The prediction a rule verdict stands for: only CORRECT is "correct"."""
+    return verdict == Verdict.CORRECT
+
+
+def _ratio(numerator: int, denominator: int) -> float:
+    return numerator / denominator if denominator else 0.0
+
+
+def binary_metrics(predicted: Sequence[bool], gold: Sequence[bool]) -> BinaryMetrics:
+    """Accuracy, precision, recall, F1 and confusion matrix of `predicted` against `gold`."""
+    if len(predicted) != len(gold):
+        raise ValueError(f"{len(predicted)} predictions but {len(gold)} gold labels")
+    tp = sum(p and g for p, g in zip(predicted, gold))
+    fp = sum(p and not g for p, g in zip(predicted, gold))
+    fn = sum(g and not p for p, g in zip(predicted, gold))
+    tn = len(gold) - tp - fp - fn
+    precision, recall = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    return BinaryMetrics(
+        n=len(gold),
+        accuracy=_ratio(tp + tn, len(gold)),
+        precision=precision,
+        recall=recall,
+        f1=2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        confusion=ConfusionMatrix(tp=tp, fp=fp, tn=tn, fn=fn),
+    )
+
+
+def grouped_metrics(predicted: Sequence[bool], gold: Sequence[bool], groups: Sequence[str]) -> dict[str, BinaryMetrics]:
+    """`binary_metrics` per group key, keys in sorted order."""
+    if not len(predicted) == len(gold) == len(groups):
+        raise ValueError(f"lengths differ: {len(predicted)} predictions, {len(gold)} gold, {len(groups)} groups")
+    by_group: dict[str, tuple[list[bool], list[bool]]] = {}
+    for p, g, key in zip(predicted, gold, groups):
+        by_group.setdefault(key, ([], []))
+        by_group[key][0].append(p)
+        by_group[key][1].append(g)
+    return {key: binary_metrics(*by_group[key]) for key in sorted(by_group)}

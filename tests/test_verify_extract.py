@@ -1,0 +1,80 @@
+"""Final-answer extraction: hand-worked completions, priorities, fallbacks, and linear time on 100 KB."""
+
+import time
+
+import pytest
+
+from cooper_openrlhf.verify.extract import extract_answer, last_boxed, normalize_answer
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("first \\boxed{1}, then \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),  # the last box wins
+        ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),  # escaped set braces do not close the box
+        ("\\boxed{\\frac{a}{b^{2}}} done", "\\frac{a}{b^{2}}"),  # nested grouping braces
+        ("x \\fbox{7}", "7"),
+        ("\\boxed{\\boxed{3}}", "3"),  # a box that only holds a box is unwrapped
+        ("\\boxed{a} and \\boxed{b", "a"),  # an unclosed last box is skipped
+        ("}}} {{{ \\boxed{2}}", "2"),  # stray braces around do not matter
+        ("\\boxed { 4 }", "4"),
+    ],
+)
+def test_boxed(completion, expected):
+    assert extract_answer(completion) == expected
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("She pays 3 * 400 = 1200.\n#### 1,200\n", "1200"),  # GSM8K marker, thousands comma dropped
+        ("The answer is 42.", "42"),
+        ("The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}"),  # Minerva format
+        ("Final Answer: 12 apples", "12"),  # a number followed by plain words
+        ("The answer is $18.", "18"),  # a currency sign is not a math delimiter
+        ("So the answer is:\n5", "5"),  # the anchor ends its line: the next line holds the answer
+        ("answer: $x=2$", "x=2"),
+        ("The answer is \\boxed{7}. #### 8", "7"),  # a box beats every phrase
+        ("#### 5\nthe answer is 6", "5"),  # '####' beats 'the answer is'
+    ],
+)
+def test_phrases(completion, expected):
+    assert extract_answer(completion) == expected
+
+
+def test_fallback_last_number_and_none():
+    text = "I got 3, then 4.5 and finally -7."
+    assert extract_answer(text) == "-7"
+    assert extract_answer(text, fallback="none") is None
+    assert extract_answer("no digits at all") is None
+    with pytest.raises(ValueError, match="last_number"):
+        extract_answer(text, fallback="first_number")
+
+
+def test_empty_anchor_gives_no_answer_instead_of_a_weaker_form():
+    # An empty box is the model's (empty) final answer; the 5 in the reasoning must not be used.
+    assert extract_answer("5 apples. \\boxed{}") is None
+    assert extract_answer("The answer is .") is None
+
+
+def test_normalize_answer():
+    assert normalize_answer("  $1,234,567.5$. ") == "1234567.5"
+    assert normalize_answer("(1, 2)") == "(1, 2)"  # commas in tuples stay
+    assert normalize_answer(" $ $ ") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 20_000,  # 140 KB of unclosed boxes
+        "{" * 50_000 + "}" * 50_000,  # deeply nested braces
+        "the answer is " * 7_000,  # 100 KB of anchors
+        "1," * 50_000,  # one long almost-number
+        "#### " + " " * 100_000,
+    ],
+)
+def test_linear_time_on_100kb_inputs(text):
+    start = time.perf_counter()
+    extract_answer(text)
+    last_boxed(text)
+    assert time.perf_counter() - start < 1.0

@@ -1,0 +1,54 @@
+"""Verifier metrics against hand-computed values."""
+
+import pytest
+
+from cooper_openrlhf.verify.metrics import ConfusionMatrix, binary_metrics, grouped_metrics, verdict_is_positive
+from cooper_openrlhf.verify.rule import Verdict
+
+
+def test_binary_metrics_hand_worked():
+    predicted = [True, True, True, False, False, False, True]
+    gold = [True, True, False, False, False, True, True]
+    metrics = binary_metrics(predicted, gold)
+    # tp = 3 (0, 1, 6), fp = 1 (2), tn = 2 (3, 4), fn = 1 (5)
+    assert metrics.confusion == ConfusionMatrix(tp=3, fp=1, tn=2, fn=1)
+    assert metrics.n == 7
+    assert metrics.accuracy == pytest.approx(5 / 7)
+    assert metrics.precision == pytest.approx(3 / 4)
+    assert metrics.recall == pytest.approx(3 / 4)
+    assert metrics.f1 == pytest.approx(3 / 4)
+
+
+def test_zero_denominators_give_zero():
+    metrics = binary_metrics([False, False], [False, True])
+    assert (metrics.precision, metrics.recall, metrics.f1) == (0.0, 0.0, 0.0)
+    assert metrics.accuracy == 0.5
+    assert binary_metrics([], []).accuracy == 0.0
+
+
+def test_grouped_metrics():
+    groups = ["b", "a", "b", "a"]
+    by_group = grouped_metrics([True, False, False, False], [True, True, True, False], groups)
+    assert list(by_group) == ["a", "b"]
+    assert by_group["a"].confusion == ConfusionMatrix(tp=0, fp=0, tn=1, fn=1)
+    assert by_group["b"].confusion == ConfusionMatrix(tp=1, fp=0, tn=0, fn=1)
+    assert by_group["b"].recall == 0.5
+
+
+def test_length_mismatch_raises():
+    with pytest.raises(ValueError):
+        binary_metrics([True], [True, False])
+    with pytest.raises(ValueError):
+        grouped_metrics([True], [True], ["a", "b"])
+
+
+def test_only_correct_counts_as_positive():
+    assert verdict_is_positive(Verdict.CORRECT)
+    for verdict in (Verdict.INCORRECT, Verdict.NO_ANSWER, Verdict.TIMEOUT, Verdict.ERROR):
+        assert not verdict_is_positive(verdict)
+
+
+def test_to_dict_is_json_ready():
+    as_dict = binary_metrics([True], [True]).to_dict()
+    assert as_dict["confusion"] == {"tp": 1, "fp": 0, "tn": 0, "fn": 0}
+    assert as_dict["f1"] == 1.0
