@@ -78,3 +78,16 @@ def test_linear_time_on_100kb_inputs(text):
     extract_answer(text)
     last_boxed(text)
     assert time.perf_counter() - start < 1.0
+
+
+def test_deeply_nested_boxes_unwrap_without_recursion():
+    # 20,000 levels (~160 KB): the old recursive unwrap hit RecursionError at a few thousand.
+    depth = 20_000
+    text = "so " + "\\boxed{" * depth + "42" + "}" * depth + "."
+    assert last_boxed(text) == "42"
+    assert extract_answer(text) == "42"
+
+
+def test_box_followed_by_another_box_is_not_unwrapped():
+    assert last_boxed("\\boxed{\\boxed{1} + \\boxed{2}}") == "\\boxed{1} + \\boxed{2}"
+    assert last_boxed("\\boxed{ \\boxed{ x } }") == "x"

@@ -40,44 +40,39 @@ def last_boxed(text: str) -> str | None:
     """Content of the last balanced ``\\boxed{...}``/``\\fbox{...}``; None when there is none.
 
     "Last" means the box that closes last; for nested boxes that is the outermost one, whose
-    content is unwrapped while it is itself exactly one box.
+    content is unwrapped while it is itself exactly one box (``\\boxed{\\boxed{5}}`` gives ``5``).
+    One left-to-right pass records every closed box, so unwrapping is a lookup per level and the
+    whole call is linear in the text, however deep the nesting.
     """
-    stack: list[int] = []  # content start for a box opener, -1 for a plain `{`
+    stack: list[tuple[int, int]] = []  # (macro start, content start) of a box opener; (-1, -1) for a plain `{`
+    closed: dict[int, tuple[int, int]] = {}  # macro start -> (content start, closing-brace position)
     best: tuple[int, int] | None = None  # (content start, content end) of the last closed box
     for token in _BRACE_TOKEN.finditer(text):
         lexeme = token.group()
         if lexeme in ("\\{", "\\}"):
             continue
         if lexeme == "{":
-            stack.append(-1)
+            stack.append((-1, -1))
         elif lexeme == "}":
             if not stack:
                 continue  # stray closer: ignore rather than give up on later boxes
-            start = stack.pop()
-            if start >= 0:
-                best = (start, token.start())
+            macro_start, content_start = stack.pop()
+            if content_start >= 0:
+                closed[macro_start] = best = (content_start, token.start())
         else:
-            stack.append(token.end())
+            stack.append((token.start(), token.end()))
     if best is None:
         return None
-    content = text[best[0] : best[1]].strip()
-    inner = last_boxed(content) if content.startswith(("\\boxed", "\\fbox")) else None
-    if inner is not None and content.endswith("}") and _is_single_box(content):
-        return inner
-    return content
-
-
-def _is_single_box(content: str) -> bool:
-    """True when `content` is exactly one box, e.g. ``\\boxed{1}`` but not ``\\boxed{1}+\\boxed{2}``."""
-    depth = 0
-    for token in _BRACE_TOKEN.finditer(content):
-        lexeme = token.group()
-        if lexeme in ("\\{", "\\}"):
-            continue
-        depth += -1 if lexeme == "}" else 1
-        if depth == 0:
-            return token.end() == len(content)
-    return False
+    start, end = best
+    while True:
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        inner = closed.get(start)
+        if inner is None or inner[1] != end - 1:  # not exactly one box spanning the whole content
+            return text[start:end]
+        start, end = inner
 
 
 def _phrase_after_last(anchor: re.Pattern[str], text: str) -> str | None:
