@@ -1,0 +1,165 @@
+"""Cooper's command-line flags, added to OpenRLHF's own `train_ppo_ray` parser, and their cross-checks.
+
+`add_cooper_args(parser)` adds `--remote_rm_trainable` and the `--cooper.*` group in OpenRLHF's dotted
+style (after `hierarchize`, `args.cooper.rm_lr`, ...). Every default leaves a plain OpenRLHF run
+unchanged: the flags are read only by `cli/train_cooper.py`, which stock `train_ppo_ray` reaches only
+with `--remote_rm_trainable` (see `patches/`).
+
+The three arms of the paper (arXiv 2508.05613, Table 1) come from one command:
+  Cooper      --remote_rm_trainable                 RM rewards, RM trained each step on fresh pairs
+  static RM   (flag off)                            RM rewards, RM frozen
+  rule        --cooper.reward_source rule           rule-verifier rewards, no RM needed
+
+`validate_cooper_args(args)` runs at start-up on the hierarchized namespace and raises `CooperArgsError`
+naming the flags that clash, before any Ray actor or model is started.
+"""
+
+import argparse
+
+from cooper_openrlhf.algo.rewards import REWARD_FORMS
+
+REWARD_SOURCES = ("rm", "rule")
+ASSISTANTS = ("policy", "model")
+RM_ZERO_STAGES = (1, 2)
+# transformers.SchedulerType values that need no extra arguments from us.
+RM_LR_SCHEDULERS = (
+    "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
+    "polynomial", "inverse_sqrt",
+)
+
+
+class CooperArgsError(ValueError):
+    """Cooper flags that cannot work together (raised at start-up)."""
+
+
+def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add `--remote_rm_trainable` and `--cooper.*` to OpenRLHF's `train_ppo_ray` parser; returns it."""
+    parser.add_argument(
+        "--remote_rm_trainable", action="store_true", default=False,
+        help="Cooper (arXiv 2508.05613): train the reward model during RL on one (verified-correct rollout, "
+        "assistant-written wrong rewrite) pair per prompt each step; rewards of step t+1 come from the updated RM. "
+        "Off in cooper_openrlhf.cli.train_cooper = the static-RM arm.",
+    )
+    group = parser.add_argument_group("Cooper", "reward-model co-training (read only by cooper_openrlhf.cli.train_cooper)")
+    add = group.add_argument
+    # Reward
+    add("--cooper.reward_source", type=str, default="rm", choices=REWARD_SOURCES,
+        help="Where GRPO's rewards come from: 'rm' = the reward model at --reward.model_name_or_path, scored from "
+        "(question, reference, completion) text through the VerifyRM template; 'rule' = the rule verifier (1 if "
+        "math-verify says the rollout's answer equals the reference, else 0), the paper's rule-reward baseline.")
+    add("--cooper.reward_form", type=str, default="continuous", choices=sorted(REWARD_FORMS),
+        help="RM logit -> reward: 'continuous' = sigmoid(logit); 'discrete' = 1 if sigmoid(logit) >= "
+        "--cooper.reward_threshold else 0 (Cooper sec. 3.2).")
+    add("--cooper.reward_threshold", type=float, default=0.5,
+        help="Probability threshold of the 'discrete' reward form, in (0, 1).")
+    # RM optimisation (DeepSpeed, like the actor's --actor.adam.* but the RM's own)
+    add("--cooper.rm_lr", type=float, default=1e-5,
+        help="RM learning rate (AdamW, betas (0.9, 0.95)); the official Cooper recipe uses 1e-5.")
+    add("--cooper.rm_weight_decay", type=float, default=0.0, help="RM AdamW weight decay (not on biases/norms).")
+    add("--cooper.rm_lr_scheduler", type=str, default="constant_with_warmup", choices=RM_LR_SCHEDULERS,
+        help="RM learning-rate schedule (transformers get_scheduler name) over all RM optimizer steps of the run.")
+    add("--cooper.rm_warmup_ratio", type=float, default=0.01,
+        help="Fraction of the RM's optimizer steps spent warming up (the official recipe: 0.01).")
+    add("--cooper.rm_max_norm", type=float, default=1.0,
+        help="RM gradient clipping (DeepSpeed gradient_clipping); 0 disables it.")
+    add("--cooper.rm_updates_per_step", type=int, default=1,
+        help="RM optimizer steps per Cooper step, each a full pass over the step's valid pairs.")
+    add("--cooper.rm_zero_stage", type=int, default=2, choices=RM_ZERO_STAGES,
+        help="DeepSpeed ZeRO stage of the trainable RM (independent of --ds.zero_stage). Stages 1 and 2 are the "
+        "ones whose bf16 optimizer skips a step with non-finite gradients; the RM relies on that.")
+    add("--cooper.rm_max_length", type=int, default=None,
+        help="Max tokens of one RM input (template text); default: the max_length the VerifyRM export records, "
+        "else 1024. Longer inputs are cut at the end, with a warning.")
+    add("--cooper.rm_micro_batch_size", type=int, default=4,
+        help="RM sequences per forward on each RM rank, when scoring and when training (a pair is two sequences).")
+    add("--cooper.rm_save_path", type=str, default=None,
+        help="Where the final RM is exported (VerifyRM format, loadable by rm.model.load_rm); default "
+        "{--ckpt.output_dir}/rm. Only with --remote_rm_trainable.")
+    # Negatives
+    add("--cooper.assistant", type=str, default="policy", choices=ASSISTANTS,
+        help="Who writes the negatives: 'policy' = the policy on its own vLLM engines (no extra GPU); 'model' = "
+        "--cooper.assistant_model_path on one dedicated vLLM engine (one more GPU).")
+    add("--cooper.assistant_model_path", type=str, default=None,
+        help="HF path of the assistant model, with --cooper.assistant model.")
+    add("--cooper.negative_retries", type=int, default=3,
+        help="Rewrite attempts per prompt; a negative is kept only if its answer is verified different from the positive's.")
+    add("--cooper.negative_max_new_tokens", type=int, default=512, help="Max new tokens of one rewrite.")
+    add("--cooper.negative_temperature", type=float, default=1.0, help="Sampling temperature of the rewrites.")
+    # Verification
+    add("--cooper.verifier_workers", type=int, default=2,
+        help="Rule-verifier (math-verify) worker processes of the pair-construction actor.")
+    add("--cooper.verifier_deadline_s", type=float, default=10.0,
+        help="Hard per-rollout verification deadline in seconds; a rollout past it counts as not verified correct.")
+    # Observability
+    add("--cooper.sample_log_dir", type=str, default=None,
+        help="If set, every step appends its rollouts (question, reference, completion, verified, reward) to "
+        "rollouts.jsonl and its pairs to pairs.jsonl in this folder, for inspecting rewards and negatives.")
+    return parser
+
+
+def _fail(problems: list[str]) -> None:
+    if problems:
+        raise CooperArgsError("invalid Cooper configuration:\n  - " + "\n  - ".join(problems))
+
+
+def validate_cooper_args(args) -> None:
+    """Raise `CooperArgsError` listing every clash among the (hierarchized) flags; returns None when all is well."""
+    cooper, reward = args.cooper, args.reward
+    rm_path = reward.model_name_or_path
+    needs_rm = cooper.reward_source == "rm" or args.remote_rm_trainable
+    problems = []
+
+    if not args.data.prompt_dataset:
+        problems.append("--data.prompt_dataset is required")
+    if not args.data.label_key:
+        problems.append("--data.label_key is required: Cooper verifies every rollout against the prompt's reference "
+                        "answer, which is read from that dataset field")
+    if not args.vllm.num_engines:
+        problems.append("--vllm.num_engines >= 1 is required: rollouts (and the policy's negatives) come from vLLM")
+    if needs_rm and not rm_path:
+        why = "--remote_rm_trainable trains it" if args.remote_rm_trainable else "--cooper.reward_source rm scores with it"
+        problems.append(f"--reward.model_name_or_path is required ({why}); for the rule-reward arm pass "
+                        "--cooper.reward_source rule")
+    if rm_path and "," in rm_path:
+        problems.append(f"--reward.model_name_or_path {rm_path!r}: Cooper uses exactly one reward model")
+    if reward.remote_url or args.train.agent_func_path:
+        what = "--reward.remote_url" if reward.remote_url else "--train.agent_func_path"
+        problems.append(f"{what} cannot be combined with Cooper: its rewards would replace the local RM's "
+                        "(and a remote RM cannot be trained with --remote_rm_trainable)")
+    if args.algo.advantage.estimator == "gae":
+        problems.append("--algo.advantage.estimator gae needs a critic; Cooper uses group baselines "
+                        "(group_norm = GRPO, as in the paper; rloo, reinforce_baseline, dr_grpo also work)")
+    if args.train.async_enable:
+        problems.append("--train.async_enable is not supported: the Cooper step is synchronous (rewards of step "
+                        "t+1 come from the RM updated at step t)")
+    if needs_rm and (args.ds.ring_attn_size > 1 or args.ds.tensor_parallel_size > 1):
+        problems.append("--ds.ring_attn_size / --ds.tensor_parallel_size > 1 are not supported by the Cooper RM "
+                        "actor (plain data parallel); keep them at 1")
+
+    if not 0.0 < cooper.reward_threshold < 1.0:
+        problems.append(f"--cooper.reward_threshold must be in (0, 1), got {cooper.reward_threshold}")
+    if cooper.assistant == "model" and not cooper.assistant_model_path:
+        problems.append("--cooper.assistant model needs --cooper.assistant_model_path")
+    if cooper.assistant == "policy" and cooper.assistant_model_path:
+        problems.append("--cooper.assistant_model_path is set but --cooper.assistant is 'policy'; pass "
+                        "--cooper.assistant model to use it")
+    positive_ints = ("rm_updates_per_step", "rm_micro_batch_size", "negative_retries", "negative_max_new_tokens",
+                     "verifier_workers")
+    for name in positive_ints:
+        if getattr(cooper, name) < 1:
+            problems.append(f"--cooper.{name} must be >= 1, got {getattr(cooper, name)}")
+    if cooper.rm_max_length is not None and cooper.rm_max_length < 16:
+        problems.append(f"--cooper.rm_max_length must be >= 16 tokens, got {cooper.rm_max_length}")
+    if not cooper.rm_lr > 0:
+        problems.append(f"--cooper.rm_lr must be > 0, got {cooper.rm_lr}")
+    if cooper.rm_weight_decay < 0 or cooper.rm_max_norm < 0:
+        problems.append("--cooper.rm_weight_decay and --cooper.rm_max_norm must be >= 0")
+    if not 0.0 <= cooper.rm_warmup_ratio < 1.0:
+        problems.append(f"--cooper.rm_warmup_ratio must be in [0, 1), got {cooper.rm_warmup_ratio}")
+    if not cooper.negative_temperature >= 0:
+        problems.append(f"--cooper.negative_temperature must be >= 0, got {cooper.negative_temperature}")
+    if not cooper.verifier_deadline_s > 0:
+        problems.append(f"--cooper.verifier_deadline_s must be > 0, got {cooper.verifier_deadline_s}")
+    if cooper.rm_save_path and not args.remote_rm_trainable:
+        problems.append("--cooper.rm_save_path is only used with --remote_rm_trainable (a static RM is not re-saved)")
+    _fail(problems)

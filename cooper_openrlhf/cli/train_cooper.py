@@ -1,0 +1,258 @@
+"""`python -m cooper_openrlhf.cli.train_cooper`: OpenRLHF 0.11.2's `train_ppo_ray` with Cooper's step.
+
+Every stock flag works unchanged, plus `--remote_rm_trainable` and `--cooper.*` (`cli/cooper_args.py`).
+The three arms of the paper run from this one command: Cooper (`--remote_rm_trainable`), static RM
+(without it) and rule reward (`--cooper.reward_source rule`).
+
+Parsing reuses OpenRLHF's own parser AND its validation block, which live inline under
+`if __name__ == "__main__":` in `openrlhf/cli/train_ppo_ray.py`: `parse_args` runs that module as
+`__main__` with `ArgumentParser.parse_args` intercepted, where Cooper's flags are added and checked,
+and the module's `train` replaced by a no-op, so the block validates (and normalises) the args and
+stops where it would start training. Nothing of the block is copied.
+
+`train_cooper(args)` is stock `train(args)` (openrlhf/cli/train_ppo_ray.py:19-180) with these
+differences, each marked "Cooper:" below:
+  1. start-up checks: every prompt row has a reference; the RM path is a one-logit sequence classifier;
+  2. Ray: on a machine without CUDA, `runtime.ray_cluster.init_local_ray()` (logical over-commit + CPU shims);
+  3. the reward group is `TrainableRewardModelActor` (stock: `RewardModelActor`), initialised with the run's
+     max_steps and `--cooper.*`; there is none for the rule arm without an RM; there is no critic (Cooper
+     rejects gae);
+  4. a `PairConstructionActor` (verifier pool + assistant) and `CooperTrainer` (stock: `PPOTrainer`);
+  5. at the end the trained RM is exported in the VerifyRM format and the pair actor is closed.
+"""
+
+import argparse
+import logging
+import os
+import runpy
+import sys
+
+import ray
+from ray.util.placement_group import placement_group
+
+from cooper_openrlhf.cli.cooper_args import add_cooper_args, validate_cooper_args
+
+logger = logging.getLogger("cooper_openrlhf.train_cooper")
+
+
+# --------------------------------------------------------------------------------------- parsing
+def parse_args(argv: list[str] | None = None):
+    """Stock parser + Cooper's flags, Cooper's checks, then stock validation -> hierarchized args."""
+    from openrlhf.utils.config import hierarchize
+
+    original_parse_args = argparse.ArgumentParser.parse_args
+
+    def parse_with_cooper(parser, args=None, namespace=None):
+        add_cooper_args(parser)
+        flat = original_parse_args(parser, argv if args is None else args, namespace)
+        # Cooper's checks first: the stock block assumes a stock configuration (e.g. gae without an RM crashes).
+        validate_cooper_args(hierarchize(flat))
+        # The block ends with `train(args)`; the caller's globals are the module run below.
+        sys._getframe(1).f_globals["train"] = lambda validated_args: None
+        return flat
+
+    argparse.ArgumentParser.parse_args = parse_with_cooper
+    try:
+        namespace = runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
+    finally:
+        argparse.ArgumentParser.parse_args = original_parse_args
+    return namespace["args"]
+
+
+# ------------------------------------------------------------------------------ start-up checks
+def check_prompt_dataset(args, strategy) -> None:
+    """Every row of every --data.prompt_dataset has a question and a non-empty reference (error names file and row)."""
+    from openrlhf.datasets.utils import blending_datasets
+
+    from cooper_openrlhf.ray.trainer import raw_question
+    from cooper_openrlhf.verify.extract import normalize_answer
+
+    input_key, label_key = args.data.input_key, args.data.label_key
+    for spec in args.data.prompt_dataset.split(","):
+        spec = spec.strip()
+        data = blending_datasets(spec, None, strategy, args.train.seed, max_count=args.data.max_samples,
+                                 dataset_split=args.data.prompt_split)
+        for row_index, row in enumerate(data):
+            where = f"prompt dataset {spec}, row {row_index} (0-based)"
+            if label_key not in row or row[label_key] is None or normalize_answer(str(row[label_key])) is None:
+                raise ValueError(f"{where}: no reference answer in field {label_key!r} (--data.label_key); Cooper "
+                                 f"verifies every rollout against it. Fix or drop the row.")
+            if input_key not in row:
+                raise ValueError(f"{where}: no field {input_key!r} (--data.input_key)")
+            try:
+                raw_question(row, input_key)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+
+
+def check_reward_model(path: str) -> None:
+    """Raise `rm.model.NotASequenceClassifierError` unless `path` holds a one-logit sequence classifier.
+
+    Reads only the config (the weights load later, in the RM actors), with the same rules as `rm.model.load_rm`.
+    """
+    from cooper_openrlhf.rm import model as rm_model
+
+    rm_model._check_classifier(path, rm_model._read_config(path), init_head=False)
+
+
+# ----------------------------------------------------------------------------------------- wiring
+def start_ray() -> None:
+    """Cooper: a local cluster with the CPU runtime where CUDA is absent; stock's `ray.init` otherwise."""
+    from cooper_openrlhf.runtime import cuda_available
+    from cooper_openrlhf.runtime.ray_cluster import init_local_ray
+
+    if ray.is_initialized():
+        return
+    if not cuda_available():
+        init_local_ray()
+        return
+    ray.init(runtime_env={"env_vars": {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+    }})
+
+
+def model_group(role, actor_class, pg, args):
+    """One `RayActorGroup` the way stock `train()` builds each of its model groups."""
+    from openrlhf.trainer.ray.launcher import RayActorGroup
+
+    return RayActorGroup(role.num_nodes, role.num_gpus_per_node, actor_class, pg=pg,
+                         num_gpus_per_actor=0.2 if pg else 1,
+                         duplicate_actors=args.ds.ring_attn_size * args.ds.tensor_parallel_size)
+
+
+def pair_construction_actor(args, vllm_engines):
+    """Cooper: the verifier pool and the assistant (the policy's engines, or a dedicated one)."""
+    from cooper_openrlhf.algo.negatives import NegativeConfig
+    from cooper_openrlhf.ray.pair_actor import PairConstructionActor
+
+    cooper = args.cooper
+    config = NegativeConfig(retries=cooper.negative_retries, max_new_tokens=cooper.negative_max_new_tokens,
+                            temperature=cooper.negative_temperature, seed=args.train.seed)
+    own_engine = cooper.assistant == "model"
+    return PairConstructionActor.remote(
+        config,
+        None if own_engine else vllm_engines,
+        cooper.assistant_model_path if own_engine else args.actor.model_name_or_path,
+        verifier_workers=cooper.verifier_workers,
+        verifier_deadline_s=cooper.verifier_deadline_s,
+        assistant_model_path=cooper.assistant_model_path if own_engine else None,
+        assistant_max_model_len=None if own_engine else args.data.max_len,
+    )
+
+
+def rm_export_path(args) -> str:
+    return args.cooper.rm_save_path or os.path.join(args.ckpt.output_dir, "rm")
+
+
+def train_cooper(args) -> None:
+    """Run a Cooper (or static-RM, or rule-reward) training; the diff to stock `train(args)` is in the module docstring."""
+    from openrlhf.trainer.ray import create_vllm_engines
+    from openrlhf.trainer.ray.launcher import ReferenceModelActor
+    from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
+    from openrlhf.utils import get_strategy
+
+    from cooper_openrlhf.ray.reward_actor import TrainableRewardModelActor
+    from cooper_openrlhf.ray.trainer import CooperTrainer
+
+    strategy = get_strategy(args)
+    # Cooper: bad input fails here, before any actor starts.
+    check_prompt_dataset(args, strategy)
+    if args.reward.model_name_or_path:
+        check_reward_model(args.reward.model_name_or_path)
+    start_ray()
+    strategy.print(args)
+
+    # As stock: one placement group for colocated actor/ref (and, with colocate_all, vLLM and the RM).
+    actor_gpus = args.actor.num_nodes * args.actor.num_gpus_per_node
+    pg = None
+    if args.train.colocate_actor_ref or args.train.colocate_all:
+        if args.algo.kl.init_coef > 0:
+            assert (args.actor.num_nodes, args.actor.num_gpus_per_node) == (args.ref.num_nodes, args.ref.num_gpus_per_node), \
+                "num_nodes and num_gpus_per_node must be the same when colocate actor and ref model."
+        bundles = [{"GPU": 1, "CPU": 1} for _ in range(actor_gpus)]
+        pg = placement_group(bundles, strategy="PACK")
+        ray.get(pg.ready())
+    shared_pg = pg if args.train.colocate_all else None
+    if shared_pg is not None:
+        assert actor_gpus == args.vllm.num_engines * args.vllm.tensor_parallel_size, \
+            "actor_num_nodes * actor_num_gpus_per_node must be equal to vllm_num_engines * vllm_tensor_parallel_size"
+        # Cooper: the RM ranks take bundles of the same group.
+        assert args.reward.num_nodes * args.reward.num_gpus_per_node <= actor_gpus, \
+            "with --train.colocate_all the RM needs at most as many GPUs as the actor (it shares the actor's bundles)"
+    vllm_engines = create_vllm_engines(
+        args.vllm.num_engines, args.vllm.tensor_parallel_size, args.actor.model_name_or_path, args.train.seed,
+        args.train.full_determinism_enable, args.vllm.enable_prefix_caching, args.vllm.enforce_eager,
+        args.data.max_len, shared_pg, args.vllm.gpu_memory_utilization, args.vllm.enable_sleep,
+        "processed_logprobs" if args.algo.advantage.is_correction_level != "off" else None,
+        agent_func_path=None, remote_rm_url=None, max_images_per_prompt=getattr(args.data, "max_images_per_prompt", 0),
+    )
+    actor_model = model_group(args.actor, PolicyModelActor, pg, args)
+    ref_model = model_group(args.ref, ReferenceModelActor, pg, args) if args.algo.kl.init_coef > 0 else None
+    # Cooper: the trainable RM group (stock: RewardModelActor), and the pair-construction actor.
+    reward_model = (model_group(args.reward, TrainableRewardModelActor, shared_pg, args)
+                    if args.reward.model_name_or_path else None)
+    pair_actor = pair_construction_actor(args, vllm_engines)
+
+    trainer = CooperTrainer.remote(
+        args.actor.model_name_or_path, strategy, actor_model, None, reward_model, ref_model, vllm_engines,
+        pair_actor=pair_actor, do_sample=True, max_len=args.data.max_len,
+        max_new_tokens=args.rollout.max_new_tokens, temperature=args.rollout.temperature, top_p=args.rollout.top_p,
+    )
+    max_steps = ray.get(trainer.get_max_steps.remote())
+    refs = actor_model.async_init_model_from_pretrained(strategy, args.actor.model_name_or_path, max_steps, vllm_engines)
+    if ref_model is not None:
+        refs.extend(ref_model.async_init_model_from_pretrained(strategy, args.actor.model_name_or_path))
+    if reward_model is not None:
+        refs.extend(reward_model.async_init_model_from_pretrained(strategy, args.reward.model_name_or_path, max_steps,
+                                                                   args.cooper))
+    ray.get(refs)
+
+    try:
+        ray.get(trainer.fit.remote())
+        ray.get(actor_model.async_save_model())
+        if args.remote_rm_trainable:
+            ray.get(reward_model.async_run_method(method_name="save_model", out_dir=rm_export_path(args)))
+    except BaseException:
+        close_after_failure(pair_actor)
+        raise
+    ray.get(pair_actor.close.remote())  # stops its verifier processes (and a dedicated assistant engine)
+    report(args)
+
+
+def close_after_failure(pair_actor) -> None:
+    """Close the pair actor while an error propagates; a second error is logged, never raised over the first."""
+    try:
+        ray.get(pair_actor.close.remote(), timeout=60)
+    except Exception:
+        logger.exception("closing the pair-construction actor after the failure above also failed")
+
+
+def report(args) -> None:
+    """Where the run's outputs are (a CLI report, printed)."""
+    lines = [f"policy: {os.path.abspath(args.ckpt.output_dir)}"]
+    if args.remote_rm_trainable:
+        lines.append(f"reward model (VerifyRM export): {os.path.abspath(rm_export_path(args))}")
+    if args.ckpt.save_steps not in (-1, float("inf")):
+        parts = "_actor, _rm" if args.remote_rm_trainable else "_actor"
+        lines.append(f"checkpoints: {os.path.abspath(args.ckpt.path)} ({parts})")
+    if args.logger.tensorboard_dir:
+        lines.append(f"tensorboard logs: {os.path.abspath(os.path.join(args.logger.tensorboard_dir, args.logger.wandb.run_name))}")
+    if args.logger.wandb.key:
+        lines.append(f"wandb: project {args.logger.wandb.project}, run {args.logger.wandb.run_name}")
+    if args.cooper.sample_log_dir:
+        lines.append(f"rollouts and pairs: {os.path.abspath(args.cooper.sample_log_dir)}")
+    print("Cooper run finished.\n  " + "\n  ".join(lines), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from cooper_openrlhf.runtime import install_cpu_runtime
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_cpu_runtime()  # before openrlhf.models is imported; a no-op with CUDA
+    train_cooper(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""End to end: `python -m cooper_openrlhf.cli.train_cooper --remote_rm_trainable` on a local CPU Ray cluster.
+
+Tiny Qwen2 policy and RM, one CPU vLLM engine, DeepSpeed ZeRO-2 bf16, 3 Cooper steps of 4 prompts x 4
+rollouts, a checkpoint every step; then a second launch resumes from the step-2 checkpoint and runs step 3.
+Everything is checked from what the runs leave on disk: tensorboard scalars (OpenRLHF's logger), the
+per-step rollouts and pairs (`--cooper.sample_log_dir`), DeepSpeed checkpoints and the RM exports.
+
+Why the positives are real: the tiny random policy almost never writes a verifiable answer. Rather than
+faking the verifier or injecting pairs, the test first fine-tunes that policy for 40 full-batch AdamW
+steps (about 15 s) on its 12 prompts to write "The answer is N." with the prompt's true answer. Sampled at
+temperature 1 it is then right on a fair share of rollouts (and wrong on others), so the rule verifier
+finds genuine positives, and the policy itself, as the default assistant, rewrites them into answers the
+verifier proves different: the whole Cooper path runs unchanged, nothing is stubbed. Rollouts are random,
+so the assertions hold for any draw in which some prompt has a positive, which at this accuracy is all of
+them in practice.
+
+The reference model is left out (`--algo.kl.init_coef 0`): it is stock OpenRLHF, and skipping it saves a
+DeepSpeed start-up per launch on two cores.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+STEPS = 3
+PROMPTS = 12  # 4 per step
+RM_MAX_LENGTH = 256
+
+
+def _answering_policy(out: Path, model_dir) -> list[dict]:
+    """The tiny policy fine-tuned to answer its prompts (see the module docstring); returns the prompt rows."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cooper_openrlhf.data.synthetic import make_arithmetic_problems
+
+    source = model_dir("tiny-qwen2-policy")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    problems = make_arithmetic_problems(PROMPTS, seed=0, max_operand=20)
+    encoded = []
+    for problem in problems:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": problem.question}], tokenize=False,
+                                               add_generation_prompt=True)
+        target = f"The answer is {problem.reference}.{tokenizer.eos_token}"
+        encoded.append((tokenizer(prompt)["input_ids"], tokenizer(target, add_special_tokens=False)["input_ids"]))
+    width = max(len(p) + len(t) for p, t in encoded)
+    ids = torch.full((len(encoded), width), tokenizer.pad_token_id)
+    labels = torch.full((len(encoded), width), -100)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, (prompt, target) in enumerate(encoded):
+        ids[row, : len(prompt) + len(target)] = torch.tensor(prompt + target)
+        mask[row, : len(prompt) + len(target)] = 1
+        labels[row, len(prompt) : len(prompt) + len(target)] = torch.tensor(target)
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.to(torch.bfloat16).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return [{"input": p.question, "label": p.reference} for p in problems]
+
+
+def _launch(work: Path, policy: Path, rm: str, *extra: str) -> subprocess.CompletedProcess:
+    argv = [
+        sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", "--remote_rm_trainable",
+        "--actor.model_name_or_path", str(policy), "--reward.model_name_or_path", rm,
+        "--data.prompt_dataset", str(work.parent / "prompts.jsonl"), "--data.input_key", "input",
+        "--data.label_key", "label", "--data.apply_chat_template", "--data.max_len", "1024",
+        "--rollout.max_new_tokens", "16", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
+        "--rollout.micro_batch_size", "4", "--train.batch_size", "16", "--train.micro_batch_size", "4",
+        "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
+        "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
+        "--ds.attn_implementation", "eager", "--ds.param_dtype", "bf16", "--ds.zero_stage", "2",
+        "--actor.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
+        "--actor.adam.lr", "1e-4", "--actor.lr_warmup_ratio", "0", "--train.seed", "0",
+        "--cooper.rm_lr", "1e-3", "--cooper.rm_warmup_ratio", "0", "--cooper.rm_max_length", str(RM_MAX_LENGTH),
+        "--cooper.negative_max_new_tokens", "16",
+        "--ckpt.save_steps", "1", "--ckpt.save_hf", "--ckpt.max_num", "5", "--ckpt.path", str(work / "ckpt"),
+        "--ckpt.output_dir", str(work / "out"), "--logger.tensorboard_dir", str(work / "tb"),
+        "--cooper.sample_log_dir", str(work / "samples"), *extra,
+    ]
+    env = {"HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    (work / "run.log").write_text(result.stdout + result.stderr)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, model_dir):
+    """(first run: 3 steps, resumed run: step 3 again from the step-2 checkpoint, initial policy path)."""
+    root = tmp_path_factory.mktemp("cooper_e2e")
+    rows = _answering_policy(root / "policy", model_dir)
+    (root / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    first, resumed = root / "first", root / "resumed"
+    _launch(first, root / "policy", model_dir("tiny-qwen2-rm"))
+    # Resume from step 2: its policy and RM checkpoints, marked latest as DeepSpeed does.
+    for part in ("_actor", "_rm"):
+        (resumed / "ckpt" / part).mkdir(parents=True)
+        shutil.copytree(first / "ckpt" / part / "global_step2", resumed / "ckpt" / part / "global_step2")
+        (resumed / "ckpt" / part / "latest").write_text("global_step2")
+    _launch(resumed, root / "policy", model_dir("tiny-qwen2-rm"), "--ckpt.load_enable")
+    return first, resumed, root / "policy"
+
+
+def _scalars(run: Path) -> dict[str, dict[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (log_dir,) = [p for p in (run / "tb").iterdir() if p.is_dir()]
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _rm(path: str):
+    from cooper_openrlhf.rm.model import load_rm
+
+    model, tokenizer, version = load_rm(path, dtype=torch.bfloat16)
+    return model.eval(), tokenizer, version
+
+
+def _logits(rm, questions, references, completions) -> torch.Tensor:
+    from cooper_openrlhf.rm.model import render_and_encode, rm_logits
+
+    model, tokenizer, version = rm
+    with torch.no_grad():
+        return rm_logits(model, render_and_encode(tokenizer, questions, references, completions, RM_MAX_LENGTH, version))
+
+
+def _rm_after(run: Path, step: int, model_dir) -> str:
+    """The RM that scored step `step + 1`: the initial one, or the export saved with checkpoint `step`."""
+    return model_dir("tiny-qwen2-rm") if step == 0 else str(run / "ckpt" / f"global_step{step}_rm_hf")
+
+
+def _safetensors(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def test_three_steps_log_the_cooper_metrics_through_openrlhfs_logger(runs):
+    first, _, _ = runs
+    scalars = _scalars(first)
+    for key in ("cooper/valid_pair_rate", "cooper/negative_success_rate", "cooper/rm_updated", "cooper/rm_reward_mean",
+                "cooper/verified_accuracy", "cooper/reward_hacking_gap", "timing/cooper_verify",
+                "timing/cooper_negatives", "timing/cooper_score", "timing/cooper_rm_update", "timing/ppo_train"):
+        assert sorted(scalars[f"train/{key}"]) == [1, 2, 3], key
+    updated = [step for step, value in scalars["train/cooper/rm_updated"].items() if value]
+    for key in ("cooper/rm_loss", "cooper/rm_pair_accuracy", "cooper/rm_grad_norm"):  # steps with valid pairs
+        assert sorted(scalars[f"train/{key}"]) == sorted(updated), key
+    for step in (1, 2, 3):
+        gap = scalars["train/cooper/rm_reward_mean"][step] - scalars["train/cooper/verified_accuracy"][step]
+        assert scalars["train/cooper/reward_hacking_gap"][step] == pytest.approx(gap, abs=1e-5)
+        rollouts = [r for r in _jsonl(first / "samples" / "rollouts.jsonl") if r["step"] == step]
+        assert len(rollouts) == 16
+        accuracy = sum(r["verified"] for r in rollouts) / 16
+        assert scalars["train/cooper/verified_accuracy"][step] == pytest.approx(accuracy, abs=1e-6)
+
+
+def test_both_the_policy_and_the_reward_model_weights_change(runs, model_dir):
+    first, _, policy = runs
+    initial_policy, final_policy = _safetensors(policy), _safetensors(first / "out")
+    assert any(not torch.equal(initial_policy[k], final_policy[k]) for k in initial_policy)
+    initial_rm, final_rm = _safetensors(model_dir("tiny-qwen2-rm")), _safetensors(first / "out" / "rm")
+    assert initial_rm.keys() == final_rm.keys()
+    assert any(not torch.equal(initial_rm[k], final_rm[k]) for k in initial_rm)
+
+
+def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, model_dir):
+    first, _, _ = runs
+    scalars = _scalars(first)
+    pairs = _jsonl(first / "samples" / "pairs.jsonl")
+    trained_steps = 0
+    for step in (1, 2, 3):
+        slots = [p for p in pairs if p["step"] == step]
+        valid = [p for p in slots if p["valid"]]
+        assert len(slots) == 4
+        assert scalars["train/cooper/valid_pair_rate"][step] == pytest.approx(len(valid) / 4)
+        if not valid:
+            assert scalars["train/cooper/rm_updated"][step] == 0.0
+            continue
+        trained_steps += 1
+        assert scalars["train/cooper/rm_valid_pairs"][step] == len(valid)
+        from cooper_openrlhf.algo.losses import pairwise_rm_loss
+
+        rm = _rm(_rm_after(first, step - 1, model_dir))
+        args = ([p["question"] for p in valid], [p["reference"] for p in valid])
+        loss, _ = pairwise_rm_loss(_logits(rm, *args, [p["positive"] for p in valid]),
+                                   _logits(rm, *args, [p["negative"] for p in valid]), torch.ones(len(valid), dtype=torch.bool))
+        assert scalars["train/cooper/rm_loss"][step] == pytest.approx(loss.item(), abs=1e-4), step
+    assert trained_steps >= 2  # positives and negatives were found on most steps
+
+
+def test_step_two_rewards_come_from_the_rm_updated_at_step_one(runs, model_dir):
+    first, _, _ = runs
+    rollouts = [r for r in _jsonl(first / "samples" / "rollouts.jsonl") if r["step"] == 2]
+    texts = ([r["question"] for r in rollouts], [r["reference"] for r in rollouts], [r["completion"] for r in rollouts])
+    logged = torch.tensor([r["reward"] for r in rollouts])
+    updated = torch.sigmoid(_logits(_rm(_rm_after(first, 1, model_dir)), *texts))
+    torch.testing.assert_close(logged, updated, atol=1e-3, rtol=0)
+    if _scalars(first)["train/cooper/rm_updated"][1]:  # step 1 had valid pairs (nearly always)
+        initial = torch.sigmoid(_logits(_rm(_rm_after(first, 0, model_dir)), *texts))
+        assert (logged - initial).abs().max() > 1e-3  # ...and not from the RM before its update
+
+
+def _rm_checkpoint(run: Path, step: int) -> tuple[dict, dict]:
+    """(model states incl. client state, optimizer states) of the RM's DeepSpeed checkpoint at `step`."""
+    folder = run / "ckpt" / "_rm" / f"global_step{step}"
+    (model_file,) = folder.glob("*model_states.pt")
+    (optim_file,) = folder.glob("*optim_states.pt")
+    return (torch.load(model_file, map_location="cpu", weights_only=False),
+            torch.load(optim_file, map_location="cpu", weights_only=False)["optimizer_state_dict"])
+
+
+def test_resuming_from_the_step_two_checkpoint_restores_rm_weights_optimizer_and_step(runs, model_dir):
+    first, resumed, _ = runs
+    scalars = _scalars(resumed)
+    assert sorted(scalars["train/cooper/rm_optimizer_steps"]) == [3]  # the resumed run went on at step 3
+
+    # Weights: step 3's rewards are those of the RM saved at step 2.
+    rollouts = _jsonl(resumed / "samples" / "rollouts.jsonl")
+    assert {r["step"] for r in rollouts} == {3}
+    texts = ([r["question"] for r in rollouts], [r["reference"] for r in rollouts], [r["completion"] for r in rollouts])
+    torch.testing.assert_close(torch.tensor([r["reward"] for r in rollouts]),
+                               torch.sigmoid(_logits(_rm(_rm_after(first, 2, model_dir)), *texts)), atol=1e-3, rtol=0)
+
+    # Step count and optimizer: the resumed run's step-3 checkpoint continues the step-2 state.
+    saved_model, saved_optim = _rm_checkpoint(first, 2)
+    new_model, new_optim = _rm_checkpoint(resumed, 3)
+    applied = int(scalars["train/cooper/rm_updated"][3])
+    assert saved_model["cooper_rm_counters"]["optimizer_steps"] == scalars["train/cooper/rm_optimizer_steps"][3] - applied
+    assert new_model["cooper_rm_counters"]["optimizer_steps"] == saved_model["cooper_rm_counters"]["optimizer_steps"] + applied
+    assert new_model["global_steps"] == saved_model["global_steps"] + applied
+    assert new_model["lr_scheduler"]["last_epoch"] == saved_model["lr_scheduler"]["last_epoch"] + applied
+    for group, state in saved_optim["base_optimizer_state"]["state"].items():
+        restored = new_optim["base_optimizer_state"]["state"][group]
+        assert int(restored["step"]) == int(state["step"]) + applied
+        # Adam's second moment decays by beta2 = 0.95 per step and only grows otherwise: a fresh optimizer
+        # (no restored moments) would fall below this wherever step 3's gradient is small.
+        assert (restored["exp_avg_sq"] >= 0.95 * state["exp_avg_sq"] * (1 - 1e-4)).all()

@@ -1,0 +1,68 @@
+"""The CooperTrainer's pure helpers: recovering raw questions from OpenRLHF's rendered prompts, pair and batch splits."""
+
+import json
+
+import pytest
+
+from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.ray.trainer import even_slices, prompt_question_map, raw_question, stage_timer, valid_pairs
+
+
+def test_rendered_prompts_map_back_to_the_raw_question_exactly_as_openrlhf_renders_them(tmp_path, model_dir):
+    from openrlhf.datasets import PromptDataset
+    from openrlhf.datasets.utils import blending_datasets
+    from openrlhf.utils import get_strategy
+    from transformers import AutoTokenizer
+
+    from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args
+
+    rows = [
+        {"question": "What is 2 + 3?", "label": "5"},
+        {"question": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 6 * 7?"}],
+         "label": "42"},
+    ]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = parse_openrlhf_args(["--data.prompt_dataset", str(data), "--data.input_key", "question",
+                                "--data.label_key", "label", "--data.apply_chat_template"])
+    strategy = get_strategy(args)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir("tiny-qwen2-policy"))
+
+    questions = prompt_question_map(args, strategy, tokenizer)
+    # The keys are what the trainer receives: OpenRLHF's own PromptDataset over the same file.
+    rendered = PromptDataset(blending_datasets(str(data), None, strategy), tokenizer, strategy).prompts
+    assert [questions[prompt] for prompt in rendered] == ["What is 2 + 3?", "What is 6 * 7?"]
+    assert all("<|im_start|>" in prompt for prompt in rendered)  # the policy's chat text never is the question
+
+
+def test_raw_question_takes_the_last_user_turn_and_rejects_other_shapes():
+    chat = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "Q?"}]
+    assert raw_question({"q": chat}, "q") == "Q?"
+    assert raw_question({"q": "plain"}, "q") == "plain"
+    with pytest.raises(ValueError, match="not question text"):
+        raw_question({"q": [{"role": "system", "content": "only a system turn"}]}, "q")
+
+
+def test_valid_pairs_keeps_the_valid_slots_in_order():
+    pairs = PairBatch(["q0", "q1", "q2"], ["r0", "r1", "r2"], ["p0", "", "p2"], ["n0", "", "n2"], [True, False, True],
+                      [0, -1, 9])
+    kept = valid_pairs(pairs)
+    assert (kept.questions, kept.positives, kept.negatives, kept.positive_index) == (["q0", "q2"], ["p0", "p2"],
+                                                                                   ["n0", "n2"], [0, 9])
+    assert kept.num_valid == len(kept) == 2
+
+
+def test_even_slices_cover_the_batch_with_sizes_differing_by_at_most_one():
+    slices = even_slices(7, 3)
+    assert [(s.start, s.stop) for s in slices] == [(0, 3), (3, 5), (5, 7)]
+    assert [(s.start, s.stop) for s in even_slices(1, 2)] == [(0, 1), (1, 1)]
+
+
+def test_stage_timer_adds_up_and_records_even_when_the_stage_raises():
+    status = {}
+    with stage_timer(status, "timing/x"):
+        pass
+    first = status["timing/x"]
+    with pytest.raises(RuntimeError), stage_timer(status, "timing/x"):
+        raise RuntimeError("boom")
+    assert status["timing/x"] >= first >= 0.0
