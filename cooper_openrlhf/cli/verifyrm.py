@@ -1,0 +1,243 @@
+"""The VerifyRM recipe: `python -m cooper_openrlhf.cli.verifyrm {annotate,train,score,compare} ...`
+
+  annotate  sample k completions per question from each generator, label them with math-verify and an LLM
+            judge, keep the triples where both agree (resumable; see rm/annotate.py)
+  train     BCE-train a one-logit classifier on the labelled triples with OpenRLHF's DeepspeedStrategy,
+            evaluate every epoch, export the best epoch (see rm/bce_train.py). OpenRLHF flags
+            (--ds.zero_stage, --ds.param_dtype, --train.batch_size, --train.micro_batch_size,
+            --train.seed, --ds.adam_offload, ...) are passed to OpenRLHF's own parser. Runs as one CPU
+            process, or under `deepspeed --module cooper_openrlhf.cli.verifyrm train ...` / torchrun.
+  score     add the reward (sigmoid of the RM logit) and the logit to every row of a JSON Lines file
+  compare   one table: the RM, math-verify alone and the judge alone against gold labels
+
+Bad input (a missing field, an empty reference, a model that does not load, a one-class training set)
+ends the command with exit status 2 and a message naming the file, line and field or the model.
+"""
+
+import argparse
+import json
+import logging
+import sys
+
+from cooper_openrlhf.rm.data import PROMPT_FORMATS, RecipeDataError
+
+EXIT_BAD_INPUT = 2
+
+
+def _engine_options(args) -> dict:
+    options = {}
+    if args.engine == "hf":
+        options = {"device": args.device, "batch_size": args.engine_batch_size}
+    for item in args.engine_option or []:
+        key, _, value = item.partition("=")
+        if not key or not _:
+            raise SystemExit(f"--engine-option takes KEY=VALUE (VALUE as JSON when it parses), got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="generation engine for generators and judge")
+    parser.add_argument("--device", default="cpu", help="hf engine: torch device")
+    parser.add_argument("--engine-batch-size", type=int, default=16, help="hf engine: prompts per generate call")
+    parser.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
+                        help="extra engine argument, repeatable (vllm: e.g. gpu_memory_utilization=0.4, max_model_len=4096)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m cooper_openrlhf.cli.verifyrm", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    annotate = commands.add_parser("annotate", help="generate and hybrid-label triples")
+    source = annotate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompts", help="JSON Lines file of questions with reference answers")
+    source.add_argument("--synthetic", type=int, metavar="N", help="use N built-in synthetic arithmetic problems")
+    annotate.add_argument("--format", default="plain", choices=PROMPT_FORMATS,
+                          help="--prompts format: plain = {question, reference} rows, or a benchmark's own format")
+    annotate.add_argument("--synthetic-seed", type=int, default=0, help="seed of the synthetic problems")
+    annotate.add_argument("--limit", type=int, help="use only the first N prompts")
+    annotate.add_argument("--generator", action="append", required=True, help="generator model path, repeatable")
+    annotate.add_argument("--judge", required=True, help="judge model path")
+    annotate.add_argument("--out", required=True, help="output JSON Lines; side files are named after it")
+    annotate.add_argument("--samples-per-question", "-k", type=int, default=4, help="completions per question per generator")
+    annotate.add_argument("--max-new-tokens", type=int, default=256, help="generator completion length")
+    annotate.add_argument("--temperature", type=float, default=0.8)
+    annotate.add_argument("--top-p", type=float, default=0.95)
+    annotate.add_argument("--judge-max-new-tokens", type=int, default=64)
+    annotate.add_argument("--chunk-size", type=int, default=8, help="questions per chunk (unit of progress and seeding)")
+    annotate.add_argument("--seed", type=int, default=0, help="sampling seed")
+    annotate.add_argument("--verifier-workers", type=int, default=1, help="math-verify worker processes")
+    annotate.add_argument("--verifier-timeout", type=float, default=5.0, help="hard deadline per verification, seconds")
+    _add_engine_flags(annotate)
+
+    train = commands.add_parser("train", help="BCE-train a VerifyRM (unknown --ds.*/--train.* flags go to OpenRLHF)")
+    train.add_argument("--pretrain", required=True, help="backbone or reward model folder")
+    train.add_argument("--init-head", action="store_true",
+                       help="the backbone has no one-logit classification head (causal LM, bare encoder): add a new one")
+    train.add_argument("--data", required=True, help="labelled JSON Lines (annotate output)")
+    train.add_argument("--eval-data", help="held-out labelled JSON Lines (default: split --data by question)")
+    train.add_argument("--eval-fraction", type=float, default=0.2, help="share of questions held out when splitting")
+    train.add_argument("--split-seed", type=int, default=0)
+    train.add_argument("--out", required=True, help="run folder: best/, metrics.jsonl, tensorboard/, train_summary.json")
+    train.add_argument("--epochs", type=int, default=3)
+    train.add_argument("--lr", type=float, default=2e-5)
+    train.add_argument("--lr-scheduler", default="cosine_with_min_lr", help="a transformers scheduler name")
+    train.add_argument("--warmup-ratio", type=float, default=0.1, help="share of optimizer steps spent warming up")
+    train.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine_with_min_lr: final lr / lr")
+    train.add_argument("--weight-decay", type=float, default=0.0)
+    train.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping")
+    train.add_argument("--max-length", type=int, default=1024, help="tokens per RM input (capped at the model's positions)")
+    train.add_argument("--eval-batch-size", type=int, default=16)
+    train.add_argument("--best-metric", default="accuracy", choices=["accuracy", "f1", "loss"],
+                       help="eval metric that picks the exported epoch (ties: lower eval loss)")
+    train.add_argument("--no-tensorboard", action="store_true", help="write metrics.jsonl only")
+
+    score = commands.add_parser("score", help="batch-score (question, reference, completion) rows")
+    score.add_argument("--model", required=True, help="reward model folder (a VerifyRM export or any one-logit classifier)")
+    score.add_argument("--data", required=True, help="JSON Lines with question, reference, completion")
+    score.add_argument("--out", required=True, help="the same rows with `reward` and `logit` added")
+    score.add_argument("--batch-size", type=int, default=16)
+    score.add_argument("--max-length", type=int, help="tokens per input (default: what the export records)")
+    score.add_argument("--device", default="cpu")
+
+    comp = commands.add_parser("compare", help="RM vs math-verify vs judge against gold labels, one table")
+    comp.add_argument("--data", action="append", required=True,
+                      help="labelled JSON Lines, repeatable (e.g. annotate's kept and rejected files)")
+    comp.add_argument("--model", required=True, help="reward model folder")
+    comp.add_argument("--gold", default="label", choices=["label", "gold_correct", "exact"],
+                      help="where gold labels come from (see rm/compare.py)")
+    comp.add_argument("--judge", help="re-run this judge model (default: read the rows' recorded judge_verdict)")
+    comp.add_argument("--judge-max-new-tokens", type=int, default=64)
+    comp.add_argument("--threshold", type=float, default=0.5, help="RM: correct when sigmoid(logit) >= this")
+    comp.add_argument("--batch-size", type=int, default=16, help="RM inputs per forward pass")
+    comp.add_argument("--max-length", type=int)
+    comp.add_argument("--verifier-workers", type=int, default=1)
+    comp.add_argument("--verifier-timeout", type=float, default=5.0)
+    comp.add_argument("--json-out", help="also write the report as JSON")
+    comp.add_argument("--verifybench-out", help="also write the rows with their gold as VerifyBench JSON Lines "
+                      "(for `python -m cooper_openrlhf.cli.eval_verifier`)")
+    _add_engine_flags(comp)
+    return parser
+
+
+def run_annotate(args) -> int:
+    from cooper_openrlhf.rm.annotate import AnnotateConfig, annotate, format_summary
+    from cooper_openrlhf.rm.data import load_prompts, synthetic_prompts
+
+    if args.prompts:
+        problems = load_prompts(args.prompts, args.format, args.limit)
+    else:
+        problems = synthetic_prompts(args.synthetic, args.synthetic_seed)[: args.limit]
+    config = AnnotateConfig(
+        generators=tuple(args.generator), judge=args.judge, engine=args.engine,
+        samples_per_question=args.samples_per_question, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature, top_p=args.top_p, judge_max_new_tokens=args.judge_max_new_tokens,
+        chunk_size=args.chunk_size, seed=args.seed, verifier_timeout_s=args.verifier_timeout,
+        engine_options=_engine_options(args),
+    )
+    summary = annotate(problems, config, args.out, verifier_workers=args.verifier_workers)
+    print(format_summary(summary))
+    return 0
+
+
+def run_train(args, openrlhf_argv: list[str]) -> int:
+    from cooper_openrlhf.rm.bce_train import TrainConfig, train
+
+    config = TrainConfig(
+        pretrain=args.pretrain, data=args.data, out=args.out, eval_data=args.eval_data,
+        eval_fraction=args.eval_fraction, split_seed=args.split_seed, init_head=args.init_head, epochs=args.epochs,
+        lr=args.lr, lr_scheduler=args.lr_scheduler, warmup_ratio=args.warmup_ratio, min_lr_ratio=args.min_lr_ratio,
+        weight_decay=args.weight_decay, max_norm=args.max_norm, max_length=args.max_length,
+        eval_batch_size=args.eval_batch_size, best_metric=args.best_metric, tensorboard=not args.no_tensorboard,
+    )
+    summary = train(config, openrlhf_argv)
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        best = summary["best"]
+        print(f"best epoch {best['epoch']}: eval accuracy {best['accuracy']:.4f} f1 {best['f1']:.4f} "
+              f"loss {best['loss']:.4f} on {best['n']} rows -> {summary['best_checkpoint']}")
+    dist.destroy_process_group()
+    return 0
+
+
+def run_score(args) -> int:
+    from cooper_openrlhf.rm.data import load_for_scoring
+    from cooper_openrlhf.verify.rm_scorer import RMScorer
+
+    rows = load_for_scoring(args.data)
+    scorer = RMScorer(args.model, device=args.device, max_length=args.max_length, batch_size=args.batch_size)
+    logits = scorer.logits([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
+    import math
+
+    with open(args.out, "w", encoding="utf-8") as out:
+        for item, logit in zip(rows, logits):
+            out.write(json.dumps({**item.row, "reward": 1.0 / (1.0 + math.exp(-logit)), "logit": logit}) + "\n")
+    print(f"scored {len(rows)} rows with {args.model} (template {scorer.template_version}) -> {args.out}")
+    return 0
+
+
+def run_compare(args) -> int:
+    from cooper_openrlhf.rm import compare as cmp
+    from cooper_openrlhf.rm.data import load_for_scoring
+
+    rows = [item for path in args.data for item in load_for_scoring(path)]
+    gold = cmp.gold_labels(rows, args.gold)
+    predictions = {
+        "math-verify": cmp.rule_predictions(rows, args.verifier_workers, args.verifier_timeout),
+        "judge": cmp.judge_predictions(rows, args.judge, args.engine, args.judge_max_new_tokens, _engine_options(args)),
+        "verifyrm": cmp.rm_predictions(rows, args.model, args.threshold, args.batch_size, args.max_length, args.device),
+    }
+    result = cmp.compare(rows, gold, predictions, args.gold)
+    print(f"data={','.join(args.data)} rows={len(rows)} model={args.model}")
+    print(cmp.format_comparison(result))
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as out:
+            json.dump({"data": args.data, "model": args.model, **result.to_dict()}, out, indent=2)
+    if args.verifybench_out:
+        with open(args.verifybench_out, "w", encoding="utf-8") as out:
+            for item, is_correct in zip(rows, gold):
+                out.write(json.dumps({"question": item.question, "answer": item.reference,
+                                      "completion": item.completion, "gold_correct": is_correct}) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    openrlhf_argv = []
+    if args.command == "train":
+        openrlhf_argv = unknown
+        strays = [a for a in unknown if a.startswith("--") and not a.startswith(("--ds.", "--train.", "--local_rank"))]
+        if strays:
+            parser.error(f"unrecognized arguments: {' '.join(strays)} "
+                         f"(train forwards only --ds.*, --train.* and --local_rank to OpenRLHF)")
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from cooper_openrlhf.models.paths import ModelNotMaterializedError
+    from cooper_openrlhf.rm.annotate import AnnotateError
+    from cooper_openrlhf.rm.model import NotASequenceClassifierError
+
+    try:
+        if args.command == "annotate":
+            return run_annotate(args)
+        if args.command == "train":
+            return run_train(args, openrlhf_argv)
+        if args.command == "score":
+            return run_score(args)
+        return run_compare(args)
+    except (RecipeDataError, AnnotateError, NotASequenceClassifierError, ModelNotMaterializedError,
+            FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The VerifyRM model: load, encode, score and export a one-logit sequence classifier.
+
+This is the one loading path for reward models in cooper-openrlhf: the BCE recipe (`rm/bce_train.py`),
+batch scoring (`verify/rm_scorer.py`), the verifier benchmark CLI and the RL-time trainable RM actor
+all go through `load_rm`, `render_and_encode` / `encode_rm_texts` and `rm_logits`.
+
+- Model: `AutoModelForSequenceClassification` with `num_labels == 1`; anything else raises
+  `NotASequenceClassifierError` naming the path and what was found. A backbone without a
+  classification head (a causal LM such as a policy, or a bare encoder such as MiniLM's
+  `BertModel`) is loaded with a new one-logit head only when asked (`init_head=True`): that is how a
+  VerifyRM starts from a base model.
+- Input: the RM template text (`algo/template.py`) tokenised right-padded and right-truncated to
+  `max_length` tokens; the template version comes from the checkpoint's config (`CONFIG_KEY`).
+- Export: `save_pretrained` of model and tokenizer with the template record (plus `max_length` and
+  whether OpenRLHF's loader reproduces the scores) in the config, written to a temporary sibling and
+  renamed into place, so a crash never leaves a half-written export. DeepSpeed engines are unwrapped
+  and ZeRO-3 partitions gathered.
+
+OpenRLHF compatibility: `openrlhf.models.get_llm_for_sequence_regression(path, "reward")` rebuilds the
+model as `AutoModel` backbone + a bias-free linear head named `score` applied to the last attended
+token. For decoder backbones (`Qwen2ForSequenceClassification`, `LlamaForSequenceClassification`, ...)
+that is exactly transformers' classifier, so both loaders give the same scores. Encoder classifiers
+(BERT/MiniLM: CLS pooler + `classifier` with a bias) cannot be rebuilt that way: OpenRLHF would
+score them with a fresh random head. `openrlhf_compatibility` detects this, `export_rm` records and
+warns about it, and `require_openrlhf_compatible` fails clearly before such a path is handed to
+stock OpenRLHF.
+"""
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from cooper_openrlhf.algo.template import (
+    CONFIG_KEY,
+    TEMPLATE_VERSION,
+    render_rm_input,
+    template_config,
+    template_from_config,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class NotASequenceClassifierError(ValueError):
+    """The path does not hold a one-logit sequence classifier (and no new head was asked for)."""
+
+
+class OpenRLHFIncompatibleError(ValueError):
+    """OpenRLHF's `get_llm_for_sequence_regression` would not reproduce this reward model's scores."""
+
+
+# ---------------------------------------------------------------------------------------- loading
+def _read_config(path: str):
+    from transformers import AutoConfig
+
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise NotASequenceClassifierError(f"{path} is a folder without config.json: not a Hugging Face model folder")
+    try:
+        return AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise NotASequenceClassifierError(f"could not read a model config from {path}: {exc}") from exc
+
+
+def _describe(config) -> str:
+    return f"architectures {list(config.architectures or [])}, model_type {config.model_type!r}"
+
+
+def _check_classifier(path: str, config, init_head: bool) -> bool:
+    """True when the checkpoint already is a one-logit classifier; False when a new head must be made."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+    architectures = list(config.architectures or [])
+    if any(name.endswith("ForSequenceClassification") for name in architectures):
+        if config.num_labels != 1:
+            raise NotASequenceClassifierError(
+                f"{path} is a {config.num_labels}-label classifier ({_describe(config)}); a reward model has one logit"
+            )
+        return True
+    if not init_head:
+        raise NotASequenceClassifierError(
+            f"{path} is not a sequence classifier ({_describe(config)}). To start a reward model from this "
+            f"backbone with a new, randomly initialised one-logit head, pass init_head=True (CLI: --init-head)."
+        )
+    if config.model_type not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+        raise NotASequenceClassifierError(
+            f"{path} ({_describe(config)}): transformers has no sequence-classification class for this model type"
+        )
+    return False
+
+
+def _init_new_head(model: nn.Module, new_keys: list[str], zero3: bool) -> None:
+    """Initialise the parameters the checkpoint did not have (the new head) like OpenRLHF's value head.
+
+    Weights ~ N(0, 1/(hidden+1)) (OpenRLHF's `init_value_head`), biases 0. Done explicitly because
+    under ZeRO-3 parameters created inside `zero.Init` are not initialised by transformers.
+    """
+    import torch.distributed as dist
+
+    params = dict(model.named_parameters())
+    new_params = [params[key] for key in new_keys if key in params]
+    std = 1.0 / (model.config.hidden_size + 1)
+    gather = _gathered(new_params, modifier_rank=0) if zero3 else contextlib.nullcontext()
+    with gather, torch.no_grad():
+        if not zero3 or not dist.is_initialized() or dist.get_rank() == 0:
+            for param in new_params:
+                if param.dim() > 1:
+                    param.normal_(0.0, std)
+                else:
+                    param.zero_()
+    logger.info("initialised a new one-logit head: %s", sorted(new_keys))
+
+
+def _gathered(params: list, modifier_rank=None):
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank, enabled=bool(params))
+
+
+def load_rm(
+    path: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "eager",
+    ds_config: dict | None = None,
+    init_head: bool = False,
+    init_from_causal_lm: bool = False,
+):
+    """(model, tokenizer, template_version) of the reward model at `path`.
+
+    dtype / attn_implementation: passed to `from_pretrained`. ds_config: a DeepSpeed train config;
+    with ZeRO stage 3 the weights are partitioned while loading (transformers' `HfDeepSpeedConfig`,
+    as OpenRLHF's `get_llm_for_sequence_regression` does). init_head: allow a folder without a
+    classification head (causal LM, bare encoder) and give it a new one-logit head;
+    `init_from_causal_lm` is the same switch under the name the RL trainer's API uses.
+    The tokenizer always has a pad token (eos when it had none) and the model config's
+    `pad_token_id` matches it; the template version is the checkpoint's (`CONFIG_KEY`) or the current one.
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = str(path)
+    config = _read_config(path)
+    is_classifier = _check_classifier(path, config, init_head or init_from_causal_lm)
+    if not is_classifier:
+        config.num_labels = 1
+    zero3 = ds_config is not None and ds_config.get("zero_optimization", {}).get("stage") == 3
+    if zero3:
+        from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+        # Kept alive across from_pretrained: transformers reads it through a weak reference.
+        ds_context = HfDeepSpeedConfig(ds_config)  # noqa: F841
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        path, config=config, dtype=dtype, attn_implementation=attn_implementation, output_loading_info=True
+    )
+    missing = list(info.get("missing_keys", []))
+    if is_classifier and missing:
+        logger.warning("%s: weights missing from the checkpoint and freshly initialised: %s", path, missing)
+    if not is_classifier:
+        _init_new_head(model, missing, zero3)
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer of {path} has neither a pad nor an eos token; batching needs one")
+        tokenizer.pad_token = tokenizer.eos_token
+        logger.info("%s: tokenizer has no pad token; using eos %r", path, tokenizer.eos_token)
+    tokenizer.padding_side = "right"
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer, recorded_template_version(model.config)
+
+
+def recorded_template_version(config) -> str:
+    """The template version a checkpoint was trained with, or the current one if it records none."""
+    record = getattr(config, CONFIG_KEY, None)
+    return template_from_config(record).version if record else TEMPLATE_VERSION
+
+
+def recorded_max_length(config) -> int | None:
+    """The `max_length` (tokens) a VerifyRM export was trained with, if it records one."""
+    record = getattr(config, CONFIG_KEY, None) or {}
+    return record.get("max_length")
+
+
+def usable_max_length(model, requested: int) -> int:
+    """`requested`, capped (with a warning) at the backbone's position limit (e.g. 512 for MiniLM)."""
+    limit = getattr(_unwrap(model).config, "max_position_embeddings", None)
+    if limit is not None and requested > limit:
+        logger.warning("max_length %d exceeds the model's %d positions; using %d", requested, limit, limit)
+        return limit
+    return requested
+
+
+# --------------------------------------------------------------------------------- encode and score
+def encode_rm_texts(tokenizer, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+    """Right-padded `input_ids` and `attention_mask` (B, T), each row cut to at most `max_length` tokens.
+
+    Cut rows lose their end (the tokenizer's right truncation, special tokens kept); their number is
+    logged as a warning, since a cut completion may lose its final answer.
+    """
+    if not texts:
+        raise ValueError("no texts to encode")
+    lengths = [len(ids) for ids in tokenizer(list(texts))["input_ids"]]
+    cut = sum(length > max_length for length in lengths)
+    if cut:
+        logger.warning("%d of %d RM inputs exceed %d tokens and are truncated", cut, len(texts), max_length)
+    encoded = tokenizer(
+        list(texts),
+        padding=True,
+        truncation=True,
+        max_length=max_length,
+        padding_side="right",
+        return_attention_mask=True,
+        return_tensors="pt",
+    )
+    return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+
+
+def render_and_encode(
+    tokenizer,
+    questions: Sequence[str],
+    references: Sequence[str],
+    completions: Sequence[str],
+    max_length: int,
+    template_version: str = TEMPLATE_VERSION,
+) -> dict[str, torch.Tensor]:
+    """`encode_rm_texts` of the template texts of the (question, reference, completion) triples."""
+    if not len(questions) == len(references) == len(completions):
+        raise ValueError(
+            f"questions, references and completions differ in length: "
+            f"{len(questions)}, {len(references)}, {len(completions)}"
+        )
+    texts = [
+        render_rm_input(q, r, c, template_version=template_version) for q, r, c in zip(questions, references, completions)
+    ]
+    return encode_rm_texts(tokenizer, texts, max_length)
+
+
+def _unwrap(model) -> nn.Module:
+    """The transformers model inside a DeepSpeed engine (`.module`), or the model itself."""
+    return model.module if hasattr(model, "module") and isinstance(model.module, nn.Module) else model
+
+
+def rm_logits(model, batch: dict) -> torch.Tensor:
+    """(B,) float32 logits of a batch from `encode_rm_texts`; works on a model or a DeepSpeed engine.
+
+    Gradients flow when called outside `torch.no_grad()`.
+    """
+    device = next(_unwrap(model).parameters()).device
+    output = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
+    logits = output.logits if hasattr(output, "logits") else output
+    if logits.dim() != 2 or logits.shape[-1] != 1:
+        raise ValueError(f"expected (B, 1) logits from a one-logit classifier, got shape {tuple(logits.shape)}")
+    return logits.squeeze(-1).float()
+
+
+# ------------------------------------------------------------------------------ OpenRLHF compatibility
+def openrlhf_compatibility(model) -> tuple[bool, str]:
+    """(True, "") when OpenRLHF's `get_llm_for_sequence_regression(..., "reward")` rebuilds the same scorer.
+
+    That loader builds `AutoModel` for the config plus a bias-free `nn.Linear(hidden, 1)` named `score`,
+    read at the last attended token. Transformers' decoder classifiers have exactly that shape (and pool
+    the last non-pad token, the same token under right padding); encoder classifiers do not.
+    """
+    from transformers import AutoModel
+
+    model = _unwrap(model)
+    head = getattr(model, "score", None)
+    try:
+        backbone_class = AutoModel._model_mapping[type(model.config)]
+    except KeyError:
+        backbone_class = None
+    backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    if isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is None and type(backbone) is backbone_class:
+        return True, ""
+    return False, (
+        f"{type(model).__name__} is not a decoder backbone with a bias-free linear `score` head on the last token, "
+        f"so openrlhf.models.get_llm_for_sequence_regression(..., 'reward') would score it with a new random head. "
+        f"Score it through cooper_openrlhf (rm.model.load_rm, verify.rm_scorer.RMScorer, cli.eval_verifier --verifier rm); "
+        f"for a reward model stock OpenRLHF can load, train from a decoder backbone (e.g. Qwen2, Llama)."
+    )
+
+
+def require_openrlhf_compatible(path: str) -> None:
+    """Raise `OpenRLHFIncompatibleError` if stock OpenRLHF would not reproduce the scores of the RM at `path`."""
+    from transformers import AutoModelForSequenceClassification
+
+    config = _read_config(str(path))
+    _check_classifier(str(path), config, init_head=False)
+    record = getattr(config, CONFIG_KEY, None) or {}
+    if "openrlhf_compatible" in record:
+        compatible, reason = record["openrlhf_compatible"], record.get("openrlhf_incompatible_reason", "")
+    else:
+        with torch.device("meta"):
+            compatible, reason = openrlhf_compatibility(AutoModelForSequenceClassification.from_config(config))
+    if not compatible:
+        raise OpenRLHFIncompatibleError(f"{path}: {reason}")
+
+
+# ------------------------------------------------------------------------------------------ export
+def _is_zero3(module: nn.Module) -> bool:
+    return any(hasattr(param, "ds_id") for param in module.parameters())
+
+
+def _gathered_state_dict(module: nn.Module, rank: int) -> dict[str, torch.Tensor]:
+    """Full state dict of a ZeRO-3 partitioned module, on CPU on rank 0 (empty elsewhere); every rank must call."""
+    params = dict(module.named_parameters(remove_duplicate=False))
+    state = {}
+    for key, value in module.state_dict(keep_vars=True).items():
+        if key in params:
+            with _gathered([params[key]]):
+                if rank == 0:
+                    state[key] = params[key].data.detach().cpu().clone()
+        elif rank == 0:
+            state[key] = value.detach().cpu().clone()
+    return state
+
+
+def export_rm(model, tokenizer, out_dir, *, template_version: str = TEMPLATE_VERSION, max_length: int | None = None) -> Path:
+    """Save `model` (or a DeepSpeed engine's module) and `tokenizer` as a VerifyRM folder; returns its path.
+
+    The config records `template_config(template_version)` under `CONFIG_KEY`, plus `max_length` and
+    `openrlhf_compatible` (with the reason when False, also logged as a warning). Rank 0 writes into a
+    temporary sibling folder that is renamed into place (an existing export is replaced only then); in a
+    distributed run every rank must call this (ZeRO-3 gathers are collective) and all wait for rank 0.
+    """
+    import torch.distributed as dist
+
+    module = _unwrap(model)
+    out = Path(out_dir)
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
+    state = _gathered_state_dict(module, rank) if _is_zero3(module) else None
+    if rank == 0:
+        compatible, reason = openrlhf_compatibility(module)
+        if not compatible:
+            logger.warning("export %s: %s", out, reason)
+        record = dict(template_config(template_version), max_length=max_length, openrlhf_compatible=compatible)
+        if reason:
+            record["openrlhf_incompatible_reason"] = reason
+        setattr(module.config, CONFIG_KEY, record)
+        module.config.pad_token_id = tokenizer.pad_token_id
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        module.save_pretrained(tmp, state_dict=state)
+        tokenizer.save_pretrained(tmp)
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+        logger.info("exported reward model to %s (template %s, max_length %s)", out, template_version, max_length)
+    if distributed:
+        dist.barrier()
+    return out
