@@ -159,7 +159,7 @@ def test_launch_scripts_and_the_benchmark_use_only_flags_train_cooper_knows():
 
     known = set(add_cooper_args(openrlhf_ppo_parser())._option_string_actions)
     scripts = sorted((Path(__file__).resolve().parent.parent / "launch_scripts").glob("*.s*"))
-    assert {p.name for p in scripts} >= {"cooper_slurm.sbatch", "cpu_demo.sh"}
+    assert {p.name for p in scripts} >= {"cooper_slurm.sbatch", "submit_three_arms.sh"}
     for script in scripts:
         flags = _launch_script_flags(script)
         assert flags - known == set(), script.name
