@@ -77,16 +77,16 @@ PATHOLOGICAL = {
     "long sum": "\\boxed{" + "1+" * 30000 + "1}",
     "100 KB of text": "lorem ipsum " * 8500,
     "100 KB of unclosed boxes": "\\boxed{" * 15000,
-    # Answer extraction rescans nested boxes level by level (~12 s here, then RecursionError):
-    # it must run under the deadline, in a worker, never in the dispatcher.
+    # Extraction is linear in the nesting (it used to rescan level by level: ~12 s, then RecursionError);
+    # it still runs in a worker, never in the dispatcher, and the boxed answer is found.
     "100 KB of nested boxes": "\\boxed{" * 12500 + "1" + "}" * 12500,
 }
 UNDECIDED = (Verdict.TIMEOUT, Verdict.NO_ANSWER, Verdict.INCORRECT)
 
 
 def acceptable_verdicts(name: str) -> tuple[Verdict, ...]:
-    # On a machine fast enough to reach the RecursionError before the deadline, the worker reports it.
-    return UNDECIDED + (Verdict.ERROR,) if name == "100 KB of nested boxes" else UNDECIDED
+    # The nested boxes hold the reference itself: unwrapped, it is simply correct.
+    return (Verdict.CORRECT,) if name == "100 KB of nested boxes" else UNDECIDED
 
 
 @pytest.mark.parametrize("name", sorted(PATHOLOGICAL))
