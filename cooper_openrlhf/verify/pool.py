@@ -37,11 +37,8 @@ serial's CPU per item on GSM8K (benchmarks/verifier_throughput.py prints both). 
 
 Measured and dropped: extracting answers in the parent (to send workers only the answer). It
 moves ~10 us per KB of completion from the workers to the dispatcher, which saves no CPU in total
-on 2 cores and would make the one dispatcher the bottleneck with many workers; and extraction
-is not linear on all inputs (`extract.last_boxed` rescans nested boxes: 4 KB of them take
-~0.2 s, 8 KB overflow the recursion limit), so on arbitrary completions it belongs under the
-deadline. The parent extracts only to report the answer of a killed item, and only from
-completions small and box-poor enough that this is bounded (`_answer_of`).
+on 2 cores and would make the one dispatcher the bottleneck with many workers. The parent
+extracts only to report the answer of a killed item (`_answer_of`; extraction is linear-time).
 
 Chunks are capped at `CHUNK_MAX_BYTES`, so that two queued chunks fit the socket pair's send
 buffer (~200 KiB on Linux) and a send never blocks the dispatcher while a worker is busy. A larger
@@ -76,10 +73,6 @@ logger = logging.getLogger(__name__)
 CHUNK_MAX_ITEMS = 32  # ~16 ms of GSM8K items: the per-message cost is ~1% of it
 CHUNKS_PER_WORKER = 2  # one running, one queued behind it
 CHUNK_MAX_BYTES = 48 * 1024  # two queued chunks must fit the socket buffer
-# The answer of a killed item is extracted in the parent only from completions this short with
-# this few boxes: nested boxes are rescanned per level, and this bounds that to milliseconds.
-PARENT_EXTRACT_MAX_CHARS = 16 * 1024
-PARENT_EXTRACT_MAX_BOXES = 4
 
 _VERDICTS = {verdict.value: verdict for verdict in Verdict}
 
@@ -276,13 +269,10 @@ class VerifierPool:
         self.workers_replaced += 1
 
     def _answer_of(self, batch: _Batch, index: int) -> str | None:
-        """The answer a killed job was judging, when the parent can find it in bounded time (else None)."""
+        """The answer a killed job was judging (extraction is linear-time: safe in the dispatcher)."""
         right = batch.rights[index]
         if batch.kind != "verify":
             return right
-        boxes = right.count("\\boxed") + right.count("\\fbox")
-        if len(right) > PARENT_EXTRACT_MAX_CHARS or boxes > PARENT_EXTRACT_MAX_BOXES:
-            return None
         return extract_answer(right, fallback=self.config.answer_fallback)
 
     # ---------------------------------------------------------------- dispatcher
