@@ -123,6 +123,19 @@ def test_rewrites_without_an_answer_are_rejected_and_retries_stop_at_the_limit(p
     assert metrics["cooper/negative_success_rate"] == pytest.approx(0.5)
 
 
+def test_a_rewrite_must_state_its_answer_unless_last_number_is_asked_for(pool):
+    questions, references = flat([("A?", "12")], n=1)
+    rambling = ["We have 12 apples and 3 friends, so each gets 5 or so."]  # last number 5, no stated answer
+    strict, _ = builder(pool, {"A?": rambling}, retries=1)
+    batch, metrics = strict.build_pairs(questions, references, ["\\boxed{12}"], [True], 1)
+    assert batch.valid == [False] and metrics["cooper/negative_rejected_no_answer"] == pytest.approx(1.0)
+    lenient, _ = builder(pool, {"A?": rambling}, retries=1, answer_fallback="last_number")
+    batch, _ = lenient.build_pairs(questions, references, ["\\boxed{12}"], [True], 1)
+    assert batch.valid == [True] and batch.negatives == rambling
+    with pytest.raises(ValueError, match="config.answer_fallback"):
+        builder(pool, {}, answer_fallback="first_number")
+
+
 def test_an_undecided_comparison_is_rejected(pool):
     # math-verify cannot finish comparing a power tower: the pool's deadline gives "undecided".
     pairs, _ = builder(pool, {"A?": ["\\boxed{9^{9^{9^{9}}}}"]}, retries=1)

@@ -56,6 +56,10 @@ class NegativeConfig:
         makes every retry repeat the first attempt on the same prompt).
     seed: base seed; each request's seed is derived from it, the step and the attempt, so a run
         is reproducible.
+    answer_fallback: how a rewrite's final answer is found (`verify.extract` fallbacks). "none" (the
+        default) accepts only an explicit one (\\boxed{}, "####", "the answer is"), as the prompt asks:
+        with "last_number", rambling text whose last number happens to differ would count as a valid
+        negative, and a correct rewrite whose last number is not its answer would be mislabelled.
     """
 
     retries: int = 3
@@ -63,6 +67,7 @@ class NegativeConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+    answer_fallback: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("retries", "max_new_tokens", "seed"):

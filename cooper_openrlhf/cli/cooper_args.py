@@ -17,6 +17,7 @@ naming the flags that clash, before any Ray actor or model is started.
 import argparse
 
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
+from cooper_openrlhf.verify.extract import FALLBACKS
 
 REWARD_SOURCES = ("rm", "rule")
 ASSISTANTS = ("policy", "model")
@@ -85,6 +86,9 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="Rewrite attempts per prompt; a negative is kept only if its answer is verified different from the positive's.")
     add("--cooper.negative_max_new_tokens", type=int, default=512, help="Max new tokens of one rewrite.")
     add("--cooper.negative_temperature", type=float, default=1.0, help="Sampling temperature of the rewrites.")
+    add("--cooper.negative_answer_fallback", type=str, default="none", choices=FALLBACKS,
+        help="How a rewrite's final answer is found: 'none' = only an explicit one (\\boxed{}, '####', 'the answer "
+        "is'), as the rewrite prompt asks; 'last_number' also takes the last number of the text.")
     # Verification
     add("--cooper.verifier_workers", type=int, default=2,
         help="Rule-verifier (math-verify) worker processes of the pair-construction actor.")

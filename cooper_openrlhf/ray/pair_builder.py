@@ -51,8 +51,8 @@ class PairBuilder:
 
     verifier: a `VerifierPool` (or anything with its `verify_batch` / `equivalence_batch`).
     assistant: the engine that rewrites positives into negatives.
-    answer_fallback: how answers are extracted from positives and rewrites (`verify.extract`);
-        use the verifier's own `RuleVerifierConfig.answer_fallback`.
+    answer_fallback: how answers are extracted from positives (`verify.extract`); use the verifier's
+        own `RuleVerifierConfig.answer_fallback`. Rewrites use `config.answer_fallback`.
     """
 
     def __init__(
@@ -62,10 +62,11 @@ class PairBuilder:
         config: NegativeConfig,
         answer_fallback: str = "last_number",
     ):
-        if answer_fallback not in FALLBACKS:
-            raise ValueError(f"unknown answer_fallback {answer_fallback!r}; valid: {list(FALLBACKS)}")
         if not isinstance(config, NegativeConfig):
             raise TypeError(f"config must be a NegativeConfig, got {type(config).__name__}")
+        for name, value in (("answer_fallback", answer_fallback), ("config.answer_fallback", config.answer_fallback)):
+            if value not in FALLBACKS:
+                raise ValueError(f"unknown {name} {value!r}; valid: {list(FALLBACKS)}")
         self.verifier = verifier
         self.assistant = assistant
         self.config = config
@@ -200,7 +201,7 @@ class PairBuilder:
                 raise RuntimeError(f"assistant returned {len(replies)} replies for {len(missing)} prompts")
             counts["attempts"] += len(missing)
             rewrites = [clean_rewrite(reply) for reply in replies]
-            answers = [extract_answer(text, fallback=self.answer_fallback) if text else None for text in rewrites]
+            answers = [extract_answer(text, fallback=self.config.answer_fallback) if text else None for text in rewrites]
             checked = [k for k, answer in enumerate(answers) if answer is not None]
             counts["no_answer"] += len(missing) - len(checked)
             equivalent = (
