@@ -5,7 +5,8 @@ import json
 import pytest
 
 from cooper_openrlhf.algo.pairs import PairBatch
-from cooper_openrlhf.ray.trainer import even_slices, prompt_question_map, raw_question, stage_timer, valid_pairs
+from cooper_openrlhf.algo.pairs import even_slices
+from cooper_openrlhf.ray.trainer import prompt_question_map, raw_question, stage_timer
 
 
 def test_rendered_prompts_map_back_to_the_raw_question_exactly_as_openrlhf_renders_them(tmp_path, model_dir):
@@ -46,7 +47,7 @@ def test_raw_question_takes_the_last_user_turn_and_rejects_other_shapes():
 def test_valid_pairs_keeps_the_valid_slots_in_order():
     pairs = PairBatch(["q0", "q1", "q2"], ["r0", "r1", "r2"], ["p0", "", "p2"], ["n0", "", "n2"], [True, False, True],
                       [0, -1, 9])
-    kept = valid_pairs(pairs)
+    kept = pairs.valid_only()
     assert (kept.questions, kept.positives, kept.negatives, kept.positive_index) == (["q0", "q2"], ["p0", "p2"],
                                                                                    ["n0", "n2"], [0, 9])
     assert kept.num_valid == len(kept) == 2
@@ -56,6 +57,8 @@ def test_even_slices_cover_the_batch_with_sizes_differing_by_at_most_one():
     slices = even_slices(7, 3)
     assert [(s.start, s.stop) for s in slices] == [(0, 3), (3, 5), (5, 7)]
     assert [(s.start, s.stop) for s in even_slices(1, 2)] == [(0, 1), (1, 1)]
+    pairs = PairBatch(list("abcde"), list("abcde"), list("abcde"), list("abcde"), [True] * 5)
+    assert [part.questions for part in pairs.split(3)] == [["a", "b"], ["c", "d"], ["e"]]
 
 
 def test_stage_timer_adds_up_and_records_even_when_the_stage_raises():

@@ -74,16 +74,26 @@ class PairBatch:
         """(P,) bool tensor of `valid`."""
         return torch.tensor(self.valid, dtype=torch.bool)
 
+    def select(self, indices) -> "PairBatch":
+        """The slots at `indices`, in that order."""
+        indices = list(indices)
+        pick = lambda values: [values[i] for i in indices]  # noqa: E731
+        return PairBatch(pick(self.questions), pick(self.references), pick(self.positives), pick(self.negatives),
+                         pick(self.valid), pick(self.positive_index) if self.positive_index else [])
+
+    def valid_only(self) -> "PairBatch":
+        """The valid slots, in order (what the RM ranks train on)."""
+        return self.select(i for i, ok in enumerate(self.valid) if ok)
+
     def split(self, chunks: int) -> list["PairBatch"]:
-        """Contiguous chunks (for data-parallel RM ranks); the last ones may be shorter or empty."""
-        size = -(-len(self) // chunks) if len(self) else 0
-        parts = []
-        for c in range(chunks):
-            s = slice(c * size, (c + 1) * size)
-            parts.append(
-                PairBatch(
-                    self.questions[s], self.references[s], self.positives[s], self.negatives[s], self.valid[s],
-                    self.positive_index[s] if self.positive_index else [],
-                )
-            )
-        return parts
+        """`chunks` contiguous parts (one per data-parallel RM rank), sizes differing by at most one."""
+        return [self.select(range(part.start, part.stop)) for part in even_slices(len(self), chunks)]
+
+
+def even_slices(total: int, parts: int) -> list[slice]:
+    """`parts` contiguous slices covering range(total), sizes differing by at most one."""
+    base, extra = divmod(total, parts)
+    bounds = [0]
+    for part in range(parts):
+        bounds.append(bounds[-1] + base + (part < extra))
+    return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]

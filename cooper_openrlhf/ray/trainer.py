@@ -40,7 +40,7 @@ from openrlhf.trainer.ppo_trainer import PPOTrainer
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.logging_utils import init_logger
 
-from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.algo.pairs import PairBatch, even_slices
 from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
 
 logger = init_logger(__name__)  # OpenRLHF's logger: visible in Ray worker output like its own
@@ -84,23 +84,6 @@ def prompt_question_map(args, strategy, tokenizer) -> dict[str, str]:
         if questions.setdefault(prompt, question) != question:
             raise ValueError(f"prompt dataset row {index}: two different questions render to the same prompt {prompt!r}")
     return questions
-
-
-def valid_pairs(pairs: PairBatch) -> PairBatch:
-    """The valid slots of `pairs`, in order (what the RM ranks train on)."""
-    keep = [i for i, ok in enumerate(pairs.valid) if ok]
-    pick = lambda values: [values[i] for i in keep]  # noqa: E731
-    return PairBatch(pick(pairs.questions), pick(pairs.references), pick(pairs.positives), pick(pairs.negatives),
-                     pick(pairs.valid), pick(pairs.positive_index) if pairs.positive_index else [])
-
-
-def even_slices(total: int, parts: int) -> list[slice]:
-    """`parts` contiguous slices covering range(total), sizes differing by at most one."""
-    base, extra = divmod(total, parts)
-    bounds = [0]
-    for part in range(parts):
-        bounds.append(bounds[-1] + base + (part < extra))
-    return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
 @contextmanager
@@ -243,7 +226,7 @@ class CooperPPOTrainer(_PPOTrainer):
         metrics.update(results[0])  # all-reduced: every rank returns the same metrics
 
     def _launch_fit(self, pairs: PairBatch) -> list:
-        trainable = valid_pairs(pairs)
+        trainable = pairs.valid_only()
         actors = self.rm_group._actor_handlers
         parts = trainable.split(len(actors))
         return [actor.fit.remote(part, trainable.num_valid) for actor, part in zip(actors, parts)]
