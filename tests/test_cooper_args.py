@@ -59,7 +59,9 @@ def test_unknown_choices_are_rejected_by_the_parser(parse):
 
 
 def test_the_rule_arm_needs_no_reward_model(parse):
-    validate_cooper_args(parse([*BASE, "--cooper.reward_source", "rule"]))
+    args = parse([*BASE, "--cooper.reward_source", "rule"])
+    assert args.reward.model_name_or_path is None
+    assert validate_cooper_args(args) is None  # accepted: raises CooperArgsError otherwise
 
 
 @pytest.mark.parametrize("extra, message", [
