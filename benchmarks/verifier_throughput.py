@@ -20,7 +20,8 @@ scheduling all processes of one session share one session's CPU share). Each sec
 measuring that ceiling: how much more work num_workers busy processes get done than one, now.
 Caches are warm (one untimed pass per section first): the serial process then holds every
 reference's parse, each pool worker only those it saw.
-Reads ../shared/data beside the checkout (or --data).
+Reads ../shared/data beside the checkout (or --data). Figures and what they mean for a Cooper step:
+docs/verifier_pool.md.
 
     python benchmarks/verifier_throughput.py [--workers N] [--deadline S] [--limit N] [--math500-limit N] [--repeats R]
 """

@@ -11,8 +11,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per CPU engine
 
 from cooper_openrlhf.runtime import install_cpu_runtime  # noqa: E402
+from cooper_openrlhf.runtime.dtype import announce_run_dtype, resolve_dtype_name  # noqa: E402
 
 install_cpu_runtime()
+# What every entry point's start-up does: engines and Ray workers the tests start directly run in the CPU's fast
+# dtype too (a process that announced none gets OpenRLHF's bf16, emulated and slow on CPUs without bf16 units).
+announce_run_dtype(resolve_dtype_name("auto"))
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -34,8 +38,8 @@ def model_dir():
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray cluster for the whole session (start-up is seconds; actors are killed per test)."""
+def ray_session():
+    """One local Ray cluster for the whole session (start-up is seconds)."""
     import ray
 
     from cooper_openrlhf.runtime.ray_cluster import init_local_ray
@@ -43,3 +47,33 @@ def ray_cluster():
     init_local_ray(log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def ray_cluster(ray_session):
+    """The session's Ray cluster; the placement groups a test leaves behind are removed after it.
+
+    OpenRLHF's `create_vllm_engines` and `RayActorGroup` reserve their "GPUs" in placement groups that killing
+    the actors does not free. Left in place, they would use up the cluster's 8 logical GPUs over the session
+    and a later test's actors would wait for resources forever.
+    """
+    from ray.util import placement_group_table
+
+    before = set(placement_group_table())
+    yield ray_session
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    for group_id, info in placement_group_table().items():
+        if group_id not in before and info["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
+
+
+def pytest_runtest_logreport(report):
+    """Print a failure's traceback as it happens, not only in the end summary: a CI run cut off by its time
+    limit still shows what failed."""
+    if report.failed and os.environ.get("CI"):
+        import sys
+
+        print(f"\n--- FAILED {report.nodeid} ({report.when}) ---\n{report.longreprtext[-4000:]}\n", file=sys.stderr,
+              flush=True)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from cooper_openrlhf.algo.losses import bce_rm_loss, get_rm_loss, pairwise_rm_loss
+from cooper_openrlhf.algo.losses import bce_rm_loss, pairwise_rm_loss
 from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
 
 
@@ -58,12 +58,6 @@ def test_bce_loss_matches_the_formula_and_masks_rows():
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     assert metrics["accuracy"] == 0.0  # logit 0 is not > 0 for label 1; logit 2 is > 0 for label 0
     assert metrics["valid"] == 2
-
-
-def test_losses_are_chosen_by_name_and_unknown_names_list_the_valid_ones():
-    assert get_rm_loss("pairwise") is pairwise_rm_loss
-    with pytest.raises(KeyError, match=r"valid: \['bce', 'pairwise'\]"):
-        get_rm_loss("hinge")
 
 
 def test_reward_forms():

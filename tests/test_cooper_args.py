@@ -113,9 +113,10 @@ def _strategy(parse, dataset: str):
 
 
 @pytest.mark.parametrize("bad_row, problem", [
-    ({"question": "What is 1 + 1?"}, "no reference answer in field 'label'"),
-    ({"question": "What is 1 + 1?", "label": " "}, "no reference answer in field 'label'"),
-    ({"question": "What is 1 + 1?", "label": None}, "no reference answer in field 'label'"),
+    ({"question": "What is 1 + 1?"}, "field 'label' (--data.label_key) = 'None': missing"),
+    ({"question": "What is 1 + 1?", "label": " "}, "field 'label' (--data.label_key) = ' ': empty"),
+    ({"question": "What is 1 + 1?", "label": None}, "field 'label' (--data.label_key) = 'None': missing"),
+    ({"question": "What is 1 + 1?", "label": "1 + 1 = <<1+1=2>>2\n#### 2"}, "a worked solution, not a final answer"),
     ({"question": [{"role": "system", "content": "hi"}], "label": "2"}, "not question text or a chat with a user turn"),
 ])
 def test_a_prompt_row_without_a_reference_fails_at_start_naming_file_and_row(parse, tmp_path, bad_row, problem):
@@ -144,34 +145,20 @@ def test_a_reward_model_path_that_is_not_a_sequence_classifier_fails_at_start(mo
         check_reward_model(str(tmp_path))
 
 
-def _launch_script_flags(path) -> set[str]:
-    """Flags of every `cooper_openrlhf.cli.train_cooper` command (and ARM_FLAGS arrays) in a shell script."""
-    import re
-
-    text = path.read_text().replace("\\\n", " ")
-    commands = [line for line in text.splitlines() if "cooper_openrlhf.cli.train_cooper" in line or "ARM_FLAGS=(" in line]
-    return {flag for line in commands for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9_.]*", line)}
-
-
-def test_launch_scripts_and_the_benchmark_use_only_flags_train_cooper_knows():
+def test_the_step_benchmark_uses_only_flags_train_cooper_knows():
+    """The launch scripts' flags are checked by train_cooper's own parser in tests/test_preflight.py."""
     from pathlib import Path
     from types import SimpleNamespace
 
     from cooper_openrlhf.cli.openrlhf_args import openrlhf_ppo_parser
 
     known = set(add_cooper_args(openrlhf_ppo_parser())._option_string_actions)
-    scripts = sorted((Path(__file__).resolve().parent.parent / "launch_scripts").glob("*.s*"))
-    assert {p.name for p in scripts} >= {"cooper_slurm.sbatch", "submit_three_arms.sh"}
-    for script in scripts:
-        flags = _launch_script_flags(script)
-        assert flags - known == set(), script.name
-    slurm = _launch_script_flags(scripts[[p.name for p in scripts].index("cooper_slurm.sbatch")])
-    assert {"--remote_rm_trainable", "--cooper.reward_source", "--rollout.n_samples_per_prompt"} <= slurm
 
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("cooper_step_time", Path(__file__).resolve().parent.parent / "benchmarks" / "cooper_step_time.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    argv = bench.train_cooper_argv(SimpleNamespace(policy="p", rm="r", max_new_tokens=8, temperature=0.3, extra=[]), Path("x"), Path("y"))
+    argv = bench.train_cooper_argv(SimpleNamespace(policy="p", rm="r", max_new_tokens=8, temperature=0.3, n_samples=8,
+                                                   dtype="auto", extra=[]), Path("x"), Path("y"))
     assert {a for a in argv if a.startswith("--")} - known == set()

@@ -1,6 +1,6 @@
 """End to end: `python -m cooper_openrlhf.cli.train_cooper --remote_rm_trainable` on a local CPU Ray cluster.
 
-Tiny Qwen2 policy and RM, one CPU vLLM engine, DeepSpeed ZeRO-2 bf16, 3 Cooper steps of 4 prompts x 4
+Tiny Qwen2 policy and RM, one CPU vLLM engine, DeepSpeed ZeRO-2 in the CPU's fast dtype (--ds.param_dtype auto), 3 Cooper steps of 4 prompts x 4
 rollouts, a checkpoint every step; then a second launch resumes from the step-2 checkpoint and runs step 3.
 Everything is checked from what the runs leave on disk: tensorboard scalars (OpenRLHF's logger), the
 per-step rollouts and pairs (`--cooper.sample_log_dir`), DeepSpeed checkpoints and the RM exports.
@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from cooper_openrlhf.runtime.dtype import torch_dtype
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +68,7 @@ def _answering_policy(out: Path, model_dir) -> list[dict]:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.to(torch.bfloat16).save_pretrained(out)
+    model.to(torch_dtype("auto")).save_pretrained(out)  # the run's dtype: the actor syncs it into vLLM unchanged
     tokenizer.save_pretrained(out)
     return [{"input": p.question, "label": p.reference} for p in problems]
 
@@ -81,7 +83,7 @@ def _launch(work: Path, policy: Path, rm: str, *extra: str) -> subprocess.Comple
         "--rollout.micro_batch_size", "4", "--train.batch_size", "16", "--train.micro_batch_size", "4",
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
         "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
-        "--ds.attn_implementation", "eager", "--ds.param_dtype", "bf16", "--ds.zero_stage", "2",
+        "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",
         "--actor.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
         "--actor.adam.lr", "1e-4", "--actor.lr_warmup_ratio", "0", "--train.seed", "0",
         "--cooper.rm_lr", "1e-3", "--cooper.rm_warmup_ratio", "0", "--cooper.rm_max_length", str(RM_MAX_LENGTH),
@@ -99,11 +101,17 @@ def _launch(work: Path, policy: Path, rm: str, *extra: str) -> subprocess.Comple
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, model_dir):
-    """(first run: 3 steps, resumed run: step 3 again from the step-2 checkpoint, initial policy path)."""
+def prompts_and_policy(tmp_path_factory, model_dir) -> Path:
     root = tmp_path_factory.mktemp("cooper_e2e")
     rows = _answering_policy(root / "policy", model_dir)
     (root / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(prompts_and_policy, model_dir):
+    """(first run: 3 steps, resumed run: step 3 again from the step-2 checkpoint, initial policy path)."""
+    root = prompts_and_policy
     first, resumed = root / "first", root / "resumed"
     _launch(first, root / "policy", model_dir("tiny-qwen2-rm"))
     # Resume from step 2: its policy and RM checkpoints, marked latest as DeepSpeed does.
@@ -131,14 +139,17 @@ def _jsonl(path: Path) -> list[dict]:
 def _rm(path: str):
     from cooper_openrlhf.rm.model import load_rm
 
-    model, tokenizer, version = load_rm(path, dtype=torch.bfloat16)
+    model, tokenizer, version = load_rm(path, dtype=torch_dtype("auto"))
     return model.eval(), tokenizer, version
 
 
 def _logits(rm, questions, references, completions) -> torch.Tensor:
+    """The RM's logits of the texts, each completion normalised as the trainer does before the RM reads it."""
+    from cooper_openrlhf.algo.negatives import normalize_solution
     from cooper_openrlhf.rm.model import render_and_encode, rm_logits
 
     model, tokenizer, version = rm
+    completions = [normalize_solution(text) for text in completions]
     with torch.no_grad():
         return rm_logits(model, render_and_encode(tokenizer, questions, references, completions, RM_MAX_LENGTH, version))
 
@@ -159,7 +170,7 @@ def test_three_steps_log_the_cooper_metrics_through_openrlhfs_logger(runs):
     scalars = _scalars(first)
     for key in ("cooper/valid_pair_rate", "cooper/negative_success_rate", "cooper/rm_updated", "cooper/rm_reward_mean",
                 "cooper/verified_accuracy", "cooper/reward_hacking_gap", "timing/cooper_verify",
-                "timing/cooper_negatives", "timing/cooper_score", "timing/cooper_rm_update", "timing/ppo_train"):
+                "cooper/negatives_seconds", "timing/cooper_score", "timing/cooper_rm_update", "timing/ppo_train"):
         assert sorted(scalars[f"train/{key}"]) == [1, 2, 3], key
     updated = [step for step, value in scalars["train/cooper/rm_updated"].items() if value]
     for key in ("cooper/rm_loss", "cooper/rm_pair_accuracy", "cooper/rm_grad_norm"):  # steps with valid pairs
@@ -182,8 +193,39 @@ def test_both_the_policy_and_the_reward_model_weights_change(runs, model_dir):
     assert any(not torch.equal(initial_rm[k], final_rm[k]) for k in initial_rm)
 
 
-def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, model_dir):
-    first, _, _ = runs
+@pytest.fixture(scope="module")
+def source_runs(prompts_and_policy, model_dir) -> dict[str, Path]:
+    """3 steps with rollout negatives and 3 with mixed ones. Two policy optimizer steps per rollout step
+    (train batch 8 of 16 rollouts), so OpenRLHF's max_steps (6) is twice the rollout steps (3) that the RM's
+    linear schedule must span."""
+    root = prompts_and_policy
+    from cooper_openrlhf.data.synthetic import make_arithmetic_problems
+
+    held_out = make_arithmetic_problems(3, seed=1, max_operand=20)
+    (root / "held_out.jsonl").write_text("".join(json.dumps({"input": p.question, "label": p.reference}) + "\n"
+                                                for p in held_out))
+    train_rows = _jsonl(root / "prompts.jsonl")[:4]
+    verifier_rows = [{"question": r["input"], "answer": r["label"], "completion": f"The answer is {answer}.",
+                      "gold_correct": answer == r["label"]}
+                     for r in train_rows for answer in (r["label"], str(int(r["label"]) + 1))]
+    (root / "verify.jsonl").write_text("".join(json.dumps(row) + "\n" for row in verifier_rows))
+    evaluation = ("--eval.dataset", str(root / "held_out.jsonl"), "--eval.steps", "1", "--eval.n_samples_per_prompt", "2",
+                  "--cooper.rm_eval_dataset", str(root / "verify.jsonl"))
+    runs = {}
+    for source in ("rollout", "mixed"):
+        runs[source] = root / source
+        _launch(runs[source], root / "policy", model_dir("tiny-qwen2-rm"), "--cooper.negative_source", source,
+                "--train.batch_size", "8", "--cooper.rm_lr_scheduler", "linear", *(evaluation if source == "mixed" else ()))
+    return runs
+
+
+def _all_runs(runs, source_runs) -> dict[str, Path]:
+    return {"assistant": runs[0], **source_runs}
+
+
+@pytest.mark.parametrize("source", ["assistant", "rollout", "mixed"])
+def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, source_runs, source, model_dir):
+    first = _all_runs(runs, source_runs)[source]
     scalars = _scalars(first)
     pairs = _jsonl(first / "samples" / "pairs.jsonl")
     trained_steps = 0
@@ -204,7 +246,55 @@ def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, model
         loss, _ = pairwise_rm_loss(_logits(rm, *args, [p["positive"] for p in valid]),
                                    _logits(rm, *args, [p["negative"] for p in valid]), torch.ones(len(valid), dtype=torch.bool))
         assert scalars["train/cooper/rm_loss"][step] == pytest.approx(loss.item(), abs=1e-4), step
-    assert trained_steps >= 2  # positives and negatives were found on most steps
+    assert trained_steps >= (2 if source == "assistant" else 1)  # positives and negatives were found on most steps
+
+
+@pytest.mark.parametrize("source", ["rollout", "mixed"])
+def test_rollout_negatives_are_wrong_rollouts_of_the_same_step_and_prompt(source_runs, source):
+    run = source_runs[source]
+    rollouts, pairs = _jsonl(run / "samples" / "rollouts.jsonl"), _jsonl(run / "samples" / "pairs.jsonl")
+    scalars = _scalars(run)
+    from cooper_openrlhf.algo.negatives import normalize_solution
+
+    from_rollouts = [p for p in pairs if p["valid"] and p["negative_source"] == "rollout"]
+    assert from_rollouts, "no rollout negative in 3 steps: the tiny policy is wrong on a fair share of its rollouts"
+    for pair in from_rollouts:
+        same_prompt = [r for r in rollouts if r["step"] == pair["step"] and r["question"] == pair["question"]]
+        wrong = [normalize_solution(r["completion"]) for r in same_prompt if not r["verified"]]
+        assert pair["negative"] in wrong
+    sources = {p["negative_source"] for p in pairs if p["valid"]}
+    assert sources <= ({"rollout"} if source == "rollout" else {"rollout", "assistant"})
+    for step in (1, 2, 3):
+        valid = [p for p in pairs if p["step"] == step and p["valid"]]
+        if valid:
+            share = sum(p["negative_source"] == "rollout" for p in valid) / len(valid)
+            assert scalars["train/cooper/pairs_from_rollout"][step] == pytest.approx(share)
+
+
+def test_held_out_accuracy_and_the_rms_verifier_accuracy_are_logged_every_eval_step(prompts_and_policy, source_runs,
+                                                                                     model_dir):
+    run = source_runs["mixed"]
+    scalars = _scalars(run)
+    assert sorted(scalars["eval/accuracy"]) == [1, 2, 3]
+    per_source = [key for key in scalars if key.startswith("eval/") and key.endswith("/accuracy") and key != "eval/accuracy"]
+    assert per_source, sorted(scalars)
+    for step, value in scalars["eval/accuracy"].items():
+        assert 0.0 <= value <= 1.0
+        assert scalars[per_source[0]][step] == pytest.approx(value, abs=1e-6)  # one datasource: the same share
+    rows = _jsonl(prompts_and_policy / "verify.jsonl")
+    for step in (1, 2, 3):
+        rm = _rm(_rm_after(run, step, model_dir))  # the RM after the step's update
+        logits = _logits(rm, [r["question"] for r in rows], [r["answer"] for r in rows], [r["completion"] for r in rows])
+        accuracy = sum(bool(p) == r["gold_correct"] for p, r in zip((torch.sigmoid(logits) >= 0.5).tolist(), rows))
+        assert scalars["train/cooper/rm_eval_accuracy"][step] == pytest.approx(accuracy / len(rows)), step
+
+
+def test_the_rm_schedule_spans_the_rollout_steps_not_the_policy_optimizer_steps(source_runs):
+    scalars = _scalars(source_runs["rollout"])
+    rm_lr = 1e-3  # _launch's --cooper.rm_lr, decayed linearly over 3 rollout steps (max_steps would be 6)
+    for step, lr in scalars["train/cooper/rm_lr"].items():
+        optimizer_steps = scalars["train/cooper/rm_optimizer_steps"][step]
+        assert lr == pytest.approx(rm_lr * (1 - optimizer_steps / 3), abs=1e-7), (step, optimizer_steps)
 
 
 def test_step_two_rewards_come_from_the_rm_updated_at_step_one(runs, model_dir):

@@ -6,7 +6,7 @@ import pytest
 
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.algo.pairs import even_slices
-from cooper_openrlhf.ray.trainer import prompt_question_map, raw_question, stage_timer
+from cooper_openrlhf.ray.step_records import StepTimeline, merge_rm_metrics, prompt_question_map, raw_question
 
 
 def test_rendered_prompts_map_back_to_the_raw_question_exactly_as_openrlhf_renders_them(tmp_path, model_dir):
@@ -46,10 +46,11 @@ def test_raw_question_takes_the_last_user_turn_and_rejects_other_shapes():
 
 def test_valid_pairs_keeps_the_valid_slots_in_order():
     pairs = PairBatch(["q0", "q1", "q2"], ["r0", "r1", "r2"], ["p0", "", "p2"], ["n0", "", "n2"], [True, False, True],
-                      [0, -1, 9])
+                      [0, -1, 9], ["rollout", "", "assistant"])
     kept = pairs.valid_only()
     assert (kept.questions, kept.positives, kept.negatives, kept.positive_index) == (["q0", "q2"], ["p0", "p2"],
                                                                                    ["n0", "n2"], [0, 9])
+    assert kept.negative_source == ["rollout", "assistant"]
     assert kept.num_valid == len(kept) == 2
 
 
@@ -57,15 +58,33 @@ def test_even_slices_cover_the_batch_with_sizes_differing_by_at_most_one():
     slices = even_slices(7, 3)
     assert [(s.start, s.stop) for s in slices] == [(0, 3), (3, 5), (5, 7)]
     assert [(s.start, s.stop) for s in even_slices(1, 2)] == [(0, 1), (1, 1)]
-    pairs = PairBatch(list("abcde"), list("abcde"), list("abcde"), list("abcde"), [True] * 5)
+    pairs = PairBatch(list("abcde"), list("abcde"), list("abcde"), list("abcde"), [True] * 5, list(range(5)),
+                      ["assistant"] * 5)
     assert [part.questions for part in pairs.split(3)] == [["a", "b"], ["c", "d"], ["e"]]
 
 
-def test_stage_timer_adds_up_and_records_even_when_the_stage_raises():
-    status = {}
-    with stage_timer(status, "timing/x"):
+def test_step_timeline_records_stage_spans_and_timing_keys_even_when_a_stage_raises():
+    timeline, metrics = StepTimeline(), {}
+    with timeline.stage(metrics, "verify"):
         pass
-    first = status["timing/x"]
-    with pytest.raises(RuntimeError), stage_timer(status, "timing/x"):
+    with pytest.raises(RuntimeError), timeline.stage(metrics, "score"):
         raise RuntimeError("boom")
-    assert status["timing/x"] >= first >= 0.0
+    spans = timeline.metrics()
+    assert metrics["timing/cooper_verify"] >= 0 and "timing/cooper_score" in metrics
+    assert 0 <= spans["timeline/verify_start"] <= spans["timeline/verify_end"] <= spans["timeline/score_start"]
+    assert spans["timeline/score_end"] >= spans["timeline/score_start"]
+
+
+def test_rm_metrics_of_several_minibatch_updates_are_weighted_by_their_pairs():
+    first = {"cooper/rm_loss": 0.7, "cooper/rm_pair_accuracy": 0.5, "cooper/rm_valid_pairs": 2.0, "cooper/rm_updated": 1.0,
+             "cooper/rm_optimizer_steps": 1.0, "cooper/rm_pairs_rollout": 2.0, "cooper/rm_pair_accuracy_rollout": 0.5,
+             "cooper/rm_fit_seconds": 1.0}
+    second = {"cooper/rm_loss": 0.4, "cooper/rm_pair_accuracy": 1.0, "cooper/rm_valid_pairs": 6.0, "cooper/rm_updated": 1.0,
+              "cooper/rm_optimizer_steps": 2.0, "cooper/rm_pairs_rollout": 0.0, "cooper/rm_fit_seconds": 2.0}
+    merged = merge_rm_metrics([first, second])
+    assert merged["cooper/rm_loss"] == pytest.approx((0.7 * 2 + 0.4 * 6) / 8)
+    assert merged["cooper/rm_pair_accuracy"] == pytest.approx((0.5 * 2 + 6) / 8)
+    assert merged["cooper/rm_pair_accuracy_rollout"] == pytest.approx(0.5)  # only the first had rollout pairs
+    assert merged["cooper/rm_valid_pairs"] == 8.0 and merged["cooper/rm_fit_seconds"] == 3.0
+    assert merged["cooper/rm_optimizer_steps"] == 2.0
+    assert merge_rm_metrics([first]) == first

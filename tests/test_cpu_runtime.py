@@ -1,5 +1,6 @@
 """The CPU runtime's shims: each does its one job on CPU, and nothing happens where CUDA exists."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -111,3 +112,86 @@ def test_plain_linear_dispatch_keeps_the_live_weight():
         print(first and second and layer.weight.numel() == 32 * 16)
     """, {"COOPER_OPENRLHF_CPU_RUNTIME": "1"})
     assert out == "True"
+
+
+def test_openrlhf_converts_fp32_the_cpu_dtype():
+    from openrlhf.utils.utils import convert_to_torch_dtype
+
+    assert convert_to_torch_dtype("fp32") is torch.float32  # stock raises: it knows bf16 and fp16 only
+    assert convert_to_torch_dtype("bf16") is torch.bfloat16 and convert_to_torch_dtype("fp16") is torch.float16
+    with pytest.raises(ValueError, match="Invalid param_dtype"):
+        convert_to_torch_dtype("fp8")
+
+
+def test_vllm_engines_are_created_in_the_announced_run_dtype(monkeypatch):
+    """vllm_engine.py:273 hard-codes dtype="bfloat16"; the engine actor must get the run's dtype (no Ray needed:
+    the stand-in for the actor class records what `.options(...).remote(...)` receives)."""
+    from openrlhf.trainer.ray import vllm_engine
+
+    from cooper_openrlhf.runtime.dtype import RUN_DTYPE_ENV
+
+    received = []
+
+    class ActorClass:
+        def options(self, **options):
+            return self
+
+        def remote(self, **kwargs):
+            received.append(kwargs["dtype"])
+
+    wrapper = vllm_engine.RolloutRayActor
+    monkeypatch.setattr(wrapper, "_actor_class", ActorClass())
+    for announced, expected in (("fp32", "float32"), ("bf16", "bfloat16")):
+        monkeypatch.setenv(RUN_DTYPE_ENV, announced)
+        wrapper.options(num_cpus=1).remote(model="m", dtype="bfloat16")
+        assert received[-1] == expected
+    monkeypatch.delenv(RUN_DTYPE_ENV)
+    wrapper.options(num_cpus=1).remote(model="m", dtype="bfloat16")
+    assert received[-1] == "bfloat16"  # no run announced a dtype: OpenRLHF's own
+
+
+@pytest.mark.slow
+def test_a_named_ray_cluster_is_joined_even_from_a_driver_without_cuda(tmp_path):
+    """A CPU-only head node of a GPU cluster: RAY_ADDRESS names the cluster; start_ray must join it, not start a local
+    over-committed one (`ray.init(num_cpus=...)` is refused when joining). A real head started here, stopped by pid."""
+    import socket
+    import time
+    from pathlib import Path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=3",
+                             "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(1)
+        resources = json.loads(_run("""
+            import json, ray
+            from cooper_openrlhf.cli.train_cooper import start_ray
+            start_ray()
+            print(json.dumps(ray.cluster_resources()))
+            ray.shutdown()
+        """, {"RAY_ADDRESS": f"127.0.0.1:{port}"}))
+        # Without RAY_ADDRESS the same running head must not be joined: the run gets a local cluster of its own.
+        local = json.loads(_run("""
+            import json, ray
+            from cooper_openrlhf.cli.train_cooper import start_ray
+            start_ray()
+            print(json.dumps(ray.cluster_resources()))
+            ray.shutdown()
+        """, {"RAY_ADDRESS": ""}))
+    finally:
+        head.terminate()  # --block: stopping the command stops the head's processes
+        head.wait(timeout=120)
+    assert not torch.cuda.is_available()
+    assert resources["GPU"] == 3 and resources["CPU"] == 2  # the named cluster's, not the local over-commit
+    from cooper_openrlhf.runtime.ray_cluster import CPU_LOGICAL_CPUS, CPU_LOGICAL_GPUS
+
+    assert (local["CPU"], local["GPU"]) == (CPU_LOGICAL_CPUS, CPU_LOGICAL_GPUS)

@@ -31,3 +31,21 @@ def test_prompts_carry_the_reference_as_label(tmp_path):
     demo.write_prompts(tmp_path / "prompts.jsonl", 5, seed=0)
     rows = [json.loads(line) for line in Path(tmp_path / "prompts.jsonl").read_text().splitlines()]
     assert len(rows) == 5 and all(demo.INSTRUCTION in r["prompt"] and r["answer"].isdigit() for r in rows)
+
+
+def test_cpu_settings_apply_only_where_torch_sees_no_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the CUDA boundary: a GPU machine
+    on_gpu = demo.run_environment()
+    assert "DS_ACCELERATOR" not in on_gpu and "OMP_NUM_THREADS" not in on_gpu and on_gpu["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert demo.run_environment()["DS_ACCELERATOR"] == "cpu"
+
+
+def test_demo_runs_in_the_devices_fast_dtype(tmp_path):
+    from cooper_openrlhf.runtime.dtype import resolve_dtype_name
+
+    argv = demo.cooper_argv(Namespace(steps=1, max_new_tokens=16, seed=0), tmp_path, tmp_path / "rm")
+    assert "--ds.param_dtype" not in argv
+    assert parse_args(argv[3:]).ds.param_dtype == resolve_dtype_name("auto")

@@ -48,7 +48,8 @@ def test_rule_metrics_equal_hand_computed(tmp_path, capsys):
     assert report["n"] == 6
     table = capsys.readouterr().out
     assert "skipped=1" in table
-    assert "ALL                       6  0.5000  0.6667  0.5000  0.5714      2      1      1      2" in table
+    assert "rule     all           6  0.5000  0.6667  0.5000  0.5714      2      1      1      2" in table
+    assert "rule     integer       2  0.5000  0.5000  1.0000  0.6667      1      1      0      0" in table
 
 
 def test_limit(tmp_path):

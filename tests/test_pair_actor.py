@@ -93,8 +93,10 @@ def test_pair_actor_end_to_end_with_the_tiny_policy_on_a_cpu_vllm_engine(ray_clu
         right = [f"Working it out step by step gives {p.reference}.\n\\boxed{{{p.reference}}}" for p in problems]
         wrong = [f"I think it is \\boxed{{{int(p.reference) + 1}}}" for p in problems]
         completions = [wrong[0], right[0], right[1], wrong[1], right[2], right[2], wrong[3], right[3], wrong[4], "no idea"]
-        correct, verify_metrics = ray_cluster.get(actor.verify.remote(references, completions))
+        verdicts, verify_metrics = ray_cluster.get(actor.verify.remote(references, completions))
+        correct = verdicts.correct
         assert correct == [False, True, True, False, True, True, False, True, False, False]
+        assert verdicts.proven_wrong == [True, False, False, True, False, False, True, False, True, False]
         assert verify_metrics["cooper/verified_accuracy"] == pytest.approx(5 / 10)
         assert verify_metrics["cooper/verify_no_answer"] == pytest.approx(1.0)
 
@@ -137,7 +139,9 @@ def test_pair_actor_end_to_end_with_the_tiny_policy_on_a_cpu_vllm_engine(ray_clu
 
 
 def test_smollm2_as_a_separate_assistant_rewrites_arithmetic_solutions(ray_cluster, model_dir):
-    """The dedicated-engine path, with a real instruct model; its success rate is reported, not asserted.
+    """The dedicated-engine path, with a real instruct model: it must write at least one valid negative for
+    6 arithmetic solutions in 3 attempts (a floor well under what it does, so that an assistant path that
+    silently never produces a pair fails here); the rate itself is printed.
 
     answer_fallback="none": a rewrite counts only with an anchored final answer (boxed, "####", "the
     answer is"); with "last_number" any reply holding a stray number would pass.
@@ -151,7 +155,7 @@ def test_smollm2_as_a_separate_assistant_rewrites_arithmetic_solutions(ray_clust
 
     path = model_dir("smollm2-135m-instruct")
     groups_before = live_placement_groups()
-    config = NegativeConfig(retries=2, max_new_tokens=64, temperature=0.7, seed=0)
+    config = NegativeConfig(retries=3, max_new_tokens=64, temperature=0.7, seed=0)
     start = time.perf_counter()
     actor = PairConstructionActor.remote(config, None, path, verifier_workers=1, assistant_model_path=path,
                                          answer_fallback="none", assistant_max_model_len=MAX_MODEL_LEN)
@@ -161,7 +165,8 @@ def test_smollm2_as_a_separate_assistant_rewrites_arithmetic_solutions(ray_clust
         questions = [p.question for p in problems]
         references = [p.reference for p in problems]
         completions = [f"Compute it carefully: the result is {p.reference}.\n\\boxed{{{p.reference}}}" for p in problems]
-        correct, _ = ray_cluster.get(actor.verify.remote(references, completions))
+        verdicts, _ = ray_cluster.get(actor.verify.remote(references, completions))
+        correct = verdicts.correct
         assert all(correct)
         ready = time.perf_counter()
         batch, metrics = ray_cluster.get(actor.build_pairs.remote(questions, references, completions, correct, 1))
@@ -178,7 +183,8 @@ def test_smollm2_as_a_separate_assistant_rewrites_arithmetic_solutions(ray_clust
             negative = extract_answer(batch.negatives[p], fallback="none")
             assert negative is not None and answers_equivalent(references[p], negative) is False
     assert metrics["cooper/prompts_with_positive"] == pytest.approx(float(prompts))
-    assert prompts <= metrics["cooper/negative_attempts"] <= 2 * prompts
+    assert prompts <= metrics["cooper/negative_attempts"] <= 3 * prompts
+    assert batch.num_valid >= 1, f"SmolLM2 wrote no valid negative for {prompts} prompts in 3 attempts: {metrics}"
     example = next((n for n in batch.negatives if n), "(none)")
     print(f"\nSmolLM2-135M-Instruct negative success rate: {metrics['cooper/negative_success_rate']:.3f} "
           f"({batch.num_valid}/{prompts} prompts, {metrics['cooper/negative_attempts']:.0f} rewrites; rejected: "

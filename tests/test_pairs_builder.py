@@ -17,7 +17,7 @@ DEADLINE_S = 1.5
 
 @pytest.fixture(scope="module")
 def pool():
-    config = RuleVerifierConfig(parse_timeout_s=1, compare_timeout_s=1)
+    config = RuleVerifierConfig(answer_fallback="none", parse_timeout_s=1, compare_timeout_s=1)
     with VerifierPool(num_workers=2, deadline_s=DEADLINE_S, config=config) as shared_pool:
         yield shared_pool
 
@@ -62,15 +62,65 @@ def test_verify_marks_only_correct_verdicts_and_counts(pool):
     pairs, _ = builder(pool, {})
     references = ["5", "5", "1/2", "7", "7"]
     completions = ["so \\boxed{5}", "the answer is 6", "\\boxed{0.5}", "I give up", "\\boxed{7.0}"]
-    correct, metrics = pairs.verify(references, completions)
-    assert correct == [True, False, True, False, True]
+    verdicts, metrics = pairs.verify(references, completions)
+    assert verdicts.correct == [True, False, True, False, True]
+    assert verdicts.proven_wrong == [False, True, False, False, False]  # "I give up" is not proved anything
     assert metrics["cooper/verified_accuracy"] == pytest.approx(3 / 5)
     assert metrics["cooper/verify_no_answer"] == pytest.approx(1.0)
+    assert metrics["cooper/verify_proven_wrong"] == pytest.approx(1.0)
     assert metrics["cooper/verify_timeouts"] == pytest.approx(0.0)
     assert metrics["cooper/verify_errors"] == pytest.approx(0.0)
     assert metrics["timing/cooper_verify"] > 0
-    empty_correct, empty_metrics = pairs.verify([], [])
-    assert empty_correct == [] and empty_metrics["cooper/verified_accuracy"] == pytest.approx(0.0)
+    empty, empty_metrics = pairs.verify([], [])
+    assert empty.correct == [] and empty_metrics["cooper/verified_accuracy"] == pytest.approx(0.0)
+
+
+def test_positives_need_an_explicit_final_answer_unless_the_lax_rule_is_asked_for(pool):
+    # An unboxed (or truncated) rollout whose last number equals the reference.
+    references, completions = ["12", "12"], ["We have 4 boxes of 3, that makes 12", "\\boxed{12}"]
+    strict, _ = builder(pool, {})
+    verdicts, metrics = strict.verify(references, completions)
+    assert verdicts.correct == [False, True]
+    assert metrics["cooper/verify_fallback_only_correct"] == pytest.approx(1.0)  # counted, not accepted
+    with VerifierPool(num_workers=1, deadline_s=DEADLINE_S, config=RuleVerifierConfig(answer_fallback="last_number")) as lax_pool:
+        lax = PairBuilder(lax_pool, ScriptedAssistant({}), NegativeConfig(), answer_fallback="last_number")
+        lax_verdicts, lax_metrics = lax.verify(references, completions)
+    assert lax_verdicts.correct == [True, True]
+    assert lax_metrics["cooper/verify_fallback_only_correct"] == pytest.approx(1.0)  # accepted, and counted
+
+
+def test_a_wrong_rollout_is_a_negative_only_when_its_answer_is_proved_different(pool):
+    # Rollout 0 is wrong (4 != 3); rollout 1 has no answer; rollout 2 timed out on a power tower; 3 is correct.
+    references = ["3"] * 4
+    completions = ["so \\boxed{4}", "no idea", "\\boxed{9^{9^{9^{9}}}}", "\\boxed{3}"]
+    verdicts, _ = builder(pool, {})[0].verify(references, completions)
+    assert verdicts.correct == [False, False, False, True]
+    assert verdicts.proven_wrong == [True, False, False, False]
+
+
+def test_rollout_and_mixed_sources_pick_the_hardest_wrong_rollout_and_fill_only_the_gaps(pool):
+    # Prompt A: positive 0, wrong rollouts 1 (score 0.2) and 2 (score 0.9). Prompt B: positive 3, no wrong rollout.
+    questions, references = flat([("A?", "5"), ("B?", "7")], n=3)
+    completions = ["\\boxed{5}", "\\boxed{6}", "\\boxed{8}\nextra line", "\\boxed{7}", "no answer", "\\boxed{7}"]
+    verdicts, _ = builder(pool, {})[0].verify(references, completions)
+    assert verdicts.proven_wrong == [False, True, True, False, False, False]
+    scores = [0.0, 0.2, 0.9, 0.0, 0.0, 0.0]
+    common = dict(proven_wrong=verdicts.proven_wrong, rm_scores=scores)
+
+    only_rollouts, assistant = builder(pool, {})
+    batch, metrics = only_rollouts.build_pairs(questions, references, completions, verdicts.correct, 3,
+                                               source="rollout", **common)
+    assert assistant.calls == []  # no generation at all
+    assert batch.negatives == ["\\boxed{8}", ""] and batch.valid == [True, False]  # normalised like the positive
+    assert batch.negative_source == ["rollout", ""]
+    assert metrics["cooper/pairs_from_rollout"] == pytest.approx(1.0)
+    assert metrics["cooper/prompts_without_wrong_rollout"] == pytest.approx(1.0)
+
+    mixed, assistant = builder(pool, {"B?": ["\\boxed{70}"]})
+    batch, metrics = mixed.build_pairs(questions, references, completions, verdicts.correct, 3, source="mixed", **common)
+    assert [asked for asked, _ in assistant.calls] == [["B?"]]  # only the prompt without a wrong rollout
+    assert batch.negative_source == ["rollout", "assistant"] and batch.valid == [True, True]
+    assert metrics["cooper/pairs_from_assistant"] == pytest.approx(0.5)
 
 
 def test_pairs_retries_only_missing_prompts_and_rejects_same_answer_in_another_form(pool):

@@ -1,18 +1,8 @@
-"""algo.negatives and algo.pairs: the rewrite prompt, reply cleaning, NegativeConfig, positive selection."""
+"""algo.negatives: the rewrite prompt, the solution normalisation both sides of a pair share, NegativeConfig."""
 
 import pytest
 
-from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages, clean_rewrite
-from cooper_openrlhf.algo.pairs import NO_POSITIVE, select_positives
-
-
-def test_select_positives_takes_the_first_correct_rollout_of_each_prompt():
-    # 3 prompts x 3 rollouts: prompt 0 correct at 1 and 2, prompt 1 none, prompt 2 at 0 only.
-    verified = [False, True, True, False, False, False, True, False, False]
-    assert select_positives(verified, 3) == [1, NO_POSITIVE, 6]
-    assert select_positives([], 4) == []
-    with pytest.raises(ValueError, match="groups of 2"):
-        select_positives([True, False, True], 2)
+from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages, normalize_solution
 
 
 def test_rewrite_messages_carry_question_solution_and_answer_to_avoid():
@@ -47,8 +37,8 @@ def test_rewrite_messages_carry_question_solution_and_answer_to_avoid():
         ("<|im_end|>", ""),
     ],
 )
-def test_clean_rewrite(reply, expected):
-    assert clean_rewrite(reply) == expected
+def test_normalize_solution(reply, expected):
+    assert normalize_solution(reply) == expected
 
 
 def test_negative_config_defaults_and_validation():

@@ -2,7 +2,7 @@
 
 The patch is applied with `patch -p1` to a copy of the installed package in a temporary folder, which a
 subprocess imports first (PYTHONPATH). That subprocess runs the patched `train_ppo_ray` as `__main__` on
-three command lines. What happens after parsing and validation is not under test here (the e2e test runs
+five command lines. What happens after parsing and validation is not under test here (the e2e test runs
 training): the two places where the patched script hands over -- `train_cooper(args)` and, on the stock
 path, stock `train(args)` (seen at its `get_strategy` call, after `ray.is_initialized`) -- are replaced in
 the subprocess by functions that report and stop.
@@ -80,7 +80,8 @@ def test_the_patch_applies_to_the_pinned_openrlhf_and_dispatches_remote_rm_train
     commands = [
         [*BASE, "--reward.model_name_or_path", "rm", "--remote_rm_trainable", "--cooper.rm_lr", "2e-6",
          "--cooper.reward_form", "discrete"],
-        [*BASE, "--reward.model_name_or_path", "rm", "--cooper.rm_lr", "2e-6"],  # no flag: stock path, flags ignored
+        [*BASE, "--reward.model_name_or_path", "rm"],  # no Cooper flag: the stock path
+        [*BASE, "--reward.model_name_or_path", "rm", "--cooper.rm_lr", "2e-6"],  # a Cooper flag, no --remote_rm_trainable
         [*BASE, "--remote_rm_trainable"],  # no RM to train: Cooper's start-up check
         ["--help"],
     ]
@@ -89,13 +90,16 @@ def test_the_patch_applies_to_the_pinned_openrlhf_and_dispatches_remote_rm_train
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     results = [json.loads(line[len("RESULT "):]) for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(results) == 4, run.stdout[-4000:]
-    cooper, stock, invalid, help_ = results
+    assert len(results) == 5, run.stdout[-4000:]
+    cooper, stock, ignored, invalid, help_ = results
 
     # Cooper flags parsed, then OpenRLHF's own validation block ran before the hand-over.
     assert cooper == {"to": "cooper", "rm_lr": 2e-6, "reward_form": "discrete", "vllm_generate_batch_size": 8,
                       "eps_clip_low_high": [0.2, 0.2]}
-    assert stock == {"to": "stock", "remote_rm_trainable": False, "rm_lr": 2e-6}
+    assert stock == {"to": "stock", "remote_rm_trainable": False, "rm_lr": 1e-5}
+    # Stock training would ignore the Cooper flag: it stops at start-up naming the missing flag.
+    assert ignored["error"] == "CooperArgsError"
+    assert "--cooper.rm_lr" in ignored["message"] and "without --remote_rm_trainable" in ignored["message"]
     assert invalid["error"] == "CooperArgsError"
     assert "--reward.model_name_or_path is required" in invalid["message"]
     assert help_ == {"exit": 0}

@@ -37,7 +37,10 @@ def test_reward_model_actor_group_of_two_ranks_matches_a_direct_forward(ray_clus
             ray_cluster.kill(actor)
     from_actors = torch.cat([reward for chunk in chunks for reward in chunk]).float()
 
-    model = get_llm_for_sequence_regression(path, "reward", param_dtype="bf16", attn_implementation="eager").eval()
+    from cooper_openrlhf.runtime.dtype import resolve_dtype_name
+
+    model = get_llm_for_sequence_regression(path, "reward", param_dtype=resolve_dtype_name("auto"),
+                                            attn_implementation="eager").eval()
     with torch.no_grad():
         direct = torch.cat([model(e["input_ids"], e["attention_mask"]) for e in encoded]).float()
 
@@ -60,12 +63,17 @@ def _chat_ids(tokenizer, question: str) -> list[int]:
     return tokenizer(text)["input_ids"]
 
 
-def test_cpu_vllm_engine_generates_and_takes_weight_updates_over_gloo(ray_cluster, model_dir):
+@pytest.mark.parametrize("run_dtype", ["fp32", "bf16"])
+def test_cpu_vllm_engine_generates_and_takes_weight_updates_over_gloo(ray_cluster, model_dir, monkeypatch, run_dtype):
+    """The engine is created in the run's announced dtype (stock hard-codes bfloat16) and takes the actor's weights
+    in it: after a sync the engine computes with exactly the synced weights."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import SamplingParams
 
+    from cooper_openrlhf.runtime.dtype import DTYPES, RUN_DTYPE_ENV
     from cooper_openrlhf.runtime.gloo_weight_sync import GlooBroadcastGroup
 
+    monkeypatch.setenv(RUN_DTYPE_ENV, run_dtype)  # what train_cooper's start-up announces
     path = model_dir("tiny-qwen2-policy")
     engine = _engine(path)
     try:
@@ -86,7 +94,11 @@ def test_cpu_vllm_engine_generates_and_takes_weight_updates_over_gloo(ray_cluste
         group = GlooBroadcastGroup("127.0.0.1", port, rank=0, world_size=2)
         ray_cluster.get(joined)
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[run_dtype])  # the actor, in the run dtype
+        other = torch.bfloat16 if run_dtype == "fp32" else torch.float32
+        name, param = next(iter(model.named_parameters()))
+        with pytest.raises(ray_cluster.exceptions.RayTaskError, match="vLLM holds"):  # the engine holds the run dtype
+            ray_cluster.get(engine.update_weight.remote(name, dtype=other, shape=param.shape))
 
         def sync_weights():
             for name, param in model.named_parameters():

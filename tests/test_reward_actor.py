@@ -4,6 +4,8 @@ data-parallel ranks, checkpoint round trip, and a step with non-finite loss that
 import pytest
 import torch
 
+from cooper_openrlhf.runtime.dtype import torch_dtype
+
 pytestmark = pytest.mark.slow
 
 QUESTIONS = ["What is 2 + 3?", "What is 10 - 4?", "What is 6 * 7?", "What is 9 + 9?"]
@@ -16,7 +18,7 @@ def _strategy(extra: list[str] = ()):
     from cooper_openrlhf.cli.cooper_args import add_cooper_args
     from cooper_openrlhf.cli.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
 
-    argv = ["--ds.attn_implementation", "eager", "--ds.param_dtype", "bf16", "--remote_rm_trainable",
+    argv = ["--ds.attn_implementation", "eager", "--ds.param_dtype", "auto", "--remote_rm_trainable",
             "--cooper.rm_lr", "1e-2", "--cooper.rm_warmup_ratio", "0", "--cooper.rm_lr_scheduler", "constant",
             "--cooper.rm_micro_batch_size", "2", "--cooper.rm_max_length", "128", "--cooper.rm_max_norm", "100",
             *extra]
@@ -40,7 +42,8 @@ def _pairs(valid: list[bool]):
     n = len(valid)
     positives = [f"{q.split('?')[0]} = {r}. The answer is {r}." if ok else "" for q, r, ok in zip(QUESTIONS, REFERENCES, valid)]
     negatives = [f"The answer is {int(r) + 1}." if ok else "" for r, ok in zip(REFERENCES, valid)]
-    return PairBatch(QUESTIONS[:n], REFERENCES[:n], positives[:n], negatives[:n], valid)
+    return PairBatch(QUESTIONS[:n], REFERENCES[:n], positives[:n], negatives[:n], valid, list(range(n)),
+                     ["assistant" if ok else "" for ok in valid])
 
 
 def _direct_loss_and_grad_norm(path: str, pairs):
@@ -48,7 +51,7 @@ def _direct_loss_and_grad_norm(path: str, pairs):
     from cooper_openrlhf.algo.losses import pairwise_rm_loss
     from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits
 
-    model, tokenizer, version = load_rm(path, dtype=torch.bfloat16)
+    model, tokenizer, version = load_rm(path, dtype=torch_dtype("auto"))
     model.train()
     k = len(pairs)
     batch = render_and_encode(tokenizer, pairs.questions * 2, pairs.references * 2, pairs.positives + pairs.negatives,
@@ -63,7 +66,7 @@ def _direct_loss_and_grad_norm(path: str, pairs):
 def _direct_scores(path: str, completions: list[str]) -> torch.Tensor:
     from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits
 
-    model, tokenizer, version = load_rm(path, dtype=torch.bfloat16)
+    model, tokenizer, version = load_rm(path, dtype=torch_dtype("auto"))
     with torch.no_grad():
         return rm_logits(model.eval(), render_and_encode(tokenizer, QUESTIONS, REFERENCES, completions, 128, version))
 
@@ -123,12 +126,13 @@ def test_two_ranks_score_train_on_exactly_the_valid_pairs_and_round_trip_a_check
 
 
 def test_a_step_with_non_finite_loss_is_skipped_and_counted(ray_cluster, model_dir, tmp_path):
-    """An RM whose head overflows bf16 gives infinite logits, hence a NaN loss: the step must not touch the weights."""
+    """An RM whose head weights are infinite gives non-finite logits (in any dtype), hence a non-finite loss: the step
+    must not touch the weights."""
     from cooper_openrlhf.rm.model import load_rm
 
     model, tokenizer, _ = load_rm(model_dir("tiny-qwen2-rm"))
     with torch.no_grad():
-        model.score.weight.fill_(3e38)
+        model.score.weight.fill_(float("inf"))
     broken = tmp_path / "overflowing_rm"
     model.save_pretrained(broken)
     tokenizer.save_pretrained(broken)

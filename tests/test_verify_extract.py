@@ -10,7 +10,8 @@ from cooper_openrlhf.verify.extract import extract_answer, last_boxed, normalize
 @pytest.mark.parametrize(
     "completion, expected",
     [
-        ("first \\boxed{1}, then \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),  # the last box wins
+        ("first \\boxed{1}, then \\boxed{\\frac{1}{2}}.", "1,\\frac{1}{2}"),  # math-verify: several boxes are one set
+        ("\\boxed{1}. Checking: 2 + 2 = 4", "1"),  # a box beats every later number
         ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),  # escaped set braces do not close the box
         ("\\boxed{\\frac{a}{b^{2}}} done", "\\frac{a}{b^{2}}"),  # nested grouping braces
         ("x \\fbox{7}", "7"),
@@ -51,9 +52,12 @@ def test_fallback_last_number_and_none():
         extract_answer(text, fallback="first_number")
 
 
-def test_empty_anchor_gives_no_answer_instead_of_a_weaker_form():
-    # An empty box is the model's (empty) final answer; the 5 in the reasoning must not be used.
-    assert extract_answer("5 apples. \\boxed{}") is None
+def test_empty_box_is_ignored_as_math_verify_ignores_it():
+    # Small models echo the instruction "put your final answer within \boxed{}" and answer later.
+    echoed = "We find the answer within \\boxed{}.\n17 + 3 = 20\n\nThe answer is: 20"
+    assert extract_answer(echoed) == "20"
+    assert extract_answer("\\boxed{}") is None
+    assert extract_answer("The answer is \\boxed{}", fallback="none") is None
     assert extract_answer("The answer is .") is None
 
 
@@ -77,7 +81,8 @@ def test_linear_time_on_100kb_inputs(text):
     start = time.perf_counter()
     extract_answer(text)
     last_boxed(text)
-    assert time.perf_counter() - start < 1.0
+    # math-verify's own regular expressions take ~0.6 s on the 140 KB of unclosed boxes (unloaded 2-core machine).
+    assert time.perf_counter() - start < 2.5
 
 
 def test_deeply_nested_boxes_unwrap_without_recursion():

@@ -67,8 +67,10 @@ def test_no_answer():
 
 
 def test_outcome_carries_extracted_answer_and_time():
-    outcome = verify_one("\\frac{1}{2}", "Thus \\boxed{0.5}.")
-    assert outcome.extracted == "0.5"
+    outcome = verify_one("\\frac{1}{2}", "Thus \\boxed{0.25}.")
+    assert outcome.extracted == "0.25" and outcome.verdict == Verdict.INCORRECT
+    # The string is math-verify's normalised form of what it graded (it writes 0.5 as a fraction).
+    assert verify_one("\\frac{1}{2}", "Thus \\boxed{0.5}.").extracted == "\\frac{1}{2}"
     assert 0 <= outcome.seconds < 5
 
 

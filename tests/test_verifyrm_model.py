@@ -9,8 +9,10 @@ import torch
 
 from cooper_openrlhf.algo.template import CONFIG_KEY, render_rm_input
 from cooper_openrlhf.rm.model import (
+    DEFAULT_RM_MAX_LENGTH,
     NotASequenceClassifierError,
     OpenRLHFIncompatibleError,
+    check_reward_model,
     encode_rm_texts,
     export_rm,
     load_rm,
@@ -18,6 +20,8 @@ from cooper_openrlhf.rm.model import (
     render_and_encode,
     require_openrlhf_compatible,
     rm_logits,
+    score_logits,
+    usable_max_length,
 )
 from cooper_openrlhf.verify.rm_scorer import RMScorer
 
@@ -46,7 +50,7 @@ def test_init_head_gives_a_fresh_small_one_logit_head(model_dir, caplog):
     assert "new one-logit head" in caplog.text and "classifier.weight" in caplog.text
     assert float(model.classifier.bias.detach().abs().max()) == 0.0
     assert float(model.classifier.weight.detach().std()) < 3.0 / (model.config.hidden_size + 1)
-    policy_as_rm, _, _ = load_rm(model_dir("tiny-qwen2-policy"), init_from_causal_lm=True)
+    policy_as_rm, _, _ = load_rm(model_dir("tiny-qwen2-policy"), init_head=True)
     assert type(policy_as_rm).__name__ == "Qwen2ForSequenceClassification"
 
 
@@ -61,6 +65,12 @@ def test_multi_label_classifiers_and_folders_without_config_are_refused(model_di
         load_rm(str(tmp_path / "three"), init_head=True)
     with pytest.raises(NotASequenceClassifierError, match="folder without config.json"):
         load_rm(str(tmp_path))
+    # The config-only check (run before any weights load) applies the same rules.
+    assert check_reward_model(model_dir("tiny-qwen2-rm")).num_labels == 1
+    with pytest.raises(NotASequenceClassifierError, match=r"three is a 3-label classifier"):
+        check_reward_model(str(tmp_path / "three"))
+    with pytest.raises(NotASequenceClassifierError, match="not a sequence classifier"):
+        check_reward_model(model_dir("tiny-qwen2-policy"))
 
 
 def test_encoding_pads_right_and_counts_truncation(model_dir, caplog):
@@ -85,6 +95,31 @@ def test_batched_logits_equal_one_by_one(model_dir, name, kwargs):
         ])
     assert batched.shape == (3,) and batched.dtype == torch.float32
     torch.testing.assert_close(batched, single, atol=1e-5, rtol=1e-4)
+
+
+def test_score_logits_in_any_micro_batch_size_equal_one_by_one(model_dir):
+    model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
+    model.train()
+    with torch.no_grad():
+        single = [rm_logits(model.eval(), encode_rm_texts(tokenizer, [render_rm_input(q, r, c)], 256)).item()
+                  for q, r, c in zip(QUESTIONS, REFERENCES, COMPLETIONS)]
+    model.train()
+    for batch_size in (1, 2, 3):
+        scored = score_logits(model, tokenizer, QUESTIONS, REFERENCES, COMPLETIONS, max_length=256,
+                              template_version=version, batch_size=batch_size)
+        assert scored == pytest.approx(single, abs=1e-5)
+        assert not model.training  # scored in eval mode (no dropout)
+    with pytest.raises(ValueError, match="differ in length: 3, 3, 2"):
+        score_logits(model, tokenizer, QUESTIONS, REFERENCES, COMPLETIONS[:2], max_length=256,
+                     template_version=version, batch_size=2)
+
+
+def test_max_length_without_a_request_or_a_record_is_the_default_capped_at_the_positions(model_dir):
+    rm, _, _ = load_rm(model_dir("tiny-qwen2-rm"))  # 2048 positions, no VerifyRM record
+    assert usable_max_length(rm) == DEFAULT_RM_MAX_LENGTH == 1024
+    assert usable_max_length(rm, 4096) == 2048
+    minilm, _, _ = load_rm(model_dir("minilm-l6-v2"), init_head=True)  # 512 positions
+    assert usable_max_length(minilm) == 512
 
 
 def test_export_round_trip_records_template_and_length(model_dir, tmp_path):

@@ -1,4 +1,4 @@
-"""verifyrm train: BCE on OpenRLHF's DeepspeedStrategy (2 ranks, ZeRO-2, bf16), export, and OpenRLHF's loader.
+"""verifyrm train: BCE on OpenRLHF's DeepspeedStrategy (2 ranks, ZeRO-2, the CPU's fast dtype), export, and OpenRLHF's loader.
 
 Training runs in a subprocess (torchrun, gloo on CPU) so torch.distributed state never leaks into pytest.
 ZeRO-3 is exercised on one rank by tests/test_verifyrm_e2e.py: with several gloo ranks, DeepSpeed 0.19.6's
@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from cooper_openrlhf.cli.verifyrm import main
+from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
 
 EPOCHS = 3
 
@@ -40,7 +41,7 @@ def write_jsonl(path, rows):
 
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory, model_dir):
-    """Two ranks, ZeRO-2, bf16, micro batch 2 x 2 ranks x accumulation 2 = batch 8, 3 epochs, best by eval loss."""
+    """Two ranks, ZeRO-2, the default dtype (auto), micro batch 2 x 2 ranks x accumulation 2 = batch 8, 3 epochs, best by eval loss."""
     root = tmp_path_factory.mktemp("two_ranks")
     data = write_jsonl(root / "data.jsonl", separable_rows(16))
     out = root / "run"
@@ -49,7 +50,7 @@ def two_rank_run(tmp_path_factory, model_dir):
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "cooper_openrlhf.cli.verifyrm", "train", "--pretrain", model_dir("tiny-qwen2-rm"), "--data", data,
          "--out", str(out), "--epochs", str(EPOCHS), "--lr", "1e-3", "--max-length", "64", "--eval-fraction", "0.25",
-         "--best-metric", "loss", "--warmup-ratio", "0.3", "--ds.zero_stage", "2", "--ds.param_dtype", "bf16",
+         "--best-metric", "loss", "--warmup-ratio", "0.3", "--ds.zero_stage", "2",
          "--train.batch_size", "8", "--train.micro_batch_size", "2"],
         capture_output=True, text=True, timeout=600, env=env,
     )
@@ -61,7 +62,7 @@ def two_rank_run(tmp_path_factory, model_dir):
 def test_two_rank_training_learns_logs_and_keeps_the_best_epoch(two_rank_run):
     out, result = two_rank_run
     summary = json.loads((out / "train_summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["zero_stage"] == 2 and summary["param_dtype"] == "bf16"
+    assert summary["world_size"] == 2 and summary["zero_stage"] == 2 and summary["param_dtype"] == resolve_dtype_name("auto")
     history = summary["history"]
     assert [h["epoch"] for h in history] == list(range(EPOCHS))
     assert summary["best"] == min(history, key=lambda h: h["loss"])
@@ -91,9 +92,11 @@ def test_export_gives_the_same_scores_through_transformers_and_openrlhf(two_rank
     assert config[CONFIG_KEY]["version"] == "verifyrm-v1" and config[CONFIG_KEY]["max_length"] == 64
     require_openrlhf_compatible(best)
 
-    ours, tokenizer, version = load_rm(best, dtype=torch.bfloat16)
-    plain = AutoModelForSequenceClassification.from_pretrained(best, dtype=torch.bfloat16, attn_implementation="eager").eval()
-    openrlhf_rm = get_llm_for_sequence_regression(best, "reward", param_dtype="bf16", attn_implementation="eager").eval()
+    run_dtype = resolve_dtype_name("auto")  # what the training above ran in
+    ours, tokenizer, version = load_rm(best, dtype=torch_dtype(run_dtype))
+    plain = AutoModelForSequenceClassification.from_pretrained(best, dtype=torch_dtype(run_dtype),
+                                                               attn_implementation="eager").eval()
+    openrlhf_rm = get_llm_for_sequence_regression(best, "reward", param_dtype=run_dtype, attn_implementation="eager").eval()
     batch = render_and_encode(tokenizer, ["What is 2 + 2?", "What is 17 + 25?"], ["4", "42"],
                               ["2 + 2 = 4. The answer is \\boxed{4}.", "I do not know."], 64, version)
     with torch.no_grad():

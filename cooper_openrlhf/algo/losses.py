@@ -1,4 +1,4 @@
-"""Reward-model losses: pure tensor functions, picked by name from `RM_LOSSES`.
+"""Reward-model losses: pure tensor functions.
 
 Cooper (arXiv 2508.05613) trains its reward model in two places:
 - VerifyRM (sec. 3.1): binary cross-entropy on labelled (question, reference, completion) triples.
@@ -9,8 +9,6 @@ Every loss returns the scalar loss and a dict of float metrics; masked-out rows 
 nothing to the loss or its gradient. With no valid row the loss is an exact 0 that still
 depends on the logits (so callers can run backward unconditionally) and `metrics["valid"] = 0`.
 """
-
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -73,15 +71,3 @@ def bce_rm_loss(
         }
     return loss, metrics
 
-
-RM_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] = {
-    "pairwise": pairwise_rm_loss,
-    "bce": bce_rm_loss,
-}
-
-
-def get_rm_loss(name: str):
-    """The loss named `name`; unknown names raise listing the valid ones."""
-    if name not in RM_LOSSES:
-        raise KeyError(f"unknown RM loss {name!r}; valid: {sorted(RM_LOSSES)}")
-    return RM_LOSSES[name]

@@ -7,7 +7,10 @@ answer in ``\\boxed{}``, in the positive's own style, with no hint that anything
 negative that announces its error teaches the RM to look for the announcement, not the error).
 
 Whether a reply is a usable negative is decided elsewhere (`ray.pair_builder`): its answer must
-be verified different from the positive's. Here the reply is only cleaned (`clean_rewrite`):
+be verified different from the positive's. Here the text is only normalised (`normalize_solution`),
+and the same normalisation is applied to BOTH sides of every pair and to every completion the RM
+scores (`algo.selection`, `ray.trainer`): a normalisation of one side only would let the RM learn
+the formatting difference (e.g. "text after the final box means correct") instead of correctness.
 
 1. reasoning before a closing ``</think>`` is dropped (reasoning-model assistants);
 2. the reply is cut at the first chat-control token (``<|im_end|>``, ``<|eot_id|>``, ``</s>``,
@@ -103,8 +106,8 @@ def build_rewrite_messages(
     return [{"role": "system", "content": REWRITE_SYSTEM}, {"role": "user", "content": user}]
 
 
-def clean_rewrite(reply: str) -> str:
-    """The solution text of an assistant reply (see the module docstring for what is removed); may be ""."""
+def normalize_solution(reply: str) -> str:
+    """The solution text of a completion or an assistant reply (the module docstring lists what goes); may be ""."""
     think_end = reply.rfind("</think>")
     if think_end >= 0:
         reply = reply[think_end + len("</think>") :]

@@ -1,17 +1,14 @@
-"""Cooper's preference pairs: positive selection and the masked pair batch the RM trains on.
+"""Cooper's preference pairs: the masked pair batch the RM trains on, and its slicing.
 
-Per prompt (arXiv 2508.05613, sec. 3.2): the positive is a rollout the rule verifier marks
-correct; the negative is an assistant rewrite of that positive whose final answer is verified to
-differ from it. A prompt with no verified-correct rollout, or whose rewrites all failed, keeps its
-slot in the batch with `valid = False`, so every tensor lines up with the prompt order and the
-loss (`algo.losses.pairwise_rm_loss`) simply masks it out.
-
-Positive choice is deterministic: the first verified-correct rollout in batch order (the
-official recipe iterated a `set`, which made the choice depend on hashing).
+Per prompt (arXiv 2508.05613, sec. 3.2) a pair is a verified-correct rollout (the positive) and a
+text whose final answer is proved different (the negative: an assistant rewrite or a wrong rollout,
+see `algo.selection`). A prompt without a pair keeps its slot in the batch with `valid = False`, so
+every tensor lines up with the prompt order and the loss (`algo.losses.pairwise_rm_loss`) simply
+masks it out.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -23,19 +20,6 @@ def group_rollouts(items: Sequence, n_samples_per_prompt: int) -> list[list]:
     if n_samples_per_prompt < 1 or len(items) % n_samples_per_prompt:
         raise ValueError(f"{len(items)} rollouts do not split into groups of {n_samples_per_prompt}")
     return [list(items[i : i + n_samples_per_prompt]) for i in range(0, len(items), n_samples_per_prompt)]
-
-
-def select_positives(verified_correct: Sequence[bool], n_samples_per_prompt: int) -> list[int]:
-    """For each prompt, the flat index of its first verified-correct rollout, or NO_POSITIVE (-1).
-
-    verified_correct: (P * n,) prompt-grouped, True where the rule verifier says CORRECT.
-    Returns (P,) flat indices into the rollout list.
-    """
-    positives = []
-    for prompt, group in enumerate(group_rollouts(list(verified_correct), n_samples_per_prompt)):
-        first = next((j for j, correct in enumerate(group) if correct), None)
-        positives.append(NO_POSITIVE if first is None else prompt * n_samples_per_prompt + first)
-    return positives
 
 
 @dataclass
@@ -51,12 +35,13 @@ class PairBatch:
     positives: list[str]  # (P,) a verified-correct rollout's completion text ("" if none)
     negatives: list[str]  # (P,) the assistant's rewrite, verified to answer differently ("" if none)
     valid: list[bool]  # (P,) True where both positive and negative exist
-    positive_index: list[int] = field(default_factory=list)  # (P,) flat rollout index of the positive, -1 if none
+    positive_index: list[int]  # (P,) flat rollout index of the positive, NO_POSITIVE (-1) if none
+    negative_source: list[str]  # (P,) "assistant" | "rollout" where valid, "" otherwise (algo.selection)
 
     def __post_init__(self) -> None:
-        sizes = {len(self.questions), len(self.references), len(self.positives), len(self.negatives), len(self.valid)}
-        if self.positive_index:
-            sizes.add(len(self.positive_index))
+        fields = (self.questions, self.references, self.positives, self.negatives, self.valid, self.positive_index,
+                  self.negative_source)
+        sizes = {len(values) for values in fields}
         if len(sizes) != 1:
             raise ValueError(f"PairBatch fields have different lengths: {sorted(sizes)}")
         for i, ok in enumerate(self.valid):
@@ -79,7 +64,7 @@ class PairBatch:
         indices = list(indices)
         pick = lambda values: [values[i] for i in indices]  # noqa: E731
         return PairBatch(pick(self.questions), pick(self.references), pick(self.positives), pick(self.negatives),
-                         pick(self.valid), pick(self.positive_index) if self.positive_index else [])
+                         pick(self.valid), pick(self.positive_index), pick(self.negative_source))
 
     def valid_only(self) -> "PairBatch":
         """The valid slots, in order (what the RM ranks train on)."""

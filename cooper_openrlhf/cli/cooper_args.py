@@ -16,12 +16,20 @@ naming the flags that clash, before any Ray actor or model is started.
 
 import argparse
 
+from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
+from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
 from cooper_openrlhf.verify.extract import FALLBACKS
 
 REWARD_SOURCES = ("rm", "rule")
 ASSISTANTS = ("policy", "model")
 RM_ZERO_STAGES = (1, 2)
+RM_UPDATE_GRANULARITIES = ("step", "minibatch")
+ON_HACKING = ("warn", "stop", "rule_reward")
+# OpenRLHF 0.11.2's estimators with a per-prompt group baseline (experience_maker.py:268-276; they need
+# --rollout.n_samples_per_prompt > 1, which its validation checks). gae needs a critic; reinforce has no baseline
+# (with RM rewards in (0, 1) every rollout is pushed up); flash_reinforce is its batch-mean, one-rollout variant.
+GROUP_ESTIMATORS = ("group_norm", "rloo", "reinforce_baseline", "dr_grpo")
 # transformers.SchedulerType values that need no extra arguments from us.
 RM_LR_SCHEDULERS = (
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
@@ -64,7 +72,14 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.rm_max_norm", type=float, default=1.0,
         help="RM gradient clipping (DeepSpeed gradient_clipping); 0 disables it.")
     add("--cooper.rm_updates_per_step", type=int, default=1,
-        help="RM optimizer steps per Cooper step, each a full pass over the step's valid pairs.")
+        help="Passes over the step's valid pairs per Cooper step (each pass: one optimizer step with "
+        "--cooper.rm_update_granularity step, one per RM mini-batch with minibatch).")
+    add("--cooper.rm_update_granularity", type=str, default="step", choices=RM_UPDATE_GRANULARITIES,
+        help="'step' = one RM optimizer step over all of the step's valid pairs (the masked mean of Eq. 5 over the "
+        "whole batch); 'minibatch' = one optimizer step per --cooper.rm_mini_batch_size pairs, several per RL step, "
+        "as the official recipe's RM worker does.")
+    add("--cooper.rm_mini_batch_size", type=int, default=8,
+        help="Valid pairs per RM optimizer step with --cooper.rm_update_granularity minibatch.")
     add("--cooper.rm_zero_stage", type=int, default=2, choices=RM_ZERO_STAGES,
         help="DeepSpeed ZeRO stage of the trainable RM (independent of --ds.zero_stage). Stages 1 and 2 are the "
         "ones whose bf16 optimizer skips a step with non-finite gradients; the RM relies on that.")
@@ -82,6 +97,16 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--cooper.assistant_model_path on one dedicated vLLM engine (one more GPU).")
     add("--cooper.assistant_model_path", type=str, default=None,
         help="HF path of the assistant model, with --cooper.assistant model.")
+    add("--cooper.negative_source", type=str, default="assistant", choices=NEGATIVE_SOURCES,
+        help="Where a prompt's negative comes from: 'assistant' = an assistant's rewrite of the positive into a "
+        "wrong solution (the paper's); 'rollout' = one of the prompt's own rollouts whose answer the rule verifier "
+        "proves different from the reference (no assistant, no extra generation; prompts without a wrong rollout "
+        "have no pair); 'mixed' = a rollout negative where one exists, an assistant rewrite for the other prompts "
+        "with a positive. The paper names the assistant as Cooper's main open cost; this ablates it.")
+    add("--cooper.rollout_negative_pick", type=str, default="hardest", choices=ROLLOUT_NEGATIVE_PICKS,
+        help="Which wrong rollout becomes the negative (rollout / mixed sources): 'hardest' = the one the current "
+        "RM scores highest, i.e. exactly where the RM is being fooled, so each update corrects the RM's worst "
+        "current mistake (the default for that reason); 'random' = a seeded uniform choice among them.")
     add("--cooper.negative_retries", type=int, default=3,
         help="Rewrite attempts per prompt; a negative is kept only if its answer is verified different from the positive's.")
     add("--cooper.negative_max_new_tokens", type=int, default=512, help="Max new tokens of one rewrite.")
@@ -90,11 +115,30 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="How a rewrite's final answer is found: 'none' = only an explicit one (\\boxed{}, '####', 'the answer "
         "is'), as the rewrite prompt asks; 'last_number' also takes the last number of the text.")
     # Verification
+    add("--cooper.answer_fallback", type=str, default="none", choices=FALLBACKS,
+        help="How a rollout's final answer is found, for positives and the rule reward: 'none' = only an explicit "
+        "one (\\boxed{}, '####', 'the answer is'); 'last_number' also takes the last number of the text, which "
+        "makes an unboxed or truncated rollout whose last number equals the reference a 'verified-correct' positive. "
+        "The metric cooper/verify_fallback_only_correct counts the rollouts only the lax rule accepts.")
     add("--cooper.verifier_workers", type=int, default=2,
         help="Rule-verifier (math-verify) worker processes of the pair-construction actor.")
+    add("--cooper.max_unparseable_reference_share", type=float, default=0.0,
+        help="Share of prompt rows, in [0, 1], whose reference (--data.label_key) math-verify may fail to parse as a "
+        "final answer (checked at start-up over the whole prompt set); above it the run stops naming the rows.")
     add("--cooper.verifier_deadline_s", type=float, default=10.0,
         help="Hard per-rollout verification deadline in seconds; a rollout past it counts as not verified correct.")
+    # Reward-hacking monitor (algo/hacking.py: the rule, its thresholds and why their defaults are what they are)
+    add("--cooper.on_hacking", type=str, default="warn", choices=ON_HACKING,
+        help="What happens when the reward-hacking alarm (cooper/hacking_alarm, reasons in the log) turns on: 'warn' "
+        "logs the reasons; 'stop' saves a checkpoint of the step (policy and RM) and ends the run with an error; "
+        "'rule_reward' switches the policy's reward to the rule verifier from then on (cooper/reward_from_rule).")
+    for flag, kind, default, text in HackingMonitorConfig.flags():
+        add(flag, type=kind, default=default, help=text)
     # Observability
+    add("--cooper.rm_eval_dataset", type=str, default=None,
+        help="A labelled verifier set (JSON Lines, VerifyBench format: question, answer, completion, gold_correct). "
+        "Every --eval.steps steps the RM's accuracy on it (reward >= 0.5 <=> gold_correct) is logged as "
+        "cooper/rm_eval_accuracy: the paper's check that the co-trained RM stays an accurate verifier.")
     add("--cooper.sample_log_dir", type=str, default=None,
         help="If set, every step appends its rollouts (question, reference, completion, verified, reward) to "
         "rollouts.jsonl and its pairs to pairs.jsonl in this folder, for inspecting rewards and negatives.")
@@ -130,9 +174,10 @@ def validate_cooper_args(args) -> None:
         what = "--reward.remote_url" if reward.remote_url else "--train.agent_func_path"
         problems.append(f"{what} cannot be combined with Cooper: its rewards would replace the local RM's "
                         "(and a remote RM cannot be trained with --remote_rm_trainable)")
-    if args.algo.advantage.estimator == "gae":
-        problems.append("--algo.advantage.estimator gae needs a critic; Cooper uses group baselines "
-                        "(group_norm = GRPO, as in the paper; rloo, reinforce_baseline, dr_grpo also work)")
+    if args.algo.advantage.estimator not in GROUP_ESTIMATORS:
+        problems.append(f"--algo.advantage.estimator {args.algo.advantage.estimator}: Cooper uses a group baseline "
+                        f"over each prompt's rollouts, one of {list(GROUP_ESTIMATORS)} (group_norm = GRPO, as in the "
+                        "paper); gae needs a critic, reinforce and flash_reinforce have no per-prompt baseline")
     if args.train.async_enable:
         problems.append("--train.async_enable is not supported: the Cooper step is synchronous (rewards of step "
                         "t+1 come from the RM updated at step t)")
@@ -147,7 +192,10 @@ def validate_cooper_args(args) -> None:
     if cooper.assistant == "policy" and cooper.assistant_model_path:
         problems.append("--cooper.assistant_model_path is set but --cooper.assistant is 'policy'; pass "
                         "--cooper.assistant model to use it")
-    positive_ints = ("rm_updates_per_step", "rm_micro_batch_size", "negative_retries", "negative_max_new_tokens",
+    if cooper.negative_source == "rollout" and cooper.assistant == "model":
+        problems.append("--cooper.assistant model is never used with --cooper.negative_source rollout (negatives are "
+                        "the policy's own wrong rollouts); drop it or use --cooper.negative_source mixed")
+    positive_ints = ("rm_updates_per_step", "rm_mini_batch_size", "rm_micro_batch_size", "negative_retries", "negative_max_new_tokens",
                      "verifier_workers")
     for name in positive_ints:
         if getattr(cooper, name) < 1:
@@ -164,6 +212,17 @@ def validate_cooper_args(args) -> None:
         problems.append(f"--cooper.negative_temperature must be >= 0, got {cooper.negative_temperature}")
     if not cooper.verifier_deadline_s > 0:
         problems.append(f"--cooper.verifier_deadline_s must be > 0, got {cooper.verifier_deadline_s}")
+    try:
+        HackingMonitorConfig.from_namespace(cooper)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if cooper.rm_eval_dataset and not rm_path:
+        problems.append("--cooper.rm_eval_dataset needs a reward model (--reward.model_name_or_path) to evaluate")
+    if cooper.rm_eval_dataset and args.eval.steps in (-1, 0, None):
+        problems.append("--cooper.rm_eval_dataset is evaluated every --eval.steps steps; set --eval.steps >= 1")
+    if not 0.0 <= cooper.max_unparseable_reference_share <= 1.0:
+        problems.append(f"--cooper.max_unparseable_reference_share must be in [0, 1], got "
+                        f"{cooper.max_unparseable_reference_share}")
     if cooper.rm_save_path and not args.remote_rm_trainable:
         problems.append("--cooper.rm_save_path is only used with --remote_rm_trainable (a static RM is not re-saved)")
     _fail(problems)

@@ -67,6 +67,19 @@ def write_labelled_triples(path: Path, n: int, seed: int) -> dict[str, int]:
     return counts
 
 
+# Settings for a CPU-only machine (DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache);
+# where torch sees CUDA they would send a GPU machine down the CPU path, so they apply only without it.
+CPU_ENVIRONMENT = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def run_environment() -> dict[str, str]:
+    """Environment defaults of the demo's stages: offline always, CPU_ENVIRONMENT only where CUDA is absent."""
+    from cooper_openrlhf.runtime import cuda_available
+
+    defaults = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return defaults if cuda_available() else {**defaults, **CPU_ENVIRONMENT}
+
+
 def run_stage(name: str, argv: list[str], log_path: Path) -> None:
     """Run one stage as a subprocess, teeing its output to `log_path`; a failure exits with its status."""
     logger.info("stage %s: %s", name, " ".join(argv))
@@ -100,7 +113,7 @@ def cooper_argv(args, out: Path, rm: Path) -> list[str]:
         "--algo.kl.init_coef", "0.001",
         "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
         "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
-        "--ds.attn_implementation", "eager", "--ds.param_dtype", "bf16", "--ds.zero_stage", "2",
+        "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",  # --ds.param_dtype auto: the fast one here
         "--actor.adam.lr", "1e-6", "--cooper.rm_lr", "1e-5", "--cooper.rm_max_length", "512",
         "--cooper.negative_max_new_tokens", str(args.max_new_tokens),
         "--ckpt.save_steps", "1", "--ckpt.path", str(out / "ckpt"), "--ckpt.output_dir", str(out / "final"),
@@ -117,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for key, value in {"HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-                       "TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": "1"}.items():
+    for key, value in run_environment().items():
         os.environ.setdefault(key, value)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)

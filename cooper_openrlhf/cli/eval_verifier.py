@@ -3,7 +3,8 @@
 Reads VerifyBench-format JSON Lines (`question`, `answer`, `completion`, `gold_correct`, optional
 `answer_type`), asks the chosen verifier whether each completion is correct, and reports
 accuracy, precision, recall, F1 and the confusion matrix (positive = "correct"), overall and per
-`answer_type`: a table on stdout, and with `--json-out` the same numbers as JSON.
+`answer_type`: a table on stdout, and with `--json-out` the same numbers as JSON. The verifiers are
+run and scored by `rm/compare.py`, as in `verifyrm compare`.
 
 Verifiers:
   rule   math-verify in a process pool with a hard per-item deadline (`--workers`, `--timeout`);
@@ -21,38 +22,32 @@ from collections import Counter
 
 from cooper_openrlhf.data.benchmarks import BenchmarkFormatError, load_benchmark
 from cooper_openrlhf.data.records import VerifyExample
-from cooper_openrlhf.verify.metrics import BinaryMetrics, binary_metrics, grouped_metrics, verdict_is_positive
+from cooper_openrlhf.rm import compare as cmp
+from cooper_openrlhf.verify.metrics import verdict_is_positive
 
 NO_ANSWER_TYPE = "(none)"  # group of rows without an answer_type
 
 
 def predict_rule(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:
-    from cooper_openrlhf.verify.pool import VerifierPool
-
-    with VerifierPool(num_workers=args.workers, deadline_s=args.timeout) as pool:
-        result = pool.verify_batch([e.reference for e in examples], [e.completion for e in examples])
-    counts = {verdict.value: count for verdict, count in sorted(result.counts.items())}
-    return [verdict_is_positive(v) for v in result.verdicts], {"verdict_counts": counts}
+    verdicts = cmp.rule_verdicts(examples, args.workers, args.timeout)
+    counts = Counter(verdict.value for verdict in verdicts)
+    return [verdict_is_positive(v) for v in verdicts], {"verdict_counts": dict(sorted(counts.items()))}
 
 
 def predict_rm(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:
-    from cooper_openrlhf.verify.rm_scorer import RMScorer
+    from cooper_openrlhf.rm.model import check_reward_model, recorded_template_version
 
-    scorer = RMScorer(args.model, device=args.device, max_length=args.max_length, batch_size=args.batch_size)
-    scores = scorer.score([e.question for e in examples], [e.reference for e in examples], [e.completion for e in examples])
-    return [score >= args.threshold for score in scores], {"threshold": args.threshold, "template": scorer.template_version}
+    predicted = cmp.rm_predictions(examples, args.model, args.threshold, args.batch_size, args.max_length, args.device)
+    return predicted, {"threshold": args.threshold, "template": recorded_template_version(check_reward_model(args.model))}
 
 
 def predict_judge(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:
-    from cooper_openrlhf.engines import make_engine
-    from cooper_openrlhf.engines.base import SamplingConfig
-    from cooper_openrlhf.verify.judge import JudgeVerdict, LLMJudge
+    from cooper_openrlhf.verify.judge import JudgeVerdict
 
     engine_options = {"device": args.device, "batch_size": args.batch_size} if args.engine == "hf" else {}
-    judge = LLMJudge(make_engine(args.engine, args.model, **engine_options), SamplingConfig(max_new_tokens=args.max_new_tokens))
-    judgements = judge.judge([e.question for e in examples], [e.reference for e in examples], [e.completion for e in examples])
-    counts = Counter(j.verdict.value for j in judgements)
-    return [j.verdict == JudgeVerdict.YES for j in judgements], {"verdict_counts": dict(sorted(counts.items()))}
+    verdicts = cmp.judge_verdicts(examples, args.model, args.engine, args.max_new_tokens, engine_options)
+    counts = Counter(verdict.value for verdict in verdicts)
+    return [v == JudgeVerdict.YES for v in verdicts], {"verdict_counts": dict(sorted(counts.items()))}
 
 
 VERIFIERS = {"rule": predict_rule, "rm": predict_rm, "judge": predict_judge}
@@ -69,24 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=5.0, help="rule: hard deadline per item, seconds")
     parser.add_argument("--model", help="rm / judge: model folder")
     parser.add_argument("--threshold", type=float, default=0.5, help="rm: predicted correct when sigmoid(logit) >= this")
-    parser.add_argument("--max-length", type=int, default=2048, help="rm: tokens per input")
+    parser.add_argument("--max-length", type=int, help="rm: tokens per input (default: what the export records)")
     parser.add_argument("--batch-size", type=int, default=8, help="rm / judge (hf): inputs per forward pass")
     parser.add_argument("--device", default="cpu", help="rm / judge (hf): torch device")
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="judge: generation engine")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="judge: reply length in tokens")
     return parser
-
-
-def format_table(overall: BinaryMetrics, by_type: dict[str, BinaryMetrics]) -> str:
-    header = f"{'answer_type':<20} {'n':>6} {'acc':>7} {'prec':>7} {'recall':>7} {'f1':>7} {'tp':>6} {'fp':>6} {'tn':>6} {'fn':>6}"
-    lines = [header, "-" * len(header)]
-    for name, m in [("ALL", overall), *by_type.items()]:
-        c = m.confusion
-        lines.append(
-            f"{name[:20]:<20} {m.n:>6} {m.accuracy:>7.4f} {m.precision:>7.4f} {m.recall:>7.4f} {m.f1:>7.4f} "
-            f"{c.tp:>6} {c.fp:>6} {c.tn:>6} {c.fn:>6}"
-        )
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,13 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     predicted, details = VERIFIERS[args.verifier](examples, args)
     seconds = time.perf_counter() - start
     gold = [e.gold_correct for e in examples]
-    overall = binary_metrics(predicted, gold)
-    by_type = grouped_metrics(predicted, gold, [e.answer_type or NO_ANSWER_TYPE for e in examples])
+    types = [e.answer_type or NO_ANSWER_TYPE for e in examples]
+    result = cmp.compare(examples, gold, {args.verifier: predicted}, "gold_correct", groups=types)
 
     print(f"verifier={args.verifier} data={args.data} rows={len(examples)} skipped={len(loaded.skipped)} seconds={seconds:.2f}")
     for key, value in details.items():
         print(f"{key}: {value}")
-    print(format_table(overall, by_type))
+    print(cmp.format_comparison(result))
     if args.json_out:
         report = {
             "verifier": args.verifier,
@@ -120,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             "skipped": [{"line": line, "reason": reason} for line, reason in loaded.skipped],
             "seconds": seconds,
             "details": details,
-            "overall": overall.to_dict(),
-            "by_answer_type": {name: m.to_dict() for name, m in by_type.items()},
+            "overall": result.overall[args.verifier].to_dict(),
+            "by_answer_type": {name: m.to_dict() for name, m in result.by_group[args.verifier].items()},
         }
         with open(args.json_out, "w", encoding="utf-8") as out:
             json.dump(report, out, indent=2)

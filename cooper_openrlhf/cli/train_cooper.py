@@ -5,32 +5,31 @@ The three arms of the paper run from this one command: Cooper (`--remote_rm_trai
 (without it) and rule reward (`--cooper.reward_source rule`).
 
 Parsing reuses OpenRLHF's own parser AND its validation block, which live inline under
-`if __name__ == "__main__":` in `openrlhf/cli/train_ppo_ray.py`: `parse_args` runs that module as
-`__main__` with `ArgumentParser.parse_args` intercepted, where Cooper's flags are added and checked,
-and the module's `train` replaced by a no-op, so the block validates (and normalises) the args and
-stops where it would start training. Nothing of the block is copied.
+`if __name__ == "__main__":` in `openrlhf/cli/train_ppo_ray.py`, through the one interception point of
+`cli/openrlhf_cli.py`: Cooper's flags are added there and checked before the stock block validates (and
+normalises) the args; `--ds.param_dtype` defaults to `auto` and is resolved there. Nothing of the block is copied.
 
 `train_cooper(args)` is stock `train(args)` (openrlhf/cli/train_ppo_ray.py:19-180) with these
 differences, each marked "Cooper:" below:
-  1. start-up checks: every prompt row has a reference; the RM path is a one-logit sequence classifier;
-  2. Ray: on a machine without CUDA, `runtime.ray_cluster.init_local_ray()` (logical over-commit + CPU shims);
+  1. start-up checks: every prompt row has a reference that math-verify parses as a final answer (up to
+     --cooper.max_unparseable_reference_share of the rows may fail); the RM path is a one-logit sequence classifier;
+  2. Ray: with RAY_ADDRESS set, stock's `ray.init` joins that cluster (whatever the driver has); else, on a
+     machine without CUDA, `runtime.ray_cluster.init_local_ray()` (logical over-commit + CPU shims);
   3. the reward group is `TrainableRewardModelActor` (stock: `RewardModelActor`), initialised with the run's
-     max_steps and `--cooper.*`; there is none for the rule arm without an RM; there is no critic (Cooper
+     rollout steps and `--cooper.*`; there is none for the rule arm without an RM; there is no critic (Cooper
      rejects gae);
   4. a `PairConstructionActor` (verifier pool + assistant) and `CooperTrainer` (stock: `PPOTrainer`);
   5. at the end the trained RM is exported in the VerifyRM format and the pair actor is closed.
 """
 
-import argparse
 import logging
 import os
-import runpy
-import sys
 
 import ray
 from ray.util.placement_group import placement_group
 
 from cooper_openrlhf.cli.cooper_args import add_cooper_args, validate_cooper_args
+from cooper_openrlhf.cli.openrlhf_cli import validated_train_ppo_ray_args
 
 logger = logging.getLogger("cooper_openrlhf.train_cooper")
 
@@ -38,51 +37,85 @@ logger = logging.getLogger("cooper_openrlhf.train_cooper")
 # --------------------------------------------------------------------------------------- parsing
 def parse_args(argv: list[str] | None = None):
     """Stock parser + Cooper's flags, Cooper's checks, then stock validation -> hierarchized args."""
-    from openrlhf.utils.config import hierarchize
-
-    original_parse_args = argparse.ArgumentParser.parse_args
-
-    def parse_with_cooper(parser, args=None, namespace=None):
-        add_cooper_args(parser)
-        flat = original_parse_args(parser, argv if args is None else args, namespace)
-        # Cooper's checks first: the stock block assumes a stock configuration (e.g. gae without an RM crashes).
-        validate_cooper_args(hierarchize(flat))
-        # The block ends with `train(args)`; the caller's globals are the module run below.
-        sys._getframe(1).f_globals["train"] = lambda validated_args: None
-        return flat
-
-    argparse.ArgumentParser.parse_args = parse_with_cooper
-    try:
-        namespace = runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
-    finally:
-        argparse.ArgumentParser.parse_args = original_parse_args
-    return namespace["args"]
+    # Cooper grades --eval.dataset with its rule verifier; the stock block asserts a remote RM for it.
+    return validated_train_ppo_ray_args(argv, extend=add_cooper_args, check=validate_cooper_args,
+                                        hold_back=("eval.dataset",))
 
 
 # ------------------------------------------------------------------------------ start-up checks
-def check_prompt_dataset(args, strategy) -> None:
-    """Every row of every --data.prompt_dataset has a question and a non-empty reference (error names file and row)."""
-    from openrlhf.datasets.utils import blending_datasets
+REFERENCE_PARSE_TIMEOUT_S = 5
+SHOWN_BAD_REFERENCES = 5
 
-    from cooper_openrlhf.ray.trainer import raw_question
-    from cooper_openrlhf.verify.extract import normalize_answer
+
+def reference_problem(reference: str) -> str | None:
+    """Why `reference` cannot serve as the gold answer of the rule verifier, or None when it can.
+
+    Parsed as verify/rule.py parses gold: math-verify's `parse` of `\\boxed{normalized reference}` (main thread:
+    math-verify's timeout is a signal alarm). A worked solution with a marked final answer (a raw GSM8K label,
+    "... #### 72") is refused too: math-verify would read some number of it, and the RM would see the solution.
+    """
+    from math_verify import parse
+    from math_verify.errors import TimeoutException
+
+    from cooper_openrlhf.verify.extract import extract_answer, normalize_answer
+
+    normalized = normalize_answer(reference)
+    if normalized is None:
+        return "empty"
+    marked = extract_answer(reference, fallback="none")
+    if marked is not None and normalized != normalize_answer(marked) and normalized != f"\\boxed{{{marked}}}":
+        return f"a worked solution, not a final answer (its marked final answer is {marked!r}: store that)"
+    try:
+        parsed = parse(f"\\boxed{{{normalized}}}", parsing_timeout=REFERENCE_PARSE_TIMEOUT_S, raise_on_error=True)
+    except TimeoutException:
+        return f"math-verify took over {REFERENCE_PARSE_TIMEOUT_S} s to parse it"
+    except Exception as exc:  # math-verify's parser raising on this text is what is being checked
+        return f"math-verify cannot parse it ({type(exc).__name__}: {exc})"
+    return None if parsed else "math-verify parses nothing from it"
+
+
+def check_prompt_dataset(args, strategy) -> None:
+    """Every row of every --data.prompt_dataset has a question and a reference math-verify parses as a final answer.
+
+    Errors name the file, row, field and value. Up to --cooper.max_unparseable_reference_share of all rows may have
+    an unparseable reference (logged; those prompts never give a positive); more stops the run.
+    """
+    from openrlhf.datasets.utils import blending_datasets
+    from tqdm import tqdm
+
+    from cooper_openrlhf.ray.step_records import raw_question
 
     input_key, label_key = args.data.input_key, args.data.label_key
+    bad, total = [], 0  # bad: "where: problem" lines
     for spec in args.data.prompt_dataset.split(","):
         spec = spec.strip()
         data = blending_datasets(spec, None, strategy, args.train.seed, max_count=args.data.max_samples,
                                  dataset_split=args.data.prompt_split)
-        for row_index, row in enumerate(data):
+        for row_index, row in enumerate(tqdm(data, desc=f"checking references of {spec}", disable=len(data) < 1000)):
             where = f"prompt dataset {spec}, row {row_index} (0-based)"
-            if label_key not in row or row[label_key] is None or normalize_answer(str(row[label_key])) is None:
-                raise ValueError(f"{where}: no reference answer in field {label_key!r} (--data.label_key); Cooper "
-                                 f"verifies every rollout against it. Fix or drop the row.")
+            total += 1
             if input_key not in row:
                 raise ValueError(f"{where}: no field {input_key!r} (--data.input_key)")
             try:
                 raw_question(row, input_key)
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
+            reference = row.get(label_key)
+            problem = "missing" if reference is None else reference_problem(str(reference))
+            if problem is not None:
+                bad.append(f"{where}, field {label_key!r} (--data.label_key) = {str(reference)[:120]!r}: {problem}")
+    if not bad:
+        return
+    share, allowed = len(bad) / total, args.cooper.max_unparseable_reference_share
+    shown = "\n  ".join(bad[:SHOWN_BAD_REFERENCES])
+    if share > allowed:
+        raise ValueError(
+            f"{len(bad)} of {total} prompt rows ({share:.1%}) have no reference the rule verifier can use, more than "
+            f"--cooper.max_unparseable_reference_share {allowed}; Cooper verifies every rollout against it. "
+            f"Fix or drop the rows. First ones:\n  {shown}")
+    logger.warning("%d of %d prompt rows (%.1f%%) have an unusable reference (within "
+                   "--cooper.max_unparseable_reference_share %s); they give no positives. First ones:\n  %s",
+                   len(bad), total, 100 * share, allowed, shown)
 
 
 def check_reward_model(path: str) -> None:
@@ -92,18 +125,22 @@ def check_reward_model(path: str) -> None:
     """
     from cooper_openrlhf.rm import model as rm_model
 
-    rm_model._check_classifier(path, rm_model._read_config(path), init_head=False)
+    rm_model.check_reward_model(path)
 
 
 # ----------------------------------------------------------------------------------------- wiring
 def start_ray() -> None:
-    """Cooper: a local cluster with the CPU runtime where CUDA is absent; stock's `ray.init` otherwise."""
+    """Cooper: stock's `ray.init` where a cluster is named (RAY_ADDRESS; OpenRLHF 0.11.2 has no address flag) or
+    CUDA exists; a local cluster with the CPU runtime otherwise.
+
+    The address comes first: the driver of a GPU cluster may be a CPU-only head node, whose own missing CUDA
+    says nothing about where the actors run (and `ray.init(num_cpus=...)` is refused when joining a cluster)."""
     from cooper_openrlhf.runtime import cuda_available
-    from cooper_openrlhf.runtime.ray_cluster import init_local_ray
+    from cooper_openrlhf.runtime.ray_cluster import init_local_ray, ray_cluster_address
 
     if ray.is_initialized():
         return
-    if not cuda_available():
+    if ray_cluster_address() is None and not cuda_available():
         init_local_ray()
         return
     ray.init(runtime_env={"env_vars": {
@@ -140,6 +177,7 @@ def pair_construction_actor(args, vllm_engines):
         verifier_deadline_s=cooper.verifier_deadline_s,
         assistant_model_path=cooper.assistant_model_path if own_engine else None,
         assistant_max_model_len=None if own_engine else args.data.max_len,
+        answer_fallback=cooper.answer_fallback,
     )
 
 
@@ -206,8 +244,10 @@ def train_cooper(args) -> None:
     if ref_model is not None:
         refs.extend(ref_model.async_init_model_from_pretrained(strategy, args.actor.model_name_or_path))
     if reward_model is not None:
-        refs.extend(reward_model.async_init_model_from_pretrained(strategy, args.reward.model_name_or_path, max_steps,
-                                                                   args.cooper))
+        # Cooper: the RM's schedule spans rollout steps (max_steps counts the policy's optimizer steps).
+        rollout_steps = ray.get(trainer.get_rollout_steps.remote())
+        refs.extend(reward_model.async_init_model_from_pretrained(strategy, args.reward.model_name_or_path,
+                                                                   rollout_steps, args.cooper))
     ray.get(refs)
 
     try:

@@ -4,8 +4,8 @@
             judge, keep the triples where both agree (resumable; see rm/annotate.py)
   train     BCE-train a one-logit classifier on the labelled triples with OpenRLHF's DeepspeedStrategy,
             evaluate every epoch, export the best epoch (see rm/bce_train.py). OpenRLHF flags
-            (--ds.zero_stage, --ds.param_dtype, --train.batch_size, --train.micro_batch_size,
-            --train.seed, --ds.adam_offload, ...) are passed to OpenRLHF's own parser. Runs as one CPU
+            (--ds.zero_stage, --ds.param_dtype [auto (default) | bf16 | fp32 | fp16 on GPU], --train.batch_size,
+            --train.micro_batch_size, --train.seed, --ds.adam_offload, ...) are passed to OpenRLHF's own parser. Runs as one CPU
             process, or under `deepspeed --module cooper_openrlhf.cli.verifyrm train ...` / torchrun.
   score     add the reward (sigmoid of the RM logit) and the logit to every row of a JSON Lines file
   compare   one table: the RM, math-verify alone and the judge alone against gold labels

@@ -1,4 +1,4 @@
-"""Loaders for math benchmark files (JSON Lines) into typed records.
+"""Loaders for math benchmark files (JSON Lines, or parquet for generic sets) into typed records.
 
 Each benchmark has a row parser (dict -> record fields) picked by name from `BENCHMARKS`. A row
 that is not valid JSON, lacks a field or has a field of the wrong type raises
@@ -12,15 +12,18 @@ Reference answers per benchmark:
   svamp          `Answer` (a JSON number) rendered without ".0" for whole numbers; question = Body + " " + Question
   olympiadbench  the `final_answer` list joined with ", ", every "$" removed
   verifybench    `answer`; rows also carry `completion`, `gold_correct` (bool) and optional `answer_type`
+
+`load_qa_file` reads any other question/answer set: JSON Lines or parquet, with the question and
+answer under keys the caller names; the answer is a string or a number (rendered as for SVAMP).
 """
 
-import json
 import logging
 import re
 from pathlib import Path
 from typing import Callable
 
 from cooper_openrlhf.data.records import LoadResult, MathProblem, VerifyExample
+from cooper_openrlhf.data.rows import ROW_FILE_SUFFIXES, RowFormatError, iter_rows
 
 logger = logging.getLogger(__name__)
 
@@ -116,21 +119,63 @@ def load_benchmark(name: str, path: str | Path, *, skip_invalid: bool = False) -
         raise KeyError(f"unknown benchmark {name!r}; valid: {sorted(BENCHMARKS)}")
     parse_row, record_type = BENCHMARKS[name]
     result = LoadResult()
-    with open(path, encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
+    try:
+        for line_number, place, row in iter_rows(path, skipped=result.skipped if skip_invalid else None):
             try:
-                row = json.loads(line)
-                if not isinstance(row, dict):
-                    raise _RowError(f"row must be a JSON object, got {type(row).__name__}")
                 fields = parse_row(row)
-            except (json.JSONDecodeError, _RowError) as exc:
-                reason = f"invalid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            except _RowError as exc:
                 if not skip_invalid:
-                    raise BenchmarkFormatError(f"{path}:{line_number}: {reason}") from exc
-                logger.warning("skipping %s:%d: %s", path, line_number, reason)
-                result.skipped.append((line_number, reason))
+                    raise BenchmarkFormatError(f"{place}: {exc}") from None
+                logger.warning("skipping %s: %s", place, exc)
+                result.skipped.append((line_number, str(exc)))
                 continue
             result.records.append(record_type(**fields, source=name, index=line_number - 1))
+    except RowFormatError as exc:
+        raise BenchmarkFormatError(str(exc)) from None
+    return result
+
+
+QA_SUFFIXES = ROW_FILE_SUFFIXES
+
+
+def _answer_text(row: dict, key: str) -> str:
+    if key not in row or row[key] is None:
+        raise _RowError(f"field {key!r} is missing")
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _RowError(f"field {key!r} must be a string or a number, got {type(value).__name__}")
+    if isinstance(value, (int, float)):
+        value = str(int(value)) if float(value).is_integer() else repr(float(value))
+    if not value.strip():
+        raise _RowError(f"field {key!r} is empty (no reference answer)")
+    return value.strip()
+
+
+def load_qa_file(path: str | Path, question_key: str = "question", answer_key: str = "answer",
+                 source: str | None = None) -> LoadResult:
+    """Questions with reference answers from any JSON Lines (.jsonl/.json) or parquet file.
+
+    Every row needs a non-empty string under `question_key` and a non-empty string or number under
+    `answer_key`; the first row that lacks one raises BenchmarkFormatError naming file, line (row
+    for parquet) and field. A file with no rows raises too: an evaluation set must not be empty.
+    """
+    path = Path(path)
+    if path.suffix not in QA_SUFFIXES:
+        raise BenchmarkFormatError(f"{path}: unsupported file type {path.suffix!r}; valid: {list(QA_SUFFIXES)}")
+    result = LoadResult()
+    try:
+        rows = list(iter_rows(path))
+    except RowFormatError as exc:
+        raise BenchmarkFormatError(str(exc)) from None
+    for number, place, row in rows:
+        try:
+            question = _string(row, question_key)
+            if not question.strip():
+                raise _RowError(f"field {question_key!r} is empty")
+            reference = _answer_text(row, answer_key)
+        except _RowError as exc:
+            raise BenchmarkFormatError(f"{place}: {exc}") from None
+        result.records.append(MathProblem(question, reference, source or path.stem, number - 1))
+    if not result.records:
+        raise BenchmarkFormatError(f"{path}: no questions in the file")
     return result

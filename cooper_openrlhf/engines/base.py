@@ -1,9 +1,15 @@
-"""The generation-engine interface shared by the LLM judge and, later, the negative-rewriting assistant.
+"""The generation-engine interface of the annotation generators and the LLM judge (`rm/annotate.py`,
+`verify/judge.py`) and of Cooper's negative-rewriting assistant (`ray/pair_builder.py`).
 
-An engine turns prompts into completions. A prompt is either a plain string (used as is) or a
-chat conversation (a list of {"role", "content"} dicts, rendered with the model's own chat
-template and a generation prompt). With `n` samples per prompt the result is flat and grouped
-by prompt: [p0 s0, p0 s1, ..., p1 s0, ...], length len(prompts) * n.
+Implementations: `engines.hf.HFEngine` and `engines.vllm_offline.VLLMEngine` (built by name with
+`engines.make_engine`), and `engines.openrlhf_vllm.OpenRLHFVLLMEngine` over OpenRLHF's running vLLM
+actors (the assistant during RL).
+
+An engine turns prompts into completions. A prompt is either a plain string (tokenised as is,
+with the tokenizer's usual special tokens) or a chat conversation (a list of {"role", "content"}
+dicts, rendered with the model's own chat template and a generation prompt; `prompt_token_ids`).
+With `n` samples per prompt the result is flat and grouped by prompt: [p0 s0, p0 s1, ..., p1 s0,
+...], length len(prompts) * n. How `seed` is applied is each engine's own (see its docstring).
 """
 
 from dataclasses import dataclass

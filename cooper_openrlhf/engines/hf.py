@@ -15,15 +15,18 @@ logger = logging.getLogger(__name__)
 class HFEngine:
     """`AutoModelForCausalLM` behind the GenerationEngine interface.
 
-    batch_size: prompts per `generate` call. dtype: a torch dtype name ("float32", "bfloat16").
+    batch_size: prompts per `generate` call. dtype: "auto" (the device's fast dtype: bf16 on GPU and on a CPU
+    with bf16 units, else fp32), "bf16", "fp16" (GPU) or "fp32" (CPU); see runtime/dtype.py.
     """
 
-    def __init__(self, model_path: str, device: str = "cpu", dtype: str = "float32", batch_size: int = 8):
-        import torch
+    def __init__(self, model_path: str, device: str = "cpu", dtype: str = "auto", batch_size: int = 8):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from cooper_openrlhf.runtime.dtype import torch_dtype
+
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
+        model_dtype = torch_dtype(dtype, cuda=device.startswith("cuda"))
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype).to(device)
         self.model.eval()
         self.device = device
         self.batch_size = batch_size

@@ -15,13 +15,19 @@ logger = logging.getLogger(__name__)
 class VLLMEngine:
     """`vllm.LLM` behind the GenerationEngine interface.
 
-    llm_kwargs go to `vllm.LLM` unchanged (e.g. max_model_len, gpu_memory_utilization, dtype).
+    llm_kwargs go to `vllm.LLM` unchanged (e.g. max_model_len, gpu_memory_utilization), except `dtype`: one of
+    runtime/dtype.py's names (default "auto": the device's fast dtype, where vLLM's own "auto" would take the
+    checkpoint's, e.g. bf16 on a CPU that only emulates it) or a vLLM dtype string.
     """
 
-    def __init__(self, model_path: str, seed: int = 0, **llm_kwargs):
+    def __init__(self, model_path: str, seed: int = 0, dtype: str = "auto", **llm_kwargs):
         from vllm import LLM
 
-        self.llm = LLM(model=model_path, seed=seed, **llm_kwargs)
+        from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES, VLLM_DTYPES, resolve_dtype_name
+
+        if dtype in DTYPE_CHOICES:
+            dtype = VLLM_DTYPES[resolve_dtype_name(dtype)]
+        self.llm = LLM(model=model_path, seed=seed, dtype=dtype, **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[str]:

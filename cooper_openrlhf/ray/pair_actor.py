@@ -2,14 +2,15 @@
 
 A thin shell around `ray/pair_builder.PairBuilder`: it owns a `VerifierPool` (worker processes
 with hard deadlines; math-verify cannot run in an actor's threads) and the assistant engine, and
-forwards `verify` / `build_pairs` unchanged. It asks Ray for no CPU (num_cpus=0): it spends its
-time waiting on the verifier processes and on vLLM.
+forwards `verify` / `assistant_negatives` / `build_pairs` unchanged. It asks Ray for no CPU
+(num_cpus=0): it spends its time waiting on the verifier processes and on vLLM.
 
 Assistant sources:
 - the policy (default): `vllm_engines` are OpenRLHF's rollout engines; the actor sends rewrite
-  requests to them through `engines.openrlhf_vllm.OpenRLHFVLLMEngine`. With
-  `--vllm.enable_sleep` the caller wakes them before `build_pairs` (and puts them back to sleep
-  after); the natural place is right after rollout generation, while they are awake anyway.
+  requests to them through `engines.openrlhf_vllm.OpenRLHFVLLMEngine`. They must be awake: with
+  `--vllm.enable_sleep` OpenRLHF puts them to sleep right after generating the rollouts, so the
+  trainer wakes them for the rewrites and puts them back to sleep afterwards (one extra wake/sleep
+  pair per step, counted in `ray/trainer.py`).
 - a separate model (`assistant_model_path`, with `vllm_engines=None`): the actor starts ONE
   dedicated engine on it with OpenRLHF's own `create_vllm_engines` (a `RolloutRayActor` in a
   {"GPU": 1, "CPU": 1} placement group the actor makes, so that `close` can remove it). The same
@@ -41,8 +42,9 @@ class PairConstructionActor:
         value they were created with (prompt_max_len + generate_max_len) so that a rewrite prompt
         too long for them is skipped with a warning instead of failing the step; for a dedicated
         engine it is also its creation value (default 4096).
-    answer_fallback: how final answers are found, by the verifier and for positives and rewrites alike
-        (`verify.extract`: "last_number" or "none"; "none" accepts only anchored answers).
+    answer_fallback: how final answers are found in rollouts, by the verifier and for positives alike
+        (`verify.extract`: "none" = only an explicit final answer, the default; "last_number" also takes the
+        last number of the text). Rewrites use `config.answer_fallback`.
     assistant_engine_kwargs: keywords of `create_vllm_engines` for a dedicated engine (e.g.
         gpu_memory_utilization, enforce_eager), over the defaults in `_start_assistant_engine`.
     """
@@ -56,7 +58,7 @@ class PairConstructionActor:
         verifier_deadline_s: float = 10.0,
         assistant_model_path: str | None = None,
         *,
-        answer_fallback: str = "last_number",
+        answer_fallback: str = "none",
         assistant_max_model_len: int | None = None,
         assistant_engine_kwargs: dict | None = None,
     ):
@@ -131,10 +133,13 @@ class PairConstructionActor:
     def verify(self, references: list[str], completions: list[str]):
         return self.builder.verify(references, completions)
 
-    def build_pairs(self, questions, references, completions, verified_correct, n_samples_per_prompt, step=None):
-        return self.builder.build_pairs(
-            questions, references, completions, verified_correct, n_samples_per_prompt, step=step
-        )
+    def assistant_negatives(self, questions, positives, prompts, step=None):
+        return self.builder.assistant_negatives(questions, positives, prompts, step=step)
+
+    def build_pairs(self, questions, references, completions, verified_correct, n_samples_per_prompt, step=None,
+                    **selection):
+        return self.builder.build_pairs(questions, references, completions, verified_correct, n_samples_per_prompt,
+                                        step=step, **selection)
 
     def close(self) -> None:
         """Stop the verifier workers and any assistant engine this actor started."""

@@ -1,32 +1,39 @@
-"""PairBuilder: verify a step's rollouts and turn them into Cooper's masked preference pairs.
+"""PairBuilder: verify a step's rollouts and write the assistant's negatives, for Cooper's pairs.
 
 Pure Python (no Ray import): `ray/pair_actor.py` wraps it in a Ray actor, and the tests drive it
-with a fake engine and the real verifier pool in milliseconds.
+with a fake engine and the real verifier pool in milliseconds. Which rollout is a positive, which is a
+rollout negative and how a pair is assembled are pure functions of `algo.selection`; this class owns
+the two things that need the verifier or an engine:
 
-One step (arXiv 2508.05613, sec. 3.2):
-1. `verify`: the rule verifier judges every rollout against its reference; only
-   `Verdict.CORRECT` counts as verified correct (timeouts, errors and missing answers do not).
-2. `build_pairs`: per prompt, the positive is its first verified-correct rollout in batch order
-   (`algo.pairs.select_positives`). The assistant rewrites each positive (`algo.negatives`);
-   attempt k sends the prompts still without a valid negative in ONE `engine.generate` call, up
-   to `NegativeConfig.retries` attempts. A rewrite is a valid negative only when an answer can
-   be extracted from it AND the verifier says it is provably different from the positive's
-   answer (`equivalence_batch` is False; equivalent or undecided are rejected: a negative that
-   might be correct would train the RM on a mislabelled pair).
+1. `verify`: the rule verifier judges every rollout against its reference. Only `Verdict.CORRECT`
+   counts as verified correct (timeouts, errors and missing answers do not). A rollout is *proved
+   wrong* (a candidate rollout negative) only when its extracted answer is proved different from the
+   reference in both directions (`equivalence_batch` is False), the same proof a rewrite needs.
+2. `assistant_negatives`: the assistant rewrites the (normalised) positives of the prompts it is asked
+   for (`algo.negatives`); attempt k sends the prompts still without a valid negative in ONE
+   `engine.generate` call, up to `NegativeConfig.retries` attempts. A rewrite is a valid negative only
+   when an answer can be extracted from it AND the verifier proves it different from the positive's
+   answer (equivalent or undecided are rejected: a negative that might be correct would train the RM
+   on a mislabelled pair), and it is not the positive unchanged.
+
+`build_pairs` composes both with `algo.selection` for callers that run a step serially (tests,
+scripts); the trainer composes the same pieces itself so that the rewrites overlap its RM scoring.
 
 Seeds: attempt k of step t samples with seed `config.seed + (t * retries + k) * SEED_STRIDE`
 (the engine adds each request's index), so the same step of a run reproduces its negatives.
 `t` is the `step` the caller passes (the trainer's global step, which also makes a resumed run
-reproduce), else the number of earlier `build_pairs` calls.
+reproduce), else the number of earlier calls.
 """
 
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages, clean_rewrite
-from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, select_positives
+from cooper_openrlhf.algo import selection
+from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages, normalize_solution
+from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch
 from cooper_openrlhf.engines.base import GenerationEngine, SamplingConfig
 from cooper_openrlhf.verify.extract import FALLBACKS, extract_answer
 from cooper_openrlhf.verify.rule import Verdict
@@ -46,13 +53,21 @@ class Verifier(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass
+class RolloutVerdicts:
+    """The rule verifier's judgement of one step's rollouts (B = prompts * n, prompt-grouped)."""
+
+    correct: list[bool]  # (B,) Verdict.CORRECT: the rollout's final answer equals the reference
+    proven_wrong: list[bool]  # (B,) its final answer is proved different from the reference (both directions)
+
+
 class PairBuilder:
-    """Verifies rollouts and builds one PairBatch per step; owns `verifier` (closed by `close`).
+    """Verifies rollouts and writes the assistant's negatives; owns `verifier` (closed by `close`).
 
     verifier: a `VerifierPool` (or anything with its `verify_batch` / `equivalence_batch`).
     assistant: the engine that rewrites positives into negatives.
-    answer_fallback: how answers are extracted from positives (`verify.extract`); use the verifier's
-        own `RuleVerifierConfig.answer_fallback`. Rewrites use `config.answer_fallback`.
+    answer_fallback: how answers are found in rollouts (`verify.extract`); the verifier's own
+        `RuleVerifierConfig.answer_fallback` must be the same. Rewrites use `config.answer_fallback`.
     """
 
     def __init__(
@@ -60,7 +75,7 @@ class PairBuilder:
         verifier: Verifier,
         assistant: GenerationEngine,
         config: NegativeConfig,
-        answer_fallback: str = "last_number",
+        answer_fallback: str = "none",
     ):
         if not isinstance(config, NegativeConfig):
             raise TypeError(f"config must be a NegativeConfig, got {type(config).__name__}")
@@ -71,120 +86,100 @@ class PairBuilder:
         self.assistant = assistant
         self.config = config
         self.answer_fallback = answer_fallback
-        self.calls = 0  # build_pairs calls so far: the default seed step
+        self.calls = 0  # assistant_negatives calls so far: the default seed step
 
     # ------------------------------------------------------------------ verify
-    def verify(self, references: list[str], completions: list[str]) -> tuple[list[bool], dict[str, float]]:
-        """verified_correct per rollout (only Verdict.CORRECT is True) and metrics.
+    def verify(self, references: list[str], completions: list[str]) -> tuple[RolloutVerdicts, dict[str, float]]:
+        """Verdicts per rollout and metrics.
 
         Metrics: "cooper/verified_accuracy" (fraction correct, 0 for an empty batch),
-        "cooper/verify_timeouts", "cooper/verify_no_answer", "cooper/verify_errors" (counts),
+        "cooper/verify_timeouts", "cooper/verify_no_answer", "cooper/verify_errors",
+        "cooper/verify_proven_wrong" (counts), "cooper/verify_fallback_only_correct" (rollouts that only
+        the lax last-number rule accepts: with answer_fallback "none" they are NOT counted correct),
         "timing/cooper_verify" (seconds).
         """
         start = time.perf_counter()
-        result = self.verifier.verify_batch(list(references), list(completions))
-        verdicts = result.verdicts
-        if len(verdicts) != len(completions):
-            raise RuntimeError(f"verifier returned {len(verdicts)} verdicts for {len(completions)} completions")
+        references, completions = list(references), list(completions)
+        result = self.verifier.verify_batch(references, completions)
+        outcomes = result.outcomes
+        if len(outcomes) != len(completions):
+            raise RuntimeError(f"verifier returned {len(outcomes)} verdicts for {len(completions)} completions")
+        verdicts = [outcome.verdict for outcome in outcomes]
         correct = [verdict == Verdict.CORRECT for verdict in verdicts]
+        proven_wrong = self._proven_wrong(references, outcomes)
         metrics = {
             "cooper/verified_accuracy": sum(correct) / len(correct) if correct else 0.0,
             "cooper/verify_timeouts": float(sum(v == Verdict.TIMEOUT for v in verdicts)),
             "cooper/verify_no_answer": float(sum(v == Verdict.NO_ANSWER for v in verdicts)),
             "cooper/verify_errors": float(sum(v == Verdict.ERROR for v in verdicts)),
+            "cooper/verify_proven_wrong": float(sum(proven_wrong)),
+            "cooper/verify_fallback_only_correct": float(self._fallback_only_correct(references, completions, verdicts)),
             "timing/cooper_verify": time.perf_counter() - start,
         }
-        return correct, metrics
+        return RolloutVerdicts(correct, proven_wrong), metrics
 
-    # ------------------------------------------------------------------ pairs
-    def build_pairs(
+    def _proven_wrong(self, references: list[str], outcomes) -> list[bool]:
+        """True where an INCORRECT rollout's extracted answer is proved different in both directions."""
+        wrong = [i for i, outcome in enumerate(outcomes) if outcome.verdict == Verdict.INCORRECT and outcome.extracted]
+        proven = [False] * len(outcomes)
+        if wrong:
+            same = self.verifier.equivalence_batch([references[i] for i in wrong], [outcomes[i].extracted for i in wrong])
+            for i, equivalent in zip(wrong, same):
+                proven[i] = equivalent is False
+        return proven
+
+    def _fallback_only_correct(self, references: list[str], completions: list[str], verdicts: list[Verdict]) -> int:
+        """Rollouts without an explicit final answer whose last number equals the reference."""
+        if self.answer_fallback == "last_number":  # they were verified (and counted correct) with the fallback
+            return sum(v == Verdict.CORRECT and extract_answer(c, fallback="none") is None
+                       for c, v in zip(completions, verdicts))
+        lax = [(i, extract_answer(completions[i], fallback="last_number")) for i, v in enumerate(verdicts)
+               if v == Verdict.NO_ANSWER]
+        lax = [(i, answer) for i, answer in lax if answer is not None]
+        if not lax:
+            return 0
+        result = self.verifier.verify_batch([references[i] for i, _ in lax], [f"\\boxed{{{a}}}" for _, a in lax])
+        return sum(v == Verdict.CORRECT for v in result.verdicts)
+
+    # ------------------------------------------------------------------ negatives
+    def assistant_negatives(
         self,
-        questions: list[str],
-        references: list[str],
-        completions: list[str],
-        verified_correct: list[bool],
-        n_samples_per_prompt: int,
+        questions: Sequence[str],
+        positives: Sequence[str],
+        prompts: Sequence[int],
         step: int | None = None,
-    ) -> tuple[PairBatch, dict[str, float]]:
-        """One PairBatch slot per prompt, in prompt order, and metrics.
+    ) -> tuple[dict[int, str], dict[str, float]]:
+        """The assistant's valid rewrites of `positives[p]` for p in `prompts` (prompt -> normalised text).
 
-        Inputs are flat and prompt-grouped (P * n, the n rollouts of a prompt contiguous);
-        questions/references repeat per rollout and each group's first is used. Never raises
-        for a step without positives or valid negatives: those slots are `valid=False`.
-
-        Metrics: "cooper/prompts_with_positive" (count), "cooper/valid_pair_rate" (valid / P),
-        "cooper/negative_success_rate" (valid / prompts with a positive; 0 when none),
-        "cooper/negative_attempts" (rewrites requested over all attempts),
+        questions, positives: (P,) per prompt (positives as raw rollout text; "" where none). Prompts
+        whose rewrites all failed are absent from the result. Metrics: "cooper/negative_attempts",
         "cooper/negative_rejected_no_answer", "cooper/negative_rejected_same_answer",
-        "cooper/negative_rejected_undecided" (counts of rejected rewrites by reason),
-        "timing/cooper_negatives" (seconds).
+        "cooper/negative_rejected_undecided" (counts), "timing/cooper_negatives" (seconds).
         """
         start = time.perf_counter()
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise ValueError(f"step must be an int >= 0 or None, got {step!r}")
-        flat = (questions, references, completions, verified_correct)
-        if len({len(items) for items in flat}) != 1:
-            raise ValueError(
-                "questions, references, completions and verified_correct must have one entry per rollout; "
-                f"got lengths {[len(items) for items in flat]}"
-            )
-        positive_index = select_positives(verified_correct, n_samples_per_prompt)  # validates the grouping
-        n = n_samples_per_prompt
-        group_questions = self._group_firsts(questions, n, "question")
-        group_references = self._group_firsts(references, n, "reference")
-        num_prompts = len(positive_index)
-        positives = [completions[i] if i != NO_POSITIVE else "" for i in positive_index]
-
-        # Positives whose answer cannot be extracted cannot be proved different from anything.
-        positive_answers: list[str | None] = [None] * num_prompts
-        for p, i in enumerate(positive_index):
-            if i == NO_POSITIVE:
-                continue
-            positive_answers[p] = extract_answer(positives[p], fallback=self.answer_fallback)
-            if positive_answers[p] is None:
-                logger.warning("prompt %d: no answer found in its verified-correct positive (rollout %d); "
-                               "check that the verifier and the builder use the same answer_fallback", p, i)
-        wanted = [p for p in range(num_prompts) if positive_answers[p] is not None]
-
         step = self.calls if step is None else step
         self.calls += 1
-        negatives, counts = self._negatives(group_questions, positives, positive_answers, wanted, step)
-        valid = [bool(negatives[p]) for p in range(num_prompts)]
-        batch = PairBatch(group_questions, group_references, positives, negatives, valid, positive_index)
+        normalised = {p: normalize_solution(positives[p]) for p in prompts}
+        # A positive whose answer cannot be extracted cannot be proved different from anything.
+        answers = {p: extract_answer(normalised[p], fallback=self.answer_fallback) if normalised[p] else None
+                   for p in prompts}
+        for p in prompts:
+            if answers[p] is None:
+                logger.warning("prompt %d: no answer found in its verified-correct positive; check that the verifier "
+                               "and the builder use the same answer_fallback", p)
+        wanted = [p for p in prompts if answers[p] is not None]
+        negatives, counts = self._rewrite(questions, normalised, answers, wanted, step)
+        metrics = {f"cooper/negative_{key}": float(value) for key, value in counts.items()}
+        metrics["timing/cooper_negatives"] = time.perf_counter() - start
+        return negatives, metrics
 
-        with_positive = sum(i != NO_POSITIVE for i in positive_index)
-        num_valid = batch.num_valid
-        if with_positive and not num_valid:
-            logger.warning(
-                "no valid negative for any of %d prompts with a positive after %d attempts (%d rewrites: "
-                "%d without an answer, %d with the same answer, %d undecided); the RM update is masked out",
-                with_positive, self.config.retries, counts["attempts"], counts["no_answer"], counts["same"],
-                counts["undecided"],
-            )
-        metrics = {
-            "cooper/prompts_with_positive": float(with_positive),
-            "cooper/valid_pair_rate": num_valid / num_prompts if num_prompts else 0.0,
-            "cooper/negative_success_rate": num_valid / with_positive if with_positive else 0.0,
-            "cooper/negative_attempts": float(counts["attempts"]),
-            "cooper/negative_rejected_no_answer": float(counts["no_answer"]),
-            "cooper/negative_rejected_same_answer": float(counts["same"]),
-            "cooper/negative_rejected_undecided": float(counts["undecided"]),
-            "timing/cooper_negatives": time.perf_counter() - start,
-        }
-        return batch, metrics
-
-    def _negatives(
-        self,
-        questions: list[str],
-        positives: list[str],
-        positive_answers: list[str | None],
-        wanted: list[int],
-        step: int,
-    ) -> tuple[list[str], dict[str, int]]:
-        """Rewrite positives[p] for p in `wanted`, retrying the missing ones; "" where none was valid."""
-        negatives = [""] * len(positives)
-        counts = {"attempts": 0, "no_answer": 0, "same": 0, "undecided": 0}
-        messages = {p: build_rewrite_messages(questions[p], positives[p], positive_answers[p]) for p in wanted}
+    def _rewrite(self, questions, positives: dict[int, str], answers: dict[int, str], wanted: list[int], step: int):
+        """Rewrite positives[p] for p in `wanted`, retrying the missing ones; returns the valid ones."""
+        negatives: dict[int, str] = {}
+        counts = {"attempts": 0, "rejected_no_answer": 0, "rejected_same_answer": 0, "rejected_undecided": 0}
+        messages = {p: build_rewrite_messages(questions[p], positives[p], answers[p]) for p in wanted}
         missing = list(wanted)
         for attempt in range(self.config.retries):
             if not missing:
@@ -200,43 +195,73 @@ class PairBuilder:
             if len(replies) != len(missing):
                 raise RuntimeError(f"assistant returned {len(replies)} replies for {len(missing)} prompts")
             counts["attempts"] += len(missing)
-            rewrites = [clean_rewrite(reply) for reply in replies]
-            answers = [extract_answer(text, fallback=self.config.answer_fallback) if text else None for text in rewrites]
-            checked = [k for k, answer in enumerate(answers) if answer is not None]
-            counts["no_answer"] += len(missing) - len(checked)
+            rewrites = [normalize_solution(reply) for reply in replies]
+            found = [extract_answer(text, fallback=self.config.answer_fallback) if text else None for text in rewrites]
+            checked = [k for k, answer in enumerate(found) if answer is not None]
+            counts["rejected_no_answer"] += len(missing) - len(checked)
             equivalent = (
-                self.verifier.equivalence_batch(
-                    [positive_answers[missing[k]] for k in checked], [answers[k] for k in checked]
-                )
-                if checked
-                else []
+                self.verifier.equivalence_batch([answers[missing[k]] for k in checked], [found[k] for k in checked])
+                if checked else []
             )
             if len(equivalent) != len(checked):
                 raise RuntimeError(f"verifier returned {len(equivalent)} equivalences for {len(checked)} pairs")
             for k, same in zip(checked, equivalent):
-                if same is False:
+                if same is False and rewrites[k] != positives[missing[k]]:
                     negatives[missing[k]] = rewrites[k]
                 elif same is None:
-                    counts["undecided"] += 1
+                    counts["rejected_undecided"] += 1
                 else:
-                    counts["same"] += 1
-            missing = [p for p in missing if not negatives[p]]
+                    counts["rejected_same_answer"] += 1
+            missing = [p for p in missing if p not in negatives]
             logger.debug("negatives attempt %d: %d still missing", attempt, len(missing))
         return negatives, counts
 
-    @staticmethod
-    def _group_firsts(items: Sequence[str], n: int, name: str) -> list[str]:
-        """Each group's first item; raises if a group's items differ (the batch is not prompt-grouped)."""
-        firsts = []
-        for p in range(0, len(items), n):
-            group = items[p : p + n]
-            if any(item != group[0] for item in group):
-                raise ValueError(
-                    f"prompt {p // n}: its {n} rollouts carry different {name}s; inputs must be prompt-grouped "
-                    f"(rollouts {p}..{p + n - 1} of one prompt)"
-                )
-            firsts.append(group[0])
-        return firsts
+    # ------------------------------------------------------------------ one serial step
+    def build_pairs(
+        self,
+        questions: list[str],
+        references: list[str],
+        completions: list[str],
+        verified_correct: list[bool],
+        n_samples_per_prompt: int,
+        step: int | None = None,
+        *,
+        proven_wrong: list[bool] | None = None,
+        rm_scores: list[float] | None = None,
+        source: str = "assistant",
+        pick: str = "hardest",
+    ) -> tuple[PairBatch, dict[str, float]]:
+        """One PairBatch slot per prompt, in prompt order, and metrics (`algo.selection.pair_metrics` +
+        `assistant_negatives`'). Inputs are flat and prompt-grouped (P * n); questions/references repeat
+        per rollout. Never raises for a step without positives or negatives: those slots are invalid.
+
+        proven_wrong: (P * n,) from `verify` (needed by the rollout and mixed sources; default all False).
+        rm_scores: (P * n,) the RM's scores of the rollouts (needed by pick "hardest" with those sources).
+        """
+        flat = (questions, references, completions, verified_correct)
+        if len({len(items) for items in flat}) != 1:
+            raise ValueError(
+                "questions, references, completions and verified_correct must have one entry per rollout; "
+                f"got lengths {[len(items) for items in flat]}"
+            )
+        proven_wrong = [False] * len(completions) if proven_wrong is None else list(proven_wrong)
+        positive_index = selection.select_positives(verified_correct, n_samples_per_prompt)  # validates the grouping
+        group_questions = group_firsts(questions, n_samples_per_prompt, "question")
+        group_references = group_firsts(references, n_samples_per_prompt, "reference")
+        has_wrong = selection.has_proven_wrong_rollout(proven_wrong, n_samples_per_prompt)
+        step_seed = self.calls if step is None else step
+        asked = selection.assistant_prompts(positive_index, has_wrong, source)
+        positives = [completions[i] if i != NO_POSITIVE else "" for i in positive_index]
+        rewrites, metrics = self.assistant_negatives(group_questions, positives, asked, step)
+        rollout_negative = [selection.NO_ROLLOUT] * len(positive_index)
+        if source != "assistant":
+            rollout_negative = selection.select_rollout_negatives(proven_wrong, n_samples_per_prompt, rm_scores, pick,
+                                                                  seed=self.config.seed + step_seed)
+        batch = selection.assemble_pairs(group_questions, group_references, completions, positive_index,
+                                         rollout_negative, rewrites, source)
+        metrics.update(selection.pair_metrics(batch, has_wrong))
+        warn_if_no_pairs(batch, metrics)
+        return batch, metrics
 
     def close(self) -> None:
         """Close the verifier, and the assistant if it has a `close`."""
@@ -246,3 +271,30 @@ class PairBuilder:
                 close_assistant()
         finally:
             self.verifier.close()
+
+
+def group_firsts(items: Sequence[str], n: int, name: str) -> list[str]:
+    """Each group's first item; raises if a group's items differ (the batch is not prompt-grouped)."""
+    firsts = []
+    for p in range(0, len(items), n):
+        group = items[p : p + n]
+        if any(item != group[0] for item in group):
+            raise ValueError(
+                f"prompt {p // n}: its {n} rollouts carry different {name}s; inputs must be prompt-grouped "
+                f"(rollouts {p}..{p + n - 1} of one prompt)"
+            )
+        firsts.append(group[0])
+    return firsts
+
+
+def warn_if_no_pairs(batch: PairBatch, metrics: dict[str, float]) -> None:
+    """Log why a step with positives has no valid pair (its RM update is then skipped)."""
+    with_positive = metrics["cooper/prompts_with_positive"]
+    if with_positive and not batch.num_valid:
+        logger.warning(
+            "no valid negative for any of %d prompts with a positive (%d rewrites: %d without an answer, %d with "
+            "the same answer, %d undecided; %d prompts without a wrong rollout); the RM update is masked out",
+            with_positive, metrics.get("cooper/negative_attempts", 0), metrics.get("cooper/negative_rejected_no_answer", 0),
+            metrics.get("cooper/negative_rejected_same_answer", 0), metrics.get("cooper/negative_rejected_undecided", 0),
+            metrics["cooper/prompts_without_wrong_rollout"],
+        )

@@ -32,34 +32,50 @@ from openrlhf.utils.distributed_util import torch_dist_barrier_and_cuda_sync
 
 from cooper_openrlhf.algo.losses import pairwise_rm_loss
 from cooper_openrlhf.algo.pairs import PairBatch
-from cooper_openrlhf.rm.model import export_rm, load_rm, recorded_max_length, render_and_encode, rm_logits, usable_max_length
+from cooper_openrlhf.algo.selection import FROM_ASSISTANT, FROM_ROLLOUT
+from cooper_openrlhf.rm.model import (
+    DEFAULT_RM_MAX_LENGTH,
+    adamw_config,
+    export_rm,
+    load_rm,
+    recorded_max_length,
+    render_and_encode,
+    rm_logits,
+    score_logits,
+    usable_max_length,
+)
 
-DEFAULT_RM_MAX_LENGTH = 1024  # tokens, when neither --cooper.rm_max_length nor the export says
 CHECKPOINT_SUBDIR = "_rm"  # beside OpenRLHF's "_actor" under --ckpt.path
 COUNTERS_KEY = "cooper_rm_counters"  # in the DeepSpeed checkpoint's client state
+SOURCES = (FROM_ASSISTANT, FROM_ROLLOUT)  # negative sources whose pair accuracy is reported
 
 
 def rm_optimizer_config(cooper, scheduler_steps: int) -> dict:
-    """The `strategy.prepare((model, cfg))` dict of the RM: AdamW and schedule from `--cooper.rm_*`."""
-    return {
-        "optim": "adam",
-        "adam": {"lr": cooper.rm_lr, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": cooper.rm_weight_decay},
-        "lr_scheduler": cooper.rm_lr_scheduler,
-        "lr_warmup_ratio": cooper.rm_warmup_ratio,
-        "min_lr_ratio": 0.1,
-        "max_norm": cooper.rm_max_norm,
-        "scheduler_steps": max(1, scheduler_steps),
-    }
+    """The `strategy.prepare((model, cfg))` dict of the RM: `rm.model.adamw_config` from `--cooper.rm_*`."""
+    return adamw_config(lr=cooper.rm_lr, weight_decay=cooper.rm_weight_decay, lr_scheduler=cooper.rm_lr_scheduler,
+                        warmup_ratio=cooper.rm_warmup_ratio, max_norm=cooper.rm_max_norm,
+                        scheduler_steps=scheduler_steps)
+
+
+def rm_schedule_steps(cooper, rollout_steps: int, prompts_per_step: int) -> int:
+    """RM optimizer steps of a run: per rollout step, `rm_updates_per_step` passes of one step each
+    (granularity "step") or of one step per mini-batch of the step's pairs (at most one pair per prompt,
+    so at most ceil(prompts / rm_mini_batch_size) mini-batches; steps with fewer pairs end the schedule early)."""
+    per_pass = 1
+    if cooper.rm_update_granularity == "minibatch":
+        per_pass = math.ceil(prompts_per_step / cooper.rm_mini_batch_size)
+    return rollout_steps * cooper.rm_updates_per_step * per_pass
 
 
 @ray.remote(num_gpus=1)
 class TrainableRewardModelActor(BaseModelActor):
     """One data-parallel rank of the Cooper RM (see the module docstring)."""
 
-    def init_model_from_pretrained(self, strategy, rm_path: str, max_steps: int, cooper_cfg=None) -> None:
+    def init_model_from_pretrained(self, strategy, rm_path: str, rollout_steps: int, cooper_cfg=None) -> None:
         """Load the RM at `rm_path`; with --remote_rm_trainable give it an optimizer and schedule.
 
-        max_steps: policy steps of the run (the RM's schedule covers max_steps * rm_updates_per_step).
+        rollout_steps: rollout steps of the run (`CooperPPOTrainer.get_rollout_steps`), NOT OpenRLHF's max_steps,
+            which counts the policy's optimizer steps; the RM's schedule spans `rm_schedule_steps` of them.
         cooper_cfg: the `--cooper.*` namespace (default: strategy.args.cooper).
         """
         args = strategy.args
@@ -73,7 +89,8 @@ class TrainableRewardModelActor(BaseModelActor):
         strategy.train_batch_size = self.cooper.rm_micro_batch_size * world_size
         self._setup_distributed(strategy)
 
-        dtype = torch.bfloat16 if args.ds.param_dtype == "bf16" else torch.float16
+        from cooper_openrlhf.runtime.dtype import torch_dtype  # the run's --ds.param_dtype, resolved at start-up
+        dtype = torch_dtype(args.ds.param_dtype)
         ds_config = strategy.get_ds_train_config() if self.trainable else strategy.get_ds_eval_config()
         model, self.tokenizer, self.template_version = load_rm(
             rm_path, dtype=dtype, attn_implementation=args.ds.attn_implementation, ds_config=ds_config
@@ -82,7 +99,8 @@ class TrainableRewardModelActor(BaseModelActor):
         self.max_length = usable_max_length(model, requested)
         self.counters = {"optimizer_steps": 0, "skipped_steps": 0, "updates": 0}
         if self.trainable:
-            cfg = rm_optimizer_config(self.cooper, max_steps * self.cooper.rm_updates_per_step)
+            cfg = rm_optimizer_config(self.cooper, rm_schedule_steps(self.cooper, rollout_steps,
+                                                                     args.rollout.batch_size))
             self.model, self.optim, self.scheduler = strategy.prepare((model, cfg))
         else:
             model._offload = args.reward.offload
@@ -98,16 +116,9 @@ class TrainableRewardModelActor(BaseModelActor):
     # ------------------------------------------------------------------------------------ scoring
     @torch.no_grad()
     def score(self, questions: list[str], references: list[str], completions: list[str]) -> list[float]:
-        """RM logits of the triples, in order (eval mode, micro-batches of --cooper.rm_micro_batch_size)."""
-        self.model.eval()
-        size = self.cooper.rm_micro_batch_size
-        logits = []
-        for start in range(0, len(questions), size):
-            end = start + size
-            batch = render_and_encode(self.tokenizer, questions[start:end], references[start:end],
-                                      completions[start:end], self.max_length, self.template_version)
-            logits.extend(rm_logits(self.model, batch).cpu().tolist())
-        return logits
+        """RM logits of the triples, in order (`rm.model.score_logits`, micro-batches of --cooper.rm_micro_batch_size)."""
+        return score_logits(self.model, self.tokenizer, questions, references, completions, max_length=self.max_length,
+                            template_version=self.template_version, batch_size=self.cooper.rm_micro_batch_size)
 
     # ----------------------------------------------------------------------------------- training
     def fit(self, pairs: PairBatch, global_valid: int) -> dict[str, float]:
@@ -135,7 +146,7 @@ class TrainableRewardModelActor(BaseModelActor):
         self.model.eval()
         seconds = time.perf_counter() - start
         first, last = passes[0], passes[-1]
-        metrics = {
+        metrics = {**first["by_source"],
             "cooper/rm_updated": 1.0,
             "cooper/rm_loss": first["loss"],  # on the RM that scored this step's rollouts
             "cooper/rm_pair_accuracy": first["pair_accuracy"],
@@ -155,7 +166,7 @@ class TrainableRewardModelActor(BaseModelActor):
 
     def _pass(self, pairs: PairBatch, chunks: list[list[int]], micro_steps: int, global_valid: int, world_size: int):
         """One pass over the valid pairs: `micro_steps` forward/backward, then one (possibly skipped) step."""
-        sums = torch.zeros(3, dtype=torch.float64)  # loss * k, correct pairs, margin * k
+        sums = torch.zeros(3 + 2 * len(SOURCES), dtype=torch.float64)  # loss*k, correct, margin*k, per source: correct, k
         skipped_before = self.model.skipped_steps
         for micro in range(micro_steps):
             self.model.set_gradient_accumulation_boundary(micro == micro_steps - 1)
@@ -168,7 +179,14 @@ class TrainableRewardModelActor(BaseModelActor):
         skipped = self.model.skipped_steps > skipped_before
         self.counters["skipped_steps" if skipped else "optimizer_steps"] += 1
         sums = self.strategy.all_reduce(sums, op="sum")
+        by_source = {}
+        for s, source in enumerate(SOURCES):
+            correct, count = float(sums[3 + 2 * s]), float(sums[4 + 2 * s])
+            by_source[f"cooper/rm_pairs_{source}"] = count
+            if count:
+                by_source[f"cooper/rm_pair_accuracy_{source}"] = correct / count
         return {
+            "by_source": by_source,
             "loss": float(sums[0]) / global_valid,
             "pair_accuracy": float(sums[1]) / global_valid,
             "margin": float(sums[2]) / global_valid,
@@ -186,8 +204,13 @@ class TrainableRewardModelActor(BaseModelActor):
                                   self.template_version)
         logits = rm_logits(self.model, batch)
         loss, metrics = pairwise_rm_loss(logits[:k], logits[k:], torch.ones(k, dtype=torch.bool))
-        sums += torch.tensor([metrics["loss"] * k, metrics["pair_accuracy"] * k, metrics["margin"] * k],
-                             dtype=torch.float64)
+        sums[:3] += torch.tensor([metrics["loss"] * k, metrics["pair_accuracy"] * k, metrics["margin"] * k],
+                                 dtype=torch.float64)
+        correct = (logits[:k] > logits[k:]).tolist()
+        for s, source in enumerate(SOURCES):  # the RM's pairwise accuracy per negative source, before the update
+            mine = [ok for ok, i in zip(correct, index) if pairs.negative_source[i] == source]
+            sums[3 + 2 * s] += sum(mine)
+            sums[4 + 2 * s] += len(mine)
         if not math.isfinite(metrics["loss"]):
             # NaN gradients make DeepSpeed's overflow check drop the step on every rank (module docstring).
             loss = loss * float("nan")

@@ -3,7 +3,7 @@
 A one-logit sequence classifier reads the RM template text of (question, reference, completion) and is
 trained with `algo.losses.bce_rm_loss` against the annotation labels. Everything distributed is
 OpenRLHF's and DeepSpeed's: `openrlhf.utils.get_strategy` on OpenRLHF's own argument namespace
-(ZeRO stage, bf16, micro/global batch -> gradient accumulation, seed), `strategy.prepare` builds the
+(ZeRO stage, dtype (`--ds.param_dtype`, default auto: see runtime/dtype.py), micro/global batch -> gradient accumulation, seed), `strategy.prepare` builds the
 AdamW optimizer and transformers' warm-up-and-decay scheduler inside DeepSpeed, and the distributed
 sampler comes from `strategy.setup_dataloader`.
 
@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 BEST_METRICS = {"accuracy": "higher", "f1": "higher", "loss": "lower"}  # name -> which direction is better
 # OpenRLHF flags this recipe sets unless the user gives them (later flags win in argparse).
-OPENRLHF_DEFAULTS = ["--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "eager",
+# --ds.param_dtype defaults to auto (the device's fast dtype; cli/openrlhf_cli.py).
+OPENRLHF_DEFAULTS = ["--ds.zero_stage", "2", "--ds.attn_implementation", "eager",
                      "--train.micro_batch_size", "4", "--train.batch_size", "16"]
 
 
@@ -215,7 +216,8 @@ def train(config: TrainConfig, openrlhf_argv: list[str] = ()) -> dict:
     import torch.distributed as dist
 
     from cooper_openrlhf.algo.losses import bce_rm_loss
-    from cooper_openrlhf.rm.model import export_rm, load_rm, rm_logits, usable_max_length
+    from cooper_openrlhf.rm.model import adamw_config, export_rm, load_rm, rm_logits, usable_max_length
+    from cooper_openrlhf.runtime.dtype import torch_dtype
 
     train_rows, eval_rows = load_splits(config)  # before any process group: bad data fails fast
     strategy = make_strategy(list(openrlhf_argv))
@@ -226,7 +228,7 @@ def train(config: TrainConfig, openrlhf_argv: list[str] = ()) -> dict:
         with open(out / "eval_split.jsonl", "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(row.row) + "\n" for row in eval_rows)
     ds_args = strategy.args.ds
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[ds_args.param_dtype]
+    dtype = torch_dtype(ds_args.param_dtype)  # already resolved from auto by parse_openrlhf_args
     model, tokenizer, template_version = load_rm(
         config.pretrain, dtype=dtype, attn_implementation=ds_args.attn_implementation,
         ds_config=strategy.get_ds_train_config(), init_head=config.init_head,
@@ -239,13 +241,9 @@ def train(config: TrainConfig, openrlhf_argv: list[str] = ()) -> dict:
     # Accumulation carries over epoch ends (DeepSpeed counts micro batches), so the run makes
     # (micro batches per epoch * epochs) // accumulation optimizer steps; the schedule spans exactly those.
     optimizer_steps = max(1, len(loader) * config.epochs // accumulation)
-    optim_cfg = {
-        "optim": "adam",
-        "adam": {"lr": config.lr, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": config.weight_decay},
-        "lr_scheduler": config.lr_scheduler, "lr_warmup_ratio": config.warmup_ratio,
-        "min_lr_ratio": config.min_lr_ratio, "max_norm": config.max_norm,
-        "scheduler_steps": optimizer_steps,
-    }
+    optim_cfg = adamw_config(lr=config.lr, weight_decay=config.weight_decay, lr_scheduler=config.lr_scheduler,
+                             warmup_ratio=config.warmup_ratio, min_lr_ratio=config.min_lr_ratio,
+                             max_norm=config.max_norm, scheduler_steps=optimizer_steps)
     engine, _, scheduler = strategy.prepare((model, optim_cfg))
     engine.train()
     logger.info("training on %d rows (%s), evaluating on %d (%s); %d ranks, micro batch %d, accumulation %d, "

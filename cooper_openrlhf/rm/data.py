@@ -9,13 +9,13 @@ Every unreadable row raises `RecipeDataError` naming the file, the 1-based line 
 """
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from cooper_openrlhf.data.benchmarks import BENCHMARKS, BenchmarkFormatError, load_benchmark
 from cooper_openrlhf.data.records import MathProblem
+from cooper_openrlhf.data.rows import RowFormatError, iter_rows
 from cooper_openrlhf.data.synthetic import make_arithmetic_problems
 from cooper_openrlhf.verify.extract import normalize_answer
 
@@ -41,17 +41,11 @@ class LabelledTriple:
 
 def _json_rows(path: str | Path):
     """(line number, dict) for every non-blank line; invalid JSON or a non-object raises naming the line."""
-    with open(path, encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecipeDataError(f"{path}:{line_number}: invalid JSON: {exc}") from exc
-            if not isinstance(row, dict):
-                raise RecipeDataError(f"{path}:{line_number}: row must be a JSON object, got {type(row).__name__}")
-            yield line_number, row
+    try:
+        for number, _, row in iter_rows(path):
+            yield number, row
+    except RowFormatError as exc:
+        raise RecipeDataError(str(exc)) from None
 
 
 def _text_field(row: dict, name: str, where: str, *, answer: bool = False) -> str:

@@ -2,15 +2,19 @@
 
 This is the one loading path for reward models in cooper-openrlhf: the BCE recipe (`rm/bce_train.py`),
 batch scoring (`verify/rm_scorer.py`), the verifier benchmark CLI and the RL-time trainable RM actor
-all go through `load_rm`, `render_and_encode` / `encode_rm_texts` and `rm_logits`.
+all go through `load_rm`, `render_and_encode` / `encode_rm_texts` and `rm_logits`; batch scoring and
+the RL-time actor's scoring are one function (`score_logits`), and both trainers build their
+optimizer from `adamw_config`.
 
 - Model: `AutoModelForSequenceClassification` with `num_labels == 1`; anything else raises
-  `NotASequenceClassifierError` naming the path and what was found. A backbone without a
+  `NotASequenceClassifierError` naming the path and what was found (`check_reward_model` applies
+  the same rules to a path's config alone, before any weights load). A backbone without a
   classification head (a causal LM such as a policy, or a bare encoder such as MiniLM's
   `BertModel`) is loaded with a new one-logit head only when asked (`init_head=True`): that is how a
   VerifyRM starts from a base model.
 - Input: the RM template text (`algo/template.py`) tokenised right-padded and right-truncated to
-  `max_length` tokens; the template version comes from the checkpoint's config (`CONFIG_KEY`).
+  `max_length` tokens (`usable_max_length`: the caller's, else the export's, else
+  `DEFAULT_RM_MAX_LENGTH`); the template version comes from the checkpoint's config (`CONFIG_KEY`).
 - Export: `save_pretrained` of model and tokenizer with the template record (plus `max_length` and
   whether OpenRLHF's loader reproduces the scores) in the config, written to a temporary sibling and
   renamed into place, so a crash never leaves a half-written export. DeepSpeed engines are unwrapped
@@ -45,6 +49,8 @@ from cooper_openrlhf.algo.template import (
 )
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_RM_MAX_LENGTH = 1024  # tokens per RM input, when neither the caller nor the export says
 
 
 class NotASequenceClassifierError(ValueError):
@@ -94,6 +100,16 @@ def _check_classifier(path: str, config, init_head: bool) -> bool:
     return False
 
 
+def check_reward_model(path: str):
+    """The config of the reward model at `path`; raises `NotASequenceClassifierError` unless it is a one-logit classifier.
+
+    Reads only the config (no weights), with the rules of `load_rm`: a start-up check before the weights load.
+    """
+    config = _read_config(str(path))
+    _check_classifier(str(path), config, init_head=False)
+    return config
+
+
 def _init_new_head(model: nn.Module, new_keys: list[str], zero3: bool) -> None:
     """Initialise the parameters the checkpoint did not have (the new head) like OpenRLHF's value head.
 
@@ -129,15 +145,13 @@ def load_rm(
     attn_implementation: str = "eager",
     ds_config: dict | None = None,
     init_head: bool = False,
-    init_from_causal_lm: bool = False,
 ):
     """(model, tokenizer, template_version) of the reward model at `path`.
 
     dtype / attn_implementation: passed to `from_pretrained`. ds_config: a DeepSpeed train config;
     with ZeRO stage 3 the weights are partitioned while loading (transformers' `HfDeepSpeedConfig`,
     as OpenRLHF's `get_llm_for_sequence_regression` does). init_head: allow a folder without a
-    classification head (causal LM, bare encoder) and give it a new one-logit head;
-    `init_from_causal_lm` is the same switch under the name the RL trainer's API uses.
+    classification head (causal LM, bare encoder) and give it a new one-logit head.
     The tokenizer always has a pad token (eos when it had none) and the model config's
     `pad_token_id` matches it; the template version is the checkpoint's (`CONFIG_KEY`) or the current one.
     """
@@ -145,7 +159,7 @@ def load_rm(
 
     path = str(path)
     config = _read_config(path)
-    is_classifier = _check_classifier(path, config, init_head or init_from_causal_lm)
+    is_classifier = _check_classifier(path, config, init_head)
     if not is_classifier:
         config.num_labels = 1
     zero3 = ds_config is not None and ds_config.get("zero_optimization", {}).get("stage") == 3
@@ -186,8 +200,13 @@ def recorded_max_length(config) -> int | None:
     return record.get("max_length")
 
 
-def usable_max_length(model, requested: int) -> int:
-    """`requested`, capped (with a warning) at the backbone's position limit (e.g. 512 for MiniLM)."""
+def usable_max_length(model, requested: int | None = None) -> int:
+    """Tokens per RM input: `requested`, else what the export records, else `DEFAULT_RM_MAX_LENGTH`.
+
+    Capped (with a warning) at the backbone's position limit (e.g. 512 for MiniLM).
+    """
+    if requested is None:
+        requested = recorded_max_length(_unwrap(model).config) or DEFAULT_RM_MAX_LENGTH
     limit = getattr(_unwrap(model).config, "max_position_embeddings", None)
     if limit is not None and requested > limit:
         logger.warning("max_length %d exceeds the model's %d positions; using %d", requested, limit, limit)
@@ -220,6 +239,14 @@ def encode_rm_texts(tokenizer, texts: Sequence[str], max_length: int) -> dict[st
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
 
+def _check_triples(questions: Sequence[str], references: Sequence[str], completions: Sequence[str]) -> None:
+    if not len(questions) == len(references) == len(completions):
+        raise ValueError(
+            f"questions, references and completions differ in length: "
+            f"{len(questions)}, {len(references)}, {len(completions)}"
+        )
+
+
 def render_and_encode(
     tokenizer,
     questions: Sequence[str],
@@ -229,11 +256,7 @@ def render_and_encode(
     template_version: str = TEMPLATE_VERSION,
 ) -> dict[str, torch.Tensor]:
     """`encode_rm_texts` of the template texts of the (question, reference, completion) triples."""
-    if not len(questions) == len(references) == len(completions):
-        raise ValueError(
-            f"questions, references and completions differ in length: "
-            f"{len(questions)}, {len(references)}, {len(completions)}"
-        )
+    _check_triples(questions, references, completions)
     texts = [
         render_rm_input(q, r, c, template_version=template_version) for q, r, c in zip(questions, references, completions)
     ]
@@ -256,6 +279,65 @@ def rm_logits(model, batch: dict) -> torch.Tensor:
     if logits.dim() != 2 or logits.shape[-1] != 1:
         raise ValueError(f"expected (B, 1) logits from a one-logit classifier, got shape {tuple(logits.shape)}")
     return logits.squeeze(-1).float()
+
+
+def score_logits(
+    model,
+    tokenizer,
+    questions: Sequence[str],
+    references: Sequence[str],
+    completions: Sequence[str],
+    *,
+    max_length: int,
+    template_version: str,
+    batch_size: int,
+) -> list[float]:
+    """RM logits of the (question, reference, completion) triples, in input order.
+
+    Puts `model` (a model or a DeepSpeed engine) in eval mode and runs it without gradients on
+    micro-batches of `batch_size` triples (`render_and_encode`, right-padded: the batching changes a
+    logit only by float rounding).
+    """
+    _check_triples(questions, references, completions)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    model.eval()
+    logits: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(questions), batch_size):
+            end = start + batch_size
+            batch = render_and_encode(tokenizer, questions[start:end], references[start:end], completions[start:end],
+                                      max_length, template_version)
+            logits.extend(rm_logits(model, batch).cpu().tolist())
+    return logits
+
+
+# ------------------------------------------------------------------------------------------ training
+def adamw_config(
+    *,
+    lr: float,
+    weight_decay: float,
+    lr_scheduler: str,
+    warmup_ratio: float,
+    max_norm: float,
+    scheduler_steps: int,
+    min_lr_ratio: float = 0.1,
+) -> dict:
+    """The `(model, config)` dict OpenRLHF's `DeepspeedStrategy.prepare` turns into an RM's optimizer and schedule.
+
+    AdamW (betas 0.9 / 0.95, eps 1e-8, as OpenRLHF's own trainers) with gradient clipping at `max_norm`,
+    and the transformers schedule `lr_scheduler` warming up over `warmup_ratio` of `scheduler_steps`
+    (at least 1) optimizer steps and decaying to `min_lr_ratio` * lr (`cosine_with_min_lr`).
+    """
+    return {
+        "optim": "adam",
+        "adam": {"lr": lr, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": weight_decay},
+        "lr_scheduler": lr_scheduler,
+        "lr_warmup_ratio": warmup_ratio,
+        "min_lr_ratio": min_lr_ratio,
+        "max_norm": max_norm,
+        "scheduler_steps": max(1, scheduler_steps),
+    }
 
 
 # ------------------------------------------------------------------------------ OpenRLHF compatibility
@@ -289,8 +371,7 @@ def require_openrlhf_compatible(path: str) -> None:
     """Raise `OpenRLHFIncompatibleError` if stock OpenRLHF would not reproduce the scores of the RM at `path`."""
     from transformers import AutoModelForSequenceClassification
 
-    config = _read_config(str(path))
-    _check_classifier(str(path), config, init_head=False)
+    config = check_reward_model(path)
     record = getattr(config, CONFIG_KEY, None) or {}
     if "openrlhf_compatible" in record:
         compatible, reason = record["openrlhf_compatible"], record.get("openrlhf_incompatible_reason", "")

@@ -42,6 +42,9 @@ def install() -> None:
     # every Ray worker runs install(), and most never touch them (importing them costs ~4 s).
     after_import("openrlhf.trainer.ppo_utils.replay_buffer", _replay_buffer_on_cpu)
     after_import("openrlhf.utils.distributed_util", _gloo_weight_sync)
+    after_import("openrlhf.utils.utils", _fp32_param_dtype)
+    after_import("openrlhf.trainer.ray.vllm_engine", _vllm_engines_in_run_dtype)
+    after_import("deepspeed.runtime.zero.stage_1_and_2", _zero_skips_non_finite_steps_in_fp32)
     _installed = True
     logger.debug("cooper_openrlhf CPU runtime installed in pid %d", os.getpid())
 
@@ -163,3 +166,70 @@ def _gloo_weight_sync(distributed_util) -> None:
     ppo_actor = sys.modules.get("openrlhf.trainer.ray.ppo_actor")
     if ppo_actor is not None:
         ppo_actor.stateless_init_process_group = stateless_init_gloo_group
+
+
+def _fp32_param_dtype(utils) -> None:
+    """utils/utils.py:8-22 `convert_to_torch_dtype` maps only "bf16" and "fp16" (the GPU dtypes) and raises on
+    "fp32", the CPU's fast dtype where it has no bf16 units. Every caller (models/model.py:92, models/actor.py:111)
+    imports it from the module at call time, so one replacement covers them; DeepSpeed's side needs nothing:
+    deepspeed/deepspeed_utils.py:49-54 turns both its bf16 and fp16 sections off for any other name."""
+    from cooper_openrlhf.runtime.dtype import DTYPES
+
+    convert = utils.convert_to_torch_dtype
+    if getattr(convert, "_cooper_cpu", False):
+        return
+
+    def convert_with_fp32(param_dtype: str) -> torch.dtype:
+        return DTYPES["fp32"] if param_dtype == "fp32" else convert(param_dtype)
+
+    convert_with_fp32._cooper_cpu = True
+    utils.convert_to_torch_dtype = convert_with_fp32
+
+
+class _EnginesInRunDtype:
+    """`RolloutRayActor` (a Ray actor class) whose `.remote(...)` gets `dtype` = the run's dtype for vLLM."""
+
+    def __init__(self, actor_class):
+        self._actor_class = actor_class
+
+    def options(self, **options):
+        return _EnginesInRunDtype(self._actor_class.options(**options))
+
+    def remote(self, *args, **kwargs):
+        from cooper_openrlhf.runtime.dtype import VLLM_DTYPES, run_dtype_name
+
+        name = run_dtype_name()
+        if name is not None:
+            kwargs["dtype"] = VLLM_DTYPES[name]
+        return self._actor_class.remote(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._actor_class, name)
+
+
+def _vllm_engines_in_run_dtype(vllm_engine) -> None:
+    """trainer/ray/vllm_engine.py:273 creates every engine with dtype="bfloat16". An fp32 run (the CPU's fast
+    dtype without bf16 units) then syncs fp32 weights into a bf16 engine, which the CPU weight sync refuses
+    (runtime/vllm_plugin.py). Engines are created in the dtype the run announced at start-up
+    (`runtime.dtype.announce_run_dtype`); a process that announced none keeps OpenRLHF's bfloat16."""
+    if not isinstance(vllm_engine.RolloutRayActor, _EnginesInRunDtype):
+        vllm_engine.RolloutRayActor = _EnginesInRunDtype(vllm_engine.RolloutRayActor)
+
+
+def _zero_skips_non_finite_steps_in_fp32(stage_1_and_2) -> None:
+    """ZeRO 1/2 skip an optimizer step whose gradients are not finite only in bf16 and fp16:
+    deepspeed/runtime/engine.py:2456-2461 (`_configure_zero_optimizer`) passes check_grad_overflow=False to
+    DeepSpeedZeroOptimizer when neither is enabled, i.e. in fp32, the CPU's fast dtype without bf16 units. A NaN
+    loss would then write NaN into the weights, where the same run in bf16 drops the step (the trainable RM relies
+    on it). Checking in fp32 too makes the two dtypes behave alike."""
+    cls = stage_1_and_2.DeepSpeedZeroOptimizer
+    if getattr(cls.__init__, "_cooper_cpu", False):
+        return
+    original_init = cls.__init__
+
+    def init_checking_overflow(self, *args, **kwargs):
+        kwargs["check_grad_overflow"] = True
+        original_init(self, *args, **kwargs)
+
+    init_checking_overflow._cooper_cpu = True
+    cls.__init__ = init_checking_overflow

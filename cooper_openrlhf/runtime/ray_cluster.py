@@ -12,6 +12,7 @@ import os
 import ray
 
 from cooper_openrlhf.runtime import cpu
+from cooper_openrlhf.runtime.dtype import RUN_DTYPE_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +24,11 @@ CPU_LOGICAL_GPUS = 8
 # Passed to every Ray worker. OMP_NUM_THREADS=1 stops each of many processes from spawning a thread per
 # core on a machine that has two.
 _CPU_WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
+
+
+def ray_cluster_address() -> str | None:
+    """The Ray cluster a driver is told to join (RAY_ADDRESS, as `ray.init()` reads it), or None for a local one."""
+    return os.environ.get("RAY_ADDRESS") or None
 
 
 def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = None, **ray_init_kwargs) -> None:
@@ -38,12 +44,15 @@ def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = None, **r
         num_cpus = num_cpus if num_cpus is not None else CPU_LOGICAL_CPUS
         num_gpus = num_gpus if num_gpus is not None else CPU_LOGICAL_GPUS
         env_vars = {**_CPU_WORKER_ENV, cpu.CPU_RUNTIME_ENV: "1", **runtime_env.get("env_vars", {})}
-        for key in ("HF_HUB_OFFLINE", "COOPER_MODELS_DIR", "VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH"):
+        for key in ("HF_HUB_OFFLINE", "COOPER_MODELS_DIR", "VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH", RUN_DTYPE_ENV):
             if key in os.environ:
                 env_vars.setdefault(key, os.environ[key])
         runtime_env["env_vars"] = env_vars
         runtime_env.setdefault("worker_process_setup_hook", "cooper_openrlhf.runtime.cpu.install")
     ray_init_kwargs.setdefault("include_dashboard", False)
     ray_init_kwargs.setdefault("log_to_driver", True)
+    # A new cluster of this process's own: without an address, `ray.init()` joins any cluster `ray start` left
+    # running on the machine (and then refuses num_cpus / num_gpus). Joining a named cluster is RAY_ADDRESS's job.
+    ray_init_kwargs.setdefault("address", "local")
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env, **ray_init_kwargs)
     logger.info("local Ray cluster: %s", ray.cluster_resources())

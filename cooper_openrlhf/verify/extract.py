@@ -1,24 +1,37 @@
-"""Extract the final answer from a model completion.
+"""Find the final answer of a model completion: math-verify's own extraction, plus the two forms it lacks.
 
-Anchored forms are tried in a fixed order, and the first that is present wins:
+math-verify's `parse` already finds answers in the forms models write (``\\boxed{...}``, "final
+answer is $...$", "answer: ...", ``$...$`` / ``\\(...\\)`` spans, bare ``\\frac12``, numbers such as
+``1 000``, ``.4`` or ``50%``, relations such as ``x \\geq 5``), with its own priorities and
+"rightmost match wins" rule. This module decides only *where* math-verify looks and *with which
+settings*, in this order:
 
-1. the last balanced ``\\boxed{...}`` or ``\\fbox{...}`` (what the policy is prompted to write);
-2. the last GSM8K-style ``#### X`` line;
-3. the last "the answer is X" / "final answer: X" phrase;
-4. the configured fallback: ``"last_number"`` (the last number in the text) or ``"none"``.
+1. with a balanced, non-empty box, the whole completion, boxes first (``boxed_match_priority=0``;
+   ``\\fbox`` read as ``\\boxed``);
+2. with a GSM8K ``#### X`` line (and no box), only X: math-verify would otherwise take the
+   rightmost number after it;
+3. otherwise the whole completion, math-verify's priorities unchanged (an empty ``\\boxed{}``,
+   such as the prompt's instruction echoed by the model, is ignored, as math-verify ignores it);
+4. only when math-verify finds nothing at all: "the answer is X" (or the ``####`` line X) where X
+   is a bare LaTeX expression (``\\sqrt{2}``), which math-verify's patterns do not reach without ``$``.
 
-For 2 and 3, X is the rest of the line (or of the next line when the anchor ends its line),
-cut to its ``$...$`` span when it opens with one (Minerva's "The final answer is $5$. I hope it is
-correct."); "18 dollars" (a number and plain words) gives "18".
+`fallback` maps onto math-verify's own switch: "last_number" is its unanchored extraction (the
+rightmost LaTeX span or number anywhere, `try_extract_without_anchor=True`), "none" keeps only
+anchored forms (box, ``####``, "final answer is", "answer:"). No hand-written "last number"
+remains, so an unclosed ``\\boxed{1024`` or the 2 in an unboxed ``\\frac{1+\\sqrt{5}}{2}`` is no
+answer, as in math-verify.
 
-Every scan is linear in the input: braces are matched with one left-to-right token pass and
-all regular expressions use bounded quantifiers, so a 100 KB completion costs milliseconds.
-The extracted string is lightly normalised (surrounding ``$`` and trailing punctuation removed,
-thousands separators in plain numbers such as ``1,000`` dropped); the comparison itself is
-math-verify's job (see `rule.py`).
+Two views of the same decision:
+- `extraction_plan` + math-verify's `parse` (what `rule.verify_one` grades: the parsed objects
+  themselves, never a re-parse of a string);
+- `extract_answer`: the answer as a string, from math-verify's regular expressions and LaTeX
+  normalisation only (no sympy). It is cheap and cannot hang, so the pool's dispatcher and the
+  pair builder may call it in-process; it names the match `parse` tries first, which is the one
+  graded unless sympy fails on it.
 """
 
 import re
+from dataclasses import dataclass, replace
 
 FALLBACKS = ("last_number", "none")
 
@@ -28,10 +41,11 @@ _GSM8K_ANCHOR = re.compile(r"####[ \t]{0,8}")
 _ANSWER_ANCHOR = re.compile(
     r"(?:the[ \t]{1,4})?(?:final[ \t]{1,4})?answer(?:[ \t]{1,4}is|[ \t]{0,4}:)[ \t:]{0,8}\n?[ \t]{0,8}", re.IGNORECASE
 )
-# "18 dollars", "$18 per week": a number followed only by plain words (units) -> the number.
-_NUMBER_THEN_WORDS = re.compile(r"\$?(-?\d[\d,]{0,64}(?:\.\d{1,64})?)[ \t]+[A-Za-z][A-Za-z \t]{0,40}")
+# A bare LaTeX answer: once command names are removed, no word of two or more letters is left
+# ("\frac{1+\sqrt{5}}{2}", "x \geq 5"), so prose after "the answer is" is never taken as math.
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+_WORD = re.compile(r"[A-Za-z]{2,}")
 _CURRENCY_NUMBER = re.compile(r"\$(-?\d[\d,]{0,64}(?:\.\d{1,64})?)")
-_NUMBER = re.compile(r"-?\d[\d,]{0,64}(?:\.\d{1,64})?")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _MAX_ANCHORED_ANSWER_CHARS = 1000  # a phrase answer longer than this is prose, not an answer
 
@@ -75,8 +89,8 @@ def last_boxed(text: str) -> str | None:
         start, end = inner
 
 
-def _phrase_after_last(anchor: re.Pattern[str], text: str) -> str | None:
-    """What follows the last `anchor` match: a `$...$` span if one opens there, else the rest of the line."""
+def _after_last(anchor: re.Pattern[str], text: str) -> str | None:
+    """The rest of the line after the last `anchor` match (the next line if the anchor ends its line)."""
     last = None
     for last in anchor.finditer(text):
         pass
@@ -85,24 +99,104 @@ def _phrase_after_last(anchor: re.Pattern[str], text: str) -> str | None:
     start = last.end()
     line_end = text.find("\n", start)
     line = text[start : line_end if line_end >= 0 else len(text)]
-    if line.startswith("$"):
-        # Minerva style "The final answer is $5$. I hope it is correct.": keep only the math span.
-        delimiter = "$$" if line.startswith("$$") else "$"
-        close = line.find(delimiter, len(delimiter))
-        if close > 0:
-            line = line[: close + len(delimiter)]
-    if len(line) > _MAX_ANCHORED_ANSWER_CHARS:
+    return line if len(line) <= _MAX_ANCHORED_ANSWER_CHARS else None
+
+
+def _bare_latex(phrase: str) -> str | None:
+    """`phrase` without its trailing punctuation when it is a bare LaTeX expression (no prose), else None."""
+    phrase = phrase.strip().rstrip(" .;")
+    rest = _LATEX_COMMAND.sub(" ", phrase)  # what is left besides command names must hold a symbol or digit
+    if "\\" not in phrase or _WORD.search(rest) or not re.search(r"[0-9A-Za-z]", rest):
         return None
-    number_with_unit = _NUMBER_THEN_WORDS.fullmatch(line.strip().rstrip("."))
-    return number_with_unit.group(1) if number_with_unit else line
+    return phrase
 
 
-def last_number(text: str) -> str | None:
-    """The last integer or decimal in `text` (sign and thousands separators kept), or None."""
-    last = None
-    for last in _NUMBER.finditer(text):
-        pass
-    return last.group().rstrip(",") if last else None
+def fallback_phrase(completion: str, plan: "ExtractionPlan") -> str | None:
+    """Step 4: the bare LaTeX answer after "the answer is" (or of the `####` line), for when math-verify finds nothing."""
+    phrase = plan.text if plan.anchored_only else _after_last(_ANSWER_ANCHOR, completion)
+    return _bare_latex(phrase) if phrase is not None else None
+
+
+def extraction_configs(fallback: str) -> list:
+    """math-verify's extraction targets for `fallback`: LaTeX (boxes first) and plain expressions."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    if fallback not in FALLBACKS:
+        raise ValueError(f"unknown answer fallback {fallback!r}; valid: {list(FALLBACKS)}")
+    unanchored = fallback == "last_number"
+    return [
+        LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=unanchored),
+        ExprExtractionConfig(try_extract_without_anchor=unanchored),
+    ]
+
+
+@dataclass(frozen=True)
+class ExtractionPlan:
+    """Where math-verify looks and how. text: the completion, or the X of its `#### X` line."""
+
+    text: str
+    configs: list
+    anchored_only: bool  # True when `text` is the `####` answer itself: its bare form counts
+
+
+def extraction_plan(completion: str, fallback: str = "last_number") -> ExtractionPlan:
+    """Steps 1-3 of the module docstring."""
+    configs = extraction_configs(fallback)
+    boxed = last_boxed(completion)
+    if boxed:  # an empty box (often the prompt's instruction echoed) is no answer and does not hide a later one
+        # math-verify knows only \boxed; \fbox is the same box (Minerva-style graders accept both).
+        return ExtractionPlan(completion.replace("\\fbox{", "\\boxed{"), configs, False)
+    gsm8k = _after_last(_GSM8K_ANCHOR, completion)
+    if gsm8k is not None:
+        # The marker is the anchor: anything math-verify finds in the rest of that line counts.
+        return ExtractionPlan(gsm8k, extraction_configs("last_number"), True)
+    return ExtractionPlan(completion, configs, False)
+
+
+def _match_string(match: re.Match, target) -> str:
+    """The answer string math-verify's `extract_match` would report for `match`, without parsing it."""
+    from latex2sympy2_extended.latex2sympy2 import normalize_latex
+    from math_verify import LatexExtractionConfig
+
+    groups = {name: value for name, value in match.groupdict().items() if value}
+    if isinstance(target, LatexExtractionConfig):
+        parts = []
+        for name, latex in groups.items():
+            if "_latex" not in name:
+                continue
+            config = target.normalization_config
+            if name.endswith("_latexBoxed"):
+                config = replace(config, boxed="last")
+            parts.append(normalize_latex(latex, config=config))
+        return " and ".join(parts)
+    integer = next((v for k, v in groups.items() if k.startswith("integer")), "")
+    decimal = next((v for k, v in groups.items() if k.startswith("decimal")), "")
+    if integer or decimal:
+        integer = integer.translate(str.maketrans("", "", ", ")).lstrip("0") or "0"
+        return integer + decimal.replace(",", ".")
+    return groups.get("expr", "")
+
+
+def first_match_string(text: str, configs: list) -> str | None:
+    """The match math-verify's `parse(text, configs)` tries first (best priority, rightmost), as a string."""
+    from itertools import groupby
+
+    from math_verify.parser import get_extraction_regexes
+
+    patterns = [
+        (pattern, target, priority)
+        for target_patterns, target in get_extraction_regexes(configs)
+        for pattern, priority in target_patterns
+    ]
+    patterns.sort(key=lambda item: item[2])
+    for _, group in groupby(patterns, key=lambda item: item[2]):
+        matches = [(match, target) for pattern, target, _ in group for match in pattern.finditer(text)]
+        if matches:
+            match, target = max(matches, key=lambda item: (item[0].end(), -item[0].start()))
+            found = _match_string(match, target)
+            if found:
+                return found
+    return None
 
 
 def normalize_answer(answer: str) -> str | None:
@@ -124,20 +218,11 @@ def normalize_answer(answer: str) -> str | None:
 def extract_answer(completion: str, fallback: str = "last_number") -> str | None:
     """The final answer of `completion` as a normalised string, or None when none is found.
 
-    `fallback` picks what happens when no anchored form is present: "last_number" or "none".
+    `fallback` ("last_number" or "none") picks whether unanchored LaTeX spans and numbers count
+    (see the module docstring). String-only and cheap: safe anywhere, including a dispatcher thread.
     """
-    if fallback not in FALLBACKS:
-        raise ValueError(f"unknown answer fallback {fallback!r}; valid: {list(FALLBACKS)}")
-    for find in (
-        last_boxed,
-        lambda text: _phrase_after_last(_GSM8K_ANCHOR, text),
-        lambda text: _phrase_after_last(_ANSWER_ANCHOR, text),
-    ):
-        found = find(completion)
-        if found is not None:
-            # An anchor with nothing after it is no answer; do not fall through to a weaker form.
-            return normalize_answer(found)
-    if fallback == "last_number":
-        number = last_number(completion)
-        return normalize_answer(number) if number is not None else None
-    return None
+    plan = extraction_plan(completion, fallback)
+    found = first_match_string(plan.text, plan.configs)
+    if found is None:
+        found = fallback_phrase(completion, plan)
+    return normalize_answer(found) if found is not None else None

@@ -1,7 +1,12 @@
 """Rule verifier: does a completion's final answer match the reference? (math-verify underneath)
 
-Both sides are parsed the same way: the answer string is wrapped as ``\\boxed{...}`` and given to
-``math_verify.parse``. math-verify's ``verify`` is not symmetric (assignments such as ``x=2`` and
+The completion is parsed by math-verify's own extraction (``math_verify.parse`` with its LaTeX and
+expression targets, boxes first), pointed by `extract.extraction_plan` at the ``#### X`` line
+when there is one; the parsed objects go to ``verify`` as they are, so grading keeps math-verify's
+semantics (interval brackets, bare ``\\frac13``, ``1 000``, relations). Only when math-verify finds
+nothing does a bare LaTeX "the answer is X" count (`extract.fallback_phrase`). A reference answer
+(and either side of an answer-to-answer comparison) is a bare answer string: it is wrapped as
+``\\boxed{...}`` and parsed. math-verify's ``verify`` is not symmetric (assignments such as ``x=2`` and
 equation/interval conversions are simplified on one side only), so the reference is always passed
 as ``gold`` and the completion's answer as ``target``.
 
@@ -20,7 +25,7 @@ import time
 from dataclasses import dataclass
 from itertools import product
 
-from cooper_openrlhf.verify.extract import FALLBACKS, extract_answer, normalize_answer
+from cooper_openrlhf.verify.extract import FALLBACKS, extraction_plan, fallback_phrase, normalize_answer
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +44,9 @@ class Verdict(str, enum.Enum):
 class RuleVerifierConfig:
     """How answers are found and compared.
 
-    answer_fallback: when the completion has no boxed / `####` / "the answer is" form:
-        "last_number" takes its last number, "none" gives NO_ANSWER.
+    answer_fallback: whether unanchored answers count (`extract` module): "last_number" lets
+        math-verify take the rightmost LaTeX span or number, "none" keeps only anchored forms
+        (box, `####`, "final answer is", "answer:"); without one the verdict is NO_ANSWER.
     parse_timeout_s / compare_timeout_s: math-verify's own alarms (whole seconds, main thread only).
     float_rounding / numeric_precision / strict: passed to `math_verify.verify` unchanged.
     """
@@ -145,22 +151,49 @@ def compare_answers(gold_answer: str, target_answer: str, config: RuleVerifierCo
         return Verdict.TIMEOUT
 
 
+def _parse_completion(completion: str, config: RuleVerifierConfig, timeout_s: int | None) -> list:
+    """math-verify's parse of the completion's final answer: [sympy object, string] or fewer; [] if none."""
+    from math_verify import parse
+    from math_verify.errors import TimeoutException
+
+    plan = extraction_plan(completion, config.answer_fallback)
+    try:
+        parsed = parse(plan.text, plan.configs, parsing_timeout=timeout_s, raise_on_error=True)
+    except TimeoutException as exc:
+        raise _MathVerifyTimeout("parse") from exc
+    if parsed:
+        return parsed
+    phrase = fallback_phrase(completion, plan)
+    return _parse(phrase, timeout_s) if phrase is not None else []
+
+
 def verify_one(reference: str, completion: str, config: RuleVerifierConfig = RuleVerifierConfig()) -> VerifyOutcome:
     """Verify one completion against its reference answer, in this process.
 
-    Unexpected exceptions from math-verify are logged with their traceback and reported as
-    Verdict.ERROR (one odd completion must not end a training step); the message is kept.
+    `extracted` is the answer math-verify graded, as the string it reports for it. Unexpected
+    exceptions from math-verify are logged with their traceback and reported as Verdict.ERROR
+    (one odd completion must not end a training step); the message is kept.
     """
     if not isinstance(reference, str) or not isinstance(completion, str):
         raise TypeError(f"reference and completion must be str, got {type(reference)} and {type(completion)}")
-    if normalize_answer(reference) is None:
+    gold_text = normalize_answer(reference)
+    if gold_text is None:
         raise ValueError("reference answer is empty")
     start = time.perf_counter()
-    extracted = extract_answer(completion, fallback=config.answer_fallback)
-    if extracted is None:
-        return VerifyOutcome(Verdict.NO_ANSWER, None, time.perf_counter() - start)
+    extracted = None
+    timeout_parse = config.parse_timeout_s if _alarm_allowed() else None
+    timeout_compare = config.compare_timeout_s if _alarm_allowed() else None
     try:
-        verdict = compare_answers(reference, extracted, config)
+        target = _parse_completion(completion, config, timeout_parse)
+        if not target:
+            return VerifyOutcome(Verdict.NO_ANSWER, None, time.perf_counter() - start)
+        extracted = normalize_answer(str(target[-1])) or str(target[-1])
+        gold = _parse_reference(gold_text, timeout_parse)
+        if not gold:
+            return VerifyOutcome(Verdict.NO_ANSWER, extracted, time.perf_counter() - start)
+        verdict = Verdict.CORRECT if _matches(gold, target, config, timeout_compare) else Verdict.INCORRECT
+    except _MathVerifyTimeout:
+        return VerifyOutcome(Verdict.TIMEOUT, extracted, time.perf_counter() - start)
     except Exception as exc:
         logger.warning("rule verifier raised on reference %.80r", reference, exc_info=True)
         return VerifyOutcome(Verdict.ERROR, extracted, time.perf_counter() - start, error=repr(exc))

@@ -1,4 +1,4 @@
-"""Run a few ZeRO-2 bf16 training steps of the tiny reward model with OpenRLHF's DeepspeedStrategy (gloo, CPU).
+"""Run a few ZeRO-2 training steps (bf16 or fp32) of the tiny reward model with OpenRLHF's DeepspeedStrategy (gloo, CPU).
 
 Prints one JSON line: {"losses": [...], "rewards_before": [...], "rewards_after": [...]}. Run as a
 separate process by tests/test_deepspeed_strategy.py so torch.distributed state never leaks into pytest.
@@ -26,16 +26,16 @@ from transformers import AutoTokenizer  # noqa: E402
 from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args  # noqa: E402
 
 
-def main(model_path: str, master_port: str, steps: int) -> None:
+def main(model_path: str, master_port: str, steps: int, param_dtype: str) -> None:
     os.environ["MASTER_PORT"] = master_port
     args = parse_openrlhf_args(
-        ["--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "eager",
+        ["--ds.zero_stage", "2", "--ds.param_dtype", param_dtype, "--ds.attn_implementation", "eager",
          "--train.micro_batch_size", "4", "--train.batch_size", "4"]
     )
     strategy = get_strategy(args)
     strategy.setup_distributed()
     model = get_llm_for_sequence_regression(
-        model_path, "reward", param_dtype="bf16", attn_implementation="eager",
+        model_path, "reward", param_dtype=args.ds.param_dtype, attn_implementation="eager",
         ds_config=strategy.get_ds_train_config(), init_value_head=True,
     )
     cfg = {"optim": "adam", "adam": {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0},
@@ -62,9 +62,17 @@ def main(model_path: str, master_port: str, steps: int) -> None:
         strategy.backward(loss, engine, None)
         strategy.optimizer_step(None, engine, None)
         losses.append(loss.item())
-    print(json.dumps({"losses": losses, "rewards_before": before, "rewards_after": rewards(),
+    after = rewards()
+    # A step on a NaN loss must leave the weights as they were (DeepSpeed drops steps with non-finite gradients).
+    weights = [p.detach().clone() for p in engine.parameters()]
+    logits = engine(batch["input_ids"], batch["attention_mask"])
+    strategy.backward(F.binary_cross_entropy_with_logits(logits.float(), labels) * float("nan"), engine, None)
+    strategy.optimizer_step(None, engine, None)
+    nan_step_skipped = all(torch.equal(a, b) for a, b in zip(weights, engine.parameters()))
+    print(json.dumps({"losses": losses, "rewards_before": before, "rewards_after": after,
+                      "nan_step_skipped": nan_step_skipped,
                       "param_dtype": str(next(engine.parameters()).dtype), "zero_stage": engine.zero_optimization_stage()}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "bf16")

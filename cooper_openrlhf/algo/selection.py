@@ -1,0 +1,160 @@
+"""Cooper's pair selection: per prompt, which rollout is the positive and where its negative comes from.
+
+Pure functions over one step's flat, prompt-grouped rollout lists (P prompts x n rollouts, the n
+rollouts of a prompt contiguous). Nothing here knows Ray, the verifier or an engine: the pair
+actor supplies the verdicts and the assistant's rewrites, the trainer the RM scores.
+
+Per prompt (arXiv 2508.05613, sec. 3.2):
+- positive: the first verified-correct rollout in batch order (`select_positives`);
+- negative, by `--cooper.negative_source`:
+    assistant  an assistant's rewrite of the positive whose final answer is proved different (the paper's)
+    rollout    one of the prompt's own rollouts whose answer is proved different from the reference
+               (`select_rollout_negatives`); "hardest" = the one the RM scores highest, "random" = seeded
+    mixed      a rollout negative where one exists, an assistant rewrite for the prompts without one
+  (`assistant_prompts` says which prompts need the assistant; `assemble_pairs` builds the PairBatch).
+A prompt without a positive, or whose chosen source gave nothing, keeps its slot with valid=False.
+
+Both sides of every pair are passed through `algo.negatives.normalize_solution`, the same function
+that cleans the assistant's replies, so a pair differs only where the rewrite changed the text and the
+RM cannot learn a formatting shortcut (e.g. "text after the final box means correct").
+"""
+
+import random
+from collections.abc import Sequence
+
+from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, group_rollouts
+
+NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
+ROLLOUT_NEGATIVE_PICKS = ("hardest", "random")
+NO_ROLLOUT = -1
+# PairBatch.negative_source values.
+FROM_ASSISTANT, FROM_ROLLOUT, FROM_NONE = "assistant", "rollout", ""
+
+
+def check_choice(flag: str, value: str, valid: Sequence[str]) -> str:
+    """`value` if it is one of `valid`, else a ValueError naming the flag and the valid names."""
+    if value not in valid:
+        raise ValueError(f"unknown {flag} {value!r}; valid: {list(valid)}")
+    return value
+
+
+def select_positives(verified_correct: Sequence[bool], n_samples_per_prompt: int) -> list[int]:
+    """For each prompt, the flat index of its first verified-correct rollout, or NO_POSITIVE (-1).
+
+    verified_correct: (P * n,) prompt-grouped, True where the rule verifier says CORRECT.
+    Returns (P,) flat indices into the rollout list.
+    """
+    positives = []
+    for prompt, group in enumerate(group_rollouts(list(verified_correct), n_samples_per_prompt)):
+        first = next((j for j, correct in enumerate(group) if correct), None)
+        positives.append(NO_POSITIVE if first is None else prompt * n_samples_per_prompt + first)
+    return positives
+
+
+def select_rollout_negatives(
+    proven_wrong: Sequence[bool],
+    n_samples_per_prompt: int,
+    rm_scores: Sequence[float] | None = None,
+    pick: str = "hardest",
+    seed: int = 0,
+) -> list[int]:
+    """For each prompt, the flat index of one of its rollouts proved wrong, or NO_ROLLOUT (-1).
+
+    proven_wrong: (P * n,) True only where the rollout's extracted answer was proved different from
+        the reference (an unextractable answer, a timeout or an error is never proved wrong).
+    rm_scores: (P * n,) the RM's scores of the rollouts (needed by "hardest").
+    pick: "hardest" = the highest RM score among the prompt's wrong rollouts (ties: the first in batch
+        order), i.e. the wrong answer the RM is most fooled by; "random" = a seeded uniform choice.
+    """
+    check_choice("rollout negative pick", pick, ROLLOUT_NEGATIVE_PICKS)
+    if pick == "hardest" and (rm_scores is None or len(rm_scores) != len(proven_wrong)):
+        raise ValueError(f"'hardest' needs one RM score per rollout; got {None if rm_scores is None else len(rm_scores)}"
+                         f" scores for {len(proven_wrong)} rollouts")
+    rng = random.Random(seed)
+    negatives = []
+    for prompt, group in enumerate(group_rollouts(list(proven_wrong), n_samples_per_prompt)):
+        candidates = [prompt * n_samples_per_prompt + j for j, wrong in enumerate(group) if wrong]
+        if not candidates:
+            negatives.append(NO_ROLLOUT)
+        elif pick == "hardest":
+            negatives.append(max(candidates, key=lambda i: (rm_scores[i], -i)))
+        else:
+            negatives.append(rng.choice(candidates))
+    return negatives
+
+
+def has_proven_wrong_rollout(proven_wrong: Sequence[bool], n_samples_per_prompt: int) -> list[bool]:
+    """(P,) True where the prompt has at least one rollout proved wrong (known before any RM score)."""
+    return [any(group) for group in group_rollouts(list(proven_wrong), n_samples_per_prompt)]
+
+
+def assistant_prompts(positive_index: Sequence[int], has_rollout_negative: Sequence[bool], source: str) -> list[int]:
+    """The prompts whose negative the assistant must write: those with a positive, for `assistant`;
+    those with a positive and no wrong rollout, for `mixed`; none, for `rollout`."""
+    check_choice("--cooper.negative_source", source, NEGATIVE_SOURCES)
+    if source == "rollout":
+        return []
+    return [p for p, i in enumerate(positive_index)
+            if i != NO_POSITIVE and (source == "assistant" or not has_rollout_negative[p])]
+
+
+def assemble_pairs(
+    questions: Sequence[str],
+    references: Sequence[str],
+    completions: Sequence[str],
+    positive_index: Sequence[int],
+    rollout_negative: Sequence[int],
+    assistant_negatives: dict[int, str],
+    source: str,
+) -> PairBatch:
+    """The step's PairBatch: one slot per prompt, in prompt order.
+
+    questions, references: (P,) per prompt. completions: (P * n,) raw rollout texts.
+    positive_index, rollout_negative: (P,) flat indices (NO_POSITIVE / NO_ROLLOUT where none).
+    assistant_negatives: prompt -> the assistant's valid rewrite (already normalised); prompts
+        without a valid rewrite are absent or map to "".
+    """
+    check_choice("--cooper.negative_source", source, NEGATIVE_SOURCES)
+    sizes = {len(questions), len(references), len(positive_index), len(rollout_negative)}
+    if len(sizes) != 1:
+        raise ValueError(f"per-prompt inputs have different lengths: {sorted(sizes)}")
+    positives, negatives, kinds = [], [], []
+    for p, i in enumerate(positive_index):
+        positive = normalize_solution(completions[i]) if i != NO_POSITIVE else ""
+        negative, kind = "", FROM_NONE
+        if positive:
+            if source != "assistant" and rollout_negative[p] != NO_ROLLOUT:
+                negative, kind = normalize_solution(completions[rollout_negative[p]]), FROM_ROLLOUT
+            elif source != "rollout" and assistant_negatives.get(p):
+                negative, kind = assistant_negatives[p], FROM_ASSISTANT
+        if not negative or negative == positive:  # an empty or unchanged negative is never a pair
+            negative, kind = "", FROM_NONE
+        positives.append(positive)
+        negatives.append(negative)
+        kinds.append(kind)
+    valid = [bool(pos and neg) for pos, neg in zip(positives, negatives)]
+    return PairBatch(list(questions), list(references), positives, negatives, valid, list(positive_index), kinds)
+
+
+def pair_metrics(batch: PairBatch, has_rollout_negative: Sequence[bool]) -> dict[str, float]:
+    """What the step's pairs are made of (`cooper/*` keys); rates are 0 where their denominator is 0.
+
+    prompts_with_positive (count), valid_pair_rate (valid / P), negative_success_rate (valid / prompts
+    with a positive), pairs_from_assistant / pairs_from_rollout (share of valid pairs by source),
+    prompts_without_wrong_rollout (count of prompts with a positive but no rollout proved wrong).
+    """
+    prompts = len(batch)
+    with_positive = sum(i != NO_POSITIVE for i in batch.positive_index)
+    valid = batch.num_valid
+    by_source = {kind: sum(ok and k == kind for ok, k in zip(batch.valid, batch.negative_source))
+                 for kind in (FROM_ASSISTANT, FROM_ROLLOUT)}
+    return {
+        "cooper/prompts_with_positive": float(with_positive),
+        "cooper/valid_pair_rate": valid / prompts if prompts else 0.0,
+        "cooper/negative_success_rate": valid / with_positive if with_positive else 0.0,
+        "cooper/pairs_from_assistant": by_source[FROM_ASSISTANT] / valid if valid else 0.0,
+        "cooper/pairs_from_rollout": by_source[FROM_ROLLOUT] / valid if valid else 0.0,
+        "cooper/prompts_without_wrong_rollout": float(sum(
+            i != NO_POSITIVE and not wrong for i, wrong in zip(batch.positive_index, has_rollout_negative))),
+    }

@@ -1,0 +1,50 @@
+"""`python -m cooper_openrlhf.cli.report RUN_DIR [RUN_DIR ...] --out DIR`: figures and tables of training runs.
+
+Each RUN_DIR is one run (one arm, one seed), read recursively: tensorboard event files from OpenRLHF's
+logger and, when present, `--cooper.sample_log_dir`'s rollouts.jsonl / pairs.jsonl. Arm and seed come from
+RUN_DIR/run_info.json, else a folder name `<arm>_seed<k>`, else the folder name (seed 0). Writes into DIR
+the figures of `report/figures.py`, report.md and summary.json. A run without event files is listed as
+failed and the others still render; the command fails only when no run could be read at all.
+See docs/report.md for how to read the figures.
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+logger = logging.getLogger("cooper_openrlhf.report")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="One folder per run (arm and seed).")
+    parser.add_argument("--out", required=True, help="Folder for the figures, report.md and summary.json.")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cooper_openrlhf.report.figures import write_figures
+    from cooper_openrlhf.report.markdown import write_markdown
+    from cooper_openrlhf.report.runs import load_run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    runs = [load_run(path) for path in tqdm(args.run_dirs, desc="reading runs", unit="run")]
+    for run in runs:
+        if run.failed:
+            logger.warning("run %s (%s seed %d) failed: %s", run.path, run.arm, run.seed, run.error)
+    out = Path(args.out)
+    figures = write_figures(runs, out)
+    report, summary = write_markdown(runs, figures, out)
+    print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
+    if all(run.failed for run in runs):
+        logger.error("no run could be read; the report lists why")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The checks every launcher runs before submitting: variables, model folders, data files, output folders.
+
+Launchers are configured by environment variables; every failure raises `PreflightError` whose message
+starts with the variable to fix (`PROMPTS=/x.jsonl: row 12 has no field 'answer'`), so a wrong value fails
+in seconds on the login node, not after the queue. Paths that an earlier job of the same chain will
+produce (`reproduce_paper.sh` lists them in PENDING_PATHS) are accepted when their folder is writable.
+"""
+
+import os
+import re
+import uuid
+from collections.abc import Mapping
+
+from cooper_openrlhf.data.rows import RowFormatError, iter_rows
+
+
+class PreflightError(ValueError):
+    """A launcher input that would fail the job; the message names the variable."""
+
+
+class Env:
+    """Read launcher variables from a mapping (os.environ in the CLI, a dict in tests), with named errors."""
+
+    def __init__(self, values: Mapping[str, str]):
+        self.values = values
+        # Inside a job every upstream output must exist: PENDING_PATHS only counts on the submit side.
+        pending = "" if values.get("SLURM_JOB_ID") else values.get("PENDING_PATHS", "")
+        self.pending = {os.path.abspath(p) for p in pending.split(":") if p}
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        value = self.values.get(name, "")
+        return value if value != "" else default
+
+    def require(self, name: str, what: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise PreflightError(f"{name} is not set: {what}")
+        return value
+
+    def int(self, name: str, default: int | None, minimum: int = 1) -> int | None:
+        text = self.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            raise PreflightError(f"{name}={text!r}: must be an integer") from None
+        if value < minimum:
+            raise PreflightError(f"{name}={value}: must be >= {minimum}")
+        return value
+
+    def float(self, name: str, default: float) -> float:
+        text = self.get(name)
+        if text is None:
+            return default
+        try:
+            return float(text)
+        except ValueError:
+            raise PreflightError(f"{name}={text!r}: must be a number") from None
+
+    def flag(self, name: str) -> bool:
+        text = self.get(name, "0").lower()
+        if text not in ("0", "1", "true", "false", "yes", "no"):
+            raise PreflightError(f"{name}={text!r}: must be 0 or 1")
+        return text in ("1", "true", "yes")
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.get(name, default)
+        if value not in choices:
+            raise PreflightError(f"{name}={value!r}: must be one of {', '.join(choices)}")
+        return value
+
+    def is_pending(self, path: str) -> bool:
+        return os.path.abspath(path) in self.pending
+
+
+def check_model_dir(env: Env, name: str, path: str) -> None:
+    """A Hugging Face model folder (config.json inside); compute nodes are usually offline, so no hub ids."""
+    if env.is_pending(path):
+        check_writable_dir(name, os.path.dirname(os.path.abspath(path)) or ".")
+        return
+    if not os.path.isdir(path):
+        hint = (" (a hub id? download it first, e.g. `huggingface-cli download ORG/NAME --local-dir DIR`, and "
+                "pass DIR: compute nodes are often offline)" if re.fullmatch(r"[\w.-]+/[\w.-]+", path) else "")
+        raise PreflightError(f"{name}={path}: model folder does not exist{hint}")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise PreflightError(f"{name}={path}: no config.json in the folder; not a Hugging Face model")
+
+
+def check_writable_dir(name: str, path: str) -> None:
+    """Create `path` if needed and prove it writable by writing and removing a file."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".preflight-{uuid.uuid4().hex}")
+        with open(probe, "w") as handle:
+            handle.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        raise PreflightError(f"{name}={path}: output folder is not writable ({exc.strerror or exc})") from None
+
+
+def read_rows(name: str, path: str) -> list[dict]:
+    """Rows of a JSON Lines, JSON (list) or Parquet file; unreadable rows raise naming the line."""
+    if not os.path.isfile(path):
+        raise PreflightError(f"{name}={path}: data file does not exist")
+    try:
+        return [row for _, _, row in iter_rows(path)]
+    except RowFormatError as exc:
+        raise PreflightError(f"{name}={exc}") from None
+
+
+def check_rows_have_keys(name: str, path: str, rows: list[dict], keys: dict[str, str]) -> None:
+    """Every row has every key (keys: field -> the variable that names it) with a non-empty value."""
+    if not rows:
+        raise PreflightError(f"{name}={path}: no rows")
+    for index, row in enumerate(rows):
+        for key, variable in keys.items():
+            value = row.get(key)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                problem = "has no field" if key not in row else "has an empty field"
+                raise PreflightError(f"{name}={path}: row {index + 1} {problem} {key!r} (set by {variable}); "
+                                     f"fields present: {sorted(row)}")

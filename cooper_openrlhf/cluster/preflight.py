@@ -1,0 +1,390 @@
+"""What each launcher runs, built from its environment variables and checked before anything is submitted.
+
+One function per stage turns the launcher's variables into the exact command(s) the job will run and checks
+them: every flag through the real parser (`train_cooper.parse_args`, which runs OpenRLHF's own parser and
+validation; `verifyrm`'s parser; `evaluate`'s `build_parser()`), the GPU placement (`cluster/placement.py`),
+model folders, data rows and output folders (`cluster/checks.py`). `cli/preflight.py` is the shell's entry.
+
+  plan_rl(env)              Cooper / static-RM / rule arm on N nodes: train_cooper argv + placement + Ray env
+  plan_annotate(env)        VerifyRM annotation, one shard of the prompts per array task (resumable per shard)
+  plan_verifyrm_train(env)  VerifyRM BCE training on the GPUs of one node under the deepspeed launcher
+  plan_evaluate(env)        benchmark evaluation, one checkpoint per array task
+
+The RL defaults are the official Cooper recipe's (ZJU-REAL/Cooper `recipe/cooper/`) where the paper is
+silent; docs/cluster.md lists every value, its source, and where this package departs.
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from cooper_openrlhf.cluster.checks import (
+    Env,
+    PreflightError,
+    check_model_dir,
+    check_rows_have_keys,
+    check_writable_dir,
+    read_rows,
+)
+from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
+
+NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
+DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
+
+
+@dataclass
+class Plan:
+    """commands: one argv per task (one for single jobs). notes: what the user should know (printed)."""
+
+    stage: str
+    commands: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    placement: Placement | None = None
+    runtime_env: dict | None = None
+
+
+def _parse_or_fail(what: str, parse) -> object:
+    """Run a parser; argparse's exit becomes a PreflightError carrying its message."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return parse()
+    except SystemExit as exc:
+        message = captured.getvalue().strip().splitlines()
+        raise PreflightError(f"{what}: {message[-1] if message else f'parser exited with {exc.code}'}") from None
+
+
+# --------------------------------------------------------------------------------------------- RL
+def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
+    nodes = env.int("NODES", env.int("SLURM_JOB_NUM_NODES", 1), minimum=1)
+    gpus = env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
+    try:
+        return plan_placement(nodes, gpus, arm=arm, assistant_model=assistant_model,
+                              actor_gpus=env.int("ACTOR_GPUS", None), rm_gpus=env.int("RM_GPUS", None, minimum=0),
+                              vllm_engines=env.int("VLLM_ENGINES", None), vllm_tp=env.int("VLLM_TP", 1),
+                              colocate_all=env.flag("COLOCATE_ALL"))
+    except PlacementError as exc:
+        raise PreflightError(str(exc)) from None
+
+
+def _warmup_ratio(env: Env, prompts: int, n: int, rollout_batch: int, train_batch: int, episodes: int) -> float:
+    """OpenRLHF's warm-up ratio giving WARMUP_ROLLOUT_STEPS rollout steps of warm-up (verl's lr_warmup_steps=20).
+
+    OpenRLHF schedules per optimizer step: max_steps = prompts * n // train_batch * episodes (trainer/ppo_trainer.py),
+    and one rollout step makes rollout_batch * n / train_batch optimizer steps.
+    """
+    warmup_rollout_steps = env.int("WARMUP_ROLLOUT_STEPS", 20, minimum=0)
+    max_steps = prompts * n // train_batch * episodes
+    if max_steps < 1:
+        raise PreflightError(f"TRAIN_BATCH_SIZE={train_batch}: PROMPTS has {prompts} rows x N_SAMPLES={n}, fewer "
+                             "samples than one training batch: no optimizer step would run")
+    warmup_steps = warmup_rollout_steps * (rollout_batch * n // train_batch)
+    if not warmup_steps:
+        return 0.0
+    # OpenRLHF warms up for ceil(max_steps * ratio) steps: aim between two integers so that rounding cannot add one.
+    return min(0.5, (warmup_steps - 0.5) / max_steps)
+
+
+def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
+    """The train_cooper command of one arm, with its placement; every flag parsed by train_cooper itself."""
+    arm = env.choice("ARM", "cooper", ARMS)
+    policy = env.require("POLICY", "the policy model folder (the paper: Qwen2.5-1.5B-Instruct)")
+    prompts = env.require("PROMPTS", "a prompt file written by `python -m cooper_openrlhf.cluster.prompts` "
+                          "(question with the answer-format instruction, reference answer)")
+    out = env.require("OUT", "the run folder (checkpoints, final policy, tensorboard, samples)")
+    negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
+    assistant = None
+    if arm == "cooper" and negative_source != "rollout":
+        assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
+                                "(a folder, or 'policy' for the policy on its own engines)")
+    verify_rm = env.require("VERIFY_RM", "a VerifyRM export (verifyrm train's best/)") if arm != "rule" else None
+    input_key, label_key = env.get("INPUT_KEY", "question"), env.get("LABEL_KEY", "answer")
+
+    check_model_dir(env, "POLICY", policy)
+    if verify_rm:
+        check_model_dir(env, "VERIFY_RM", verify_rm)
+    if assistant not in (None, "policy"):
+        check_model_dir(env, "ASSISTANT_MODEL", assistant)
+    rows = read_rows("PROMPTS", prompts)
+    check_rows_have_keys("PROMPTS", prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    check_writable_dir("OUT", out)
+    notes = []
+    if not any("instruction" in row for row in rows[:1]):
+        notes.append(f"PROMPTS={prompts}: rows carry no 'instruction' field; OpenRLHF ignores --data.input_template "
+                     "under a chat template, so the answer-format instruction must be inside the question: prepare "
+                     "the file with `python -m cooper_openrlhf.cluster.prompts`")
+
+    placement = _rl_placement(env, arm, assistant_model=assistant not in (None, "policy"))
+    n = env.int("N_SAMPLES", 16, minimum=2)
+    rollout_batch = env.int("ROLLOUT_BATCH_SIZE", 128)
+    train_batch = env.int("TRAIN_BATCH_SIZE", 512)
+    micro = env.int("MICRO_BATCH_SIZE", 4)
+    episodes = env.int("NUM_EPISODES", 15)
+    if train_batch % (micro * placement.actor_gpus):
+        raise PreflightError(f"TRAIN_BATCH_SIZE={train_batch}: must be a multiple of MICRO_BATCH_SIZE={micro} x "
+                             f"{placement.actor_gpus} actor GPUs (DeepSpeed's gradient accumulation)")
+    if rollout_batch * n % train_batch:
+        raise PreflightError(f"TRAIN_BATCH_SIZE={train_batch}: must divide ROLLOUT_BATCH_SIZE={rollout_batch} x "
+                             f"N_SAMPLES={n} = {rollout_batch * n} samples of one rollout step")
+    warmup = _warmup_ratio(env, len(rows), n, rollout_batch, train_batch, episodes)
+    job = env.get("SLURM_JOB_ID", "dryrun")
+    argv = [
+        "python", "-m", "cooper_openrlhf.cli.train_cooper",
+        "--actor.model_name_or_path", policy,
+        "--data.prompt_dataset", prompts, "--data.input_key", input_key, "--data.label_key", label_key,
+        "--data.apply_chat_template",
+        "--data.max_len", str(env.int("MAX_LEN", 1024)), "--rollout.max_new_tokens", str(env.int("MAX_NEW_TOKENS", 512)),
+        "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", str(n),
+        "--rollout.temperature", str(env.float("TEMPERATURE", 1.0)), "--rollout.top_p", "1.0",
+        "--rollout.batch_size", str(rollout_batch), "--rollout.micro_batch_size", str(env.int("ROLLOUT_MICRO_BATCH_SIZE", 16)),
+        "--train.batch_size", str(train_batch), "--train.micro_batch_size", str(micro),
+        "--train.max_epochs", "1", "--train.num_episodes", str(episodes),
+        "--algo.kl.use_loss", "--algo.kl.estimator", "k3", "--algo.kl.init_coef", str(env.float("KL_COEF", 0.001)),
+        "--actor.adam.lr", str(env.float("ACTOR_LR", 1e-6)), "--actor.lr_scheduler", "constant_with_warmup",
+        "--actor.lr_warmup_ratio", repr(warmup),
+        *placement.openrlhf_flags(),
+        "--vllm.gpu_memory_utilization", str(env.float("VLLM_GPU_MEMORY_UTILIZATION", 0.5 if placement.colocate_all else 0.8)),
+        "--vllm.sync_backend", "nccl",
+        "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
+        "--actor.gradient_checkpointing_enable",
+        "--cooper.verifier_workers", str(env.int("VERIFIER_WORKERS", 16)), "--cooper.verifier_deadline_s", "10",
+        "--train.seed", str(env.int("SEED", 42, minimum=0)), "--ckpt.save_steps", str(env.int("SAVE_STEPS", 20)),
+        "--ckpt.path", os.path.join(out, "ckpt"), "--ckpt.output_dir", os.path.join(out, "final"),
+        "--logger.tensorboard_dir", os.path.join(out, "tensorboard"), "--logger.wandb.run_name", f"cooper-{arm}-{job}",
+        "--cooper.sample_log_dir", os.path.join(out, "samples"),
+    ]
+    if arm == "rule":
+        argv += ["--cooper.reward_source", "rule"]
+    else:
+        argv += ["--reward.model_name_or_path", verify_rm]
+    if arm == "cooper":
+        argv += ["--remote_rm_trainable", "--cooper.negative_source", negative_source,
+                 "--cooper.rm_lr", str(env.float("RM_LR", 1e-5)), "--cooper.rm_weight_decay", "0.01",
+                 "--cooper.rm_lr_scheduler", "constant_with_warmup", "--cooper.rm_warmup_ratio", "0.01",
+                 "--cooper.rm_micro_batch_size", "4", "--cooper.negative_max_new_tokens", str(env.int("MAX_NEW_TOKENS", 512))]
+        if assistant not in (None, "policy"):
+            argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
+    argv += list(extra_args)
+    validate_train_cooper_argv(argv[3:])
+    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": env.get("NCCL_DEBUG", "WARN"),
+                                "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1")}}
+    return Plan("rl", [argv], notes, placement, runtime_env)
+
+
+def validate_train_cooper_argv(argv: list[str]) -> None:
+    """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks."""
+    from cooper_openrlhf.cli.cooper_args import CooperArgsError
+    from cooper_openrlhf.cli.train_cooper import parse_args
+    from cooper_openrlhf.runtime import install_cpu_runtime
+
+    install_cpu_runtime()  # OpenRLHF's modules import flash-attn's CUDA kernels; a no-op where CUDA exists
+
+    try:
+        _parse_or_fail("train_cooper flags (launcher defaults + command-line arguments)", lambda: parse_args(argv))
+    except (CooperArgsError, AssertionError) as exc:
+        raise PreflightError(f"train_cooper rejects the flags: {exc}") from None
+
+
+# --------------------------------------------------------------------------------- VerifyRM stages
+def _shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
+    """Contiguous, balanced [start, end) ranges: the first count % shards shards get one more row."""
+    size, extra = divmod(count, shards)
+    bounds, start = [], 0
+    for k in range(shards):
+        end = start + size + (1 if k < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def shard_paths(out: str, shards: int) -> tuple[list[str], list[str]]:
+    """(prompt shard files, annotation output files) of an annotate run folder."""
+    return ([os.path.join(out, "shards", f"prompts-{k:03d}-of-{shards:03d}.jsonl") for k in range(shards)],
+            [os.path.join(out, "annotated", f"part-{k:03d}-of-{shards:03d}.jsonl") for k in range(shards)])
+
+
+def plan_annotate(env: Env, extra_args: list[str] = ()) -> Plan:
+    """Split PROMPTS into SHARDS files (once; the same files on every re-submission) and one annotate per shard."""
+    from cooper_openrlhf.cli.verifyrm import build_parser
+    from cooper_openrlhf.rm.data import PROMPT_FORMATS, RecipeDataError, load_prompts
+
+    prompts = env.require("PROMPTS", "questions with reference answers (JSON Lines)")
+    generators = [g for g in env.require("GENERATORS", "comma-separated generator model folders").split(",") if g]
+    judge = env.require("JUDGE", "the LLM judge's model folder (the paper: Qwen3-4B)")
+    out = env.require("OUT", "the annotation folder (shards/, annotated/)")
+    fmt = env.choice("FORMAT", "plain", PROMPT_FORMATS)
+    shards = env.int("SHARDS", 8)
+    tp = env.int("GPUS_PER_TASK", 1)
+    for index, generator in enumerate(generators):
+        check_model_dir(env, f"GENERATORS (item {index + 1})", generator)
+    check_model_dir(env, "JUDGE", judge)
+    if not os.path.isfile(prompts):
+        raise PreflightError(f"PROMPTS={prompts}: data file does not exist")
+    try:
+        problems = load_prompts(prompts, fmt)
+    except RecipeDataError as exc:
+        raise PreflightError(f"PROMPTS={prompts} (FORMAT={fmt}): {exc}") from None
+    if shards > len(problems):
+        raise PreflightError(f"SHARDS={shards}: more shards than the {len(problems)} prompts")
+    check_writable_dir("OUT", out)
+    shard_files, part_files = shard_paths(out, shards)
+    os.makedirs(os.path.dirname(shard_files[0]), exist_ok=True)
+    os.makedirs(os.path.dirname(part_files[0]), exist_ok=True)
+    commands = []
+    for k, (start, end) in enumerate(_shard_bounds(len(problems), shards)):
+        text = "".join(json.dumps({"question": p.question, "reference": p.reference}) + "\n" for p in problems[start:end])
+        if os.path.exists(shard_files[k]):
+            with open(shard_files[k], encoding="utf-8") as handle:
+                if handle.read() != text:
+                    raise PreflightError(f"OUT={out}: {shard_files[k]} holds other prompts than PROMPTS={prompts} now "
+                                         "gives; a resumed annotation must see the same prompts: use a new OUT")
+        else:
+            with open(shard_files[k], "w", encoding="utf-8") as handle:
+                handle.write(text)
+        argv = ["python", "-m", "cooper_openrlhf.cli.verifyrm", "annotate", "--prompts", shard_files[k],
+                "--out", part_files[k], *[a for g in generators for a in ("--generator", g)], "--judge", judge,
+                "--engine", "vllm", "--engine-option", f"tensor_parallel_size={tp}",
+                "--samples-per-question", str(env.int("SAMPLES_PER_QUESTION", 4)),
+                "--max-new-tokens", str(env.int("GEN_MAX_NEW_TOKENS", 1024)),
+                "--verifier-workers", str(env.int("ANNOTATE_VERIFIER_WORKERS", 4)), *extra_args]
+        parsed = _parse_or_fail("verifyrm annotate flags", lambda: build_parser().parse_known_args(argv[3:]))
+        if parsed[1]:
+            raise PreflightError(f"verifyrm annotate flags: unrecognized arguments: {' '.join(parsed[1])}")
+        commands.append(argv)
+    return Plan("annotate", commands, [f"{len(problems)} prompts in {shards} shards under {out}/shards"])
+
+
+def merge_annotations(out: str, shards: int, merged: str) -> int:
+    """Concatenate the shards' kept rows into `merged` once every shard has finished; returns the row count."""
+    _, part_files = shard_paths(out, shards)
+    from cooper_openrlhf.rm.annotate import output_paths
+
+    missing = [p for p in part_files if not output_paths(p)["summary"].exists()]
+    if missing:
+        raise PreflightError(f"ANNOTATED={out}: {len(missing)} of {shards} shards have not finished (no summary: "
+                             f"{missing[0]} ...); re-submit the annotate array, it resumes where it stopped")
+    rows = 0
+    with open(merged, "w", encoding="utf-8") as target:
+        for part in part_files:
+            with open(part, encoding="utf-8") as source:
+                for line in source:
+                    if line.strip():
+                        target.write(line if line.endswith("\n") else line + "\n")
+                        rows += 1
+    return rows
+
+
+def plan_verifyrm_train(env: Env, extra_args: list[str] = ()) -> Plan:
+    """deepspeed over the node's GPUs running `verifyrm train` (official recipe's lr, decay, epochs, batch)."""
+    from cooper_openrlhf.cli.verifyrm import build_parser
+
+    pretrain = env.require("PRETRAIN", "the VerifyRM backbone folder (the paper: Qwen2.5-Math-1.5B-Instruct)")
+    out = env.require("OUT", "the VerifyRM run folder (best/ is the export the RL arms read)")
+    data = env.get("DATA")
+    if data is None:
+        annotated = env.require("ANNOTATED", "the annotate folder whose shards are merged (or set DATA to a file)")
+        data = os.path.join(out, "verifyrm_data.jsonl")
+        if not env.is_pending(annotated) and not os.path.isdir(annotated):
+            raise PreflightError(f"ANNOTATED={annotated}: folder does not exist")
+    elif not env.is_pending(data):
+        from cooper_openrlhf.rm.data import RecipeDataError, load_labelled
+
+        if not os.path.isfile(data):
+            raise PreflightError(f"DATA={data}: data file does not exist")
+        try:
+            load_labelled(data)
+        except RecipeDataError as exc:
+            raise PreflightError(f"DATA={data}: {exc}") from None
+    check_model_dir(env, "PRETRAIN", pretrain)
+    check_writable_dir("OUT", out)
+    gpus = env.int("GPUS", env.int("SLURM_GPUS_ON_NODE", 8))
+    # RM_-prefixed: reproduce_paper.sh passes one environment to every stage, and the RL arms have their own.
+    batch, micro = env.int("RM_TRAIN_BATCH_SIZE", 16384), env.int("RM_MICRO_BATCH_SIZE", 4)
+    if batch % (micro * gpus):
+        raise PreflightError(f"RM_TRAIN_BATCH_SIZE={batch}: must be a multiple of RM_MICRO_BATCH_SIZE={micro} x GPUS={gpus}")
+    argv = ["deepspeed", "--num_gpus", str(gpus), "--module", "cooper_openrlhf.cli.verifyrm", "train",
+            "--pretrain", pretrain, *(["--init-head"] if env.flag("INIT_HEAD") else []), "--data", data, "--out", out,
+            "--epochs", str(env.int("EPOCHS", 3)), "--lr", str(env.float("LR", 2e-5)), "--lr-scheduler", "linear",
+            "--warmup-ratio", "0", "--weight-decay", "0.01", "--max-length", str(env.int("MAX_LENGTH", 2048)),
+            "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
+            "--train.batch_size", str(batch), "--train.micro_batch_size", str(micro), *extra_args]
+    args, unknown = _parse_or_fail("verifyrm train flags", lambda: build_parser().parse_known_args(argv[5:]))
+    strays = [a for a in unknown if a.startswith("--") and not a.startswith(("--ds.", "--train."))]
+    if strays:
+        raise PreflightError(f"verifyrm train flags: unrecognized arguments: {' '.join(strays)}")
+    from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args
+    from cooper_openrlhf.runtime import install_cpu_runtime
+
+    install_cpu_runtime()
+    _parse_or_fail("verifyrm train's OpenRLHF flags (--ds.*, --train.*)", lambda: parse_openrlhf_args(unknown))
+    return Plan("verifyrm-train", [argv])
+
+
+# ---------------------------------------------------------------------------------------- evaluate
+def checkpoint_list(env: Env) -> list[str]:
+    """CHECKPOINTS: a file with one model folder per line, or a comma-separated list."""
+    text = env.require("CHECKPOINTS", "model folders to evaluate: a file (one per line) or a comma-separated list")
+    if os.path.isfile(text):
+        with open(text, encoding="utf-8") as handle:
+            items = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+    else:
+        items = [item for item in text.split(",") if item]
+    if not items:
+        raise PreflightError(f"CHECKPOINTS={text}: no checkpoint listed")
+    return items
+
+
+def result_name(index: int, path: str) -> str:
+    """A folder name for one checkpoint's results: its index and the last two path parts."""
+    tail = "-".join(os.path.normpath(path).split(os.sep)[-2:])
+    return f"{index:02d}-" + re.sub(r"[^\w.-]+", "_", tail)
+
+
+def plan_evaluate(env: Env, extra_args: list[str] = ()) -> Plan:
+    """One `cli.evaluate` per checkpoint (an array task each)."""
+    try:
+        from cooper_openrlhf.cli.evaluate import build_parser
+    except ImportError as exc:
+        raise PreflightError(f"cooper_openrlhf.cli.evaluate cannot be imported ({exc}); update the package") from None
+    checkpoints = checkpoint_list(env)
+    data_dir = env.require("DATA_DIR", "the folder of benchmark files (<name>/test.jsonl)")
+    out = env.require("OUT", "the evaluation folder (one sub-folder per checkpoint)")
+    benchmarks = env.get("BENCHMARKS", DEFAULT_BENCHMARKS)
+    if not os.path.isdir(data_dir):
+        raise PreflightError(f"DATA_DIR={data_dir}: folder does not exist")
+    for index, path in enumerate(checkpoints):
+        check_model_dir(env, f"CHECKPOINTS (item {index + 1})", path)
+    check_writable_dir("OUT", out)
+    try:
+        from cooper_openrlhf.eval.datasets import parse_benchmark_specs
+
+        parse_benchmark_specs(benchmarks, data_dir)
+    except ImportError:
+        pass
+    except Exception as exc:  # the evaluate CLI's own spec errors (names the benchmark and file)
+        raise PreflightError(f"BENCHMARKS={benchmarks} / DATA_DIR={data_dir}: {exc}") from None
+    commands = []
+    for index, path in enumerate(checkpoints):
+        argv = ["python", "-m", "cooper_openrlhf.cli.evaluate", "--model", path, "--benchmarks", benchmarks,
+                "--data-dir", data_dir, "--out", os.path.join(out, result_name(index, path)),
+                "--engine", env.choice("ENGINE", "vllm", ("vllm", "hf")),
+                "--protocol", env.choice("PROTOCOL", "paper", ("paper", "greedy"))]
+        limit = env.int("LIMIT", None)
+        argv += ["--limit", str(limit)] if limit else []
+        argv += list(extra_args)
+        _parse_or_fail("evaluate flags", lambda: build_parser().parse_args(argv[3:]))
+        commands.append(argv)
+    return Plan("evaluate", commands)
+
+
+STAGES = {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train, "evaluate": plan_evaluate}
+
+
+def plan_stage(stage: str, env: Env, extra_args: list[str] = ()) -> Plan:
+    if stage not in STAGES:
+        raise PreflightError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
+    return STAGES[stage](env, list(extra_args))
+

@@ -1,0 +1,121 @@
+"""Pure aggregation of runs into what the figures and tables show: per-arm bands over seeds, summaries.
+
+Nothing here reads files or draws: series in ({metric: [(step, value)]} per run, see report/runs.py),
+numbers out.
+  band            one arm's curve: at each step the mean over the seeds that logged it, and min / max
+  heldout_series  held-out accuracy per eval step: eval/accuracy, else the mean of eval/<name>/accuracy
+  summarize_arm   final and best accuracy per seed -> mean +- std over seeds; held-out when every seed
+                  has it, else the training rollouts' verified accuracy, labelled as such
+  stage_seconds   `timing/*` per stage (without OpenRLHF's `timing/step_total`, their sum), pipeline order
+  alarm_steps     steps where the reward-hacking guard logged cooper/hacking_alarm = 1
+"""
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cooper_openrlhf.algo.hacking import HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX
+
+Series = list[tuple[int, float]]
+Scalars = dict[str, Series]
+
+RM_REWARD, VERIFIED, GAP = "cooper/rm_reward_mean", "cooper/verified_accuracy", "cooper/reward_hacking_gap"
+PAIR_ACCURACY, ALARM = "cooper/rm_pair_accuracy", "cooper/hacking_alarm"
+TIMING_PREFIX, STEP_TOTAL = "timing/", "timing/step_total"
+# The order stages run in within one step (ray/trainer.py and OpenRLHF's fit); others follow alphabetically.
+STAGE_ORDER = ("generation", "cooper_decode", "cooper_verify", "cooper_negatives", "cooper_score", "make_experience",
+               "ppo_train", "broadcast", "cooper_rm_update")
+HELDOUT_LABEL = "held-out accuracy"
+VERIFIED_LABEL = "verified accuracy of training rollouts (no held-out evaluation)"
+
+
+@dataclass
+class Band:
+    """One arm's curve over seeds."""
+
+    steps: list[int]  # every step any seed logged, ascending
+    mean: list[float]  # (len(steps),) mean over the seeds that logged the step
+    low: list[float]  # min over those seeds
+    high: list[float]  # max over those seeds
+    seeds: list[int]  # (len(steps),) how many seeds logged the step
+
+
+@dataclass
+class ArmSummary:
+    """Final and best accuracy of one arm, mean +- std over its seeds."""
+
+    arm: str
+    metric: str  # HELDOUT_LABEL or VERIFIED_LABEL
+    seeds: int
+    final_mean: float
+    final_std: float | None  # sample std (n - 1); None with a single seed
+    best_mean: float
+    best_std: float | None
+    final_values: list[float]  # per seed, in the order given
+    best_values: list[float]
+
+
+def band(series: Sequence[Series]) -> Band:
+    """Mean and min-max over the seeds' series, at each step any of them logged."""
+    by_step: dict[int, list[float]] = defaultdict(list)
+    for points in series:
+        for step, value in points:
+            by_step[step].append(value)
+    steps = sorted(by_step)
+    return Band(steps, [statistics.fmean(by_step[s]) for s in steps], [min(by_step[s]) for s in steps],
+                [max(by_step[s]) for s in steps], [len(by_step[s]) for s in steps])
+
+
+def heldout_series(scalars: Scalars) -> Series:
+    """Held-out accuracy per eval step: eval/accuracy, else the mean of the eval/<name>/accuracy keys there."""
+    if scalars.get(HELDOUT):
+        return list(scalars[HELDOUT])
+    by_step: dict[int, list[float]] = defaultdict(list)
+    for key, points in scalars.items():
+        if key.startswith(HELDOUT_PREFIX) and key.endswith(HELDOUT_SUFFIX):
+            for step, value in points:
+                by_step[step].append(value)
+    return [(step, statistics.fmean(values)) for step, values in sorted(by_step.items())]
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def summarize_arm(arm: str, runs: Sequence[Scalars]) -> ArmSummary | None:
+    """Final (last logged step) and best (max over steps) accuracy per seed, then mean +- std over seeds.
+
+    Held-out accuracy when every seed evaluated, else verified accuracy (labelled); seeds logging neither
+    are left out; None when no seed logged either.
+    """
+    heldout = [heldout_series(scalars) for scalars in runs]
+    if heldout and all(heldout):
+        metric, curves = HELDOUT_LABEL, heldout
+    else:
+        metric, curves = VERIFIED_LABEL, [scalars.get(VERIFIED, []) for scalars in runs]
+    curves = [curve for curve in curves if curve]
+    if not curves:
+        return None
+    finals, bests = [curve[-1][1] for curve in curves], [max(v for _, v in curve) for curve in curves]
+    final_mean, final_std = _mean_std(finals)
+    best_mean, best_std = _mean_std(bests)
+    return ArmSummary(arm, metric, len(curves), final_mean, final_std, best_mean, best_std, finals, bests)
+
+
+def stage_seconds(scalars: Scalars) -> dict[str, Series]:
+    """{stage: [(step, seconds)]} of the `timing/*` keys except their sum, in pipeline order (STAGE_ORDER)."""
+    stages = {key[len(TIMING_PREFIX):]: points for key, points in scalars.items()
+              if key.startswith(TIMING_PREFIX) and key != STEP_TOTAL}
+    known = [s for s in STAGE_ORDER if s in stages]
+    return {stage: stages[stage] for stage in known + sorted(set(stages) - set(known))}
+
+
+def alarm_steps(scalars: Scalars) -> list[int]:
+    """Steps where the hacking guard raised the alarm (cooper/hacking_alarm >= 0.5)."""
+    return [step for step, value in scalars.get(ALARM, []) if value >= 0.5]
+
+
+def value_at(series: Series, step: int) -> float | None:
+    """The series' value at `step`, or None."""
+    return next((value for s, value in series if s == step), None)

@@ -1,0 +1,184 @@
+"""The report's figures, drawn headless with matplotlib (Agg) into PNG files.
+
+Every figure is written even when no run logged its metric (the panel then says which key is missing), so
+a report always has the same files. One colour per arm; the line is the mean over the arm's seeds and the
+shaded band their min-max (report/aggregate.py `band`).
+  rewards_accuracy.png  RM reward, verified accuracy (training rollouts) and held-out accuracy over steps
+  rm_pair_accuracy.png  the RM's accuracy on each step's fresh pairs, before it trains on them
+  hacking_gap.png       RM reward - verified accuracy, with the steps the hacking guard raised its alarm
+  step_time.png         seconds per step by stage (`timing/*`, stacked), mean over seeds, one panel per arm
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display on training machines
+import matplotlib.pyplot as plt  # noqa: E402
+
+from cooper_openrlhf.report.aggregate import (  # noqa: E402
+    GAP,
+    PAIR_ACCURACY,
+    RM_REWARD,
+    VERIFIED,
+    alarm_steps,
+    band,
+    heldout_series,
+    stage_seconds,
+    value_at,
+)
+from cooper_openrlhf.report.runs import RunData  # noqa: E402
+
+FIGURES = ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png")
+DPI = 100
+BAND_NOTE = "line: mean over seeds; band: min-max over seeds"
+
+
+def _by_arm(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
+    arms: dict[str, list[RunData]] = {}
+    for run in runs:
+        if not run.failed:
+            arms.setdefault(run.arm, []).append(run)
+    return arms
+
+
+def arm_colours(arms: Sequence[str]) -> dict[str, str]:
+    """A fixed colour per arm, in the order the arms first appear."""
+    palette = plt.get_cmap("tab10").colors
+    return {arm: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, arm in enumerate(arms)}
+
+
+def _plot_band(ax, curves, colour: str, label: str, markers: bool = False) -> bool:
+    """Mean line and min-max band of the non-empty curves; False when there are none."""
+    curves = [c for c in curves if c]
+    if not curves:
+        return False
+    b = band(curves)
+    ax.plot(b.steps, b.mean, color=colour, label=f"{label} (n={len(curves)})", marker="o" if markers else None,
+            markersize=4)
+    if len(curves) > 1:
+        ax.fill_between(b.steps, b.low, b.high, color=colour, alpha=0.2, linewidth=0)
+    return True
+
+
+def _metric_panel(ax, arms, colours, curves_of, title: str, ylabel: str, missing: str, markers=False) -> None:
+    drawn = [_plot_band(ax, [curves_of(run) for run in runs], colours[arm], arm, markers) for arm, runs in arms.items()]
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if any(drawn):
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.7, f"no run logged\n{missing}", ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def _integer_steps(ax) -> None:
+    ax.xaxis.get_major_locator().set_params(integer=True)
+
+
+def rewards_accuracy(arms, colours, path: Path) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), sharey=True)
+    _metric_panel(axes[0], arms, colours, lambda r: r.scalars.get(RM_REWARD, []), "RM reward (training rollouts)",
+                  "mean reward / accuracy", RM_REWARD)
+    _metric_panel(axes[1], arms, colours, lambda r: r.scalars.get(VERIFIED, []),
+                  "Verified accuracy (training rollouts)", "", VERIFIED)
+    _metric_panel(axes[2], arms, colours, lambda r: heldout_series(r.scalars), "Held-out accuracy", "",
+                  "eval/accuracy or eval/<name>/accuracy", markers=True)
+    for ax in axes:
+        _integer_steps(ax)
+        ax.set_ylim(-0.02, 1.02)  # rewards and accuracies share [0, 1]: the panels compare at a glance
+        ax.tick_params(labelleft=True)
+    fig.suptitle(f"RM reward vs rule-verified accuracy ({BAND_NOTE})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def rm_pair_accuracy(arms, colours, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    _metric_panel(ax, arms, colours, lambda r: r.scalars.get(PAIR_ACCURACY, []),
+                  "RM pair accuracy on each step's fresh pairs (before its update)", "pair accuracy", PAIR_ACCURACY,
+                  markers=True)
+    ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.annotate("chance", xy=(1.0, 0.5), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+                textcoords="offset points", ha="right", color="grey", fontsize="small")
+    _integer_steps(ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def hacking_gap(arms, colours, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    _metric_panel(ax, arms, colours, lambda r: r.scalars.get(GAP, []),
+                  "Reward-hacking gap: RM reward - verified accuracy", "gap", GAP)
+    alarmed = False
+    for arm, runs in arms.items():
+        for run in runs:
+            gap = run.scalars.get(GAP, [])
+            points = [(s, value_at(gap, s)) for s in alarm_steps(run.scalars) if value_at(gap, s) is not None]
+            if points:
+                ax.scatter(*zip(*points), marker="v", s=60, color=colours[arm], edgecolor="black", zorder=3,
+                           label="hacking alarm" if not alarmed else None)
+                alarmed = True
+    ax.axhline(0.0, color="grey", linewidth=1)
+    if alarmed:
+        ax.legend(fontsize="small")
+    _integer_steps(ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def step_time(arms, colours, path: Path) -> None:
+    width = max(1, len(arms))
+    fig, axes = plt.subplots(1, width, figsize=(max(7.5, 4.6 * width), 5.0), sharey=True, squeeze=False)
+    stages_seen: dict[str, object] = {}
+    cmap = plt.get_cmap("Set3").colors  # pastel: stages must not look like the arms' line colours
+    for ax, (arm, runs) in zip(axes[0], arms.items()):
+        per_stage: dict[str, list] = {}
+        for run in runs:
+            for stage, points in stage_seconds(run.scalars).items():
+                per_stage.setdefault(stage, []).append(points)
+        bottom: dict[int, float] = {}
+        steps = sorted({s for curves in per_stage.values() for c in curves for s, _ in c})
+        width = 0.8 * min((b - a for a, b in zip(steps, steps[1:])), default=1)  # logging every k steps: wider bars
+        for stage, curves in per_stage.items():
+            b = band(curves)
+            colour = stages_seen.setdefault(stage, cmap[len(stages_seen) % len(cmap)])
+            ax.bar(b.steps, b.mean, bottom=[bottom.get(s, 0.0) for s in b.steps], color=colour, width=width,
+                   edgecolor="grey", linewidth=0.3 if len(steps) <= 60 else 0)
+            for step, value in zip(b.steps, b.mean):
+                bottom[step] = bottom.get(step, 0.0) + value
+        ax.set_title(f"{arm} (n={len(runs)})", color=colours[arm])
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3, axis="y")
+        _integer_steps(ax)
+        if not per_stage:
+            ax.text(0.5, 0.5, "no run logged\ntiming/*", ha="center", va="center", transform=ax.transAxes, color="grey")
+    if not arms:
+        axes[0][0].text(0.5, 0.5, "no run to show", ha="center", va="center", transform=axes[0][0].transAxes)
+    axes[0][0].set_ylabel("seconds per step (mean over seeds)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in stages_seen.values()]
+    if handles:
+        fig.legend(handles, list(stages_seen), title="stage (timing/*), bottom to top", loc="lower center",
+                   ncol=min(len(handles), 5), fontsize="small")
+    fig.suptitle("Step time by stage, stacked")
+    rows = -(-len(handles) // 5) if handles else 0
+    fig.tight_layout(rect=(0, 0.06 + 0.06 * rows, 1, 1))  # room for the legend underneath
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def write_figures(runs: Sequence[RunData], out_dir: Path) -> list[Path]:
+    """Draw every figure of the report (module docstring) into out_dir; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arms = _by_arm(runs)
+    colours = arm_colours(list(arms))
+    paths = [out_dir / name for name in FIGURES]
+    for draw, path in zip((rewards_accuracy, rm_pair_accuracy, hacking_gap, step_time), paths):
+        draw(arms, colours, path)
+    return paths

@@ -1,0 +1,154 @@
+"""The report's text: report.md (tables and the figures) and summary.json (the same numbers, unrounded).
+
+Tables:
+  accuracy per arm  final and best accuracy, mean +- std over seeds (held-out, or the labelled fallback)
+  runs              arm, seed, steps, hacking alarms, status (failed runs with their path and why)
+  rollout logs      rollouts, verified, rewarded-but-unverified, valid pairs; and the highest-rewarded
+                    unverified rollouts of each RM run's last step (what a hacked reward pays for)
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from cooper_openrlhf.report.aggregate import (
+    GAP,
+    HELDOUT_LABEL,
+    VERIFIED_LABEL,
+    ArmSummary,
+    alarm_steps,
+    summarize_arm,
+)
+from cooper_openrlhf.report.runs import RunData
+
+EXAMPLES_PER_RUN = 3
+EXAMPLE_CHARS = 300
+FIGURE_CAPTIONS = {
+    "rewards_accuracy.png": "RM reward, verified accuracy of the same training rollouts, and held-out accuracy. "
+                            "Hacking shows as RM reward rising while verified and held-out accuracy fall.",
+    "rm_pair_accuracy.png": "The RM's pairwise accuracy on each step's fresh (verified-correct, wrong) pairs, "
+                            "measured before it trains on them (Cooper runs only).",
+    "hacking_gap.png": "RM reward minus verified accuracy; triangles mark steps where the hacking guard raised "
+                       "its alarm (cooper/hacking_alarm).",
+    "step_time.png": "Seconds per step by stage (timing/*), stacked: where each arm's time goes.",
+}
+
+
+def number(mean: float, std: float | None, seeds: int) -> str:
+    """'0.4375 ± 0.0312 (n=3)', or '0.4375 (n=1)' without a spread."""
+    return f"{mean:.4f} (n={seeds})" if std is None else f"{mean:.4f} ± {std:.4f} (n={seeds})"
+
+
+def arm_summaries(runs: Sequence[RunData]) -> list[ArmSummary]:
+    arms: dict[str, list[RunData]] = {}
+    for run in runs:
+        if not run.failed:
+            arms.setdefault(run.arm, []).append(run)
+    summaries = [summarize_arm(arm, [r.scalars for r in arm_runs]) for arm, arm_runs in arms.items()]
+    return [s for s in summaries if s is not None]
+
+
+def _accuracy_section(summaries: list[ArmSummary]) -> list[str]:
+    lines = ["## Accuracy per arm", ""]
+    if not summaries:
+        return lines + ["No run logged held-out or verified accuracy.", ""]
+    fallback = [s.arm for s in summaries if s.metric == VERIFIED_LABEL]
+    if len(fallback) == len(summaries):
+        lines += ["No run logged held-out accuracy (`eval/accuracy` or `eval/<name>/accuracy`): the table uses the "
+                  "rule-verified accuracy of the training rollouts (`cooper/verified_accuracy`) instead. That is not "
+                  "a held-out result.", ""]
+    elif fallback:
+        lines += [f"No held-out accuracy for {', '.join(fallback)}: those rows use the rule-verified accuracy of the "
+                  "training rollouts instead (labelled), so compare them with the others with care.", ""]
+    lines += ["Final = at each seed's last logged step; best = the maximum over its steps; mean ± sample std over "
+              "seeds.", "", "| arm | metric | final | best |", "|---|---|---|---|"]
+    for s in summaries:
+        label = "held-out accuracy" if s.metric == HELDOUT_LABEL else "verified accuracy (training rollouts)"
+        lines.append(f"| {s.arm} | {label} | {number(s.final_mean, s.final_std, s.seeds)} | "
+                     f"{number(s.best_mean, s.best_std, s.seeds)} |")
+    return lines + [""]
+
+
+def _runs_section(runs: Sequence[RunData]) -> list[str]:
+    lines = ["## Runs", "", "| arm | seed | steps | final gap | hacking alarms | status | path |",
+             "|---|---|---|---|---|---|---|"]
+    for run in runs:
+        if run.failed:
+            lines.append(f"| {run.arm} | {run.seed} | - | - | - | **failed**: {run.error} | `{run.path}` |")
+            continue
+        steps = sorted({step for points in run.scalars.values() for step, _ in points})
+        gap = run.scalars.get(GAP)
+        alarms = alarm_steps(run.scalars)
+        alarm_text = (f"{len(alarms)} (first at step {alarms[0]})" if alarms
+                      else "0" if "cooper/hacking_alarm" in run.scalars else "not monitored")
+        lines.append(f"| {run.arm} | {run.seed} | {len(steps)} (last {steps[-1]}) | "
+                     f"{f'{gap[-1][1]:+.4f}' if gap else '-'} | {alarm_text} | ok | `{run.path}` |")
+    return lines + [""]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS] + " [...]"
+
+
+def _example(row: dict) -> list[str]:
+    question = " ".join(_clip(str(row.get("question", ""))).split()).replace("`", "'")
+    completion = _clip(str(row.get("completion", ""))).replace("```", "'''")  # cannot close the fence
+    return [f"- reward {float(row['reward']):.3f}, reference `{row.get('reference', '')}`, question: {question}", "",
+            "  ```text", *[f"  {line}" for line in completion.splitlines() or [""]], "  ```", ""]
+
+
+def _rollouts_section(runs: Sequence[RunData]) -> list[str]:
+    logged = [run for run in runs if run.rollouts is not None]
+    if not logged:
+        return ["## Rollout logs", "", "No run has a rollouts.jsonl (`--cooper.sample_log_dir`).", ""]
+    lines = ["## Rollout logs", "", "From `--cooper.sample_log_dir`: every logged rollout of the run.", "",
+             "| arm | seed | steps | rollouts | verified | reward >= 0.5 but not verified | valid pairs |",
+             "|---|---|---|---|---|---|---|"]
+    for run in logged:
+        log = run.rollouts
+        share = (lambda k, n: f"{k} ({k / n:.1%})" if n else "0")
+        pairs = share(log.valid_pairs, log.pairs) + f" of {log.pairs}" if log.pairs else "-"
+        lines.append(f"| {run.arm} | {run.seed} | {log.steps} | {log.rollouts} | {share(log.verified, log.rollouts)} | "
+                     f"{share(log.rewarded_unverified, log.rollouts)} | {pairs} |")
+    lines.append("")
+    for run in logged:
+        unverified = sorted((r for r in run.rollouts.last_step_rows if not r.get("verified") and r["reward"] >= 0.5),
+                            key=lambda r: -float(r["reward"]))[:EXAMPLES_PER_RUN]
+        if unverified:
+            lines += [f"Highest-rewarded unverified rollouts of {run.arm} seed {run.seed}, step "
+                      f"{run.rollouts.last_step}:", ""]
+            for row in unverified:
+                lines += _example(row)
+    return lines
+
+
+def render(runs: Sequence[RunData], summaries: list[ArmSummary], figures: Sequence[Path]) -> str:
+    failed = sum(run.failed for run in runs)
+    arms = sorted({run.arm for run in runs})
+    head = ["# Run report", "", f"{len(runs)} run(s) of {len(arms)} arm(s) ({', '.join(arms)}); "
+            f"{failed} failed{' (listed under Runs, not plotted)' if failed else ''}.", ""]
+    figure_lines = ["## Figures", ""]
+    for path in figures:
+        figure_lines += [f"![{path.stem}]({path.name})", "", FIGURE_CAPTIONS.get(path.name, ""), ""]
+    body = head + _accuracy_section(summaries) + _runs_section(runs) + figure_lines + _rollouts_section(runs)
+    return "\n".join(body).rstrip() + "\n"
+
+
+def summary_json(runs: Sequence[RunData], summaries: list[ArmSummary]) -> dict:
+    """The report's numbers, unrounded, for scripts (the lab)."""
+    return {
+        "arms": [asdict(s) for s in summaries],
+        "runs": [{"arm": r.arm, "seed": r.seed, "path": r.path, "failed": r.failed, "error": r.error,
+                  "steps": sorted({s for points in r.scalars.values() for s, _ in points}),
+                  "hacking_alarm_steps": alarm_steps(r.scalars)} for r in runs],
+    }
+
+
+def write_markdown(runs: Sequence[RunData], figures: Sequence[Path], out_dir: Path) -> tuple[Path, Path]:
+    """Write report.md and summary.json into out_dir; returns their paths."""
+    summaries = arm_summaries(runs)
+    report, summary = out_dir / "report.md", out_dir / "summary.json"
+    report.write_text(render(runs, summaries, figures), encoding="utf-8")
+    summary.write_text(json.dumps(summary_json(runs, summaries), indent=2) + "\n", encoding="utf-8")
+    return report, summary

@@ -1,0 +1,157 @@
+"""Reading one training run from disk: its identity, tensorboard scalars and rollout logs.
+
+A run folder (RUN_DIR) is whatever a training launch wrote into: OpenRLHF's logger puts tensorboard event
+files under `--logger.tensorboard_dir/<run_name>`, Cooper's `--cooper.sample_log_dir` holds rollouts.jsonl
+and pairs.jsonl. Both are found recursively under RUN_DIR, so any layout works.
+
+Scalars come back as {metric: [(step, value), ...]} sorted by step, with the metric named as the trainer
+logs it: OpenRLHF's `train/` prefix is dropped (`train/cooper/rm_reward_mean` -> `cooper/rm_reward_mean`,
+`train/timing/ppo_train` -> `timing/ppo_train`), `eval/...` keys stay as they are. When a step was written
+more than once (a resumed run re-logs the steps after its checkpoint, maybe into a new `<run_name>` folder),
+the newest write wins; tensorboard's own orphan purge is off because it works per file, not per run.
+
+Arm and seed: `run_info.json` in RUN_DIR (`{"arm": ..., "seed": ...}`, as the lab writes it), else the
+folder name `<arm>_seed<k>`, else the folder name as the arm and seed 0.
+"""
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EVENT_FILE_GLOB = "events.out.tfevents.*"
+TRAIN_PREFIX = "train/"
+RUN_INFO = "run_info.json"
+_SEED_NAME = re.compile(r"^(?P<arm>.+)_seed(?P<seed>\d+)$")
+
+Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
+
+
+@dataclass
+class RolloutLog:
+    """What a run's rollouts.jsonl / pairs.jsonl say, streamed (the files can be large)."""
+
+    path: str
+    steps: int = 0  # distinct steps logged
+    rollouts: int = 0
+    verified: int = 0  # rollouts the rule verifier marked correct
+    rewarded_unverified: int = 0  # rollouts with reward >= 0.5 that the verifier did not mark correct
+    last_step: int | None = None
+    last_step_rows: list[dict] = field(default_factory=list)  # every rollout of the last step
+    pairs: int = 0
+    valid_pairs: int = 0
+
+
+@dataclass
+class RunData:
+    """One run: who it is, where it is, what it logged (or why it could not be read)."""
+
+    path: str
+    arm: str
+    seed: int
+    scalars: dict[str, Series] = field(default_factory=dict)
+    rollouts: RolloutLog | None = None
+    error: str | None = None  # set for a failed run: nothing to plot
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+def run_identity(run_dir: Path) -> tuple[str, int]:
+    """(arm, seed) of a run folder (module docstring); a malformed run_info.json raises naming the file."""
+    info_path = run_dir / RUN_INFO
+    if info_path.is_file():
+        try:
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+            return str(info["arm"]), int(info.get("seed", 0))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{info_path}: expected {{\"arm\": str, \"seed\": int}}, got an unreadable file ({exc})") from None
+    match = _SEED_NAME.match(run_dir.name)
+    if match:
+        return match["arm"], int(match["seed"])
+    return run_dir.name, 0
+
+
+def metric_name(tag: str) -> str:
+    """Tensorboard tag -> the metric as the trainer logs it (`train/` dropped, `eval/` kept)."""
+    return tag[len(TRAIN_PREFIX):] if tag.startswith(TRAIN_PREFIX) else tag
+
+
+def merge_points(points: list[tuple[float, int, float]]) -> Series:
+    """(wall_time, step, value) points of one metric -> one value per step, the newest write of a step winning."""
+    newest: dict[int, tuple[float, float]] = {}
+    for wall_time, step, value in points:
+        if step not in newest or wall_time >= newest[step][0]:
+            newest[step] = (wall_time, value)
+    return [(step, newest[step][1]) for step in sorted(newest)]
+
+
+def event_dirs(run_dir: Path) -> list[Path]:
+    """Every folder under run_dir (itself included) holding tensorboard event files."""
+    return sorted({path.parent for path in run_dir.rglob(EVENT_FILE_GLOB)})
+
+
+def read_scalars(run_dir: Path) -> dict[str, Series]:
+    """All scalars of the run's event files (module docstring for naming and merging)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points: dict[str, list[tuple[float, int, float]]] = defaultdict(list)
+    for folder in event_dirs(run_dir):
+        events = EventAccumulator(str(folder), size_guidance={"scalars": 0}, purge_orphaned_data=False)
+        events.Reload()
+        for tag in events.Tags()["scalars"]:
+            points[metric_name(tag)].extend((e.wall_time, e.step, e.value) for e in events.Scalars(tag))
+    return {name: merge_points(values) for name, values in sorted(points.items())}
+
+
+def read_rollout_log(run_dir: Path) -> RolloutLog | None:
+    """Counts over the run's rollouts.jsonl (and pairs.jsonl beside it), or None without one."""
+    found = sorted(run_dir.rglob("rollouts.jsonl"))
+    if not found:
+        return None
+    log = RolloutLog(path=str(found[0]))
+    steps = set()
+    with open(found[0], encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                step, verified, reward = int(row["step"]), bool(row["verified"]), float(row["reward"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{found[0]}, line {line_number}: not a rollout row ({exc})") from None
+            steps.add(step)
+            log.rollouts += 1
+            log.verified += verified
+            log.rewarded_unverified += reward >= 0.5 and not verified
+            if log.last_step is None or step > log.last_step:
+                log.last_step, log.last_step_rows = step, []
+            if step == log.last_step:
+                log.last_step_rows.append(row)
+    log.steps = len(steps)
+    pairs = found[0].parent / "pairs.jsonl"
+    if pairs.is_file():
+        with open(pairs, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    log.pairs += 1
+                    log.valid_pairs += bool(json.loads(line).get("valid"))
+    return log
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """One run folder -> RunData; a folder without event files (or without scalars) is a failed run, not an error."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        return RunData(str(path), path.name, 0, error="not a folder")
+    arm, seed = run_identity(path)
+    run = RunData(str(path), arm, seed, rollouts=read_rollout_log(path))
+    if not event_dirs(path):
+        run.error = "no tensorboard event files (was --logger.tensorboard_dir set, and did the run start?)"
+        return run
+    run.scalars = read_scalars(path)
+    if not run.scalars:
+        run.error = "event files hold no scalars (the run stopped before its first logged step)"
+    return run

@@ -1,0 +1,85 @@
+#!/bin/bash
+# The paper's pipeline as one chain of Slurm jobs, every stage checked before anything is submitted:
+#   prompts (here, seconds) -> VerifyRM annotation (array) -> VerifyRM training -> RL arms (cooper, static, rule)
+#   -> evaluation of the base policy and every arm's final policy (array), each stage `--dependency=afterok` on
+#   the one before.
+#
+#   WORKDIR=... POLICY=... ASSISTANT_MODEL=... TRAIN_DATA=gsm8k/train.jsonl EVAL_DATA_DIR=... \
+#   RM_BASE=... GENERATORS=g1,g2 JUDGE=... ANNOTATE_PROMPTS=... bash launch_scripts/reproduce_paper.sh
+#   DRY_RUN=1 ... bash launch_scripts/reproduce_paper.sh          # check every stage, print every command
+#
+# Required: WORKDIR (all outputs), POLICY, TRAIN_DATA (+ TRAIN_FORMAT, default gsm8k: the RL prompts, prepared
+#   here with the answer-format instruction), EVAL_DATA_DIR, ASSISTANT_MODEL (cooper arm; 'policy' allowed), and
+#   either VERIFY_RM (an existing VerifyRM export: annotation and RM training are skipped) or RM_BASE, GENERATORS,
+#   JUDGE, ANNOTATE_PROMPTS (+ ANNOTATE_FORMAT, default plain).
+# Optional: RL_NODES (1), ARMS ("cooper static rule"), INSTRUCTION (gsm8k-verl), and every variable of the single
+#   launchers (GPUS_PER_NODE, SHARDS, N_SAMPLES, ...), which they read from the environment. SBATCH_ARGS is added
+#   to every sbatch (e.g. "--partition=gpu --account=x").
+set -euo pipefail
+COOPER_LAUNCH_DIR=${COOPER_LAUNCH_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
+export COOPER_LAUNCH_DIR
+# shellcheck source=launch_scripts/common.sh
+source "$COOPER_LAUNCH_DIR/common.sh"
+
+WORKDIR=${WORKDIR:?set WORKDIR to the folder for every output of the reproduction}
+POLICY=${POLICY:?set POLICY to the policy model folder (the paper: Qwen2.5-1.5B-Instruct)}
+EVAL_DATA_DIR=${EVAL_DATA_DIR:?set EVAL_DATA_DIR to the benchmark folder (<name>/test.jsonl)}
+TRAIN_DATA=${TRAIN_DATA:?set TRAIN_DATA to the RL questions (e.g. GSM8K train.jsonl)}
+USER_DRY_RUN=${DRY_RUN:-0}
+read -r -a ARM_LIST <<< "${ARMS:-cooper static rule}"
+mkdir -p "$WORKDIR"
+export POLICY
+
+# Stage outputs that do not exist yet: the checks accept them (their folders must be writable).
+RM_EXPORT=${VERIFY_RM:-$WORKDIR/verifyrm/best}
+PENDING=()
+[[ -n "${VERIFY_RM:-}" ]] || PENDING+=("$WORKDIR/annotate" "$RM_EXPORT")
+for arm in "${ARM_LIST[@]}"; do PENDING+=("$WORKDIR/rl-$arm/final"); done
+PENDING_PATHS=$(IFS=:; echo "${PENDING[*]}")
+export PENDING_PATHS
+
+# Submit (or under DRY_RUN=1 only check and print) one launcher; echoes its job id (or a placeholder).
+stage() {  # name, dependency ids (space-separated, may be empty), launcher, env assignments...
+  local name=$1 after=$2 launcher=$3; shift 3
+  local sbatch_args=${SBATCH_ARGS:-}
+  [[ -z "$after" ]] || sbatch_args="$sbatch_args --dependency=afterok:${after// /:}"
+  echo "== $name${after:+ (after $after)}" >&2
+  local output
+  output=$(env "$@" SBATCH_ARGS="$sbatch_args" bash "$COOPER_LAUNCH_DIR/$launcher") || {
+    echo "$output" >&2; echo "error: the $name stage failed its check; nothing more is submitted" >&2; return 1; }
+  echo "$output" >&2
+  if dry_run; then echo "$name-job"; else tail -n1 <<< "$output"; fi
+}
+
+echo "== prompts: $TRAIN_DATA -> $WORKDIR/prompts.jsonl" >&2
+"$COOPER_PYTHON" -m cooper_openrlhf.cluster.prompts --input "$TRAIN_DATA" --format "${TRAIN_FORMAT:-gsm8k}" \
+  --instruction "${INSTRUCTION:-gsm8k-verl}" --out "$WORKDIR/prompts.jsonl" >&2
+
+# Checks first, for every stage (DRY_RUN=1), so that a bad variable of the last stage fails before the first
+# stage is queued; then the submissions.
+for pass in check submit; do
+  if [[ $pass == submit ]]; then [[ $USER_DRY_RUN == 1 ]] && break; export DRY_RUN=0; else export DRY_RUN=1; fi
+  rm_job=""
+  if [[ -z "${VERIFY_RM:-}" ]]; then
+    annotate_job=$(stage annotate "" verifyrm_annotate.sbatch OUT="$WORKDIR/annotate" \
+      PROMPTS="${ANNOTATE_PROMPTS:?set ANNOTATE_PROMPTS (or VERIFY_RM to skip the VerifyRM stages)}" \
+      FORMAT="${ANNOTATE_FORMAT:-plain}" GENERATORS="${GENERATORS:?set GENERATORS}" JUDGE="${JUDGE:?set JUDGE}")
+    rm_job=$(stage verifyrm-train "$annotate_job" verifyrm_train.sbatch OUT="$WORKDIR/verifyrm" \
+      ANNOTATED="$WORKDIR/annotate" PRETRAIN="${RM_BASE:?set RM_BASE}" INIT_HEAD="${INIT_HEAD:-1}")
+  fi
+  arm_jobs=()
+  checkpoints=$POLICY
+  for arm in "${ARM_LIST[@]}"; do
+    arm_jobs+=("$(stage "rl-$arm" "$rm_job" cooper_slurm.sbatch ARM="$arm" NODES="${RL_NODES:-1}" \
+      OUT="$WORKDIR/rl-$arm" PROMPTS="$WORKDIR/prompts.jsonl" VERIFY_RM="$RM_EXPORT" \
+      ASSISTANT_MODEL="${ASSISTANT_MODEL:-}")")
+    checkpoints="$checkpoints,$WORKDIR/rl-$arm/final"
+  done
+  stage evaluate "${arm_jobs[*]}" evaluate.sbatch OUT="$WORKDIR/eval" CHECKPOINTS="$checkpoints" \
+    DATA_DIR="$EVAL_DATA_DIR" > /dev/null
+done
+if [[ $USER_DRY_RUN == 1 ]]; then
+  echo "all stages checked (DRY_RUN=1: nothing submitted)" >&2
+else
+  echo "submitted; outputs under $WORKDIR" >&2
+fi

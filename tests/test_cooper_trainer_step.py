@@ -1,0 +1,439 @@
+"""The middle layer: `CooperPPOTrainer.train_step`'s control flow, with fake actor handles and engines.
+
+The trainer's own code and OpenRLHF's `train_step` / `ppo_train` / `broadcast_to_vllm` run unchanged; only
+what sits behind Ray handles is faked (as OpenRLHF's own tests/test_ppo_trainer.py does): `ray` in the
+modules that call it becomes a thread-backed stand-in in which each fake actor runs its calls in order
+on its own thread, like a Ray actor. The pair actor is the real `PairBuilder` with the real verifier
+pool; its assistant is a fake engine that can be slowed down. Every flag combination that the
+validation accepts for the step's control flow is run; each fake records when its calls ran, so the
+tests can check what overlaps what.
+"""
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cooper_openrlhf.algo.negatives import NegativeConfig
+from cooper_openrlhf.verify.pool import VerifierPool
+from cooper_openrlhf.verify.rule import RuleVerifierConfig
+
+N = 2  # rollouts per prompt
+QUESTIONS = ["What is 1 + 1?", "What is 2 + 2?", "What is 3 + 3?"]
+REFERENCES = ["2", "4", "6"]
+# Prompt 0: right then wrong; prompt 1: right twice; prompt 2: no answer then wrong.
+COMPLETIONS = ["1 + 1 = \\boxed{2}", "1 + 1 = \\boxed{3}", "2 + 2 = \\boxed{4}", "so \\boxed{4}",
+               "I am not sure", "3 + 3 = \\boxed{7}"]
+VERIFIED = [True, False, True, True, False, False]
+
+
+# ------------------------------------------------------------------------------------------- fake Ray
+class Events:
+    """(name, start, end) of every fake call, in perf_counter seconds."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.spans: list[tuple[str, float, float]] = []
+
+    def add(self, name, start, end):
+        with self.lock:
+            self.spans.append((name, start, end))
+
+    def span(self, name, index=0):
+        return [s for s in self.spans if s[0] == name][index][1:]
+
+    def names(self):
+        return [name for name, _, _ in sorted(self.spans, key=lambda s: s[1])]
+
+    def count(self, name):
+        return sum(s[0] == name for s in self.spans)
+
+
+class FakeRay:
+    ObjectRef = Future
+
+    @staticmethod
+    def get(refs, timeout=None):
+        if isinstance(refs, list):
+            return [FakeRay.get(ref) for ref in refs]
+        return refs.result() if isinstance(refs, Future) else refs
+
+    @staticmethod
+    def put(value):
+        done = Future()
+        done.set_result(value)
+        return done
+
+
+class FakeActor:
+    """Calls `obj.<method>.remote(...)` run on this actor's own thread, one at a time, in submission order."""
+
+    def __init__(self, obj, name, events):
+        self._obj, self._name, self._events = obj, name, events
+        self._thread = ThreadPoolExecutor(max_workers=1)
+
+    def __getattr__(self, method):
+        def remote(*args, **kwargs):
+            def run():
+                start = time.perf_counter()
+                try:
+                    return getattr(self._obj, method)(*args, **kwargs)
+                finally:
+                    self._events.add(f"{self._name}.{method}", start, time.perf_counter())
+
+            return self._thread.submit(run)
+
+        return SimpleNamespace(remote=remote)
+
+
+class FakeGroup:
+    """What the trainer and OpenRLHF use of a RayActorGroup."""
+
+    def __init__(self, actors):
+        self._actor_handlers = actors
+
+    def async_run_method(self, method_name, *args, **kwargs):
+        return [getattr(actor, method_name).remote(*args, **kwargs) for actor in self._actor_handlers]
+
+    def async_run_method_batch(self, method_name, **kwargs):
+        return self.async_run_method(method_name, **kwargs)
+
+
+class FakePolicy:
+    def __init__(self, fit_seconds):
+        self.fit_seconds = fit_seconds
+
+    def append(self, experience):
+        return None
+
+    def fit(self, kl_ctl):
+        time.sleep(self.fit_seconds)
+        return {"policy_loss": 0.1}
+
+    def broadcast_to_vllm(self):
+        return None
+
+    def save_checkpoint(self, tag, **kwargs):
+        self.saved = tag
+
+    def reload_states(self):
+        return None
+
+    def offload_states(self):
+        return None
+
+
+class FakeRM:
+    """Scores a completion by whether it boxes the reference; each update makes every later score 0.5 higher."""
+
+    def __init__(self):
+        self.bias = 0.0
+        self.fits = []
+
+    def score(self, questions, references, completions):
+        return [(2.0 if f"\\boxed{{{r}}}" in c else -1.0) + self.bias for r, c in zip(references, completions)]
+
+    def fit(self, pairs, global_valid):
+        self.fits.append((pairs, global_valid))
+        self.bias += 0.5
+        return {"cooper/rm_updated": 1.0, "cooper/rm_valid_pairs": float(global_valid), "cooper/rm_loss": 0.5,
+                "cooper/rm_fit_seconds": 0.01}
+
+    def reload_states(self):
+        return None
+
+    def offload_states(self):
+        return None
+
+
+class FakeEngine:
+    """A vLLM engine's sleep API (the rollouts are made before the step)."""
+
+    def wake_up(self, tags=None):
+        return None
+
+    def sleep(self, level=1):
+        return None
+
+
+class SlowAssistant:
+    """Rewrites a solution by bumping its boxed answer, after `seconds` (the engine boundary)."""
+
+    def __init__(self, seconds, events):
+        self.seconds, self.events = seconds, events
+
+    def generate(self, prompts, sampling):
+        start = time.perf_counter()
+        time.sleep(self.seconds)
+        replies = []
+        for messages in prompts:
+            solution = messages[-1]["content"].split("Correct solution:\n", 1)[1].split("\n\nRewrite", 1)[0]
+            answer = solution.rsplit("\\boxed{", 1)[1].split("}", 1)[0]
+            replies.append(solution.replace(f"\\boxed{{{answer}}}", f"\\boxed{{{int(answer) + 10}}}"))
+        self.events.add("assistant.generate", start, time.perf_counter())
+        return replies
+
+
+class FakeTokenizer:
+    """Token id k decodes to COMPLETIONS[k] (a rollout's response is one token); the prompt token 99 to "Q: "."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        if ids.dim() == 2:
+            return [self.decode(row) for row in ids]
+        return "".join(COMPLETIONS[int(i)] if int(i) < len(COMPLETIONS) else "Q: " for i in ids)
+
+
+class FakeExperienceMaker:
+    def make_experience_batch(self, samples):
+        time.sleep(0.05)
+        for sample in samples:
+            if sample.rewards is None:
+                raise AssertionError("a sample reached the experience maker without a reward")
+        return [SimpleNamespace(sequences=s.sequences, info=dict(s.info), response_length=torch.tensor([1.0]),
+                                truncated=torch.tensor([0.0])) for s in samples]
+
+
+def samples():
+    rows = []
+    for i, completion in enumerate(COMPLETIONS):
+        p = i // N
+        rows.append(SimpleNamespace(prompts=[f"<chat>{QUESTIONS[p]}"], labels=[REFERENCES[p]],
+                                    sequences=torch.tensor([[99, i]]), action_mask=torch.tensor([[1]]),
+                                    rewards=None, info={}))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------- the setup
+ARGS_CACHE: dict = {}
+
+
+def parsed_args(tmp_path_factory, flags: tuple[str, ...]):
+    """Real `train_cooper.parse_args` (OpenRLHF's parser and validation + Cooper's), cached per flag set."""
+    if flags not in ARGS_CACHE:
+        from cooper_openrlhf.cli.train_cooper import parse_args
+
+        data = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+        data.write_text("".join(f'{{"input": "{q}", "label": "{r}"}}\n' for q, r in zip(QUESTIONS, REFERENCES)))
+        base = ["--actor.model_name_or_path", "policy", "--data.prompt_dataset", str(data), "--data.input_key", "input",
+                "--data.label_key", "label", "--rollout.n_samples_per_prompt", str(N), "--rollout.batch_size", "3",
+                "--train.batch_size", "6", "--train.micro_batch_size", "1", "--rollout.micro_batch_size", "1",
+                "--algo.advantage.estimator", "group_norm", "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1",
+                "--ref.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1"]
+        ARGS_CACHE[flags] = parse_args(base + list(flags))
+    return ARGS_CACHE[flags]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with VerifierPool(num_workers=1, deadline_s=5.0, config=RuleVerifierConfig(answer_fallback="none")) as shared:
+        yield shared
+
+
+@pytest.fixture
+def make_trainer(monkeypatch, pool, tmp_path_factory):
+    from openrlhf.trainer import ppo_trainer
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+    from openrlhf.trainer.ray import vllm_engine
+
+    from cooper_openrlhf.ray import trainer as trainer_module
+    from cooper_openrlhf.ray.pair_builder import PairBuilder
+
+    for module in (trainer_module, ppo_trainer, vllm_engine):
+        monkeypatch.setattr(module, "ray", FakeRay)
+
+    def make(flags=(), assistant_seconds=0.0, policy_seconds=0.05):
+        args = parsed_args(tmp_path_factory, tuple(flags))
+        for group, key in ((args.eval, "steps"), (args.ckpt, "save_steps")):  # as PPOTrainer.__init__ does
+            if getattr(group, key) == -1:
+                setattr(group, key, float("inf"))
+        events = Events()
+        trainer = trainer_module.CooperPPOTrainer.__new__(trainer_module.CooperPPOTrainer)
+        trainer.args, trainer.strategy = args, SimpleNamespace(args=args)
+        trainer.tokenizer = FakeTokenizer()
+        trainer.experience_maker = FakeExperienceMaker()
+        trainer.kl_ctl = FixedKLController(0.0)
+        trainer.critic_model_group = None
+        trainer.wandb_logger = trainer.tensorboard_logger = None
+        trainer.best_eval_metric_key, trainer.best_eval_metric_value, trainer._latest_eval_metric_value = "", 0.0, None
+        trainer.policy = FakePolicy(policy_seconds)
+        trainer.actor_model_group = FakeGroup([FakeActor(trainer.policy, "policy", events)])
+        trainer.vllm_engines = [FakeActor(FakeEngine(), "engine", events)]
+        builder = PairBuilder(pool, SlowAssistant(assistant_seconds, events), NegativeConfig(retries=1),
+                              answer_fallback="none")
+        rm = FakeRM()
+        rm_group = None
+        if args.reward.model_name_or_path:
+            rm_group = FakeGroup([FakeActor(rm, "rm", events)])
+        trainer.init_cooper(rm_group, FakeActor(builder, "pairs", events),
+                            {f"<chat>{q}": q for q in QUESTIONS})
+        return trainer, events, rm
+
+    return make
+
+
+RM = ("--reward.model_name_or_path", "rm")
+COOPER = ("--remote_rm_trainable", *RM)
+# Every combination of the step's control-flow flags that the validation accepts (vLLM's sleep only
+# exists with colocate_all: OpenRLHF's validation turns it off otherwise).
+PLACEMENTS = [(), ("--train.colocate_all",), ("--ds.enable_sleep",), ("--train.colocate_all", "--ds.enable_sleep"),
+              ("--train.colocate_all", "--vllm.enable_sleep"),
+              ("--train.colocate_all", "--ds.enable_sleep", "--vllm.enable_sleep")]
+ARMS = [COOPER, (*COOPER, "--cooper.negative_source", "rollout"), (*COOPER, "--cooper.negative_source", "mixed"),
+        (*COOPER, "--cooper.rm_update_granularity", "minibatch", "--cooper.rm_mini_batch_size", "1"),
+        (*COOPER, "--cooper.reward_source", "rule"), RM, ("--cooper.reward_source", "rule")]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS, ids=lambda f: "+".join(x.split(".")[-1] for x in f) or "separate")
+@pytest.mark.parametrize("arm", ARMS, ids=["cooper", "rollout", "mixed", "minibatch", "cooper-rule", "static", "rule"])
+def test_a_step_completes_with_rewards_pairs_and_rm_update_as_configured(make_trainer, placement, arm):
+    trainer, events, rm = make_trainer(arm + placement)
+    batch = samples()
+    status, next_step = trainer.train_step(batch, 4)
+    assert next_step == 5
+    rewards = [float(s.rewards[0]) for s in batch]
+    if trainer.cooper.reward_source == "rule":
+        assert rewards == [float(v) for v in VERIFIED]
+    else:  # sigmoid of the logit of the RM before this step's update (a fresh FakeRM)
+        logits = FakeRM().score([""] * 6, [r for r in REFERENCES for _ in range(N)], COMPLETIONS)
+        assert rewards == pytest.approx(torch.sigmoid(torch.tensor(logits)).tolist())
+    assert status["cooper/verified_accuracy"] == pytest.approx(3 / 6)
+    assert status["policy_loss"] == pytest.approx(0.1)  # OpenRLHF's ppo_train ran and its status came back
+    if not trainer.rm_trainable:
+        assert events.count("rm.fit") == 0 and "cooper/valid_pair_rate" not in status
+        return
+    source = trainer.cooper.negative_source
+    # Prompt 0 (right + wrong) always has a pair; prompt 1 (two right) only from the assistant; prompt 2 none.
+    expected_valid = {"assistant": 2, "rollout": 1, "mixed": 2}[source]
+    fitted = [pairs for pairs, _ in rm.fits]
+    assert sum(p.num_valid for p in fitted) == expected_valid
+    assert status["cooper/valid_pair_rate"] == pytest.approx(expected_valid / 3)
+    minibatch = trainer.cooper.rm_update_granularity == "minibatch"
+    assert events.count("rm.fit") == (expected_valid if minibatch else 1)
+    assert events.names().index("rm.score") < events.names().index("rm.fit")  # rewards of step t: the RM before its update
+    if trainer.args.ds.enable_sleep:
+        order = [n for n in events.names() if n in ("rm.reload_states", "rm.fit", "rm.offload_states")]
+        assert order[0] == "rm.reload_states" and order[-1] == "rm.offload_states"
+    assert events.count("assistant.generate") == (0 if source == "rollout" else 1)
+
+
+def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(make_trainer):
+    trainer, events, _ = make_trainer(COOPER, assistant_seconds=0.4, policy_seconds=1.0)
+    status, _ = trainer.train_step(samples(), 1)
+    rewrite_start, rewrite_end = events.span("assistant.generate")
+    score_start, _ = events.span("rm.score")
+    assert score_start < rewrite_end  # scoring did not wait for the slowed assistant
+    fit_start, _ = events.span("rm.fit")
+    policy_start, policy_end = events.span("policy.fit")
+    assert fit_start < policy_end  # the RM update ran beside the policy update
+    assert events.span("policy.broadcast_to_vllm")[0] >= rewrite_end  # no weight sync under the assistant's feet
+    assert status["timeline/negatives_end"] > status["timeline/score_start"]
+    assert "timing/cooper_negatives" not in status  # it overlapped: not summed into OpenRLHF's step total
+
+
+def test_colocated_steps_stay_serial(make_trainer):
+    trainer, events, _ = make_trainer((*COOPER, "--train.colocate_all"), assistant_seconds=0.3)
+    trainer.train_step(samples(), 1)
+    assert events.span("rm.score")[0] >= events.span("assistant.generate")[1]
+    assert events.span("rm.fit")[0] >= events.span("policy.fit")[1]
+
+
+def test_sleeping_engines_are_woken_once_for_the_rewrites_and_put_back(make_trainer):
+    flags = (*COOPER, "--train.colocate_all", "--vllm.enable_sleep")
+    trainer, events, _ = make_trainer(flags)
+    status, _ = trainer.train_step(samples(), 1)
+    # One wake/sleep pair for the rewrites, plus the weights-only wake of OpenRLHF's own weight sync.
+    assert (events.count("engine.wake_up"), events.count("engine.sleep")) == (2, 1)
+    assert status["cooper/vllm_wake_sleep_pairs"] == 1.0
+    rollout_only, events, _ = make_trainer((*flags, "--cooper.negative_source", "rollout"))
+    rollout_only.train_step(samples(), 1)
+    assert (events.count("engine.wake_up"), events.count("engine.sleep")) == (1, 0)  # nothing to generate
+
+
+def test_the_next_step_is_scored_by_the_updated_rm(make_trainer):
+    trainer, _, rm = make_trainer(COOPER)
+    first = samples()
+    trainer.train_step(first, 1)
+    second = samples()
+    trainer.train_step(second, 2)
+    assert rm.bias == 1.0
+    shift = [torch.logit(s2.rewards) - torch.logit(s1.rewards) for s1, s2 in zip(first, second)]
+    assert all(float(d) == pytest.approx(0.5, abs=1e-4) for d in shift)
+
+
+def test_a_failing_stage_fails_the_step(make_trainer):
+    trainer, _, rm = make_trainer(COOPER)
+
+    def broken(*args):
+        raise RuntimeError("RM rank died")
+
+    rm.score = broken
+    with pytest.raises(RuntimeError, match="RM rank died"):
+        trainer.train_step(samples(), 1)
+
+
+# The static arm's gap is constant: RM reward 0.575 (FakeRM) - verified accuracy 0.5 = 0.075 on every step.
+ALARM_AT_STEP_3 = ("--cooper.hacking_window", "3", "--cooper.hacking_gap_ceiling", "0.05")
+
+
+def test_the_hacking_alarm_switches_the_reward_to_the_rule_verifier_with_rule_reward(make_trainer):
+    trainer, _, _ = make_trainer((*RM, *ALARM_AT_STEP_3, "--cooper.on_hacking", "rule_reward"))
+    statuses, rewards = [], []
+    for step in range(4):
+        batch = samples()
+        status, _ = trainer.train_step(batch, step)
+        statuses.append(status)
+        rewards.append([float(s.rewards[0]) for s in batch])
+    assert [s["cooper/hacking_alarm"] for s in statuses] == [0.0, 0.0, 1.0, 1.0]
+    assert [s["cooper/reward_from_rule"] for s in statuses] == [0.0, 0.0, 1.0, 1.0]
+    assert rewards[2] != [float(v) for v in VERIFIED]  # the alarm's step was still paid by the RM
+    assert rewards[3] == [float(v) for v in VERIFIED]
+    assert statuses[3]["cooper/rm_reward_mean"] == pytest.approx(statuses[0]["cooper/rm_reward_mean"])  # still logged
+
+
+def test_the_hacking_alarm_with_stop_checkpoints_the_step_then_ends_the_run(make_trainer):
+    from cooper_openrlhf.algo.hacking import HackingAlarm
+
+    trainer, _, _ = make_trainer((*RM, *ALARM_AT_STEP_3, "--cooper.on_hacking", "stop"))
+    for step in range(2):
+        status, next_step = trainer.train_step(samples(), step)
+        trainer.save_logs_and_checkpoints(next_step, status, {})
+    assert not hasattr(trainer.policy, "saved")  # --ckpt.save_steps is off: no checkpoint before the alarm
+    status, next_step = trainer.train_step(samples(), 2)
+    with pytest.raises(HackingAlarm, match="saved checkpoint global_step3"):
+        trainer.save_logs_and_checkpoints(next_step, status, {})
+    assert trainer.policy.saved == "global_step3"
+
+
+def test_a_healthy_run_never_alarms(make_trainer):
+    trainer, _, _ = make_trainer((*RM, "--cooper.hacking_window", "3", "--cooper.on_hacking", "stop"))
+    for step in range(5):
+        status, _ = trainer.train_step(samples(), step)
+        assert status["cooper/hacking_alarm"] == 0.0  # a steady gap of 0.075 is far below the default ceiling
+
+
+def test_a_window_of_steps_without_a_correct_rollout_warns_once_naming_the_likely_causes(make_trainer, caplog):
+    from cooper_openrlhf.ray.trainer import NO_CORRECT_ROLLOUT_WINDOW
+
+    trainer, _, _ = make_trainer(("--cooper.reward_source", "rule"))
+
+    def nothing_verifies():  # the same rollouts against references no rollout states (raw labels, say)
+        batch = samples()
+        for sample in batch:
+            sample.labels = ["12345"]
+        return batch
+
+    def warnings():
+        return [r.getMessage() for r in caplog.records if "no rollout was verified correct" in r.getMessage()]
+
+    trainer.train_step(nothing_verifies(), 0)
+    trainer.train_step(samples(), 1)  # a correct rollout resets the window
+    warned_at = []
+    for step in range(2, 2 + 2 * NO_CORRECT_ROLLOUT_WINDOW):
+        status, _ = trainer.train_step(nothing_verifies(), step)
+        assert status["cooper/verified_accuracy"] == 0.0
+        warned_at += [step] * (len(warnings()) - len(warned_at))
+    assert warned_at == [1 + NO_CORRECT_ROLLOUT_WINDOW]  # the window'th empty step after the reset, and only then
+    assert "--data.label_key holds whole solutions" in warnings()[0] and "--rollout.max_new_tokens" in warnings()[0]

@@ -1,0 +1,232 @@
+"""The reward-hacking alarm rule (algo/hacking.py): hand-worked windows for each rule, the paper's static-RM
+collapse against healthy (and noisy) Cooper-shaped streams, the rule arm, missing keys, and the guard."""
+
+import argparse
+import logging
+import math
+import random
+
+import pytest
+
+from cooper_openrlhf.algo.hacking import (
+    HackingMonitor,
+    HackingMonitorConfig,
+    guard_step,
+    heldout_accuracy,
+    least_squares_slope,
+)
+
+# A small window and round thresholds, so every statistic below can be worked out by hand.
+SMALL = HackingMonitorConfig(window=4, rise_per_step=0.05, gap_growth=0.2, gap_ceiling=0.9, heldout_drop=0.05,
+                             min_pair_accuracy=0.6, length_drift=0.5)
+
+
+def _feed(monitor: HackingMonitor, rows: list[dict], first_step: int = 1):
+    return [monitor.update(step, row) for step, row in enumerate(rows, start=first_step)]
+
+
+def test_least_squares_slope_by_hand():
+    # x = 1..4 (mean 2.5), y = 0, .2, .1, .3 (mean .15): sxy = .4, sxx = 5 -> .08
+    assert least_squares_slope([(1, 0.0), (2, 0.2), (3, 0.1), (4, 0.3)]) == pytest.approx(0.08)
+    with pytest.raises(ValueError, match="two distinct steps"):
+        least_squares_slope([(3, 0.1), (3, 0.2)])
+
+
+GROWING = [0.0, 0.0, 0.0, 0.0, 0.0, 0.2, 0.1, 0.3]  # first window: gap 0; then it grows
+
+
+def test_rule_a_fires_when_the_gap_rises_and_its_fitted_end_has_grown_past_the_first_windows_mean():
+    rows = [{"cooper/reward_hacking_gap": g} for g in GROWING]
+    verdicts = _feed(HackingMonitor(SMALL), rows)
+    # Step 6 (gaps 0, 0, 0, .2): slope .06 but fitted end .14 < .2; step 7: end .15.
+    assert verdicts[5].signals["gap_end"] == pytest.approx(0.14)
+    assert [v.alarm for v in verdicts] == [False] * 7 + [True]
+    last = verdicts[-1]  # window: steps 5-8, gaps 0, .2, .1, .3
+    assert last.signals["gap_slope"] == pytest.approx(0.08)
+    assert last.signals["gap_mean"] == pytest.approx(0.15)
+    assert last.signals["gap_end"] == pytest.approx(0.15 + 0.08 * 1.5)  # 0.27
+    assert last.signals["gap_baseline"] == 0.0 and last.signals["gap_growth"] == pytest.approx(0.27)
+    assert len(last.reasons) == 1 and last.reasons[0].startswith("A gap growing")
+    # The same rise growing less than gap_growth (0.27 < 0.3) is not hacking yet.
+    higher = HackingMonitorConfig(**{**SMALL.__dict__, "gap_growth": 0.3})
+    assert not _feed(HackingMonitor(higher), rows)[-1].alarm
+
+
+def test_rule_a_ignores_a_constant_offset_however_large():
+    rows = [{"cooper/reward_hacking_gap": 0.4 + (0.05 if step % 2 else -0.05)} for step in range(12)]
+    assert not any(v.alarm for v in _feed(HackingMonitor(SMALL), rows))
+
+
+def test_the_gap_is_rm_reward_minus_verified_accuracy_when_its_own_key_is_missing():
+    rows = [{"cooper/rm_reward_mean": r, "cooper/verified_accuracy": a}
+            for r, a in ((0.5, 0.5),) * 5 + ((0.7, 0.5), (0.7, 0.6), (0.9, 0.6))]  # GROWING
+    last = _feed(HackingMonitor(SMALL), rows)[-1]
+    assert last.alarm and last.signals["gap_slope"] == pytest.approx(0.08)
+
+
+def test_rule_b_fires_on_a_flat_high_gap():
+    config = HackingMonitorConfig(**{**SMALL.__dict__, "gap_ceiling": 0.5})
+    last = _feed(HackingMonitor(config), [{"cooper/reward_hacking_gap": 0.6}] * 4)[-1]
+    assert last.alarm and [r[0] for r in last.reasons] == ["B"]  # flat: not rule A
+    assert not _feed(HackingMonitor(config), [{"cooper/reward_hacking_gap": 0.45}] * 4)[-1].alarm
+
+
+def test_rule_c_fires_when_held_out_accuracy_falls_while_the_rm_reward_rises():
+    def rows(rm_rewards):
+        out = [{"cooper/rm_reward_mean": r, "cooper/verified_accuracy": r} for r in rm_rewards]  # gap 0
+        out[0]["eval/accuracy"] = 0.40
+        out[2]["eval/gsm8k/accuracy"], out[2]["eval/math/accuracy"] = 0.30, 0.36  # mean .33: .07 below the best
+        return out
+
+    rising = _feed(HackingMonitor(SMALL), rows([0.5, 0.55, 0.6, 0.65]))[-1]  # slope .05
+    assert rising.alarm and rising.reasons[0].startswith("C held-out falls")
+    assert rising.signals["heldout_accuracy"] == pytest.approx(0.33)
+    assert rising.signals["heldout_best"] == pytest.approx(0.40)
+    flat = _feed(HackingMonitor(SMALL), rows([0.5, 0.5, 0.5, 0.5]))[-1]  # a worse policy, not a hacked one
+    assert not flat.alarm and flat.signals["heldout_accuracy"] == pytest.approx(0.33)
+
+
+def test_rule_d_fires_when_the_rm_cannot_rank_fresh_pairs_on_enough_steps():
+    low = [{"cooper/rm_pair_accuracy": a} for a in (0.5, 0.75, 0.25, 0.5)]  # mean .5
+    last = _feed(HackingMonitor(SMALL), low)[-1]
+    assert last.alarm and last.reasons[0].startswith("D RM blind")
+    assert last.signals["rm_pair_accuracy_mean"] == pytest.approx(0.5)
+    # Pairs on only 2 of the 4 steps (fewer than half the window and 3): no statistic, no alarm.
+    sparse = [{"cooper/rm_pair_accuracy": 0.0}, {}, {"cooper/rm_pair_accuracy": 0.0}, {}]
+    verdict = _feed(HackingMonitor(SMALL), sparse)[-1]
+    assert not verdict.alarm and "rm_pair_accuracy_mean" not in verdict.signals
+
+
+def test_supporting_evidence_is_named_with_an_alarm_but_never_alarms_alone():
+    lengths = [100, 100, 100, 100, 160, 160, 160, 160]  # window mean 160 vs first window 100: +60%
+    falling = [0.5, 0.4, 0.3, 0.2, 0.5, 0.4, 0.3, 0.2]
+    quiet = [{"rollout/response_length_mean": n, "cooper/verified_accuracy": a} for n, a in zip(lengths, falling)]
+    verdicts = _feed(HackingMonitor(SMALL), quiet)
+    assert not any(v.alarm for v in verdicts)
+    assert verdicts[-1].signals["length_drift"] == pytest.approx(0.6)
+    assert verdicts[-1].signals["verified_accuracy_slope"] == pytest.approx(-0.1)
+    hacked = [{**row, "cooper/reward_hacking_gap": 0.95} for row in quiet]
+    reasons = _feed(HackingMonitor(SMALL), hacked)[-1].reasons
+    assert reasons[0].startswith("B gap high")
+    assert reasons[1] == "supporting: verified accuracy falls -0.100/step"
+    assert reasons[2] == "supporting: mean response length drifted +60% from the first 4 steps"
+
+
+# ------------------------------------------------------------------ paper-shaped streams, default thresholds
+def _static_rm_collapse(seed: int, steps: int = 40) -> list[dict]:
+    """The paper's static-RM failure: after 10 honest steps the RM reward climbs to ~1.0 while verified
+    accuracy collapses, with the sampling noise of 256 rollouts per step."""
+    rng = random.Random(seed)
+    rows = []
+    for step in range(1, steps + 1):
+        hacked = 1 / (1 + math.exp(-(step - 20) / 3))  # 0 before step ~10, 1 after step ~30
+        accuracy = min(1, max(0, 0.45 + 0.005 * step - 0.4 * hacked + rng.gauss(0, 0.03)))
+        reward = min(1, max(0, 0.5 + 0.005 * step + 0.45 * hacked + rng.gauss(0, 0.03)))
+        rows.append({"cooper/rm_reward_mean": reward, "cooper/verified_accuracy": accuracy,
+                     "cooper/reward_hacking_gap": reward - accuracy, "rollout/response_length_mean": 200 + 3 * step})
+    return rows
+
+
+def _healthy_cooper(seed: int, steps: int = 60, noise: float = 0.03, offset: float = 0.05) -> list[dict]:
+    """Cooper: accuracy and RM reward rise together, the RM a constant `offset` optimistic, pair accuracy high,
+    responses grow 30% (healthy RL changes lengths too), an evaluation every 10 steps."""
+    rng = random.Random(seed)
+    rows = []
+    for step in range(1, steps + 1):
+        accuracy = 0.3 + 0.3 * step / steps + rng.gauss(0, noise)
+        reward = accuracy + offset + rng.gauss(0, noise)
+        row = {"cooper/rm_reward_mean": reward, "cooper/verified_accuracy": accuracy,
+               "cooper/reward_hacking_gap": reward - accuracy, "cooper/rm_pair_accuracy": 0.85 + rng.gauss(0, 0.08),
+               "rollout/response_length_mean": 200 * (1 + 0.3 * step / steps) + rng.gauss(0, 10)}
+        if step % 10 == 0:
+            row["eval/accuracy"] = 0.3 + 0.3 * step / steps + rng.gauss(0, 0.02)
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_static_rm_collapse_raises_the_alarm_early_and_keeps_it(seed):
+    verdicts = _feed(HackingMonitor(), _static_rm_collapse(seed))
+    first = next(step for step, v in enumerate(verdicts, start=1) if v.alarm)
+    assert 12 <= first <= 24  # the gap is ~0.1 at step 14 and ~0.9 at step 30
+    assert all(v.alarm for v in verdicts[27:])  # and stays on while the gap stays high
+    reasons = " ".join(r for v in verdicts for r in v.reasons)
+    assert "A gap growing" in reasons and "B gap high" in reasons and "verified accuracy falls" in reasons
+
+
+@pytest.mark.parametrize("noise,offset", [(0.03, 0.05), (0.06, 0.05), (0.06, 0.3)])
+def test_healthy_cooper_streams_stay_quiet_even_when_noisy_or_offset(noise, offset):
+    for seed in range(20):
+        verdicts = _feed(HackingMonitor(), _healthy_cooper(seed, noise=noise, offset=offset))
+        assert not any(v.alarm for v in verdicts), (seed, [v.reasons for v in verdicts if v.alarm])
+
+
+def test_the_rule_arm_has_no_rm_keys_and_never_alarms():
+    rows = [{"cooper/verified_accuracy": a, "rollout/response_length_mean": 100 + 10 * i}
+            for i, a in enumerate([0.6 - 0.02 * i for i in range(30)])]  # even a falling, lengthening run
+    for i in range(9, 30, 10):
+        rows[i]["eval/accuracy"] = 0.5 - 0.1 * (i // 10)
+    verdicts = _feed(HackingMonitor(), rows)
+    assert not any(v.alarm for v in verdicts)
+    assert {"verified_accuracy_slope", "length_drift", "heldout_accuracy"} <= set(verdicts[-1].signals)
+    assert not {"gap_mean", "gap_slope", "rm_reward_slope", "rm_pair_accuracy_mean"} & set(verdicts[-1].signals)
+
+
+def test_missing_and_non_finite_values_are_left_out_and_steps_must_increase():
+    monitor = HackingMonitor(SMALL)
+    rows = [{"cooper/reward_hacking_gap": 0.0}, {}, {"cooper/reward_hacking_gap": float("nan")},
+            {"cooper/reward_hacking_gap": 0.1, "cooper/verified_accuracy": None, "cooper/rm_reward_mean": True}]
+    verdict = _feed(monitor, rows)[-1]
+    assert not verdict.alarm and "gap_mean" not in verdict.signals  # 2 finite gaps < 3 points
+    assert verdict.signals["window_steps"] == 4
+    numpy = pytest.importorskip("numpy")
+    as_numpy = _feed(HackingMonitor(SMALL), [{"cooper/reward_hacking_gap": numpy.float32(0.25)}] * 3)
+    assert as_numpy[-1].signals["gap_mean"] == 0.25  # numpy scalars (float32 is no Python float) count
+    with pytest.raises(ValueError, match="steps must increase: got step 4 after step 4"):
+        monitor.update(4, {})
+
+
+def test_heldout_accuracy_prefers_the_overall_key():
+    assert heldout_accuracy({"eval/accuracy": 0.5, "eval/a/accuracy": 0.1}) == 0.5
+    assert heldout_accuracy({"eval/a/accuracy": 0.2, "eval/b/accuracy": 0.4, "eval/a/pass8": 1.0}) == pytest.approx(0.3)
+    assert heldout_accuracy({"cooper/verified_accuracy": 0.5}) is None
+
+
+# ---------------------------------------------------------------------------------------- config and guard
+def test_config_errors_name_the_flag_and_flags_carry_help():
+    with pytest.raises(ValueError, match="--cooper.hacking_window must be >= 3"):
+        HackingMonitorConfig(window=2)
+    with pytest.raises(ValueError, match="--cooper.hacking_min_pair_accuracy must be in"):
+        HackingMonitorConfig(min_pair_accuracy=1.5)
+    flags = HackingMonitorConfig.flags()
+    assert ("--cooper.hacking_window", int, 10) == flags[0][:3]
+    assert all(help_text.endswith(".") and len(help_text) > 30 for *_, help_text in flags)
+    parser = argparse.ArgumentParser()
+    for flag, kind, default, help_text in flags:
+        parser.add_argument(flag, type=kind, default=default, help=help_text)
+    parsed = vars(parser.parse_args(["--cooper.hacking_window", "6", "--cooper.hacking_gap_ceiling", "0.4"]))
+    cooper = argparse.Namespace(**{k.split(".", 1)[1]: v for k, v in parsed.items()}, rm_lr=1e-5)
+    config = HackingMonitorConfig.from_namespace(cooper)
+    assert (config.window, config.gap_ceiling, config.gap_growth) == (6, 0.4, 0.2)
+
+
+def test_guard_logs_metrics_every_step_and_warns_once_when_the_alarm_turns_on(caplog):
+    monitor = HackingMonitor(SMALL)
+    gaps = GROWING + [0.5, 0.0, 0.0, 0.0]
+    with caplog.at_level(logging.INFO, logger="cooper_openrlhf.algo.hacking"):
+        logged = [guard_step(monitor, step, {"cooper/reward_hacking_gap": g}) for step, g in enumerate(gaps, 1)]
+    # Step 9 (gaps .2, .1, .3, .5) still rises; step 10 (.1, .3, .5, 0) slopes down (-0.01/step).
+    assert [m["cooper/hacking_alarm"] for m in logged] == [0] * 7 + [1, 1] + [0] * 3
+    assert logged[7]["cooper/hacking_gap_slope"] == pytest.approx(0.08)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("reward hacking suspected at step 8: A gap growing")
+    assert any(r.getMessage() == "reward-hacking alarm cleared at step 10" for r in caplog.records)
+
+
+def test_guard_reads_held_out_logs_as_the_trainer_returns_them():
+    monitor = HackingMonitor(SMALL)
+    logged = guard_step(monitor, 1, {"cooper/verified_accuracy": 0.2}, {"accuracy": 0.4, "gsm8k/accuracy": 0.3})
+    assert logged["cooper/hacking_heldout_accuracy"] == 0.4
+    for step in (2, 3):
+        guard_step(monitor, step, {"cooper/reward_hacking_gap": 0.95})
+    assert guard_step(monitor, 4, {"cooper/reward_hacking_gap": 0.95})["cooper/hacking_alarm"] == 1.0

@@ -1,0 +1,359 @@
+"""The Slurm launchers end to end with fake `sbatch`/`srun`/`scontrol`/`ray` at the Slurm boundary (tests/slurm_shims).
+
+The shims record their arguments (JSON lines in $SHIM_LOG); the fake `srun` runs its command here with
+FAKE_NODE set, and the fake `ray` registers `ray start`s so that `ray list nodes` sees them. Everything on
+our side of the boundary is real: the scripts, `cli.preflight` with train_cooper's parser, `cluster.ray_wait`.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCH = REPO / "launch_scripts"
+SHIMS = Path(__file__).resolve().parent / "slurm_shims"
+
+
+def _model(path: Path) -> str:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return str(path)
+
+
+class Shell:
+    """Runs a launcher with the shims first on PATH; `calls(tool)` reads what the shims recorded."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp = tmp_path
+        self.log = tmp_path / "shim.log"
+        self.state = tmp_path / "ray-state"
+        self.env = {
+            "PATH": f"{SHIMS}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "PYTHONPATH": str(REPO), "COOPER_PYTHON": sys.executable, "SHIM_PYTHON": sys.executable,
+            "SHIM_LOG": str(self.log), "FAKE_RAY_STATE": str(self.state), "HOME": os.environ.get("HOME", "/tmp"),
+            "PYTHONWARNINGS": "ignore",
+        }
+
+    def run(self, script: str, env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        started = time.monotonic()
+        result = subprocess.run(["bash", str(LAUNCH / script), *args], env={**self.env, **env}, capture_output=True,
+                                text=True, timeout=timeout)
+        result.seconds = time.monotonic() - started
+        return result
+
+    def calls(self, tool: str) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [call for call in map(json.loads, self.log.read_text().splitlines()) if call[0] == tool]
+
+    def leftover_steps(self) -> list[int]:
+        """Fake `ray start --block` processes still running (each would hold a node's GPUs)."""
+        alive = []
+        for pid_file in (self.state / "pids").glob("*") if (self.state / "pids").is_dir() else []:
+            pid = int(pid_file.read_text())
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        return alive
+
+
+@pytest.fixture
+def shell(tmp_path):
+    shell = Shell(tmp_path)
+    yield shell
+    for pid in shell.leftover_steps():  # never leave a fake step behind, even when an assertion failed
+        os.kill(pid, 9)
+
+
+# ------------------------------------------------------------------------ the multi-node Ray logic
+def _cluster(shell: Shell, nodes: int, gpus: int, **env) -> subprocess.CompletedProcess:
+    argv = shell.tmp / "argv"
+    argv.write_bytes(b"python\0-m\0cooper_openrlhf.cli.train_cooper\0--arg with space\0")
+    renv = shell.tmp / "renv.json"
+    renv.write_text('{"env_vars": {"NCCL_DEBUG": "WARN"}}')
+    names = " ".join(f"n{i}" for i in range(nodes))
+    return shell.run("ray_cluster.sh", {"RAY_NODES": names, "GPUS_PER_NODE": str(gpus), "LOG_DIR": str(shell.tmp / "logs"),
+                                        "SUBMISSION_ID": "cooper-test", **env}, str(argv), str(renv))
+
+
+def test_one_head_and_workers_join_then_the_job_is_submitted_and_every_node_stopped(shell):
+    (shell.tmp / "logs").mkdir()
+    result = _cluster(shell, 3, 2)
+    assert result.returncode == 0, result.stderr
+    starts = [call for call in shell.calls("ray") if call[2] == "start"]
+    heads = [call for call in starts if "--head" in call]
+    assert [call[1] for call in heads] == ["@n0"] and "--node-ip-address=127.0.0.1" in heads[0]
+    workers = [call for call in starts if "--head" not in call]
+    assert sorted(call[1] for call in workers) == ["@n1", "@n2"]
+    assert all("--address=127.0.0.1:6379" in call and "--num-gpus=2" in call and "--block" in call for call in workers)
+    assert "3 node(s) with 6 GPUs ready" in result.stdout
+    submit = [call for call in shell.calls("ray") if call[2:4] == ["job", "submit"]]
+    assert len(submit) == 1
+    entry = submit[0][submit[0].index("--") + 1:]
+    assert entry == ["python", "-m", "cooper_openrlhf.cli.train_cooper", "--arg with space"]
+    assert "--runtime-env-json={\"env_vars\": {\"NCCL_DEBUG\": \"WARN\"}}" in submit[0]
+    stops = [call[1] for call in shell.calls("ray") if call[2] == "stop"]
+    assert sorted(stops) == ["@n0", "@n1", "@n2"]
+    assert all((shell.tmp / "logs" / f"ray-n{i}.log").exists() for i in range(3))
+    assert shell.leftover_steps() == []
+
+
+def test_a_failed_job_still_stops_ray_on_every_node_and_fails_the_sbatch(shell):
+    (shell.tmp / "logs").mkdir()
+    result = _cluster(shell, 2, 4, FAKE_JOB_RC="1")
+    assert result.returncode != 0
+    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@n0", "@n1"]
+    assert shell.leftover_steps() == []
+
+
+@pytest.mark.parametrize("env, message, log", [
+    ({"FAKE_HEAD": "fail"}, "the Ray head on n0 exited before the cluster was ready", "ray-n0.log"),
+    ({"FAKE_HEAD": "silent", "HEAD_TIMEOUT": "2"}, "did not answer within 2 s; its log:", "ray-n0.log"),
+    ({"FAKE_FAIL_NODES": "n2"}, "the Ray worker on n2 exited before the cluster was ready", "ray-n2.log"),
+])
+def test_a_node_that_does_not_come_up_fails_fast_naming_its_log_and_frees_every_node(shell, env, message, log):
+    (shell.tmp / "logs").mkdir()
+    result = _cluster(shell, 3, 2, **env)
+    assert result.returncode != 0
+    assert message in result.stderr and str(shell.tmp / "logs" / log) in result.stderr
+    assert result.seconds < 30
+    assert not [call for call in shell.calls("ray") if call[2:4] == ["job", "submit"]]
+    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@n0", "@n1", "@n2"]
+    assert shell.leftover_steps() == []
+
+
+def test_scancel_stops_ray_on_every_node(shell):
+    """Slurm's scancel/time limit sends SIGTERM to the job's processes; the EXIT trap must still stop every node."""
+    import signal
+
+    (shell.tmp / "logs").mkdir()
+    argv, renv = shell.tmp / "argv", shell.tmp / "renv.json"
+    argv.write_bytes(b"true\0")
+    renv.write_text("{}")
+    env = {**shell.env, "RAY_NODES": "n0 n1", "GPUS_PER_NODE": "2", "LOG_DIR": str(shell.tmp / "logs"),
+           "SUBMISSION_ID": "x", "FAKE_HEAD": "silent", "HEAD_TIMEOUT": "120"}
+    process = subprocess.Popen(["bash", str(LAUNCH / "ray_cluster.sh"), str(argv), str(renv)], env=env,
+                               start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (shell.state / "pids" / "n0").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@n0", "@n1"]
+    assert shell.leftover_steps() == []
+
+
+# ------------------------------------------------------------------------ the RL launcher, whole
+@pytest.fixture
+def rl_env(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question": f"{i} + 1?", "answer": str(i + 1), "instruction": "boxed"}) + "\n"
+                               for i in range(64)))
+    return {"POLICY": _model(tmp_path / "policy"), "VERIFY_RM": _model(tmp_path / "rm"), "ASSISTANT_MODEL": "policy",
+            "PROMPTS": str(prompts), "OUT": str(tmp_path / "out"), "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32"}
+
+
+def test_rl_dry_run_prints_every_node_command_and_submit_mode_sbatches_itself(shell, rl_env):
+    result = shell.run("cooper_slurm.sbatch", {**rl_env, "DRY_RUN": "1", "NODES": "2"}, "--cooper.negative_retries", "5")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "placement: 2 node(s) x 8 GPUs = 16: actor+ref 8 (1x8), RM 2 (1x2), vLLM 6 engine(s) x TP1" in out
+    assert out.count("ray start --head") == 1 and out.count("ray start --address=IP-OF-node0:6379") == 1
+    assert "ray_wait --address IP-OF-node0:6379 --nodes 2 --gpus 16" in out
+    assert "ray job submit" in out and "--cooper.negative_retries 5" in out
+    assert out.count("ray stop --force") == 2
+    assert not shell.calls("sbatch") and not shell.calls("srun")  # nothing ran, nothing was submitted
+
+    result = shell.run("cooper_slurm.sbatch", {**rl_env, "NODES": "2", "SBATCH_ARGS": "--partition=gpu"})
+    assert result.returncode == 0, result.stderr
+    (sbatch,) = shell.calls("sbatch")
+    assert {"--nodes=2", "--gpus-per-node=8", "--partition=gpu", "--parsable", "--export=ALL"} <= set(sbatch)
+    assert sbatch[-1].endswith("cooper_slurm.sbatch") and result.stdout.strip().splitlines()[-1] == "4201"
+
+
+def test_rl_job_on_the_allocation_runs_the_checked_command_across_the_nodes(shell, rl_env):
+    env = {**rl_env, "SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu-a,gpu-b",
+           "GPUS_PER_NODE": "4", "ARM": "rule"}
+    result = shell.run("cooper_slurm.sbatch", env)
+    assert result.returncode == 0, result.stderr
+    submit = next(call for call in shell.calls("ray") if call[2:4] == ["job", "submit"])
+    entry = submit[submit.index("--") + 1:]
+    assert entry[:3] == ["python", "-m", "cooper_openrlhf.cli.train_cooper"] and "--cooper.reward_source" in entry
+    assert entry[entry.index("--vllm.num_engines") + 1] == "4"  # 2 x 4 GPUs: actor 4, rule arm: 4 engines
+    assert "--submission-id=cooper-rule-77" in submit
+    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@gpu-a", "@gpu-b"]
+    assert (Path(rl_env["OUT"]) / "logs" / "ray-gpu-b.log").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"PROMPTS": None}, "PROMPTS is not set"),
+    ({"NODES": "0"}, "NODES=0: must be >= 1"),
+    ({"RM_GPUS": "3", "ACTOR_GPUS": "4", "VLLM_ENGINES": "2"}, "9 GPUs asked, but NODES=1 x GPUS_PER_NODE=8 = 8"),
+])
+def test_rl_bad_input_fails_in_seconds_naming_the_variable_and_submits_nothing(shell, rl_env, change, message):
+    env = {k: v for k, v in {**rl_env, **change}.items() if v is not None}
+    result = shell.run("cooper_slurm.sbatch", env)
+    assert result.returncode == 2 and message in result.stderr
+    assert result.seconds < 20
+    assert not shell.calls("sbatch")
+
+
+# ------------------------------------------------------------------------ the other stages
+def test_annotate_and_verifyrm_train_launchers(shell, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"question": f"q{i}", "reference": str(i)}) + "\n" for i in range(6)))
+    ann = {"PROMPTS": str(prompts), "GENERATORS": _model(tmp_path / "gen"), "JUDGE": _model(tmp_path / "judge"),
+           "OUT": str(tmp_path / "ann"), "SHARDS": "3"}
+    result = shell.run("verifyrm_annotate.sbatch", ann)
+    assert result.returncode == 0, result.stderr
+    (sbatch,) = shell.calls("sbatch")
+    assert "--array=0-2" in sbatch and "--gpus=1" in sbatch
+    assert result.stdout.count("verifyrm annotate") == 3
+    bad = shell.run("verifyrm_annotate.sbatch", {**ann, "JUDGE": ""})
+    assert bad.returncode == 2 and "JUDGE is not set" in bad.stderr
+
+    train = {"PRETRAIN": _model(tmp_path / "base"), "ANNOTATED": ann["OUT"], "OUT": str(tmp_path / "rm"), "GPUS": "4",
+             "INIT_HEAD": "1", "RM_TRAIN_BATCH_SIZE": "64", "DRY_RUN": "1"}
+    result = shell.run("verifyrm_train.sbatch", train, "--ds.adam_offload")
+    assert result.returncode == 0, result.stderr
+    assert "deepspeed --num_gpus 4 --module cooper_openrlhf.cli.verifyrm train" in result.stdout
+    assert "--init-head" in result.stdout and "--ds.adam_offload" in result.stdout
+    bad = shell.run("verifyrm_train.sbatch", {**train, "RM_TRAIN_BATCH_SIZE": "30"})
+    assert bad.returncode == 2 and "RM_TRAIN_BATCH_SIZE=30: must be a multiple of RM_MICRO_BATCH_SIZE=4 x GPUS=4" in bad.stderr
+    bad = shell.run("verifyrm_train.sbatch", train, "--lr-typo", "1")
+    assert bad.returncode == 2 and "unrecognized arguments: --lr-typo" in bad.stderr
+
+
+def test_an_array_task_runs_its_own_shard(shell, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"question": f"q{i}", "reference": str(i)}) + "\n" for i in range(6)))
+    env = {"PROMPTS": str(prompts), "GENERATORS": _model(tmp_path / "gen"), "JUDGE": _model(tmp_path / "judge"),
+           "OUT": str(tmp_path / "ann"), "SHARDS": "3", "SLURM_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "2", "DRY_RUN": "1"}
+    result = shell.run("verifyrm_annotate.sbatch", env)
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
+    assert "prompts-002-of-003.jsonl" in line and "part-002-of-003.jsonl" in line
+
+
+def test_evaluate_launcher_is_an_array_over_checkpoints(shell, tmp_path):
+    pytest.importorskip("cooper_openrlhf.cli.evaluate", reason="the evaluate CLI lands with the eval branch")
+    data = tmp_path / "data"
+    for name in ("gsm8k", "svamp"):
+        (data / name).mkdir(parents=True)
+        (data / name / "test.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "#### 2", "Body": "b",
+                                                            "Question": "1+1?", "Answer": 2}) + "\n")
+    listing = tmp_path / "ckpts.txt"
+    listing.write_text(f"{_model(tmp_path / 'base')}\n{_model(tmp_path / 'rl' / 'final')}\n")
+    env = {"CHECKPOINTS": str(listing), "DATA_DIR": str(data), "OUT": str(tmp_path / "eval"), "BENCHMARKS": "gsm8k,svamp"}
+    result = shell.run("evaluate.sbatch", env)
+    assert result.returncode == 0, result.stderr
+    (sbatch,) = shell.calls("sbatch")
+    assert "--array=0-1" in sbatch
+    assert f"--out {tmp_path / 'eval' / '01-rl-final'}" in result.stdout
+    bad = shell.run("evaluate.sbatch", {**env, "CHECKPOINTS": str(tmp_path / "missing")})
+    assert bad.returncode == 2 and "CHECKPOINTS (item 1)=" in bad.stderr
+
+
+def test_the_scripts_are_bash_clean():
+    scripts = sorted(LAUNCH.glob("*.s*"))
+    for script in scripts:
+        subprocess.run(["bash", "-n", str(script)], check=True)
+    if subprocess.run(["which", "shellcheck"], capture_output=True).returncode == 0:
+        result = subprocess.run(["shellcheck", "-x", *map(str, scripts), *map(str, SHIMS.iterdir())],
+                                capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 0, result.stdout
+
+
+# ------------------------------------------------------------------------ real `ray start` on this machine
+REAL_RAY_WRAPPER = """#!/bin/bash
+# Real ray, two 'nodes' on one machine: workers get their own agent and metrics ports (separate hosts would),
+# and `ray stop` is only recorded: it would stop every Ray on the machine, not just this test's.
+{python} -c 'import json,os,sys; print(json.dumps(["ray","@"+os.environ.get("FAKE_NODE",""),*sys.argv[1:]]))' "$@" >> "$SHIM_LOG"
+if [[ $1 == stop ]]; then exit 0; fi
+if [[ $1 == start && $2 != --head ]]; then
+  exec {ray} "$@" --dashboard-agent-listen-port={agent} --metrics-export-port={metrics} --dashboard-agent-grpc-port={grpc}
+fi
+exec {ray} "$@"
+"""
+
+
+def _free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_real_ray_head_and_worker_start_join_run_a_job_and_are_gone_at_exit(shell):
+    """Run under `flock /tmp/cooper-heavy.lock`: starts a real 2-node Ray cluster (fake GPUs via --num-gpus)."""
+    import shutil
+
+    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    gcs, dashboard, agent, metrics, grpc = _free_ports(5)
+    bin_dir = shell.tmp / "bin"
+    bin_dir.mkdir()
+    for tool in ("srun", "scontrol", "hostname"):
+        (bin_dir / tool).symlink_to(SHIMS / tool)
+    (bin_dir / "ray").write_text(REAL_RAY_WRAPPER.format(python=sys.executable, ray=ray, agent=agent, metrics=metrics,
+                                                         grpc=grpc))
+    (bin_dir / "ray").chmod(0o755)
+    shell.env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"
+    (shell.tmp / "logs").mkdir()
+    argv = shell.tmp / "argv"
+    argv.write_bytes(b"".join(w.encode() + b"\0" for w in [
+        sys.executable, "-c", "import ray; ray.init(); r = ray.cluster_resources(); print('GPUS', r.get('GPU'))"]))
+    (shell.tmp / "renv.json").write_text('{"env_vars": {"COOPER_TEST": "1"}}')
+    result = shell.run("ray_cluster.sh", {"RAY_NODES": "n0 n1", "GPUS_PER_NODE": "1", "LOG_DIR": str(shell.tmp / "logs"),
+                                          "SUBMISSION_ID": f"cooper-real-{gcs}", "RAY_PORT": str(gcs),
+                                          "RAY_DASHBOARD_PORT": str(dashboard), "HEAD_TIMEOUT": "150",
+                                          "JOIN_TIMEOUT": "150"}, str(argv), str(shell.tmp / "renv.json"), timeout=420)
+    leftover = subprocess.run(["pgrep", "-f", f"gcs_server.*{gcs}"], capture_output=True, text=True).stdout.split()
+    for pid in leftover:  # only this test's cluster: its GCS port is unique
+        os.kill(int(pid), 9)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 node(s) with 2 GPUs ready" in result.stdout
+    assert "GPUS 2.0" in (shell.tmp / "logs" / "job.log").read_text()
+    assert leftover == [], "the head's GCS outlived the launcher"
+
+
+def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(shell, tmp_path):
+    pytest.importorskip("cooper_openrlhf.cli.evaluate", reason="the evaluate CLI lands with the eval branch")
+    data = tmp_path / "bench"
+    (data / "gsm8k").mkdir(parents=True)
+    (data / "gsm8k" / "test.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"question": f"{i}+1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(64)))
+    questions = tmp_path / "annotate.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"q{i}", "reference": str(i)}) + "\n" for i in range(16)))
+    env = {"WORKDIR": str(tmp_path / "work"), "POLICY": _model(tmp_path / "policy"), "ASSISTANT_MODEL": "policy",
+           "TRAIN_DATA": str(train), "EVAL_DATA_DIR": str(data), "BENCHMARKS": "gsm8k", "RM_BASE": _model(tmp_path / "base"),
+           "GENERATORS": _model(tmp_path / "gen"), "JUDGE": _model(tmp_path / "judge"), "ANNOTATE_PROMPTS": str(questions),
+           "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32", "SHARDS": "4", "RM_TRAIN_BATCH_SIZE": "64",
+           "ARMS": "cooper rule"}
+    bad = shell.run("reproduce_paper.sh", {**env, "JUDGE": str(tmp_path / "nope")}, timeout=300)
+    assert bad.returncode != 0 and "JUDGE=" in bad.stderr and not shell.calls("sbatch")
+
+    result = shell.run("reproduce_paper.sh", env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    jobs = shell.calls("sbatch")
+    scripts = [Path(call[-1]).name for call in jobs]
+    assert scripts == ["verifyrm_annotate.sbatch", "verifyrm_train.sbatch", "cooper_slurm.sbatch",
+                       "cooper_slurm.sbatch", "evaluate.sbatch"]
+    ids = [str(4201 + i) for i in range(len(jobs))]
+    assert f"--dependency=afterok:{ids[0]}" in jobs[1] and "--array=0-3" in jobs[0]
+    assert all(f"--dependency=afterok:{ids[1]}" in job for job in jobs[2:4])
+    assert f"--dependency=afterok:{ids[2]}:{ids[3]}" in jobs[4] and "--array=0-2" in jobs[4]  # base + 2 arms

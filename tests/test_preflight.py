@@ -1,0 +1,240 @@
+"""The launchers' Python side: the GPU placement rule, the pre-submit checks, prompt preparation, the Ray wait."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cooper_openrlhf.cluster.checks import Env, PreflightError, check_rows_have_keys, check_writable_dir
+from cooper_openrlhf.cluster.placement import PlacementError, plan_placement
+from cooper_openrlhf.cluster.preflight import (
+    _shard_bounds,
+    merge_annotations,
+    plan_annotate,
+    plan_rl,
+    shard_paths,
+)
+from cooper_openrlhf.cluster.prompts import INSTRUCTIONS, main as prompts_main
+from cooper_openrlhf.cluster.ray_wait import ClusterNotReady, Watched, wait_for_cluster
+
+
+# ------------------------------------------------------------------------------------------ placement
+@pytest.mark.parametrize("nodes, gpus, arm, assistant, expected", [
+    # (actor gpus, actor nodes, rm gpus, vllm engines, assistant gpus, idle)
+    (1, 8, "cooper", True, (4, 1, 1, 2, 1, 0)),
+    (1, 8, "cooper", False, (4, 1, 1, 3, 0, 0)),
+    (1, 8, "rule", True, (4, 1, 0, 4, 0, 0)),       # no RM and no negatives in the rule arm
+    (2, 8, "cooper", True, (8, 1, 2, 5, 1, 0)),
+    (4, 8, "static", False, (16, 2, 4, 12, 0, 0)),
+    (3, 4, "cooper", True, (4, 1, 1, 6, 1, 0)),
+])
+def test_the_placement_rule_splits_the_allocation_and_uses_every_gpu(nodes, gpus, arm, assistant, expected):
+    p = plan_placement(nodes, gpus, arm=arm, assistant_model=assistant)
+    assert (p.actor_gpus, p.actor_nodes, p.rm_gpus, p.vllm_engines, p.assistant_gpus,
+            p.total_gpus - p.used_gpus) == expected
+    flags = p.openrlhf_flags()
+    assert flags[flags.index("--actor.num_gpus_per_node") + 1] == str(p.actor_gpus_per_node)
+    assert ("--reward.num_gpus_per_node" in flags) == (arm != "rule")
+    assert "--train.colocate_actor_ref" in flags
+
+
+def test_tensor_parallel_engines_and_overrides_are_checked_against_the_allocation():
+    p = plan_placement(1, 8, vllm_tp=2, assistant_model=True)  # 8 - 4 - 1 - 1 = 2 GPUs: one TP2 engine
+    assert (p.vllm_engines, p.vllm_tp) == (1, 2)
+    p = plan_placement(1, 8, vllm_tp=2, actor_gpus=2, rm_gpus=1, assistant_model=True)
+    assert p.vllm_engines == 2 and p.total_gpus - p.used_gpus == 0
+    shared = plan_placement(1, 8, colocate_all=True, actor_gpus=8, rm_gpus=2)
+    assert shared.vllm_engines == 8 and "--train.colocate_all" in shared.openrlhf_flags()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(nodes=0, gpus_per_node=8), "NODES=0"),
+    (dict(nodes=1, gpus_per_node=0), "GPUS_PER_NODE=0"),
+    (dict(nodes=1, gpus_per_node=8, actor_gpus=4, vllm_engines=4), "9 GPUs asked, but NODES=1 x GPUS_PER_NODE=8 = 8"),
+    (dict(nodes=1, gpus_per_node=8, actor_gpus=7), "no GPU is left for a vLLM engine"),
+    (dict(nodes=2, gpus_per_node=8, actor_gpus=12), "ACTOR_GPUS=12: a role larger than one node"),
+    (dict(nodes=1, gpus_per_node=4, vllm_tp=8), "VLLM_TP=8"),
+    (dict(nodes=1, gpus_per_node=8, arm="rule", rm_gpus=1), "RM_GPUS=1: the rule arm"),
+    (dict(nodes=1, gpus_per_node=8, rm_gpus=0), "RM_GPUS=0"),
+    (dict(nodes=1, gpus_per_node=8, colocate_all=True, vllm_engines=2), "COLOCATE_ALL=1 needs"),
+    (dict(nodes=1, gpus_per_node=8, arm="ppo"), "ARM='ppo'"),
+])
+def test_a_placement_that_cannot_run_names_the_variable(kwargs, message):
+    nodes, gpus = kwargs.pop("nodes"), kwargs.pop("gpus_per_node")
+    with pytest.raises(PlacementError) as raised:
+        plan_placement(nodes, gpus, **kwargs)
+    assert message in str(raised.value)
+
+
+# ------------------------------------------------------------------------------------------ checks
+def test_env_reads_named_variables_and_fails_naming_them():
+    env = Env({"N": "3", "BAD": "x", "ZERO": "0", "F": "1", "C": "mixed"})
+    assert env.int("N", 1) == 3 and env.int("MISSING", 7) == 7 and env.flag("F") and not env.flag("MISSING")
+    assert env.choice("C", "assistant", ("assistant", "rollout", "mixed")) == "mixed"
+    for call, message in [(lambda: env.int("BAD", 1), "BAD='x': must be an integer"),
+                          (lambda: env.int("ZERO", 1), "ZERO=0: must be >= 1"),
+                          (lambda: env.require("POLICY", "the policy"), "POLICY is not set: the policy"),
+                          (lambda: env.choice("C", "a", ("a", "b")), "C='mixed': must be one of a, b")]:
+        with pytest.raises(PreflightError) as raised:
+            call()
+        assert message in str(raised.value)
+
+
+def test_pending_paths_count_on_the_submit_side_only():
+    assert Env({"PENDING_PATHS": "/a/b:/c"}).is_pending("/a/b")
+    assert not Env({"PENDING_PATHS": "/a/b", "SLURM_JOB_ID": "7"}).is_pending("/a/b")
+
+
+def test_data_rows_and_output_folders_are_checked(tmp_path):
+    rows = [{"question": "q", "answer": "1"}, {"question": "q2", "answer": " "}]
+    with pytest.raises(PreflightError, match=r"PROMPTS=p.jsonl: row 2 has an empty field 'answer' \(set by LABEL_KEY\)"):
+        check_rows_have_keys("PROMPTS", "p.jsonl", rows, {"question": "INPUT_KEY", "answer": "LABEL_KEY"})
+    with pytest.raises(PreflightError, match="row 1 has no field 'prompt'"):
+        check_rows_have_keys("PROMPTS", "p.jsonl", rows, {"prompt": "INPUT_KEY"})
+    check_writable_dir("OUT", str(tmp_path / "new" / "run"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PreflightError, match="OUT=.*: output folder is not writable"):
+        check_writable_dir("OUT", str(tmp_path / "file" / "run"))
+
+
+def _model(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return str(path)
+
+
+@pytest.fixture
+def rl_env(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question": f"{i} + 1? Let's think", "answer": str(i + 1),
+                                           "instruction": "gsm8k-verl"}) + "\n" for i in range(64)))
+    return {"POLICY": _model(tmp_path / "policy"), "VERIFY_RM": _model(tmp_path / "rm"),
+            "ASSISTANT_MODEL": _model(tmp_path / "assistant"), "PROMPTS": str(prompts), "OUT": str(tmp_path / "out"),
+            "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32"}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"POLICY": None}, "POLICY is not set"),
+    ({"ASSISTANT_MODEL": None}, "ASSISTANT_MODEL is not set"),
+    ({"NODES": "0"}, "NODES=0: must be >= 1"),
+    ({"VLLM_ENGINES": "4"}, "= 10 GPUs asked, but NODES=1 x GPUS_PER_NODE=8 = 8 allocated"),
+    ({"POLICY": "Qwen/Qwen2.5-1.5B-Instruct"}, "POLICY=Qwen/Qwen2.5-1.5B-Instruct: model folder does not exist (a hub id?"),
+    ({"LABEL_KEY": "label"}, "row 1 has no field 'label' (set by LABEL_KEY)"),
+    ({"NEGATIVE_SOURCE": "judge"}, "NEGATIVE_SOURCE='judge'"),
+    ({"TRAIN_BATCH_SIZE": "24"}, "TRAIN_BATCH_SIZE=24: must be a multiple of MICRO_BATCH_SIZE=4 x 4 actor GPUs"),
+    ({"ARM": "ppo"}, "ARM='ppo'"),
+])
+def test_rl_preflight_fails_before_parsing_naming_the_variable(rl_env, change, message):
+    env = {k: v for k, v in {**rl_env, **change}.items() if v is not None}
+    with pytest.raises(PreflightError) as raised:
+        plan_rl(Env(env))
+    assert message in str(raised.value)
+
+
+def test_rl_plans_parse_with_train_cooper_and_carry_the_official_recipe(rl_env):
+    """One process for every parse: train_cooper's parser (OpenRLHF's block) is imported once."""
+    from cooper_openrlhf.cli.train_cooper import parse_args
+
+    plans = {arm: plan_rl(Env({**rl_env, "ARM": arm})) for arm in ("cooper", "static", "rule")}
+    args = {arm: parse_args(plan.commands[0][3:]) for arm, plan in plans.items()}
+    cooper = args["cooper"]
+    assert cooper.remote_rm_trainable and cooper.cooper.assistant == "model"
+    assert cooper.cooper.assistant_model_path == rl_env["ASSISTANT_MODEL"] and cooper.cooper.negative_source == "assistant"
+    assert (cooper.rollout.n_samples_per_prompt, cooper.rollout.temperature) == (16, 1.0)
+    assert cooper.actor.lr_scheduler == "constant_with_warmup" and cooper.actor.adam.lr == 1e-6
+    assert cooper.data.apply_chat_template and cooper.data.input_template is None
+    assert (cooper.vllm.num_engines, cooper.actor.num_gpus_per_node, cooper.reward.num_gpus_per_node) == (2, 4, 1)
+    assert not args["static"].remote_rm_trainable and args["static"].reward.model_name_or_path == rl_env["VERIFY_RM"]
+    assert args["rule"].cooper.reward_source == "rule" and args["rule"].reward.model_name_or_path is None
+    assert plans["rule"].placement.vllm_engines == 4  # the rule arm's RM and assistant GPUs go to rollouts
+    # 64 prompts x 16 / 32 = 32 optimizer steps per episode x 15; 20 rollout steps x 4 optimizer steps warm up
+    assert math.ceil(32 * 15 * cooper.actor.lr_warmup_ratio) == 20 * 4  # OpenRLHF's num_warmup_steps
+
+    rollout = plan_rl(Env({**rl_env, "NEGATIVE_SOURCE": "rollout", "ASSISTANT_MODEL": ""}))
+    assert "--cooper.assistant" not in rollout.commands[0] and rollout.placement.assistant_gpus == 0
+    with pytest.raises(PreflightError, match="unrecognized arguments: --cooper.no_such_flag"):
+        plan_rl(Env(rl_env), ["--cooper.no_such_flag", "1"])
+    with pytest.raises(PreflightError, match="(?s)train_cooper rejects the flags: .*--train.async_enable is not supported"):
+        plan_rl(Env(rl_env), ["--train.async_enable"])
+
+
+# ----------------------------------------------------------------------------------- VerifyRM stages
+def test_shards_are_contiguous_and_balanced():
+    assert _shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert _shard_bounds(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+
+
+def test_annotate_shards_once_and_refuses_other_prompts_on_resubmission(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"question": f"q{i}", "reference": str(i)}) + "\n" for i in range(10)))
+    env = {"PROMPTS": str(prompts), "GENERATORS": f"{_model(tmp_path / 'g1')},{_model(tmp_path / 'g2')}",
+           "JUDGE": _model(tmp_path / "judge"), "OUT": str(tmp_path / "ann"), "SHARDS": "3"}
+    plan = plan_annotate(Env(env))
+    assert len(plan.commands) == 3
+    first = plan.commands[0]
+    assert first[first.index("--prompts") + 1] == shard_paths(env["OUT"], 3)[0][0]
+    assert first.count("--generator") == 2 and "tensor_parallel_size=1" in first
+    assert [len(open(p).readlines()) for p in shard_paths(env["OUT"], 3)[0]] == [4, 3, 3]
+    assert plan_annotate(Env(env)).commands == plan.commands  # a re-submission finds the same shards
+    prompts.write_text("".join(json.dumps({"question": f"other {i}", "reference": str(i)}) + "\n" for i in range(10)))
+    with pytest.raises(PreflightError, match="holds other prompts .* use a new OUT"):
+        plan_annotate(Env(env))
+    for change, message in [({"SHARDS": "11"}, "SHARDS=11: more shards than the 10 prompts"),
+                            ({"JUDGE": str(tmp_path / "nope")}, "JUDGE="),
+                            ({"GENERATORS": str(tmp_path / "nope")}, "GENERATORS (item 1)")]:
+        with pytest.raises(PreflightError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            plan_annotate(Env({**env, "OUT": str(tmp_path / "ann2"), **change}))
+
+
+def test_merge_waits_for_every_shard_then_concatenates(tmp_path):
+    out = str(tmp_path / "ann")
+    _, parts = shard_paths(out, 2)
+    os.makedirs(os.path.dirname(parts[0]))
+    for k, part in enumerate(parts):
+        with open(part, "w") as handle:
+            handle.write(json.dumps({"question": "q", "reference": "1", "completion": "c", "label": k}) + "\n")
+    open(parts[0].replace(".jsonl", ".summary.json"), "w").write("{}")
+    with pytest.raises(PreflightError, match="1 of 2 shards have not finished"):
+        merge_annotations(out, 2, str(tmp_path / "merged.jsonl"))
+    open(parts[1].replace(".jsonl", ".summary.json"), "w").write("{}")
+    assert merge_annotations(out, 2, str(tmp_path / "merged.jsonl")) == 2
+
+
+# ------------------------------------------------------------------------------------------- prompts
+def test_prompt_preparation_puts_the_instruction_into_the_question(tmp_path):
+    source = tmp_path / "train.jsonl"
+    source.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}) + "\n")
+    out = tmp_path / "prompts.jsonl"
+    assert prompts_main(["--input", str(source), "--format", "gsm8k", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())
+    assert row["question"] == "What is 2 + 3? " + INSTRUCTIONS["gsm8k-verl"]
+    assert (row["answer"], row["instruction"]) == ("5", "gsm8k-verl")
+    assert prompts_main(["--input", str(source), "--format", "gsm8k", "--out", str(out), "--instruction", "boxed"]) == 0
+    assert json.loads(out.read_text())["question"].endswith("within \\boxed{}.")
+
+
+# ------------------------------------------------------------------------------------------ Ray wait
+def _dead_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_wait_returns_when_every_gpu_joined_and_fails_naming_the_node_and_log():
+    node = {"state": "ALIVE", "resources_total": {"GPU": 8.0}, "node_ip": "10.0.0.1"}
+    answers = iter([None, [node], [node, {**node, "node_ip": "10.0.0.2"}]])
+    alive = wait_for_cluster("h:6379", 2, 16, [], 10, 10, poll_s=0, list_nodes=lambda address: next(answers))
+    assert len(alive) == 2
+
+    head = Watched("node0", os.getpid(), "/logs/ray-node0.log")
+    with pytest.raises(ClusterNotReady, match=r"head at h:6379 did not answer within 0 s; its log: /logs/ray-node0.log"):
+        wait_for_cluster("h:6379", 2, 16, [head], 0, 10, poll_s=0, list_nodes=lambda address: None)
+    worker = Watched("node1", _dead_pid(), "/logs/ray-node1.log")
+    with pytest.raises(ClusterNotReady, match="worker on node1 exited .* /logs/ray-node1.log"):
+        wait_for_cluster("h:6379", 2, 16, [head, worker], 10, 10, poll_s=0, list_nodes=lambda address: [node])
+    with pytest.raises(ClusterNotReady, match=r"only 1 of 2 nodes \(8 of 16 GPUs\) joined .* /logs/ray-node1.log"):
+        wait_for_cluster("h:6379", 2, 16, [head, Watched("node1", os.getpid(), "/logs/ray-node1.log")], 10, 0,
+                         poll_s=0, list_nodes=lambda address: [node])

@@ -1,0 +1,190 @@
+"""The run report (cooper_openrlhf/report/, cli/report.py) on event files written here with OpenRLHF's own writer
+(torch's SummaryWriter, `train/` and `eval/` tags as its TensorboardLogger writes them): identity, reading and
+merging, hand-worked aggregation, and the CLI over several arms and seeds with a failed run."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cooper_openrlhf.report.aggregate import (
+    HELDOUT_LABEL,
+    VERIFIED_LABEL,
+    alarm_steps,
+    band,
+    heldout_series,
+    stage_seconds,
+    summarize_arm,
+)
+from cooper_openrlhf.report.runs import load_run, merge_points, metric_name, read_rollout_log, read_scalars, run_identity
+
+
+def _write_events(folder: Path, scalars: dict[str, list[tuple[int, float]]]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(folder))
+    for tag, points in scalars.items():
+        for step, value in points:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def _rollouts(folder: Path, rows: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def test_run_identity_from_run_info_then_folder_name_then_plain_name(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "run_info.json").write_text(json.dumps({"arm": "cooper", "seed": 3}))
+    assert run_identity(tmp_path / "x") == ("cooper", 3)
+    assert run_identity(tmp_path / "static_rm_seed12") == ("static_rm", 12)
+    assert run_identity(tmp_path / "rule") == ("rule", 0)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "run_info.json").write_text('{"seed": 1}')
+    with pytest.raises(ValueError, match=r"bad/run_info.json: expected"):
+        run_identity(tmp_path / "bad")
+
+
+def test_metric_names_drop_openrlhfs_train_prefix_and_the_newest_write_of_a_step_wins():
+    assert metric_name("train/cooper/rm_reward_mean") == "cooper/rm_reward_mean"
+    assert metric_name("eval/gsm8k/accuracy") == "eval/gsm8k/accuracy"
+    assert merge_points([(1.0, 2, 0.5), (2.0, 1, 0.1), (3.0, 2, 0.7), (0.5, 3, 0.2)]) == [(1, 0.1), (2, 0.7), (3, 0.2)]
+
+
+def test_read_scalars_merges_a_resumed_runs_two_logger_folders(tmp_path):
+    run = tmp_path / "cooper_seed0"
+    _write_events(run / "tb" / "ppo_1123T01:00", {"train/cooper/verified_accuracy": [(1, 0.25), (2, 0.5), (3, 0.0)]})
+    _write_events(run / "tb" / "ppo_1123T02:00", {"train/cooper/verified_accuracy": [(3, 0.75), (4, 1.0)],
+                                                  "eval/accuracy": [(4, 0.5)]})
+    scalars = read_scalars(run)
+    assert scalars == {"cooper/verified_accuracy": [(1, 0.25), (2, 0.5), (3, 0.75), (4, 1.0)],
+                       "eval/accuracy": [(4, 0.5)]}
+
+
+def test_a_folder_without_event_files_is_a_failed_run_with_its_identity(tmp_path):
+    (tmp_path / "static_seed2").mkdir()
+    run = load_run(tmp_path / "static_seed2")
+    assert run.failed and "no tensorboard event files" in run.error and (run.arm, run.seed) == ("static", 2)
+    assert load_run(tmp_path / "missing").error == "not a folder"
+
+
+def test_rollout_log_counts_and_keeps_the_last_steps_rows(tmp_path):
+    rows = [{"step": 1, "verified": True, "reward": 0.9}, {"step": 1, "verified": False, "reward": 0.7},
+            {"step": 2, "verified": False, "reward": 0.2}, {"step": 2, "verified": False, "reward": 0.6}]
+    _rollouts(tmp_path / "samples", rows)
+    (tmp_path / "samples" / "pairs.jsonl").write_text('{"valid": true}\n{"valid": false}\n')
+    log = read_rollout_log(tmp_path)
+    assert (log.steps, log.rollouts, log.verified, log.rewarded_unverified) == (2, 4, 1, 2)
+    assert log.last_step == 2 and log.last_step_rows == rows[2:]
+    assert (log.pairs, log.valid_pairs) == (2, 1)
+    (tmp_path / "samples" / "rollouts.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ValueError, match=r"rollouts.jsonl, line 1: not a rollout row"):
+        read_rollout_log(tmp_path)
+
+
+# -------------------------------------------------------------------------------------------- aggregation
+def test_band_is_mean_and_min_max_over_the_seeds_that_logged_each_step():
+    b = band([[(1, 0.2), (2, 0.4)], [(1, 0.4), (2, 0.8), (3, 1.0)]])
+    assert b.steps == [1, 2, 3] and b.seeds == [2, 2, 1]
+    assert b.mean == pytest.approx([0.3, 0.6, 1.0])
+    assert (b.low, b.high) == ([0.2, 0.4, 1.0], [0.4, 0.8, 1.0])
+
+
+def test_heldout_series_prefers_the_overall_key_else_averages_the_benchmarks():
+    assert heldout_series({"eval/accuracy": [(2, 0.5)], "eval/a/accuracy": [(2, 0.1)]}) == [(2, 0.5)]
+    per_name = {"eval/a/accuracy": [(2, 0.2), (4, 0.4)], "eval/b/accuracy": [(2, 0.6)], "eval/eval_a_pass1": [(2, 1.0)]}
+    assert heldout_series(per_name) == [(2, pytest.approx(0.4)), (4, 0.4)]
+
+
+def test_summarize_arm_final_and_best_mean_and_sample_std_over_seeds():
+    seeds = [{"eval/accuracy": [(5, 0.30), (10, 0.50), (15, 0.40)]},
+             {"eval/accuracy": [(5, 0.20), (10, 0.60), (15, 0.60)]}]
+    s = summarize_arm("cooper", seeds)
+    assert s.metric == HELDOUT_LABEL and s.seeds == 2
+    assert (s.final_values, s.best_values) == ([0.40, 0.60], [0.50, 0.60])
+    assert s.final_mean == pytest.approx(0.5) and s.final_std == pytest.approx(math.sqrt(0.02))
+    assert s.best_mean == pytest.approx(0.55) and s.best_std == pytest.approx(math.sqrt(0.005))
+    # A seed without held-out evaluation: the whole arm falls back to verified accuracy, labelled.
+    mixed = summarize_arm("rule", [{**seeds[0], "cooper/verified_accuracy": [(1, 0.1), (2, 0.3)]},
+                                   {"cooper/verified_accuracy": [(1, 0.2), (2, 0.1)]}])
+    assert mixed.metric == VERIFIED_LABEL and mixed.final_values == [0.3, 0.1] and mixed.best_values == [0.3, 0.2]
+    single = summarize_arm("x", [{"cooper/verified_accuracy": [(1, 0.1)]}])
+    assert single.final_std is None and single.best_std is None
+    assert summarize_arm("empty", [{"timing/generation": [(1, 1.0)]}]) is None
+
+
+def test_stage_seconds_in_pipeline_order_without_the_total_and_alarm_steps():
+    scalars = {"timing/ppo_train": [(1, 2.0)], "timing/generation": [(1, 1.0)], "timing/step_total": [(1, 9.0)],
+               "timing/zz_custom": [(1, 0.1)], "timing/cooper_verify": [(1, 0.5)],
+               "cooper/hacking_alarm": [(1, 0.0), (2, 1.0), (3, 1.0), (4, 0.0)]}
+    assert list(stage_seconds(scalars)) == ["generation", "cooper_verify", "ppo_train", "zz_custom"]
+    assert alarm_steps(scalars) == [2, 3]
+
+
+# ---------------------------------------------------------------------------------------------- the CLI
+def _synthetic_run(folder: Path, seed: int, hacked: bool, heldout: bool) -> None:
+    steps = range(1, 9)
+    accuracy = [(s, 0.3 + 0.02 * s - (0.03 * s if hacked else 0) + 0.01 * seed) for s in steps]
+    reward = [(s, 0.4 + (0.07 if hacked else 0.02) * s) for s in steps]
+    scalars = {"train/cooper/verified_accuracy": accuracy, "train/cooper/rm_reward_mean": reward,
+               "train/cooper/reward_hacking_gap": [(s, r - a) for (s, r), (_, a) in zip(reward, accuracy)],
+               "train/cooper/rm_pair_accuracy": [(s, 0.8 + 0.01 * seed) for s in steps if not hacked],
+               "train/cooper/hacking_alarm": [(s, float(hacked and s >= 6)) for s in steps],
+               "train/timing/generation": [(s, 2.0) for s in steps], "train/timing/ppo_train": [(s, 1.0 + seed) for s in steps],
+               "train/timing/cooper_verify": [(s, 0.5) for s in steps], "train/timing/step_total": [(s, 9.0) for s in steps]}
+    if heldout:
+        scalars["eval/accuracy"] = [(s, 0.25 + 0.05 * s / 4 + 0.02 * seed) for s in (4, 8)]
+    _write_events(folder / "tb" / "ppo_run", scalars)
+    _rollouts(folder / "samples", [{"step": 8, "question": "q", "reference": "4", "completion": "The answer is 5.",
+                                    "verified": False, "reward": 0.95}])
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    from cooper_openrlhf.cli.report import main
+
+    root = tmp_path_factory.mktemp("report")
+    for seed in (0, 1):
+        _synthetic_run(root / f"cooper_seed{seed}", seed, hacked=False, heldout=True)
+        _synthetic_run(root / f"static_seed{seed}", seed, hacked=True, heldout=False)
+    (root / "crashed_seed0").mkdir()
+    runs = [root / name for name in ("cooper_seed0", "cooper_seed1", "static_seed0", "static_seed1", "crashed_seed0")]
+    assert main([*map(str, runs), "--out", str(root / "out")]) == 0
+    return root / "out", root
+
+
+def test_report_writes_every_figure_as_a_png(report):
+    out, _ = report
+    for name in ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 400_000, name
+
+
+def test_report_table_gives_held_out_where_evaluated_and_labelled_verified_accuracy_elsewhere(report):
+    out, root = report
+    text = (out / "report.md").read_text()
+    # cooper: held-out finals 0.35, 0.37 = its bests (rising); static: verified finals 0.22, 0.23, bests (step 1) 0.29, 0.30.
+    assert "| cooper | held-out accuracy | 0.3600 ± 0.0141 (n=2) | 0.3600 ± 0.0141 (n=2) |" in text
+    assert "| static | verified accuracy (training rollouts) | 0.2250 ± 0.0071 (n=2) | 0.2950 ± 0.0071 (n=2) |" in text
+    assert "No held-out accuracy for static" in text
+    assert "**failed**: no tensorboard event files" in text and str(root / "crashed_seed0") in text
+    assert "3 (first at step 6)" in text  # static's alarms at steps 6-8
+    assert "reward 0.950, reference `4`, question: q" in text and "  The answer is 5." in text  # last step, unverified
+    summary = json.loads((out / "summary.json").read_text())
+    cooper = next(a for a in summary["arms"] if a["arm"] == "cooper")
+    assert cooper["final_values"] == pytest.approx([0.35, 0.37])
+    assert [r["failed"] for r in summary["runs"]] == [False] * 4 + [True]
+    assert summary["runs"][2]["hacking_alarm_steps"] == [6, 7, 8]
+
+
+def test_report_fails_only_when_no_run_can_be_read(tmp_path):
+    from cooper_openrlhf.cli.report import main
+
+    (tmp_path / "a").mkdir()
+    assert main([str(tmp_path / "a"), "--out", str(tmp_path / "out")]) == 1
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "**failed**" in text and "No run logged held-out or verified accuracy." in text
+    assert all((tmp_path / "out" / name).is_file() for name in ("rewards_accuracy.png", "step_time.png"))

@@ -1,0 +1,49 @@
+"""The CPU's fast dtype: detection from CPU flags and the rules of `--ds.param_dtype auto|bf16|fp16|fp32`."""
+
+import pytest
+import torch
+
+from cooper_openrlhf.runtime.dtype import DtypeError, cpu_flags, has_bf16_units, resolve_dtype_name, torch_dtype
+
+EPYC_AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+SAPPHIRE_RAPIDS = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+
+
+def test_cpu_flags_are_read_from_flags_and_features_lines():
+    assert {"avx2", "fma"} <= cpu_flags(EPYC_AVX2)
+    assert "bf16" in cpu_flags(GRAVITON3)
+
+
+@pytest.mark.parametrize("cpuinfo, machine, expected", [
+    (EPYC_AVX2, "x86_64", False),
+    (SAPPHIRE_RAPIDS, "x86_64", True),
+    (GRAVITON3, "aarch64", True),
+    ("Features\t: fp asimd\n", "aarch64", False),
+])
+def test_bf16_units_are_detected_from_the_cpu_flags(cpuinfo, machine, expected):
+    assert has_bf16_units(cpu_flags(cpuinfo), machine) is expected
+
+
+def test_auto_is_bf16_on_gpu_and_the_fast_dtype_on_cpu(monkeypatch):
+    from cooper_openrlhf.runtime import dtype
+
+    assert resolve_dtype_name("auto", cuda=True) == "bf16"
+    monkeypatch.setattr(dtype, "cpu_has_bf16_units", lambda: False)
+    assert resolve_dtype_name("auto", cuda=False) == "fp32"
+    assert torch_dtype("auto", cuda=False) is torch.float32
+    monkeypatch.setattr(dtype, "cpu_has_bf16_units", lambda: True)
+    assert resolve_dtype_name("auto", cuda=False) == "bf16"
+
+
+@pytest.mark.parametrize("name, cuda, message", [("fp32", True, "CPU dtype"), ("fp16", False, "emulated"),
+                                                 ("int8", False, "valid")])
+def test_a_dtype_that_misfits_the_device_fails_with_what_to_use(name, cuda, message):
+    with pytest.raises(DtypeError, match=message):
+        resolve_dtype_name(name, cuda=cuda)
+
+
+def test_explicit_dtypes_pass_through_where_they_fit():
+    assert resolve_dtype_name("bf16", cuda=False) == "bf16"
+    assert resolve_dtype_name("fp32", cuda=False) == "fp32"
+    assert resolve_dtype_name("fp16", cuda=True) == "fp16"
