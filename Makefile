@@ -13,6 +13,6 @@ install:
 test: install
 	$(PY) -m pytest
 
-# The main job: a short Cooper training run on CPU (prints where its logs and checkpoints are).
+# The main job: the reward-hacking lab's quick preset (rule / static RM / Cooper, one seed) and its report.
 demo: install
 	$(PY) -m cooper_openrlhf.cli.demo

@@ -11,7 +11,9 @@ more than once (a resumed run re-logs the steps after its checkpoint, maybe into
 the newest write wins; tensorboard's own orphan purge is off because it works per file, not per run.
 
 Arm and seed: `run_info.json` in RUN_DIR (`{"arm": ..., "seed": ...}`, as the lab writes it), else the
-folder name `<arm>_seed<k>`, else the folder name as the arm and seed 0.
+folder name `<arm>_seed<k>`, else the folder name as the arm and seed 0. A run_info.json with
+`"status": "failed"` (the lab's record of a run that exited non-zero) makes the run a failed one, named
+with its exit status and log, whatever it logged before failing.
 """
 
 import json
@@ -148,6 +150,10 @@ def load_run(run_dir: str | Path) -> RunData:
         return RunData(str(path), path.name, 0, error="not a folder")
     arm, seed = run_identity(path)
     run = RunData(str(path), arm, seed, rollouts=read_rollout_log(path))
+    info = json.loads((path / RUN_INFO).read_text(encoding="utf-8")) if (path / RUN_INFO).is_file() else {}
+    if info.get("status") == "failed":  # the lab's record: the run's partial logs are not a result
+        run.error = f"exit status {info.get('exit')}; log: {info.get('log', path)}"
+        return run
     if not event_dirs(path):
         run.error = "no tensorboard event files (was --logger.tensorboard_dir set, and did the run start?)"
         return run

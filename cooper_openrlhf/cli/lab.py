@@ -1,0 +1,110 @@
+"""`python -m cooper_openrlhf.cli.lab`: the paper's arms on one machine, several seeds, one report.
+
+  python -m cooper_openrlhf.cli.lab --preset quick                 # make demo: rule / static / cooper, 1 seed
+  python -m cooper_openrlhf.cli.lab --preset full --out runs/lab   # 4 arms x 3 seeds
+  python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
+
+Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
+then every arm x seed as a real `train_cooper` run (lab/runner.py), then `cli.report` over the runs
+(report/, figures and a markdown table) and a short summary per arm on stdout. Run it again with the same
+--out to resume: finished runs are kept, unfinished and failed ones are run again. A run that fails is
+reported as failed (with its log) and the others still run. docs/lab.md: the setup and its reasons.
+"""
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cooper_openrlhf.lab.presets import ARMS, PRESETS, parse_arms
+
+logger = logging.getLogger("cooper_openrlhf.lab")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.lab", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="lab size (docs/lab.md)")
+    parser.add_argument("--arms", default=None, help=f"comma-separated subset of {', '.join(ARMS)} (default: the preset's)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per arm, 0..N-1 (default: the preset's)")
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the preset's)")
+    parser.add_argument("--policy", default=None,
+                        help="starting policy: a HF folder or a packaged model name (default: the preset's; "
+                             "'warm-start' = the tiny Qwen2 the lab fine-tunes itself)")
+    parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
+    parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
+    args = parser.parse_args(argv)
+    preset = PRESETS[args.preset]
+    try:
+        args.arm_list = parse_arms(args.arms, preset)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for name in ("seeds", "steps"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be >= 1, got {value}")
+    args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy)
+    args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
+    return args
+
+
+def arm_trends(summary_path: Path, runs_root: Path) -> list[str]:
+    """One line per arm: RM reward first -> last and held-out accuracy first -> last, means over its seeds."""
+    from cooper_openrlhf.report.aggregate import RM_REWARD, band, heldout_series
+    from cooper_openrlhf.report.runs import load_run
+
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    by_arm: dict[str, list] = {}
+    for entry in summary["runs"]:
+        if not entry["failed"]:
+            by_arm.setdefault(entry["arm"], []).append(load_run(entry["path"]).scalars)
+    lines = []
+    for arm, runs in by_arm.items():
+        def trend(series_list, what):
+            curve = band([s for s in series_list if s])
+            return f"{what} {curve.mean[0]:.2f} -> {curve.mean[-1]:.2f}" if curve.steps else f"{what} -"
+        reward = trend([r.get(RM_REWARD, []) for r in runs], "RM reward")
+        accuracy = trend([heldout_series(r) for r in runs], "held-out accuracy")
+        lines.append(f"  {arm:<15} {reward:<24} {accuracy}   ({len(runs)} seed(s))")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from cooper_openrlhf import __version__
+    from cooper_openrlhf.cli import report as report_cli
+    from cooper_openrlhf.lab.prepare import prepare
+    from cooper_openrlhf.lab.runner import run_arm
+
+    preset, out = args.preset_obj, args.out
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    files, setup = prepare(preset, out)
+    plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
+    results = []
+    for arm, seed in tqdm(plan, desc=f"lab {preset.name}", unit="run"):
+        results.append(run_arm(preset, files, arm, seed, timeout_s=args.run_timeout))
+    report_dir = out / "report"
+    status = report_cli.main([str(files.run_dir(arm, seed)) for arm, seed in plan] + ["--out", str(report_dir)])
+    wall = time.perf_counter() - started
+    record = {"preset": preset.name, "version": __version__, "command": " ".join(["python -m cooper_openrlhf.cli.lab",
+              *(argv if argv is not None else sys.argv[1:])]), "wall_seconds": round(wall, 1), "setup": setup,
+              "runs": results, "preset_settings": asdict(preset)}
+    (out / "lab.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    failed = [r for r in results if r["status"] != "done"]
+    print(f"\nlab {preset.name}: {len(results) - len(failed)}/{len(results)} runs done in {wall / 60:.1f} min "
+          f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
+    if (report_dir / "summary.json").is_file():
+        print("\n".join(arm_trends(report_dir / "summary.json", out / "runs")))
+    for r in failed:
+        print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
+    return 1 if failed or status else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

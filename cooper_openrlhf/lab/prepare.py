@@ -1,0 +1,93 @@
+"""The lab's shared starting point, built once per lab folder and reused by every arm, seed and resume.
+
+  data/      the task files (lab/task.py), rewritten each time (deterministic, so identical)
+  policy/    the warm-started tiny policy (lab/warm_start.py), or nothing when --policy names a model
+  verifyrm/  the starting VerifyRM, trained by the package's own recipe tool (`cli.verifyrm train`, BCE on
+             rule-labelled triples); verifyrm/best is the RM every RM arm starts from
+A stage that finished leaves its marker (policy/warm_start.json, verifyrm/train_summary.json) and is skipped
+on a resume; an unfinished one is redone.
+"""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from cooper_openrlhf.lab.presets import WARM_START, LabPreset
+from cooper_openrlhf.lab.runner import LabFiles, run_environment
+from cooper_openrlhf.lab.task import problem_family, split, warm_start_problems, write_task_files
+
+logger = logging.getLogger(__name__)
+
+
+def _resolve_model(name: str) -> Path:
+    from cooper_openrlhf.models import model_path
+
+    return Path(name) if Path(name).is_dir() else Path(model_path(name))
+
+
+def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
+    """The policy every arm starts from, and what is known of it (warm-start accuracy)."""
+    if preset.policy != WARM_START:
+        return _resolve_model(preset.policy), {"policy": preset.policy}
+    marker = folder / "warm_start.json"
+    if marker.is_file():
+        return folder, json.loads(marker.read_text(encoding="utf-8"))
+    from cooper_openrlhf.lab.warm_start import WarmStartConfig, fine_tune, sampled_accuracy, save
+    from cooper_openrlhf.runtime.dtype import torch_dtype
+
+    started = time.perf_counter()
+    config = WarmStartConfig(target_accuracy=preset.warm_start_accuracy, temperature=preset.temperature)
+    logger.info("warm start: fine-tuning the tiny policy on the %s family until its sampled accuracy reaches %.2f",
+                preset.task.family, config.target_accuracy)
+    model, tokenizer, result = fine_tune(str(_resolve_model("tiny-qwen2-policy")), warm_start_problems(preset.task),
+                                         config, preset.task.prompt_suffix)
+    if not result.reached_target:
+        logger.warning("warm start: accuracy %.2f after %d steps, below the target %.2f; the arms start from it",
+                       result.probe_accuracy, result.steps, config.target_accuracy)
+    train, heldout = split(problem_family(preset.task), preset.task.heldout)
+    info = {
+        "policy": WARM_START, **asdict(config), **asdict(result),
+        # Sampled at the RL temperature, as the arms' first rollouts and evaluations are.
+        "train_accuracy": sampled_accuracy(model, tokenizer, train[:64], preset.task.prompt_suffix,
+                                           temperature=preset.temperature),
+        "heldout_accuracy": sampled_accuracy(model, tokenizer, heldout, preset.task.prompt_suffix,
+                                             temperature=preset.temperature),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    save(model, tokenizer, folder, torch_dtype("auto"))
+    marker.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    logger.info("warm start done: sampled accuracy %.2f (train split), %.2f (held-out)", info["train_accuracy"],
+                info["heldout_accuracy"])
+    return folder, info
+
+
+def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
+    """Train the starting VerifyRM with `cli.verifyrm train` (skipped when it finished before)."""
+    if (folder / "train_summary.json").is_file() and (folder / "best").is_dir():
+        return folder / "best"
+    argv = [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train", "--pretrain", str(_resolve_model(preset.rm_backbone)),
+            *(("--init-head",) if preset.rm_init_head else ()), "--data", str(data), "--out", str(folder),
+            "--epochs", str(preset.rm_epochs), "--lr", str(preset.rm_lr_pretrain), "--max-length", str(preset.rm_max_length),
+            "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8"]
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder.parent / "verifyrm.log"
+    logger.info("starting VerifyRM: %s (log %s)", " ".join(argv[1:5]), log)
+    with open(log, "w", encoding="utf-8") as out:
+        status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()}).returncode
+    if status != 0:
+        raise RuntimeError(f"training the starting VerifyRM failed (exit {status}); its log: {log}")
+    return folder / "best"
+
+
+def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
+    """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report."""
+    counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps)
+    policy, policy_info = prepare_policy(preset, root / "policy")
+    rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
+    rm_summary = json.loads((rm.parent / "train_summary.json").read_text(encoding="utf-8"))
+    return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary}

@@ -1,0 +1,94 @@
+"""Lab sizes and the arms' reward paths. docs/lab.md gives the reason for each number.
+
+Every arm of a preset shares everything -- policy, starting RM, prompts, held-out set, seeds, step budget,
+learning rates, lengths -- except the flags in ARM_FLAGS, which choose where the policy's reward comes from.
+"""
+
+from dataclasses import dataclass, field, replace
+
+from cooper_openrlhf.lab.task import TaskSpec
+
+WARM_START = "warm-start"  # the policy: the tiny Qwen2, fine-tuned by the lab (lab/warm_start.py)
+RM_PLACEHOLDER, RM_EVAL_PLACEHOLDER = "{rm}", "{rm_eval}"
+# An RM arm scores with the starting VerifyRM and logs its accuracy on the labelled held-out set as it goes.
+_RM = ("--reward.model_name_or_path", RM_PLACEHOLDER, "--cooper.rm_eval_dataset", RM_EVAL_PLACEHOLDER)
+
+# arm -> train_cooper flags (placeholders: the starting VerifyRM's folder, the RM's labelled held-out set).
+# The rest of the command is shared by every arm.
+ARM_FLAGS: dict[str, tuple[str, ...]] = {
+    "rule": ("--cooper.reward_source", "rule"),
+    "static": _RM,
+    "cooper": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant"),
+    "cooper_rollout": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout"),
+}
+ARMS = tuple(ARM_FLAGS)
+
+
+@dataclass(frozen=True)
+class LabPreset:
+    name: str
+    policy: str  # WARM_START, a name models.model_path knows, or a HF folder
+    rm_backbone: str  # models.model_path name (or folder) the starting VerifyRM is trained from
+    rm_init_head: bool  # the backbone has no one-logit head yet
+    arms: tuple[str, ...]
+    seeds: int
+    steps: int
+    task: TaskSpec = field(default_factory=TaskSpec)
+    prompts_per_step: int = 4
+    samples_per_prompt: int = 8
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    actor_lr: float = 1e-4
+    rm_lr: float = 1e-4
+    kl_coef: float = 0.0
+    eval_every: int = 2
+    eval_samples: int = 4
+    rm_epochs: int = 2
+    rm_lr_pretrain: float = 2e-4
+    rm_max_length: int = 128
+    warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
+    hacking_window: int = 6
+    budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
+
+    def with_overrides(self, **changes) -> "LabPreset":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+_DIGITS = TaskSpec(family="digits", max_operand=9, heldout=32)
+
+PRESETS: dict[str, LabPreset] = {
+    # The test's size: two arms, two steps, tiny models everywhere (the RM too).
+    "tiny": LabPreset("tiny", WARM_START, "tiny-qwen2-rm", False, ("static", "rule"), seeds=1, steps=2,
+                      task=TaskSpec(family="digits", max_operand=5, heldout=6), prompts_per_step=4,
+                      samples_per_prompt=4, eval_every=1, eval_samples=2, rm_epochs=1, rm_max_length=128,
+                      hacking_window=3, budget_minutes=10),
+    # `make demo`: one seed of the three arms of the paper.
+    "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=12,
+                       task=_DIGITS, budget_minutes=15),
+    # The lab: all four arms, three seeds.
+    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=24, task=_DIGITS),
+    # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers); one seed fits an hour.
+    "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True, ARMS, seeds=1, steps=8,
+                         task=TaskSpec(family="words", max_operand=30, pool=400, heldout=32,
+                                       prompt_suffix=" Solve it step by step, then give the final answer as \\boxed{N}."),
+                         samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-6, eval_every=2,
+                         eval_samples=2, rm_max_length=512, hacking_window=4, budget_minutes=60),
+}
+
+
+def arm_flags(arm: str, rm_folder: str, rm_eval: str) -> list[str]:
+    fill = {RM_PLACEHOLDER: rm_folder, RM_EVAL_PLACEHOLDER: rm_eval}
+    return [fill.get(flag, flag) for flag in ARM_FLAGS[arm]]
+
+
+def parse_arms(text: str | None, preset: LabPreset) -> tuple[str, ...]:
+    """`--arms a,b` -> validated tuple (the preset's arms when None); an unknown name fails naming the known ones."""
+    if text is None:
+        return preset.arms
+    arms = tuple(a.strip() for a in text.split(",") if a.strip())
+    unknown = [a for a in arms if a not in ARM_FLAGS]
+    if unknown or not arms:
+        raise ValueError(f"--arms: unknown arm(s) {unknown or [text]}; choose from {', '.join(ARMS)}")
+    if len(set(arms)) != len(arms):
+        raise ValueError(f"--arms: an arm is named twice in {text!r}")
+    return arms

@@ -1,0 +1,127 @@
+"""One arm x seed of the lab as a real `train_cooper` run (its own process, a local Ray cluster, a CPU vLLM engine).
+
+A run's folder is `<lab>/runs/<arm>_seed<k>/`: run.log (the whole output), tensorboard/ and samples/ (what the
+report reads), ckpt/. Its run_info.json says who it is and how it ended ({"arm", "seed", "status": "running" |
+"done" | "failed", "exit", "log", "seconds"}). A lab that is run again skips "done" runs and starts every other
+one afresh, so an interrupted lab resumes without redoing finished work, and a failed run is retried.
+"""
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cooper_openrlhf.lab.presets import LabPreset, arm_flags
+
+logger = logging.getLogger(__name__)
+
+RUN_INFO = "run_info.json"  # the name report/runs.py reads
+# DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache: only where torch sees no CUDA.
+CPU_ENVIRONMENT = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+@dataclass(frozen=True)
+class LabFiles:
+    """What every run of one lab folder shares."""
+
+    root: Path
+    policy: Path
+    rm: Path
+
+    @property
+    def prompts(self) -> Path:
+        return self.root / "data" / "prompts.jsonl"
+
+    @property
+    def held_out(self) -> Path:
+        return self.root / "data" / "held_out.jsonl"
+
+    @property
+    def rm_eval(self) -> Path:
+        return self.root / "data" / "rm_eval.jsonl"
+
+    def run_dir(self, arm: str, seed: int) -> Path:
+        return self.root / "runs" / f"{arm}_seed{seed}"
+
+
+def run_environment() -> dict[str, str]:
+    from cooper_openrlhf.runtime import cuda_available
+
+    defaults = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return defaults if cuda_available() else {**defaults, **CPU_ENVIRONMENT}
+
+
+def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -> list[str]:
+    """The arm's command: the shared configuration of the preset, then the arm's reward path."""
+    run = files.run_dir(arm, seed)
+    rollouts_per_step = preset.prompts_per_step * preset.samples_per_prompt
+    return [
+        sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", *arm_flags(arm, str(files.rm), str(files.rm_eval)),
+        "--actor.model_name_or_path", str(files.policy),
+        "--data.prompt_dataset", str(files.prompts), "--data.input_key", "input", "--data.label_key", "label",
+        "--data.apply_chat_template", "--data.max_len", "1024",
+        "--data.max_samples", str(preset.prompts_per_step * preset.steps),
+        "--rollout.max_new_tokens", str(preset.max_new_tokens), "--rollout.temperature", str(preset.temperature),
+        "--rollout.n_samples_per_prompt", str(preset.samples_per_prompt),
+        "--rollout.batch_size", str(preset.prompts_per_step), "--rollout.micro_batch_size", str(rollouts_per_step),
+        "--train.batch_size", str(rollouts_per_step), "--train.micro_batch_size", "8", "--train.seed", str(seed),
+        "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", str(preset.kl_coef),
+        *(("--algo.kl.use_loss", "--algo.kl.estimator", "k3") if preset.kl_coef > 0 else ()),
+        "--actor.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
+        *(("--ref.num_gpus_per_node", "1") if preset.kl_coef > 0 else ()),
+        "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
+        "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",  # --ds.param_dtype auto: the CPU's fast dtype
+        "--actor.adam.lr", str(preset.actor_lr), "--actor.lr_warmup_ratio", "0",
+        "--cooper.rm_lr", str(preset.rm_lr), "--cooper.rm_max_length", str(preset.rm_max_length),
+        "--cooper.negative_max_new_tokens", str(max(preset.max_new_tokens, 32)),
+        "--cooper.hacking_window", str(preset.hacking_window),
+        "--eval.dataset", str(files.held_out), "--eval.steps", str(preset.eval_every),
+        "--eval.n_samples_per_prompt", str(preset.eval_samples), "--eval.temperature", str(preset.temperature),
+        "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "final"),
+        "--logger.tensorboard_dir", str(run / "tensorboard"), "--cooper.sample_log_dir", str(run / "samples"),
+    ]
+
+
+def read_info(run: Path) -> dict:
+    path = run / RUN_INFO
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _write_info(run: Path, info: dict) -> None:
+    tmp = run / (RUN_INFO + ".tmp")
+    tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(run / RUN_INFO)
+
+
+def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: float | None = None) -> dict:
+    """Run (or skip, when already done) one arm x seed; returns its run_info. Never raises for a failed run."""
+    run = files.run_dir(arm, seed)
+    if read_info(run).get("status") == "done":
+        logger.info("%s seed %d: done earlier, skipped (%s)", arm, seed, run)
+        return read_info(run)
+    if run.exists():  # an interrupted or failed attempt: its partial logs would mix with the new ones
+        shutil.rmtree(run)
+    run.mkdir(parents=True)
+    log = run / "run.log"
+    info = {"arm": arm, "seed": seed, "status": "running", "log": str(log), "preset": preset.name}
+    _write_info(run, info)
+    argv = train_cooper_argv(preset, files, arm, seed)
+    (run / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
+    started = time.perf_counter()
+    with open(log, "w", encoding="utf-8") as out:
+        try:
+            status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()},
+                                    timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\n[lab] killed after {timeout_s:.0f} s\n")
+            status = -9
+    info.update(status="done" if status == 0 else "failed", exit=status, seconds=round(time.perf_counter() - started, 1))
+    _write_info(run, info)
+    if status != 0:
+        logger.error("%s seed %d failed (exit %d); its log: %s", arm, seed, status, log)
+    return info

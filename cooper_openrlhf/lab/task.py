@@ -1,0 +1,124 @@
+"""The lab's task: small arithmetic problems, split into RL prompts and a held-out set, and the files built from them.
+
+Every arm and seed reads the same files, written once per lab folder:
+  prompts.jsonl     RL prompts ({"input", "label"}): the train split, cycled and shuffled to the step budget
+  held_out.jsonl    the held-out split ({"input", "label"}): never an RL prompt; `--eval.dataset` of every arm
+  rm_triples.jsonl  the starting VerifyRM's training data: templated right and wrong completions of the
+                    train split, each labelled by the rule verifier (not by construction)
+  rm_eval.jsonl     the same templates on the held-out split in VerifyBench format (question, answer,
+                    completion, gold_correct): `--cooper.rm_eval_dataset`, the RM's accuracy as it trains
+The RM reads the policy's prompt text as its <question>, so triples use exactly that text.
+"""
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from cooper_openrlhf.data.records import MathProblem
+from cooper_openrlhf.data.synthetic import make_arithmetic_problems
+
+# Completion templates of the starting RM's data ({answer} is the reference or a wrong number). The policy's
+# own format ("The answer is N.") is deliberately one of several: the RM generalises to it, imperfectly.
+COMPLETION_TEMPLATES = (
+    "Let me compute. {question} The result is {answer}. So the answer is \\boxed{{{answer}}}.",
+    "We work it out step by step and get {answer}.\nThe final answer is \\boxed{{{answer}}}",
+    "{answer}",
+    "Answer: {answer}",
+    "The answer is {answer}.",
+)
+WRONG_OFFSETS = (-10, -2, -1, 1, 2, 3, 10)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Which problems, and how a prompt reads. `family` = "digits" enumerates every a + b and a - b (a >= b) with
+    operands in [2, max_operand]; "words" samples data/synthetic.py's four kinds (two-step word problems too)."""
+
+    family: str = "digits"
+    max_operand: int = 9
+    pool: int = 400  # "words" only: how many problems are drawn before the split
+    heldout: int = 32
+    prompt_suffix: str = ""  # appended to each question (an answer-format instruction for instruct models)
+
+    def __post_init__(self):
+        if self.family not in ("digits", "words"):
+            raise ValueError(f"task family must be 'digits' or 'words', got {self.family!r}")
+
+
+def problem_family(spec: TaskSpec) -> list[MathProblem]:
+    """Every distinct problem of the family, in a fixed order."""
+    if spec.family == "words":
+        seen, problems = set(), []
+        for problem in make_arithmetic_problems(spec.pool, seed=0, max_operand=spec.max_operand):
+            if problem.question not in seen:
+                seen.add(problem.question)
+                problems.append(problem)
+        return problems
+    operands = range(2, spec.max_operand + 1)
+    adds = [(f"What is {a} + {b}?", a + b) for a in operands for b in operands]
+    subtracts = [(f"What is {a} - {b}?", a - b) for a in operands for b in operands if a >= b]
+    return [MathProblem(question=q, reference=str(r), source="lab", index=i) for i, (q, r) in enumerate(adds + subtracts)]
+
+
+def split(problems: list[MathProblem], heldout: int, seed: int = 0) -> tuple[list[MathProblem], list[MathProblem]]:
+    """(train, held-out): a seeded shuffle, the last `heldout` problems held out; the two never share a question."""
+    if not 0 < heldout < len(problems):
+        raise ValueError(f"held-out size must be in (0, {len(problems)}), got {heldout}")
+    order = list(problems)
+    random.Random(seed).shuffle(order)
+    return order[:-heldout], order[-heldout:]
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    tmp.replace(path)  # a killed lab never leaves a half-written file that a resume would trust
+
+
+def prompt_rows(problems: list[MathProblem], count: int, spec: TaskSpec, seed: int = 0) -> list[dict]:
+    """`count` RL prompts: the problems cycled, each pass in a new seeded order."""
+    rng, rows = random.Random(seed), []
+    while len(rows) < count:
+        order = list(problems)
+        rng.shuffle(order)
+        rows += [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in order]
+    return rows[:count]
+
+
+def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0) -> list[dict]:
+    """Right and wrong templated completions per problem, labelled by the rule verifier."""
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    rng, rows = random.Random(seed), []
+    for problem in problems:
+        right = int(problem.reference)
+        for template in COMPLETION_TEMPLATES:
+            for answer in (right, right + rng.choice(WRONG_OFFSETS)):
+                completion = template.format(question=problem.question, answer=answer)
+                label = int(verify_one(problem.reference, completion).verdict == Verdict.CORRECT)
+                rows.append({"question": problem.question + spec.prompt_suffix, "reference": problem.reference,
+                             "completion": completion, "label": label})
+    return rows
+
+
+def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int) -> dict[str, int]:
+    """Write the four files (module docstring) into `folder`; returns their row counts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    train, heldout = split(problem_family(spec), spec.heldout)
+    files = {
+        "prompts.jsonl": prompt_rows(train, rl_prompts, spec),
+        "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
+        "rm_triples.jsonl": labelled_triples(train, spec, seed=1),
+        "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
+                           "gold_correct": bool(r["label"])} for r in labelled_triples(heldout, spec, seed=2)],
+    }
+    for name, rows in files.items():
+        _write_jsonl(folder / name, rows)
+    return {name: len(rows) for name, rows in files.items()}
+
+
+def warm_start_problems(spec: TaskSpec) -> list[MathProblem]:
+    """What the starting policy is fine-tuned on: the whole family, as pretraining covers a benchmark's domain.
+    RL then trains on the train split only, and the held-out split measures what RL did to the rest."""
+    return problem_family(spec)

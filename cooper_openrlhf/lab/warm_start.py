@@ -1,0 +1,121 @@
+"""The lab's starting policy: a small causal LM fine-tuned (SFT) to answer the lab's prompts in its format.
+
+RL only moves a policy whose rollouts are sometimes right and sometimes wrong (GRPO's group-normalised
+advantage is zero for a group of all-equal rewards). The tiny Qwen2 the install builds is random, so the lab
+first fine-tunes it on worked prompts -- different problems from the RL and held-out sets -- until its
+sampled accuracy sits in RL's useful band: every `check_every` steps it samples answers to a probe of the
+problems and stops at the first check at or above `target_accuracy` (a fixed step count would not do: the
+same count lands anywhere from 5% to 100% depending on the family's size). The answer format ("The answer
+is N.") is the one the rule verifier extracts without a fallback. Plain torch + transformers, full-precision
+AdamW: a 2-layer model trains in seconds per hundred steps on a CPU.
+"""
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from cooper_openrlhf.data.records import MathProblem
+
+logger = logging.getLogger(__name__)
+
+
+def answer_text(reference: str) -> str:
+    return f"The answer is {reference}."
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    max_steps: int = 3000
+    target_accuracy: float = 0.35  # inside RL's useful band (~20-60%), with room to improve
+    check_every: int = 50
+    probe_size: int = 64  # problems sampled at each check (4 answers each)
+    temperature: float = 1.0  # the RL sampling temperature: the accuracy the first rollouts will have
+    batch_size: int = 32
+    lr: float = 3e-3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class WarmStartResult:
+    steps: int
+    probe_accuracy: float  # at the last check
+    reached_target: bool
+
+
+def _encode(tokenizer, problems: list[MathProblem], prompt_suffix: str) -> list[tuple[list[int], list[int]]]:
+    encoded = []
+    for problem in problems:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": problem.question + prompt_suffix}],
+                                               tokenize=False, add_generation_prompt=True)
+        target = answer_text(problem.reference) + tokenizer.eos_token
+        encoded.append((tokenizer(prompt)["input_ids"], tokenizer(target, add_special_tokens=False)["input_ids"]))
+    return encoded
+
+
+def _batch(encoded, pad_id: int):
+    width = max(len(p) + len(t) for p, t in encoded)
+    ids = torch.full((len(encoded), width), pad_id)
+    labels = torch.full((len(encoded), width), -100)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, (prompt, target) in enumerate(encoded):
+        ids[row, : len(prompt) + len(target)] = torch.tensor(prompt + target)
+        mask[row, : len(prompt) + len(target)] = 1
+        labels[row, len(prompt): len(prompt) + len(target)] = torch.tensor(target)
+    return ids, mask, labels
+
+
+def fine_tune(source: str, problems: list[MathProblem], config: WarmStartConfig, prompt_suffix: str = ""):
+    """SFT of `source` on `problems` (loss on the answer only) until the probe's sampled accuracy first reaches
+    config.target_accuracy, or config.max_steps; returns (model fp32 in eval mode, tokenizer, WarmStartResult)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    encoded = _encode(tokenizer, problems, prompt_suffix)
+    rng = random.Random(config.seed)
+    probe = rng.sample(problems, min(config.probe_size, len(problems)))
+    torch.manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    accuracy, step = 0.0, 0
+    for step in range(1, config.max_steps + 1):
+        model.train()
+        ids, mask, labels = _batch(rng.sample(encoded, min(config.batch_size, len(encoded))), tokenizer.pad_token_id)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % config.check_every == 0:
+            accuracy = sampled_accuracy(model.eval(), tokenizer, probe, prompt_suffix, temperature=config.temperature,
+                                        seed=config.seed + step)
+            logger.info("warm start: step %d, loss %.4f, sampled accuracy %.2f", step, loss.item(), accuracy)
+            if accuracy >= config.target_accuracy:
+                break
+    return model.eval(), tokenizer, WarmStartResult(step, accuracy, accuracy >= config.target_accuracy)
+
+
+@torch.no_grad()
+def sampled_accuracy(model, tokenizer, problems: list[MathProblem], prompt_suffix: str = "", samples: int = 4,
+                     temperature: float = 0.7, max_new_tokens: int = 16, seed: int = 0) -> float:
+    """Share of `samples` sampled answers per problem the rule verifier marks correct (avg@k, as evaluation)."""
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    torch.manual_seed(seed)
+    tokenizer.padding_side = "left"
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": p.question + prompt_suffix}],
+                                             tokenize=False, add_generation_prompt=True) for p in problems]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens,
+                         num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    correct = [verify_one(problems[i // samples].reference, text).verdict == Verdict.CORRECT
+               for i, text in enumerate(texts)]
+    return sum(correct) / len(correct)
+
+
+def save(model, tokenizer, out: Path, dtype: torch.dtype) -> None:
+    """Saved in the run's dtype, so the weights synced into vLLM need no cast."""
+    model.to(dtype).save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,114 @@
+"""The lab's pieces without training: its CLI's checks, the arms' commands, the task files, and how a run that
+fails (a real train_cooper process, stopped by its own input check before Ray starts) is recorded and reported."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cooper_openrlhf.cli import lab as lab_cli
+from cooper_openrlhf.lab import presets as lab_presets
+from cooper_openrlhf.lab.presets import ARM_FLAGS, ARMS, PRESETS, arm_flags
+from cooper_openrlhf.lab.runner import LabFiles, read_info, run_arm, train_cooper_argv
+from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family, split, write_task_files
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arms", "rule,hacked"], "unknown arm(s) ['hacked']"),
+    (["--arms", "rule,rule"], "named twice"),
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--steps", "-1"], "--steps must be >= 1"),
+])
+def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        lab_cli.parse_args(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_overrides_replace_the_presets_values_and_nothing_else():
+    args = lab_cli.parse_args(["--preset", "full", "--arms", "static,cooper_rollout", "--seeds", "2", "--steps", "5"])
+    full = PRESETS["full"]
+    assert (args.preset_obj.arms, args.preset_obj.seeds, args.preset_obj.steps) == (("static", "cooper_rollout"), 2, 5)
+    assert args.preset_obj.with_overrides(arms=full.arms, seeds=full.seeds, steps=full.steps) == full
+    assert args.out.name == "lab-full"
+
+
+def _files(tmp_path: Path) -> LabFiles:
+    return LabFiles(root=tmp_path, policy=tmp_path / "policy", rm=tmp_path / "verifyrm" / "best")
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_reward_flags(preset, tmp_path):
+    from cooper_openrlhf.cli.train_cooper import parse_args
+
+    files, shared = _files(tmp_path), None
+    for arm in ARMS:
+        argv = train_cooper_argv(PRESETS[preset], files, arm, seed=0)
+        args = parse_args(argv[3:])  # OpenRLHF's parser and validation, plus Cooper's checks
+        flags = arm_flags(arm, str(files.rm), str(files.rm_eval))
+        assert argv[3:3 + len(flags)] == flags
+        rest = [a.replace(f"{arm}_seed0", "RUN") for a in argv[3 + len(flags):]]
+        assert shared is None or rest == shared, arm  # same policy, data, seeds, budget, lengths, learning rates
+        shared = rest
+        assert args.remote_rm_trainable == (arm.startswith("cooper"))
+        assert args.cooper.reward_source == ("rule" if arm == "rule" else "rm")
+        assert args.eval.dataset == str(files.held_out)
+        assert args.cooper.rm_eval_dataset == (None if arm == "rule" else str(files.rm_eval))
+        assert args.data.max_samples == PRESETS[preset].steps * PRESETS[preset].prompts_per_step
+    assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout"}
+
+
+def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):
+    spec = TaskSpec(family="digits", max_operand=9, heldout=20)
+    family = problem_family(spec)
+    assert len(family) == 64 + 36 and len({p.question for p in family}) == len(family)
+    counts = write_task_files(tmp_path, spec, rl_prompts=150)
+    rows = {name: [json.loads(line) for line in (tmp_path / name).read_text().splitlines()] for name in counts}
+    assert counts == {name: len(r) for name, r in rows.items()} and counts["prompts.jsonl"] == 150
+    held = {r["input"] for r in rows["held_out.jsonl"]}
+    assert len(held) == 20 and not held & {r["input"] for r in rows["prompts.jsonl"]}
+    assert not held & {r["question"] for r in rows["rm_triples.jsonl"]}
+    assert {r["question"] for r in rows["rm_eval.jsonl"]} == held
+    assert {"question", "answer", "completion", "gold_correct"} == set(rows["rm_eval.jsonl"][0])
+    # 80 train problems cycled: every one appears before any appears a second time
+    assert len({r["input"] for r in rows["prompts.jsonl"][:80]}) == 80
+    train, again = split(family, 20)
+    assert [p.question for p in train] == [p.question for p in split(family, 20)[0]]  # the same for every arm and seed
+
+
+def test_rm_triples_are_labelled_by_the_rule_verifier_not_by_construction():
+    spec = TaskSpec(family="digits", max_operand=4)
+    rows = labelled_triples(problem_family(spec)[:5], spec)
+    assert {r["label"] for r in rows} == {0, 1}
+    bare = [r for r in rows if r["completion"].lstrip("-").isdigit()]  # the "{answer}" template
+    assert bare and all(r["label"] == int(r["completion"] == r["reference"]) for r in bare)
+
+
+def test_a_failed_run_is_recorded_with_its_log_reported_as_failed_and_a_done_run_is_not_redone(tmp_path):
+    files = _files(tmp_path)
+    write_task_files(tmp_path / "data", PRESETS["tiny"].task, rl_prompts=8)
+    files.rm.mkdir(parents=True)  # an RM folder without a model: train_cooper refuses it before starting Ray
+    info = run_arm(PRESETS["tiny"], files, "static", seed=0, timeout_s=300)
+    run = files.run_dir("static", 0)
+    assert info["status"] == "failed" and info["exit"] != 0 and read_info(run) == info
+    assert str(files.rm) in Path(info["log"]).read_text()  # the log names what was wrong
+
+    done = files.run_dir("rule", 0)
+    done.mkdir(parents=True)
+    (done / "run_info.json").write_text(json.dumps({"arm": "rule", "seed": 0, "status": "done", "log": "x"}))
+    assert run_arm(PRESETS["tiny"], files, "rule", seed=0)["status"] == "done"  # skipped: no process started
+    assert sorted(p.name for p in done.iterdir()) == ["run_info.json"]
+
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.report", str(run), "--out", str(tmp_path / "r")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1  # no run could be read: the report still renders and says why
+    assert f"**failed**: exit status {info['exit']}; log: {info['log']}" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_presets_are_sized_in_the_documented_order():
+    assert PRESETS["quick"].arms == ("rule", "static", "cooper") and PRESETS["quick"].seeds == 1
+    assert PRESETS["full"].arms == ARMS and PRESETS["full"].seeds >= 3
+    assert PRESETS["tiny"].arms == ("static", "rule") and PRESETS["tiny"].steps == 2
+    assert lab_presets.PRESETS["smollm2"].policy == "smollm2-135m-instruct"

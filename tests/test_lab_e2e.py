@@ -1,0 +1,135 @@
+"""End to end: the lab at its smallest size (`cli.lab --preset tiny`: the warm-started tiny policy, a tiny VerifyRM
+trained by `verifyrm train`, the static-RM and rule arms, 2 GRPO steps of 4 prompts x 4 rollouts each, a local
+CPU Ray cluster with one CPU vLLM engine, DeepSpeed ZeRO-2 in the CPU's fast dtype).
+
+The lab is run twice into one folder: first with `--arms rule` (which also prepares the policy and RM), then
+with the preset's arms, which must skip the finished rule run (resume) and run the static one. What is
+checked is what the runs leave on disk:
+  static RM   every logged reward is sigmoid(logit) of the lab's starting RM scoring that rollout directly;
+              the RM is never trained, checkpointed or exported, and its files are unchanged
+  rule        every logged reward is the rollout's verified flag (1.0 / 0.0)
+  the report  its table's numbers equal the tensorboard scalars, read here independently
+"""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cooper_openrlhf.runtime.dtype import torch_dtype
+
+pytestmark = pytest.mark.slow
+
+RM_MAX_LENGTH = 128  # the tiny preset's
+
+
+def _lab(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.lab", "--preset", "tiny", "--out", str(out), *extra],
+                            capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    return result
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("lab_e2e")
+    first = _lab(out, "--arms", "rule")
+    rule_info = json.loads((out / "runs" / "rule_seed0" / "run_info.json").read_text())
+    rm_before = _digest(out / "verifyrm" / "best")
+    second = _lab(out)
+    return {"out": out, "first": first, "second": second, "rule_info": rule_info, "rm_before": rm_before,
+            "static": out / "runs" / "static_seed0", "rule": out / "runs" / "rule_seed0"}
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _scalars(run: Path) -> dict[str, dict[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (log_dir,) = [p for p in (run / "tensorboard").iterdir() if p.is_dir()]
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+
+
+def test_a_second_lab_invocation_keeps_the_finished_run_and_runs_the_rest(lab):
+    assert json.loads((lab["rule"] / "run_info.json").read_text()) == lab["rule_info"]  # not redone
+    assert "rule seed 0: done earlier, skipped" in lab["second"].stderr
+    record = json.loads((lab["out"] / "lab.json").read_text())
+    assert [(r["arm"], r["status"]) for r in record["runs"]] == [("static", "done"), ("rule", "done")]
+    assert record["setup"]["policy"]["policy"] == "warm-start" and record["preset"] == "tiny"
+    assert "lab tiny: 2/2 runs done" in lab["second"].stdout
+
+
+def test_static_rm_rewards_are_the_frozen_rms_scores_and_the_rm_is_never_trained_or_saved(lab):
+    from cooper_openrlhf.algo.negatives import normalize_solution
+    from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits
+
+    run, rm = lab["static"], lab["out"] / "verifyrm" / "best"
+    rollouts = _jsonl(run / "samples" / "rollouts.jsonl")
+    assert sorted({r["step"] for r in rollouts}) == [1, 2] and len(rollouts) == 32
+    model, tokenizer, version = load_rm(str(rm), dtype=torch_dtype("auto"))  # the run's dtype
+    completions = [normalize_solution(r["completion"]) for r in rollouts]  # as the trainer hands them to the RM
+    batch = render_and_encode(tokenizer, [r["question"] for r in rollouts], [r["reference"] for r in rollouts],
+                              completions, RM_MAX_LENGTH, version)
+    with torch.no_grad():
+        expected = torch.sigmoid(rm_logits(model.eval(), batch).float())
+    # Both steps, including step 2 after a policy update: the RM that scored them is the starting one.
+    torch.testing.assert_close(torch.tensor([r["reward"] for r in rollouts]), expected, atol=2e-3, rtol=0)
+    assert len({round(r["reward"], 4) for r in rollouts}) > 1  # real scores, not a constant
+
+    scalars = _scalars(run)
+    for step in (1, 2):
+        rewards = [r["reward"] for r in rollouts if r["step"] == step]
+        assert scalars["train/cooper/rm_reward_mean"][step] == pytest.approx(sum(rewards) / 16, abs=1e-5)
+    assert "train/cooper/rm_loss" not in scalars and "train/cooper/rm_updated" not in scalars
+    assert "train/cooper/rm_eval_accuracy" in scalars  # the RM's accuracy on the labelled held-out set
+    assert not (run / "samples" / "pairs.jsonl").exists()  # no pairs are built for a frozen RM
+    assert sorted(p.name for p in (run / "ckpt").iterdir()) == ["_actor"]  # policy checkpoints only
+    assert not list(run.rglob("*_rm_hf")) and not (run / "final" / "rm").exists()
+    assert _digest(rm) == lab["rm_before"]
+
+
+def test_rule_arm_rewards_are_the_verified_flags_and_no_rm_metrics_exist(lab):
+    run = lab["rule"]
+    rollouts = _jsonl(run / "samples" / "rollouts.jsonl")
+    assert sorted({r["step"] for r in rollouts}) == [1, 2] and len(rollouts) == 32
+    assert [r["reward"] for r in rollouts] == [1.0 if r["verified"] else 0.0 for r in rollouts]
+    assert {True, False} == {r["verified"] for r in rollouts}  # the warm-started policy is right and wrong
+    scalars = _scalars(run)
+    for step in (1, 2):
+        verified = [r["verified"] for r in rollouts if r["step"] == step]
+        assert scalars["train/cooper/verified_accuracy"][step] == pytest.approx(sum(verified) / 16, abs=1e-6)
+        assert scalars["train/rollout/reward_mean"][step] == pytest.approx(sum(verified) / 16, abs=1e-6)
+    assert not any(tag.startswith("train/cooper/rm_") or tag == "train/cooper/reward_hacking_gap" for tag in scalars)
+
+
+def test_the_labs_report_gives_the_tensorboard_numbers(lab):
+    out = lab["out"] / "report"
+    for name in ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    text = (out / "report.md").read_text()
+    summary = {a["arm"]: a for a in json.loads((out / "summary.json").read_text())["arms"]}
+    for arm in ("static", "rule"):
+        heldout = _scalars(lab[arm])["eval/accuracy"]  # evaluated at steps 1 and 2
+        assert sorted(heldout) == [1, 2]
+        final, best = heldout[2], max(heldout.values())
+        assert f"| {arm} | held-out accuracy | {final:.4f} (n=1) | {best:.4f} (n=1) |" in text
+        assert summary[arm]["final_values"] == pytest.approx([final], abs=1e-7)
+        assert summary[arm]["best_values"] == pytest.approx([best], abs=1e-7)
+        first = heldout[1]
+        assert f"held-out accuracy {first:.2f} -> {final:.2f}" in lab["second"].stdout  # the per-arm summary line
+    gap = _scalars(lab["static"])["train/cooper/reward_hacking_gap"][2]
+    assert f"| static | 0 | 2 (last 2) | {gap:+.4f} |" in text
+    assert f"| rule | 0 | 2 (last 2) | - |" in text
+    assert "| static | 0 | 2 | 32 |" in text and "| rule | 0 | 2 | 32 |" in text  # rollout logs of both runs
