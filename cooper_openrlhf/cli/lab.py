@@ -52,25 +52,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def arm_trends(summary_path: Path, runs_root: Path) -> list[str]:
+def _first_to_last(curves: list, label: str) -> str:
+    """'label a -> b': the seed-mean curve's first and last points."""
+    from cooper_openrlhf.report.aggregate import band
+
+    curve = band([c for c in curves if c])
+    return f"{label} {curve.mean[0]:.2f} -> {curve.mean[-1]:.2f}" if curve.steps else f"{label} -"
+
+
+def arm_trends(summary_path: Path) -> list[str]:
     """One line per arm: RM reward first -> last and held-out accuracy first -> last, means over its seeds."""
-    from cooper_openrlhf.report.aggregate import RM_REWARD, band, heldout_series
+    from cooper_openrlhf.report.aggregate import RM_REWARD, heldout_series
     from cooper_openrlhf.report.runs import load_run
 
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
     by_arm: dict[str, list] = {}
-    for entry in summary["runs"]:
+    for entry in json.loads(summary_path.read_text(encoding="utf-8"))["runs"]:
         if not entry["failed"]:
             by_arm.setdefault(entry["arm"], []).append(load_run(entry["path"]).scalars)
-    lines = []
-    for arm, runs in by_arm.items():
-        def trend(series_list, what):
-            curve = band([s for s in series_list if s])
-            return f"{what} {curve.mean[0]:.2f} -> {curve.mean[-1]:.2f}" if curve.steps else f"{what} -"
-        reward = trend([r.get(RM_REWARD, []) for r in runs], "RM reward")
-        accuracy = trend([heldout_series(r) for r in runs], "held-out accuracy")
-        lines.append(f"  {arm:<15} {reward:<24} {accuracy}   ({len(runs)} seed(s))")
-    return lines
+    return [f"  {arm:<15} {_first_to_last([r.get(RM_REWARD, []) for r in runs], 'RM reward'):<24} "
+            f"{_first_to_last([heldout_series(r) for r in runs], 'held-out accuracy')}   ({len(runs)} seed(s))"
+            for arm, runs in by_arm.items()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nlab {preset.name}: {len(results) - len(failed)}/{len(results)} runs done in {wall / 60:.1f} min "
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
     if (report_dir / "summary.json").is_file():
-        print("\n".join(arm_trends(report_dir / "summary.json", out / "runs")))
+        print("\n".join(arm_trends(report_dir / "summary.json")))
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
     return 1 if failed or status else 0
