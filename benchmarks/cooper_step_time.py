@@ -66,21 +66,29 @@ def critical_path(t: dict[str, float]) -> float:
     return max(broadcast_end, rm_end)
 
 
-def own_times(scalars: dict[str, list[float]]) -> list[dict[str, float]]:
-    """Per step, each stage's own duration (OWN_TIME; timeline spans as end - start)."""
-    steps = len(scalars["timing/step_total"])
+Steps = dict[tuple[int, int], float]  # (launch, step) -> value
+
+
+def own_times(scalars: dict[str, Steps]) -> list[dict[str, float]]:
+    """Per timed step, each stage's own duration (OWN_TIME; timeline spans as end - start).
+
+    Aligned by (launch, step), not by position: a key the trainer logs on some steps only (the RM's fit is
+    reported with the step it finished in) must not shift onto another step's values.
+    """
     rows = []
-    for i in range(steps):
+    for step in sorted(scalars["timing/step_total"]):
         row = {}
         for stage, key in OWN_TIME.items():
             if key.startswith("timeline/"):
-                starts, ends = scalars.get(f"{key}_start"), scalars.get(f"{key}_end")
-                if starts and ends:
-                    row[stage] = ends[i] - starts[i]
-            elif scalars.get(key):
-                row[stage] = scalars[key][i]
+                starts, ends = scalars.get(f"{key}_start", {}), scalars.get(f"{key}_end", {})
+                if step in starts and step in ends:
+                    row[stage] = ends[step] - starts[step]
+            elif step in scalars.get(key, {}):
+                row[stage] = scalars[key][step]
         rows.append(row)
     return rows
+
+
 PROMPTS_PER_STEP = 4
 SOURCES = ("assistant", "rollout", "mixed")
 
@@ -111,8 +119,8 @@ def train_cooper_argv(args, prompts: Path, out: Path) -> list[str]:
     ]
 
 
-def run_arm(name: str, argv: list[str], out: Path) -> dict[str, list[float]]:
-    """Run one arm; returns {tag: [value per step, in step order]} from its tensorboard log."""
+def run_arm(name: str, argv: list[str], out: Path) -> dict[str, dict[int, float]]:
+    """Run one arm; returns {tag: {step: value}} from its tensorboard log."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out.mkdir(parents=True)
@@ -128,11 +136,12 @@ def run_arm(name: str, argv: list[str], out: Path) -> dict[str, list[float]]:
     (log_dir,) = [p for p in (out / "tb").iterdir() if p.is_dir()]
     events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
     events.Reload()
-    return {tag.removeprefix("train/"): [e.value for e in sorted(events.Scalars(tag), key=lambda e: e.step)]
-            for tag in events.Tags()["scalars"]}
+    return {tag.removeprefix("train/"): {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
 
 
-def median(values: list[float] | None) -> float | None:
+def median(values: Steps | list[float] | None) -> float | None:
+    """Median of a list, or of a (launch, step) -> value mapping's values; None when empty."""
+    values = list(values.values()) if isinstance(values, dict) else values
     return statistics.median(values) if values else None
 
 
@@ -170,16 +179,17 @@ def main() -> None:
 
     arms = {"static": []} | {f"cooper-{source}": ["--remote_rm_trainable", "--cooper.negative_source", source]
                              for source in sources}
-    scalars: dict[str, dict[str, list[float]]] = {name: {} for name in arms}
+    scalars: dict[str, dict[str, Steps]] = {name: {} for name in arms}
     for repeat in range(args.repeats):
         for name, flags in arms.items():
             out = work / f"{name}-{repeat}"
             for tag, values in run_arm(name, [*train_cooper_argv(args, prompts, out), *flags], out).items():
-                scalars[name].setdefault(tag, []).extend(values[1:])  # step 1 of every launch is warm-up
+                scalars[name].setdefault(tag, {}).update(  # step 1 of every launch is warm-up
+                    {(repeat, step): value for step, value in values.items() if step > 1})
     report(args, scalars, work)
 
 
-def report(args, scalars: dict[str, dict[str, list[float]]], work: Path) -> None:
+def report(args, scalars: dict[str, dict[str, Steps]], work: Path) -> None:
     names = list(scalars)
     show = lambda v: f"{v:10.3f}" if v is not None else f"{'-':>10}"  # noqa: E731
     print(f"\nseconds per step, median of steps 2..{args.steps} of {args.repeats} launch(es) per arm "
@@ -193,7 +203,7 @@ def report(args, scalars: dict[str, dict[str, list[float]]], work: Path) -> None
         print(f"{stage:<26}" + "".join(f"{show(median([r[stage] for r in own[n] if stage in r])):>18}" for n in names))
     for tag, what in (("cooper/verified_accuracy", "verified-correct rollouts"), ("cooper/valid_pair_rate", "valid pairs / prompt"),
                       ("cooper/pairs_from_rollout", "pairs from rollouts")):
-        print(f"{what:<26}" + "".join(f"{show(statistics.fmean(scalars[n][tag]) if scalars[n].get(tag) else None):>18}"
+        print(f"{what:<26}" + "".join(f"{show(statistics.fmean(scalars[n][tag].values()) if scalars[n].get(tag) else None):>18}"
                                       for n in names))
     wall = {name: median(values["timing/step_total"]) for name, values in scalars.items()}
     path = {name: median([critical_path(row) for row in own[name]]) for name in names}
