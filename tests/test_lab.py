@@ -112,3 +112,18 @@ def test_presets_are_sized_in_the_documented_order():
     assert PRESETS["full"].arms == ARMS and PRESETS["full"].seeds >= 3
     assert PRESETS["tiny"].arms == ("static", "rule") and PRESETS["tiny"].steps == 2
     assert lab_presets.PRESETS["smollm2"].policy == "smollm2-135m-instruct"
+
+
+def test_the_warm_starts_rewrite_examples_are_coopers_prompt_answered_with_a_proven_wrong_answer():
+    import random
+
+    from cooper_openrlhf.algo.negatives import build_rewrite_messages
+    from cooper_openrlhf.lab.warm_start import answer_text, rewrite_example
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    rng = random.Random(0)
+    for problem in problem_family(TaskSpec(family="digits", max_operand=4)):
+        messages, reply = rewrite_example(problem, rng)
+        assert messages == build_rewrite_messages(problem.question, answer_text(problem.reference), problem.reference)
+        assert verify_one(problem.reference, reply).verdict == Verdict.INCORRECT  # a valid negative, by the rule
+        assert int(reply.removeprefix("The answer is ").rstrip(".")) >= 0

@@ -37,7 +37,13 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
     marker = folder / "warm_start.json"
     if marker.is_file():
         return folder, json.loads(marker.read_text(encoding="utf-8"))
-    from cooper_openrlhf.lab.warm_start import WarmStartConfig, fine_tune, sampled_accuracy, save
+    from cooper_openrlhf.lab.warm_start import (
+        WarmStartConfig,
+        fine_tune,
+        sampled_accuracy,
+        sampled_rewrite_validity,
+        save,
+    )
     from cooper_openrlhf.runtime.dtype import torch_dtype
 
     started = time.perf_counter()
@@ -57,6 +63,8 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
                                            temperature=preset.temperature),
         "heldout_accuracy": sampled_accuracy(model, tokenizer, heldout, preset.task.prompt_suffix,
                                              temperature=preset.temperature),
+        # As the assistant: the share of its rewrite attempts that are valid negatives.
+        "rewrite_validity": sampled_rewrite_validity(model, tokenizer, train[:32], preset.task.prompt_suffix),
         "seconds": round(time.perf_counter() - started, 1),
     }
     save(model, tokenizer, folder, torch_dtype("auto"))

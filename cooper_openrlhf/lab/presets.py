@@ -38,7 +38,7 @@ class LabPreset:
     samples_per_prompt: int = 8
     max_new_tokens: int = 16
     temperature: float = 1.0
-    actor_lr: float = 1e-4
+    actor_lr: float = 3e-4
     rm_lr: float = 1e-4
     kl_coef: float = 0.0
     eval_every: int = 2
@@ -63,10 +63,10 @@ PRESETS: dict[str, LabPreset] = {
                       samples_per_prompt=4, eval_every=1, eval_samples=2, rm_epochs=1, rm_max_length=128,
                       hacking_window=3, budget_minutes=10),
     # `make demo`: one seed of the three arms of the paper.
-    "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=12,
+    "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=40,
                        task=_DIGITS, budget_minutes=15),
     # The lab: all four arms, three seeds.
-    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=24, task=_DIGITS),
+    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=40, task=_DIGITS),
     # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers); one seed fits an hour.
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True, ARMS, seeds=1, steps=8,
                          task=TaskSpec(family="words", max_operand=30, pool=400, heldout=32,

@@ -77,6 +77,7 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
         "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
         "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",  # --ds.param_dtype auto: the CPU's fast dtype
         "--actor.adam.lr", str(preset.actor_lr), "--actor.lr_warmup_ratio", "0",
+        "--actor.lr_scheduler", "constant",  # a decaying lr would hide what late steps do to accuracy
         "--cooper.rm_lr", str(preset.rm_lr), "--cooper.rm_max_length", str(preset.rm_max_length),
         "--cooper.negative_max_new_tokens", str(max(preset.max_new_tokens, 32)),
         "--cooper.hacking_window", str(preset.hacking_window),

@@ -1,13 +1,19 @@
-"""The lab's starting policy: a small causal LM fine-tuned (SFT) to answer the lab's prompts in its format.
+"""The lab's starting policy: a small causal LM fine-tuned (SFT) to answer the lab's prompts in its format,
+and to do the assistant's job of Cooper's rewrite prompt.
 
 RL only moves a policy whose rollouts are sometimes right and sometimes wrong (GRPO's group-normalised
 advantage is zero for a group of all-equal rewards). The tiny Qwen2 the install builds is random, so the lab
-first fine-tunes it on worked prompts -- different problems from the RL and held-out sets -- until its
-sampled accuracy sits in RL's useful band: every `check_every` steps it samples answers to a probe of the
-problems and stops at the first check at or above `target_accuracy` (a fixed step count would not do: the
-same count lands anywhere from 5% to 100% depending on the family's size). The answer format ("The answer
-is N.") is the one the rule verifier extracts without a fallback. Plain torch + transformers, full-precision
-AdamW: a 2-layer model trains in seconds per hundred steps on a CPU.
+first fine-tunes it until its sampled accuracy sits in RL's useful band: every `check_every` steps it samples
+answers to a probe of the problems and stops at the first check at or above `target_accuracy` (a fixed step
+count would not do: the same count lands anywhere from 5% to 100% depending on the family's size). The answer
+format ("The answer is N.") is the one the rule verifier extracts without a fallback.
+
+The policy is also the lab's assistant (`--cooper.assistant policy`): it receives Cooper's rewrite prompt
+(algo/negatives.py) for a verified-correct rollout. Untrained on it, the tiny model replies with nothing,
+so every negative is empty and the Cooper arm never trains its RM (seen in the first lab runs). The warm
+start therefore also teaches the rewrite task on the same problems -- reply "The answer is M." with M a
+small slip away from the correct answer -- as an instruct model would already do. Plain torch +
+transformers, full-precision AdamW: a 2-layer model trains in seconds per hundred steps on a CPU.
 """
 
 import logging
@@ -45,12 +51,29 @@ class WarmStartResult:
     reached_target: bool
 
 
-def _encode(tokenizer, problems: list[MathProblem], prompt_suffix: str) -> list[tuple[list[int], list[int]]]:
+SLIPS = (-2, -1, 1, 2, 10)  # the rewrite's mistake: the correct answer moved by one of these (never below 0)
+Example = tuple[list[dict[str, str]], str]  # (chat messages, the assistant's reply)
+
+
+def answer_example(problem: MathProblem, prompt_suffix: str = "") -> Example:
+    return [{"role": "user", "content": problem.question + prompt_suffix}], answer_text(problem.reference)
+
+
+def rewrite_example(problem: MathProblem, rng: random.Random, prompt_suffix: str = "") -> Example:
+    """Cooper's rewrite prompt for the correct answer, replied to with a plausible wrong one."""
+    from cooper_openrlhf.algo.negatives import build_rewrite_messages
+
+    right = int(problem.reference)
+    wrong = next(w for w in (right + rng.choice(SLIPS) for _ in range(100)) if w >= 0 and w != right)
+    messages = build_rewrite_messages(problem.question + prompt_suffix, answer_text(problem.reference), problem.reference)
+    return messages, answer_text(str(wrong))
+
+
+def _encode(tokenizer, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
     encoded = []
-    for problem in problems:
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": problem.question + prompt_suffix}],
-                                               tokenize=False, add_generation_prompt=True)
-        target = answer_text(problem.reference) + tokenizer.eos_token
+    for messages, reply in examples:
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        target = reply + tokenizer.eos_token
         encoded.append((tokenizer(prompt)["input_ids"], tokenizer(target, add_special_tokens=False)["input_ids"]))
     return encoded
 
@@ -68,24 +91,29 @@ def _batch(encoded, pad_id: int):
 
 
 def fine_tune(source: str, problems: list[MathProblem], config: WarmStartConfig, prompt_suffix: str = ""):
-    """SFT of `source` on `problems` (loss on the answer only) until the probe's sampled accuracy first reaches
-    config.target_accuracy, or config.max_steps; returns (model fp32 in eval mode, tokenizer, WarmStartResult)."""
+    """SFT of `source` on the answers and the rewrites of `problems` (loss on the replies only) until the probe's
+    sampled answer accuracy first reaches config.target_accuracy, or config.max_steps; returns (model fp32 in
+    eval mode, tokenizer, WarmStartResult)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    encoded = _encode(tokenizer, problems, prompt_suffix)
     rng = random.Random(config.seed)
+    answers = _encode(tokenizer, [answer_example(p, prompt_suffix) for p in problems])
+    # Rewrite prompts are ~20x longer than questions: a batch of their own, a quarter the size, so short answer
+    # batches are not padded to their length (it made the warm start several times slower).
+    rewrites = _encode(tokenizer, [rewrite_example(p, rng, prompt_suffix) for p in problems])
     probe = rng.sample(problems, min(config.probe_size, len(problems)))
     torch.manual_seed(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     accuracy, step = 0.0, 0
     for step in range(1, config.max_steps + 1):
         model.train()
-        ids, mask, labels = _batch(rng.sample(encoded, min(config.batch_size, len(encoded))), tokenizer.pad_token_id)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad()
-        loss.backward()
+        for pool, size in ((answers, config.batch_size), (rewrites, max(1, config.batch_size // 4))):
+            ids, mask, labels = _batch(rng.sample(pool, min(size, len(pool))), tokenizer.pad_token_id)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
         optimizer.step()
         if step % config.check_every == 0:
             accuracy = sampled_accuracy(model.eval(), tokenizer, probe, prompt_suffix, temperature=config.temperature,
@@ -97,22 +125,42 @@ def fine_tune(source: str, problems: list[MathProblem], config: WarmStartConfig,
 
 
 @torch.no_grad()
+def _sample(model, tokenizer, chats: list[list[dict]], samples: int, temperature: float, max_new_tokens: int,
+            seed: int) -> list[str]:
+    """`samples` sampled replies per chat, in order (chat 0's samples first)."""
+    torch.manual_seed(seed)
+    tokenizer.padding_side = "left"
+    prompts = [tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) for chat in chats]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens,
+                         num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
 def sampled_accuracy(model, tokenizer, problems: list[MathProblem], prompt_suffix: str = "", samples: int = 4,
                      temperature: float = 0.7, max_new_tokens: int = 16, seed: int = 0) -> float:
     """Share of `samples` sampled answers per problem the rule verifier marks correct (avg@k, as evaluation)."""
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
-    torch.manual_seed(seed)
-    tokenizer.padding_side = "left"
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": p.question + prompt_suffix}],
-                                             tokenize=False, add_generation_prompt=True) for p in problems]
-    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    out = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens,
-                         num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    texts = _sample(model, tokenizer, [answer_example(p, prompt_suffix)[0] for p in problems], samples, temperature,
+                    max_new_tokens, seed)
     correct = [verify_one(problems[i // samples].reference, text).verdict == Verdict.CORRECT
                for i, text in enumerate(texts)]
     return sum(correct) / len(correct)
+
+
+def sampled_rewrite_validity(model, tokenizer, problems: list[MathProblem], prompt_suffix: str = "", samples: int = 2,
+                             temperature: float = 1.0, max_new_tokens: int = 32, seed: int = 0) -> float:
+    """Share of sampled replies to Cooper's rewrite prompt that the rule verifier proves wrong: the share of
+    attempts that would be valid negatives (an empty reply or an unextractable answer is not one)."""
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    rng = random.Random(seed)
+    chats = [rewrite_example(p, rng, prompt_suffix)[0] for p in problems]
+    texts = _sample(model, tokenizer, chats, samples, temperature, max_new_tokens, seed)
+    wrong = [verify_one(problems[i // samples].reference, text).verdict == Verdict.INCORRECT
+             for i, text in enumerate(texts)]
+    return sum(wrong) / len(wrong)
 
 
 def save(model, tokenizer, out: Path, dtype: torch.dtype) -> None:
