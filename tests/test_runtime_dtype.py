@@ -47,3 +47,23 @@ def test_explicit_dtypes_pass_through_where_they_fit():
     assert resolve_dtype_name("bf16", cuda=False) == "bf16"
     assert resolve_dtype_name("fp32", cuda=False) == "fp32"
     assert resolve_dtype_name("fp16", cuda=True) == "fp16"
+
+
+def test_cooper_cpu_bf16_overrides_the_cpus_own_flags_in_this_and_child_processes(monkeypatch):
+    import subprocess
+    import sys
+
+    from cooper_openrlhf.runtime import dtype
+
+    child = [sys.executable, "-c", "from cooper_openrlhf.runtime.dtype import fast_dtype_name; print(fast_dtype_name(cuda=False))"]
+    for value, expected in (("0", "fp32"), ("1", "bf16")):
+        monkeypatch.setenv(dtype.CPU_BF16_ENV, value)
+        dtype.cpu_has_bf16_units.cache_clear()
+        assert dtype.fast_dtype_name(cuda=False) == expected
+        assert subprocess.run(child, capture_output=True, text=True, check=True).stdout.strip() == expected
+    monkeypatch.setenv(dtype.CPU_BF16_ENV, "yes")
+    dtype.cpu_has_bf16_units.cache_clear()
+    with pytest.raises(ValueError, match="COOPER_CPU_BF16 must be 0 or 1"):
+        dtype.cpu_has_bf16_units()
+    monkeypatch.delenv(dtype.CPU_BF16_ENV)
+    dtype.cpu_has_bf16_units.cache_clear()

@@ -57,9 +57,21 @@ def has_bf16_units(flags: set[str], machine: str | None = None) -> bool:
     return any(flag in flags for flag in wanted)
 
 
+CPU_BF16_ENV = "COOPER_CPU_BF16"  # "0" / "1": what `auto` assumes about this CPU, instead of /proc/cpuinfo
+
+
 @functools.cache
 def cpu_has_bf16_units() -> bool:
-    """Whether this machine's CPU computes bf16 natively (read once from /proc/cpuinfo; False if unreadable)."""
+    """Whether this machine's CPU computes bf16 natively (read once from /proc/cpuinfo; False if unreadable).
+
+    COOPER_CPU_BF16=0 makes a CPU with bf16 units take the fp32 path (to reproduce, on one machine, what a
+    CPU without them runs, as CI machines may be); =1 the other way. Processes started from this one inherit it.
+    """
+    override = os.environ.get(CPU_BF16_ENV)
+    if override is not None:
+        if override not in ("0", "1"):
+            raise ValueError(f"{CPU_BF16_ENV} must be 0 or 1, got {override!r}")
+        return override == "1"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             text = handle.read()
