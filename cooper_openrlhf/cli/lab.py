@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
               *(argv if argv is not None else sys.argv[1:])]), "wall_seconds": round(wall, 1), "setup": setup,
               "runs": results, "preset_settings": asdict(preset)}
     (out / "lab.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    if wall > 60 * preset.budget_minutes:
+        logger.warning("lab %s took %.0f min, over the %d min it is sized for on a 2-core machine (docs/lab.md)",
+                       preset.name, wall / 60, preset.budget_minutes)
     failed = [r for r in results if r["status"] != "done"]
     print(f"\nlab {preset.name}: {len(results) - len(failed)}/{len(results)} runs done in {wall / 60:.1f} min "
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
