@@ -127,3 +127,11 @@ def test_the_warm_starts_rewrite_examples_are_coopers_prompt_answered_with_a_pro
         assert messages == build_rewrite_messages(problem.question, answer_text(problem.reference), problem.reference)
         assert verify_one(problem.reference, reply).verdict == Verdict.INCORRECT  # a valid negative, by the rule
         assert int(reply.removeprefix("The answer is ").rstrip(".")) >= 0
+
+
+def test_a_lab_folder_refuses_other_settings_but_takes_more_seeds_and_arms(tmp_path):
+    quick = PRESETS["quick"]
+    lab_cli.check_same_setup(tmp_path, quick)
+    lab_cli.check_same_setup(tmp_path, quick.with_overrides(seeds=3, arms=ARMS))  # more runs of the same setup
+    with pytest.raises(SystemExit, match=r"other settings \(steps: 40 -> 12\).*Use another --out"):
+        lab_cli.check_same_setup(tmp_path, quick.with_overrides(steps=12))

@@ -74,6 +74,27 @@ def arm_trends(summary_path: Path) -> list[str]:
             for arm, runs in by_arm.items()]
 
 
+# What may change between invocations on one lab folder: which runs there are. Anything else (the task, the
+# models, the step budget, learning rates...) would mix runs of two configurations in one report.
+RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
+SETTINGS_FILE = "lab_settings.json"
+
+
+def check_same_setup(out: Path, preset) -> None:
+    """Record the preset's settings in a new lab folder; in an existing one, refuse settings that differ."""
+    settings = {k: v for k, v in json.loads(json.dumps(asdict(preset))).items() if k not in RESUMABLE_FIELDS}
+    path = out / SETTINGS_FILE
+    if not path.is_file():
+        path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        return
+    before = json.loads(path.read_text(encoding="utf-8"))
+    changed = sorted(k for k in before.keys() | settings.keys() if before.get(k) != settings.get(k))
+    if changed:
+        diff = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}" for k in changed)
+        raise SystemExit(f"{out} holds a lab run with other settings ({diff}); resuming would mix two configurations "
+                         "in one report. Use another --out, or remove the folder.")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -84,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     preset, out = args.preset_obj, args.out
     out.mkdir(parents=True, exist_ok=True)
+    check_same_setup(out, preset)
     started = time.perf_counter()
     files, setup = prepare(preset, out)
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together

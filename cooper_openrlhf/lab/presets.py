@@ -43,7 +43,7 @@ class LabPreset:
     kl_coef: float = 0.0
     eval_every: int = 2
     eval_samples: int = 4
-    rm_epochs: int = 2
+    rm_epochs: int = 1  # 2 made an RM the tiny policy could not fool (docs/lab.md, "What the lab showed")
     rm_lr_pretrain: float = 2e-4
     rm_max_length: int = 128
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
