@@ -74,7 +74,7 @@ def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):
     assert {"question", "answer", "completion", "gold_correct"} == set(rows["rm_eval.jsonl"][0])
     # 80 train problems cycled: every one appears before any appears a second time
     assert len({r["input"] for r in rows["prompts.jsonl"][:80]}) == 80
-    train, again = split(family, 20)
+    train, _ = split(family, 20)
     assert [p.question for p in train] == [p.question for p in split(family, 20)[0]]  # the same for every arm and seed
 
 

@@ -131,5 +131,5 @@ def test_the_labs_report_gives_the_tensorboard_numbers(lab):
         assert f"held-out accuracy {first:.2f} -> {final:.2f}" in lab["second"].stdout  # the per-arm summary line
     gap = _scalars(lab["static"])["train/cooper/reward_hacking_gap"][2]
     assert f"| static | 0 | 2 (last 2) | {gap:+.4f} |" in text
-    assert f"| rule | 0 | 2 (last 2) | - |" in text
+    assert "| rule | 0 | 2 (last 2) | - |" in text
     assert "| static | 0 | 2 | 32 |" in text and "| rule | 0 | 2 | 32 |" in text  # rollout logs of both runs
