@@ -60,18 +60,17 @@ def _first_to_last(curves: list, label: str) -> str:
     return f"{label} {curve.mean[0]:.2f} -> {curve.mean[-1]:.2f}" if curve.steps else f"{label} -"
 
 
-def arm_trends(summary_path: Path) -> list[str]:
+def arm_trends(runs) -> list[str]:
     """One line per arm: RM reward first -> last and held-out accuracy first -> last, means over its seeds."""
     from cooper_openrlhf.report.aggregate import RM_REWARD, heldout_series
-    from cooper_openrlhf.report.runs import load_run
 
     by_arm: dict[str, list] = {}
-    for entry in json.loads(summary_path.read_text(encoding="utf-8"))["runs"]:
-        if not entry["failed"]:
-            by_arm.setdefault(entry["arm"], []).append(load_run(entry["path"]).scalars)
-    return [f"  {arm:<15} {_first_to_last([r.get(RM_REWARD, []) for r in runs], 'RM reward'):<24} "
-            f"{_first_to_last([heldout_series(r) for r in runs], 'held-out accuracy')}   ({len(runs)} seed(s))"
-            for arm, runs in by_arm.items()]
+    for run in runs:
+        if not run.failed:
+            by_arm.setdefault(run.arm, []).append(run.scalars)
+    return [f"  {arm:<15} {_first_to_last([r.get(RM_REWARD, []) for r in scalars], 'RM reward'):<24} "
+            f"{_first_to_last([heldout_series(r) for r in scalars], 'held-out accuracy')}   ({len(scalars)} seed(s))"
+            for arm, scalars in by_arm.items()]
 
 
 # What may change between invocations on one lab folder: which runs there are. Anything else (the task, the
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf import __version__
-    from cooper_openrlhf.cli import report as report_cli
+    from cooper_openrlhf.cli.report import write_report
     from cooper_openrlhf.lab.prepare import prepare
     from cooper_openrlhf.lab.runner import run_arm
 
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     for arm, seed in tqdm(plan, desc=f"lab {preset.name}", unit="run"):
         results.append(run_arm(preset, files, arm, seed, timeout_s=args.run_timeout))
     report_dir = out / "report"
-    status = report_cli.main([str(files.run_dir(arm, seed)) for arm, seed in plan] + ["--out", str(report_dir)])
+    runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in plan], report_dir)
     wall = time.perf_counter() - started
     record = {"preset": preset.name, "version": __version__, "command": " ".join(["python -m cooper_openrlhf.cli.lab",
               *(argv if argv is not None else sys.argv[1:])]), "wall_seconds": round(wall, 1), "setup": setup,
@@ -125,11 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if r["status"] != "done"]
     print(f"\nlab {preset.name}: {len(results) - len(failed)}/{len(results)} runs done in {wall / 60:.1f} min "
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
-    if (report_dir / "summary.json").is_file():
-        print("\n".join(arm_trends(report_dir / "summary.json")))
+    print("\n".join(arm_trends(runs)))
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
-    return 1 if failed or status else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -25,21 +25,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def write_report(run_dirs: list[str], out: Path):
+    """Read the runs, write the figures, report.md and summary.json into `out`; returns the runs (RunData)."""
     from cooper_openrlhf.report.figures import write_figures
     from cooper_openrlhf.report.markdown import write_markdown
     from cooper_openrlhf.report.runs import load_run
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    runs = [load_run(path) for path in tqdm(args.run_dirs, desc="reading runs", unit="run")]
+    runs = [load_run(path) for path in tqdm(run_dirs, desc="reading runs", unit="run")]
     for run in runs:
         if run.failed:
             logger.warning("run %s (%s seed %d) failed: %s", run.path, run.arm, run.seed, run.error)
-    out = Path(args.out)
     figures = write_figures(runs, out)
     report, summary = write_markdown(runs, figures, out)
     print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    runs = write_report(args.run_dirs, Path(args.out))
     if all(run.failed for run in runs):
         logger.error("no run could be read; the report lists why")
         return 1

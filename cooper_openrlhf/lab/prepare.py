@@ -84,7 +84,7 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
             "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8"]
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.parent / "verifyrm.log"
-    logger.info("starting VerifyRM: %s (log %s)", " ".join(argv[1:5]), log)
+    logger.info("starting VerifyRM: verifyrm train --pretrain %s (log %s)", argv[5], log)
     with open(log, "w", encoding="utf-8") as out:
         status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()}).returncode
     if status != 0:
