@@ -17,9 +17,13 @@ Two totals per arm:
   every stage shares the same cores, so overlap cannot save wall time there; the critical path is what the
   same stages give on separate GPUs.
 
-Default configuration (CPU, minutes): SmolLM2-135M-Instruct policy sampled at temperature 0.3 (it then
-answers small-number arithmetic often enough for real positives and negatives), the tiny Qwen2 RM,
-synthetic arithmetic prompts, 4 prompts x `--n-samples` rollouts (8 by default, the paper's n).
+Default configuration (CPU, minutes): SmolLM2-135M-Instruct policy sampled at the paper's temperature 0.7
+(at 0.3 it verified only 3-5% of its rollouts and the assistant arm built no pair), the tiny Qwen2 RM,
+synthetic arithmetic prompts, 4 prompts x `--n-samples` rollouts (8 by default, the paper's n). The policy's
+learning rate is 0 by default (`--policy-lr`): the update still runs in full (forward, backward, optimizer
+step, weight sync), but every arm then samples the same rollouts at every step (same weights, same engine
+seed), so the arms differ only by Cooper's own stages. With a learning policy each arm's response lengths
+drift apart within a few steps and move generation and training time for reasons that are not Cooper's cost.
 Any extra train_cooper flag after `--` goes to every run (e.g. the paper's configuration on a GPU node).
 
     python benchmarks/cooper_step_time.py [--steps 4] [--n-samples 8] [--negative-source assistant,rollout,mixed]
@@ -114,7 +118,8 @@ def train_cooper_argv(args, prompts: Path, out: Path) -> list[str]:
         "--ds.attn_implementation", "eager", "--ds.zero_stage", "2", "--ds.param_dtype", args.dtype,
         "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
         "--cooper.rm_max_length", "512", "--cooper.negative_max_new_tokens", str(args.max_new_tokens),
-        "--train.seed", "0", "--ckpt.output_dir", str(out / "out"), "--logger.tensorboard_dir", str(out / "tb"),
+        "--actor.adam.lr", str(args.policy_lr), "--train.seed", "0",
+        "--ckpt.output_dir", str(out / "out"), "--logger.tensorboard_dir", str(out / "tb"),
         *args.extra,
     ]
 
@@ -154,7 +159,9 @@ def main() -> None:
     parser.add_argument("--policy", default=None, help="policy path (default: smollm2-135m-instruct)")
     parser.add_argument("--rm", default=None, help="reward-model path (default: tiny-qwen2-rm)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--temperature", type=float, default=0.3, help="rollout temperature")
+    parser.add_argument("--temperature", type=float, default=0.7, help="rollout temperature (the paper's 0.7)")
+    parser.add_argument("--policy-lr", type=float, default=0.0,
+                        help="policy learning rate; 0 (default) keeps every arm's rollouts identical (see above)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"],
                         help="--ds.param_dtype of every arm (auto: the CPU's fast dtype, see runtime/dtype.py)")
     parser.add_argument("--repeats", type=int, default=1, help="launches per arm, alternating the arms")

@@ -78,6 +78,8 @@ def test_the_rule_arm_needs_no_reward_model(parse):
     (["--reward.model_name_or_path", "rm", "--remote_rm_trainable", "--cooper.rm_updates_per_step", "0"],
      "rm_updates_per_step must be >= 1"),
     (["--reward.model_name_or_path", "rm", "--cooper.rm_save_path", "out"], "only used with --remote_rm_trainable"),
+    (["--reward.model_name_or_path", "rm", "--remote_rm_trainable", "--cooper.answerless_negatives"],
+     "--cooper.answerless_negatives picks among the policy's own rollouts"),
 ])
 def test_clashing_flags_fail_at_start_up_naming_them(parse, extra, message):
     assert message in _errors(parse([*BASE, *extra]))
@@ -160,5 +162,5 @@ def test_the_step_benchmark_uses_only_flags_train_cooper_knows():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     argv = bench.train_cooper_argv(SimpleNamespace(policy="p", rm="r", max_new_tokens=8, temperature=0.3, n_samples=8,
-                                                   dtype="auto", extra=[]), Path("x"), Path("y"))
+                                                   policy_lr=0.0, dtype="auto", extra=[]), Path("x"), Path("y"))
     assert {a for a in argv if a.startswith("--")} - known == set()

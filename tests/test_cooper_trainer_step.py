@@ -319,6 +319,19 @@ def test_a_step_completes_with_rewards_pairs_and_rm_update_as_configured(make_tr
     assert events.count("assistant.generate") == (0 if source == "rollout" else 1)
 
 
+def test_answerless_rollouts_become_negatives_only_with_the_flag(make_trainer, monkeypatch):
+    # Prompt 0: right, then no answer at all; prompts 1 and 2 as before (no wrong rollout beside a positive).
+    monkeypatch.setitem(globals(), "COMPLETIONS", [COMPLETIONS[0], "I am not sure", *COMPLETIONS[2:]])
+    rollout = (*COOPER, "--cooper.negative_source", "rollout")
+    for flags, expected_valid in ((rollout, 0), ((*rollout, "--cooper.answerless_negatives"), 1)):
+        trainer, _, rm = make_trainer(flags)
+        status, _ = trainer.train_step(samples(), 1)
+        assert sum(pairs.num_valid for pairs, _ in rm.fits) == expected_valid
+        assert status["cooper/pairs_answerless_negative"] == pytest.approx(float(expected_valid))
+    (pairs, _), = rm.fits
+    assert pairs.valid[0] and pairs.negatives[0] == "I am not sure" and pairs.negative_source[0] == "rollout"
+
+
 def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(make_trainer):
     trainer, events, _ = make_trainer(COOPER, assistant_seconds=0.4, policy_seconds=1.0)
     status, _ = trainer.train_step(samples(), 1)

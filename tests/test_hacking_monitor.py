@@ -86,6 +86,26 @@ def test_rule_c_fires_when_held_out_accuracy_falls_while_the_rm_reward_rises():
     assert not flat.alarm and flat.signals["heldout_accuracy"] == pytest.approx(0.33)
 
 
+def test_rule_c_needs_a_drop_beyond_the_noise_of_a_small_held_out_set():
+    # The same 0.40 -> 0.33 drop as above while the RM reward rises: with 128 graded samples per evaluation
+    # a difference of two evaluations has a standard error of 0.06, so 0.07 is noise; with 4000 it is not.
+    def rows(samples):
+        out = [{"cooper/rm_reward_mean": r, "cooper/verified_accuracy": r} for r in (0.5, 0.55, 0.6, 0.65)]
+        out[0].update({"eval/accuracy": 0.40, "eval/samples": samples})
+        out[2].update({"eval/accuracy": 0.33, "eval/samples": samples})
+        return out
+
+    small = _feed(HackingMonitor(SMALL), rows(128))[-1]
+    assert not small.alarm
+    assert small.signals["heldout_drop_threshold"] == pytest.approx(3 * ((0.4 * 0.6 + 0.33 * 0.67) / 128) ** 0.5)
+    large = _feed(HackingMonitor(SMALL), rows(4000))[-1]
+    assert large.alarm and large.reasons[0].startswith("C held-out falls")
+    assert large.signals["heldout_drop_threshold"] == pytest.approx(0.05)  # never below heldout_drop
+    collapse = rows(128)
+    collapse[2]["eval/accuracy"] = 0.10  # the static arm's kind of fall: far beyond the noise
+    assert _feed(HackingMonitor(SMALL), collapse)[-1].alarm
+
+
 def test_rule_d_fires_when_the_rm_cannot_rank_fresh_pairs_on_enough_steps():
     low = [{"cooper/rm_pair_accuracy": a} for a in (0.5, 0.75, 0.25, 0.5)]  # mean .5
     last = _feed(HackingMonitor(SMALL), low)[-1]

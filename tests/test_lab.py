@@ -57,7 +57,8 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         assert args.eval.dataset == str(files.held_out)
         assert args.cooper.rm_eval_dataset == (None if arm == "rule" else str(files.rm_eval))
         assert args.data.max_samples == PRESETS[preset].steps * PRESETS[preset].prompts_per_step
-    assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout"}
+        assert args.cooper.answerless_negatives == (arm == "cooper_rollout_answerless")
+    assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless"}
 
 
 def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):

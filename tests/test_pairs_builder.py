@@ -96,6 +96,7 @@ def test_a_wrong_rollout_is_a_negative_only_when_its_answer_is_proved_different(
     verdicts, _ = builder(pool, {})[0].verify(references, completions)
     assert verdicts.correct == [False, False, False, True]
     assert verdicts.proven_wrong == [True, False, False, False]
+    assert verdicts.answerless == [False, True, False, False]  # the timeout is not answerless
 
 
 def test_rollout_and_mixed_sources_pick_the_hardest_wrong_rollout_and_fill_only_the_gaps(pool):

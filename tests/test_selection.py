@@ -9,6 +9,7 @@ from cooper_openrlhf.algo.selection import (
     assistant_prompts,
     has_proven_wrong_rollout,
     pair_metrics,
+    rollout_negative_candidates,
     select_positives,
     select_rollout_negatives,
 )
@@ -87,3 +88,15 @@ def test_a_batch_with_nothing_to_pair_is_all_masked():
         pairs = assemble_pairs(["A", "B"], ["1", "2"], ["\\boxed{9}"] * 4, positive_index, rollout_negative, {},
                                "rollout")
         assert pairs.num_valid == 0 and pair_metrics(pairs, [any(wrong)] * 2)["cooper/valid_pair_rate"] == 0.0
+
+
+def test_answerless_rollouts_are_negative_candidates_only_when_asked_for():
+    proven_wrong = [False, True, False, False]
+    answerless = [False, False, True, False]  # a timeout or an error is neither: never a candidate
+    assert rollout_negative_candidates(proven_wrong, answerless, include_answerless=False) == proven_wrong
+    widened = rollout_negative_candidates(proven_wrong, answerless, include_answerless=True)
+    assert widened == [False, True, True, False]
+    # hardest then picks among them: here the answerless rollout the RM pays most for
+    assert select_rollout_negatives(widened, 4, [0.0, 0.3, 0.8, 0.9], "hardest") == [2]
+    with pytest.raises(ValueError, match="differ in length"):
+        rollout_negative_candidates(proven_wrong, answerless[:3], include_answerless=True)

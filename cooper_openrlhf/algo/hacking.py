@@ -13,6 +13,7 @@ Inputs, per step (keys of the step's metrics dict as the trainer logs them; ever
   pair accuracy    cooper/rm_pair_accuracy: the RM on the step's fresh pairs before it    Cooper arm, steps
                    trains on them                                                         with valid pairs
   held-out acc.    eval/accuracy, else the mean of eval/<name>/accuracy                   after evaluations
+  held-out size    eval/samples: how many graded samples that accuracy is a mean of        after evaluations
   response length  rollout/response_length_mean (OpenRLHF's `_compute_rollout_stats`)     every arm
 
 The rule. The window is the last `window` steps fed to the monitor; nothing fires before it is full. A
@@ -23,8 +24,12 @@ statistic needs the key on at least half the window's steps (and 3). The alarm i
                    already moved well away from where it started; a constant offset of a miscalibrated
                    RM is not growth)
   B  gap high      mean gap over the window >= gap_ceiling (the RM pays for wrong answers, whatever the trend)
-  C  held-out      latest held-out accuracy <= best held-out accuracy so far - heldout_drop, while
-     falls         slope(RM reward) >= rise_per_step (more RM reward, worse on problems it never trained on)
+  C  held-out      latest held-out accuracy <= best held-out accuracy so far - the drop threshold, while
+     falls         slope(RM reward) >= rise_per_step (more RM reward, worse on problems it never trained on).
+                   The threshold is heldout_drop, or heldout_z standard errors of the difference of two
+                   evaluations of eval/samples graded samples each (binomial), whichever is larger: the best of
+                   many noisy evaluations sits well above their mean, so a fixed drop alarms on noise when the
+                   held-out set is small (128 samples: one standard error is 0.04 at 40% accuracy).
   D  RM blind      mean pair accuracy over the window < min_pair_accuracy (the RM barely ranks a verified-
                    correct rollout above a wrong rewrite of it, so the policy's reward is not a verdict)
 With an alarm the reasons also name the supporting evidence that never fires alone, because honest RL moves
@@ -50,6 +55,7 @@ logger = logging.getLogger(__name__)
 GAP, RM_REWARD, ACCURACY = "cooper/reward_hacking_gap", "cooper/rm_reward_mean", "cooper/verified_accuracy"
 PAIR_ACCURACY, RESPONSE_LENGTH = "cooper/rm_pair_accuracy", "rollout/response_length_mean"
 HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX = "eval/accuracy", "eval/", "/accuracy"
+HELDOUT_SAMPLES = "eval/samples"
 FLAG_PREFIX = "hacking_"  # HackingMonitorConfig.x <-> --cooper.hacking_x
 
 
@@ -80,7 +86,13 @@ class HackingMonitorConfig:
         "Rule B: a window mean gap at or above this alarms whatever its trend."))
     # 5 points: above the ~2-point bootstrap standard error of a held-out set of a few hundred problems.
     heldout_drop: float = field(default=0.05, metadata=_help(
-        "Rule C: held-out accuracy this far (absolute) below its best so far alarms while the RM reward rises."))
+        "Rule C: held-out accuracy this far (absolute) below its best so far alarms while the RM reward rises "
+        "(the least drop; see --cooper.hacking_heldout_z)."))
+    # 3 standard errors of a difference: the best-so-far is itself a maximum over noisy evaluations (about
+    # 2 standard errors above the mean after 20 of them), so 2 would still alarm on noise late in a run.
+    heldout_z: float = field(default=3.0, metadata=_help(
+        "Rule C: the drop must also exceed this many standard errors of the difference between two held-out "
+        "evaluations (binomial, from the graded sample count eval/samples); without a count only heldout_drop applies."))
     # Chance is 0.5; a VerifyRM below 0.6 on the policy's own fresh pairs hardly discriminates at all.
     min_pair_accuracy: float = field(default=0.6, metadata=_help(
         "Rule D: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
@@ -93,7 +105,7 @@ class HackingMonitorConfig:
         problems = []
         if self.window < 3:
             problems.append(f"window must be >= 3 (a trend needs 3 points), got {self.window}")
-        for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "length_drift"):
+        for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "heldout_z", "length_drift"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.min_pair_accuracy <= 1.0:
@@ -157,6 +169,8 @@ def _step_signals(metrics: Mapping[str, float]) -> dict[str, float]:
     heldout = heldout_accuracy(metrics)
     if heldout is not None:
         picked["heldout"] = heldout
+        if _finite(metrics.get(HELDOUT_SAMPLES)) and metrics[HELDOUT_SAMPLES] >= 1:
+            picked["heldout_samples"] = float(metrics[HELDOUT_SAMPLES])
     return picked
 
 
@@ -172,6 +186,7 @@ class HackingMonitor:
         self.first_window: dict[str, list[float]] = {"gap": [], "length": []}  # baselines of rule A and the drift
         self.heldout_best: float | None = None
         self.heldout_latest: float | None = None
+        self.heldout_samples: float | None = None  # graded samples of the latest evaluation (None: unknown)
         self.alarm_on = False  # the previous verdict's alarm
 
     def update(self, step: int, metrics: Mapping[str, float]) -> HackingVerdict:
@@ -187,11 +202,21 @@ class HackingMonitor:
                 values.append(signals[name])
         if "heldout" in signals:
             self.heldout_latest = signals["heldout"]
+            self.heldout_samples = signals.get("heldout_samples")
             best = self.heldout_best
             self.heldout_best = signals["heldout"] if best is None else max(best, signals["heldout"])
         verdict = self._decide()
         self.alarm_on = verdict.alarm
         return verdict
+
+    def _heldout_drop_threshold(self) -> float:
+        """Rule C's drop: heldout_drop, or heldout_z binomial standard errors of (best - latest), the larger."""
+        cfg, n = self.config, self.heldout_samples
+        if n is None:
+            return cfg.heldout_drop
+        best, latest = self.heldout_best, self.heldout_latest
+        standard_error = math.sqrt((best * (1 - best) + latest * (1 - latest)) / n)
+        return max(cfg.heldout_drop, cfg.heldout_z * standard_error)
 
     def _baseline(self, name: str) -> float | None:
         """Mean of `name` over the first window, once it carries min_points values."""
@@ -224,6 +249,7 @@ class HackingMonitor:
             stats["rm_pair_accuracy_mean"] = sum(v for _, v in pairs) / len(pairs)
         if self.heldout_latest is not None:
             stats["heldout_accuracy"], stats["heldout_best"] = self.heldout_latest, self.heldout_best
+            stats["heldout_drop_threshold"] = self._heldout_drop_threshold()
         baseline = self._baseline("length")
         if lengths and baseline:
             stats["length_drift"] = sum(v for _, v in lengths) / len(lengths) / baseline - 1.0
@@ -240,10 +266,11 @@ class HackingMonitor:
             reasons.append(f"B gap high: RM reward exceeds verified accuracy by {stats['gap_mean']:.2f} on average "
                            f"over the last {len(self.window)} steps (>= {cfg.gap_ceiling:g})")
         if (self.heldout_latest is not None and rm_reward and stats["rm_reward_slope"] >= cfg.rise_per_step
-                and self.heldout_latest <= self.heldout_best - cfg.heldout_drop):
+                and self.heldout_latest <= self.heldout_best - stats["heldout_drop_threshold"]):
             reasons.append(f"C held-out falls: held-out accuracy {self.heldout_latest:.3f} is "
-                           f"{self.heldout_best - self.heldout_latest:.3f} below its best {self.heldout_best:.3f} while "
-                           f"the RM reward rises {stats['rm_reward_slope']:+.3f}/step")
+                           f"{self.heldout_best - self.heldout_latest:.3f} below its best {self.heldout_best:.3f} "
+                           f"(>= {stats['heldout_drop_threshold']:.3f}) while the RM reward rises "
+                           f"{stats['rm_reward_slope']:+.3f}/step")
         if pairs and stats["rm_pair_accuracy_mean"] < cfg.min_pair_accuracy:
             reasons.append(f"D RM blind: the RM ranks fresh (correct, wrong) pairs right only "
                            f"{stats['rm_pair_accuracy_mean']:.2f} of the time over the window (< {cfg.min_pair_accuracy:g})")

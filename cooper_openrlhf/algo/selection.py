@@ -9,7 +9,9 @@ Per prompt (arXiv 2508.05613, sec. 3.2):
 - negative, by `--cooper.negative_source`:
     assistant  an assistant's rewrite of the positive whose final answer is proved different (the paper's)
     rollout    one of the prompt's own rollouts whose answer is proved different from the reference
-               (`select_rollout_negatives`); "hardest" = the one the RM scores highest, "random" = seeded
+               (`select_rollout_negatives`); "hardest" = the one the RM scores highest, "random" = seeded;
+               with --cooper.answerless_negatives a rollout with no final answer is a candidate too
+               (`rollout_negative_candidates`)
     mixed      a rollout negative where one exists, an assistant rewrite for the prompts without one
   (`assistant_prompts` says which prompts need the assistant; `assemble_pairs` builds the PairBatch).
 A prompt without a positive, or whose chosen source gave nothing, keeps its slot with valid=False.
@@ -82,6 +84,20 @@ def select_rollout_negatives(
         else:
             negatives.append(rng.choice(candidates))
     return negatives
+
+
+def rollout_negative_candidates(proven_wrong: Sequence[bool], answerless: Sequence[bool],
+                                include_answerless: bool) -> list[bool]:
+    """(P * n,) which rollouts may be a rollout negative: those proved wrong, and with `include_answerless`
+    also those with no final answer at all (Verdict.NO_ANSWER; never a timeout or an error).
+
+    Why answerless ones may count: such a rollout can never be graded correct, so ranking it below a verified-
+    correct rollout of the same prompt is a true preference. Without them the RM never sees an answerless
+    completion as a negative, and a policy that drifts to answerless text escapes co-training (docs/lab.md).
+    """
+    if len(proven_wrong) != len(answerless):
+        raise ValueError(f"proven_wrong and answerless differ in length: {len(proven_wrong)} vs {len(answerless)}")
+    return [bool(wrong or (include_answerless and none)) for wrong, none in zip(proven_wrong, answerless)]
 
 
 def has_proven_wrong_rollout(proven_wrong: Sequence[bool], n_samples_per_prompt: int) -> list[bool]:

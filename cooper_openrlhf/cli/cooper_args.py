@@ -107,6 +107,11 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="Which wrong rollout becomes the negative (rollout / mixed sources): 'hardest' = the one the current "
         "RM scores highest, i.e. exactly where the RM is being fooled, so each update corrects the RM's worst "
         "current mistake (the default for that reason); 'random' = a seeded uniform choice among them.")
+    add("--cooper.answerless_negatives", action="store_true", default=False,
+        help="Rollout / mixed sources: a rollout with no final answer (the verifier's no_answer; never a timeout or an "
+        "error) may also be a prompt's negative against its verified-correct positive. Off by default, as in the paper, "
+        "whose negatives always carry a wrong answer; but then a policy that drifts to answerless text is never shown "
+        "to the RM as wrong and escapes co-training (docs/lab.md, run 2). Metric: cooper/pairs_answerless_negative.")
     add("--cooper.negative_retries", type=int, default=3,
         help="Rewrite attempts per prompt; a negative is kept only if its answer is verified different from the positive's.")
     add("--cooper.negative_max_new_tokens", type=int, default=512, help="Max new tokens of one rewrite.")
@@ -195,6 +200,9 @@ def validate_cooper_args(args) -> None:
     if cooper.negative_source == "rollout" and cooper.assistant == "model":
         problems.append("--cooper.assistant model is never used with --cooper.negative_source rollout (negatives are "
                         "the policy's own wrong rollouts); drop it or use --cooper.negative_source mixed")
+    if cooper.answerless_negatives and cooper.negative_source == "assistant":
+        problems.append("--cooper.answerless_negatives picks among the policy's own rollouts and is never used with "
+                        "--cooper.negative_source assistant; use rollout or mixed")
     positive_ints = ("rm_updates_per_step", "rm_mini_batch_size", "rm_micro_batch_size", "negative_retries", "negative_max_new_tokens",
                      "verifier_workers")
     for name in positive_ints:

@@ -20,6 +20,10 @@ ARM_FLAGS: dict[str, tuple[str, ...]] = {
     "static": _RM,
     "cooper": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant"),
     "cooper_rollout": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout"),
+    # Not the paper's: answerless rollouts may be negatives too (docs/lab.md, run 2: a policy drifting to
+    # answerless text escapes the paper's pairs, which always carry a wrong answer).
+    "cooper_rollout_answerless": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout",
+                                  "--cooper.answerless_negatives"),
 }
 ARMS = tuple(ARM_FLAGS)
 

@@ -59,6 +59,7 @@ class RolloutVerdicts:
 
     correct: list[bool]  # (B,) Verdict.CORRECT: the rollout's final answer equals the reference
     proven_wrong: list[bool]  # (B,) its final answer is proved different from the reference (both directions)
+    answerless: list[bool]  # (B,) Verdict.NO_ANSWER: no final answer could be extracted (or the text is empty)
 
 
 class PairBuilder:
@@ -116,7 +117,7 @@ class PairBuilder:
             "cooper/verify_fallback_only_correct": float(self._fallback_only_correct(references, completions, verdicts)),
             "timing/cooper_verify": time.perf_counter() - start,
         }
-        return RolloutVerdicts(correct, proven_wrong), metrics
+        return RolloutVerdicts(correct, proven_wrong, [v == Verdict.NO_ANSWER for v in verdicts]), metrics
 
     def _proven_wrong(self, references: list[str], outcomes) -> list[bool]:
         """True where an INCORRECT rollout's extracted answer is proved different in both directions."""
@@ -235,7 +236,8 @@ class PairBuilder:
         `assistant_negatives`'). Inputs are flat and prompt-grouped (P * n); questions/references repeat
         per rollout. Never raises for a step without positives or negatives: those slots are invalid.
 
-        proven_wrong: (P * n,) from `verify` (needed by the rollout and mixed sources; default all False).
+        proven_wrong: (P * n,) the rollout-negative candidates: `verify`'s proven_wrong, or
+            `selection.rollout_negative_candidates` of it (needed by the rollout and mixed sources; default all False).
         rm_scores: (P * n,) the RM's scores of the rollouts (needed by pick "hardest" with those sources).
         """
         flat = (questions, references, completions, verified_correct)

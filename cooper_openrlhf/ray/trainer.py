@@ -193,7 +193,7 @@ class CooperPPOTrainer(_PPOTrainer):
             return None
         n = self.args.rollout.n_samples_per_prompt
         positive_index = selection.select_positives(verdicts.correct, n)
-        has_wrong = selection.has_proven_wrong_rollout(verdicts.proven_wrong, n)
+        has_wrong = selection.has_proven_wrong_rollout(self.negative_candidates(verdicts), n)
         asked = selection.assistant_prompts(positive_index, has_wrong, self.cooper.negative_source)
         questions = texts.questions[::n]
         positives = [texts.completions[i] if i != NO_POSITIVE else "" for i in positive_index]
@@ -231,13 +231,21 @@ class CooperPPOTrainer(_PPOTrainer):
         if source != "assistant":
             scores = None if rm_scores is None else rm_scores.tolist()
             rollout_negative = selection.select_rollout_negatives(
-                pending.verdicts.proven_wrong, n, scores, self.cooper.rollout_negative_pick,
+                self.negative_candidates(pending.verdicts), n, scores, self.cooper.rollout_negative_pick,
                 seed=self.args.train.seed + pending.step)
         texts = pending.texts
         pairs = selection.assemble_pairs(texts.questions[::n], texts.references[::n], texts.completions,
                                          pending.positive_index, rollout_negative, pending.rewrites, source)
         metrics.update(selection.pair_metrics(pairs, pending.has_wrong_rollout))
+        answerless_pairs = sum(ok and kind == selection.FROM_ROLLOUT and pending.verdicts.answerless[i]
+                               for ok, kind, i in zip(pairs.valid, pairs.negative_source, rollout_negative))
+        metrics["cooper/pairs_answerless_negative"] = answerless_pairs / pairs.num_valid if pairs.num_valid else 0.0
         return pairs
+
+    def negative_candidates(self, verdicts) -> list[bool]:
+        """Which rollouts may be a rollout negative: proved wrong, and answerless ones with --cooper.answerless_negatives."""
+        return selection.rollout_negative_candidates(verdicts.proven_wrong, verdicts.answerless,
+                                                     self.cooper.answerless_negatives)
 
     def watch_for_hacking(self, step: int, status: dict) -> dict[str, float]:
         """Feed the step (and the latest held-out evaluation) to the reward-hacking rule (`algo.hacking`); when its
@@ -363,6 +371,7 @@ class CooperPPOTrainer(_PPOTrainer):
             logs.update({f"{key[len('eval_'):-len('_pass1')]}/accuracy": value for key, value in list(logs.items())
                          if key.startswith("eval_") and key.endswith("_pass1")})
             logs["accuracy"] = sum(verdicts.correct) / len(verdicts.correct)
+            logs["samples"] = float(len(verdicts.correct))  # the hacking rule's noise scale (algo/hacking.py, rule C)
             logs["seconds"] = time.perf_counter() - start
         self.latest_eval = logs
         for tracker in (self.wandb_logger, self.tensorboard_logger):
