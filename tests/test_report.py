@@ -188,3 +188,45 @@ def test_report_fails_only_when_no_run_can_be_read(tmp_path):
     text = (tmp_path / "out" / "report.md").read_text()
     assert "**failed**" in text and "No run logged held-out or verified accuracy." in text
     assert all((tmp_path / "out" / name).is_file() for name in ("rewards_accuracy.png", "step_time.png"))
+
+
+# ------------------------------------------------------------------------------- re-judging logged runs
+def _hacking_shaped(held_out_after: float, samples: float | None = None) -> dict[str, list[tuple[int, float]]]:
+    """Steps 1-4: RM reward rising as fast as verified accuracy (no gap); held-out 0.5 at step 1, then lower at 3."""
+    scalars = {"cooper/rm_reward_mean": [(s, 0.4 + 0.1 * s) for s in range(1, 5)],
+               "cooper/verified_accuracy": [(s, 0.4 + 0.1 * s) for s in range(1, 5)],
+               "eval/accuracy": [(1, 0.5), (3, held_out_after)],
+               "cooper/hacking_alarm": [(s, float(s == 4)) for s in range(1, 5)]}
+    if samples is not None:
+        scalars["eval/samples"] = [(1, samples), (3, samples)]
+    return scalars
+
+
+def test_replay_feeds_an_evaluation_to_the_step_after_it_as_training_does():
+    from cooper_openrlhf.algo.hacking import HackingMonitorConfig
+    from cooper_openrlhf.report.replay import replay_monitor
+
+    config = HackingMonitorConfig(window=3, rise_per_step=0.05)
+    replay = replay_monitor(_hacking_shaped(0.2, samples=1000), config)
+    assert [step for step, _ in replay.verdicts] == [1, 2, 3, 4]
+    assert replay.alarm_steps == [4] and replay.rules == ["C"]  # the step-3 evaluation reaches the guard at step 4
+    assert replay.logged_alarm_steps == [4]
+    # 0.5 -> 0.4 is a 0.1 drop: beyond the 0.05 floor when the held-out size is unknown, noise at 128 samples
+    assert replay_monitor(_hacking_shaped(0.4), config).alarm_steps == [4]
+    assert replay_monitor(_hacking_shaped(0.4), config, heldout_samples=128).alarm_steps == []
+    assert replay_monitor(_hacking_shaped(0.4, samples=4000), config, heldout_samples=128).alarm_steps == [4]
+
+
+def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
+    from cooper_openrlhf.cli import replay_monitor as cli
+
+    for name, held_out in (("static_seed0", 0.2), ("cooper_seed0", 0.5)):
+        _write_events(tmp_path / name / "tb", {(k if k.startswith("eval/") else "train/" + k): v
+                                               for k, v in _hacking_shaped(held_out, samples=1000).items()})
+    runs = [str(tmp_path / "static_seed0"), str(tmp_path / "cooper_seed0")]
+    assert cli.main([*runs, "--cooper.hacking_window", "3", "--cooper.hacking_rise_per_step", "0.05"]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C"]
+    assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-"]
+    with pytest.raises(SystemExit, match="window must be >= 3"):
+        cli.main([*runs, "--cooper.hacking_window", "2"])

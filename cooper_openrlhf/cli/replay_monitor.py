@@ -1,0 +1,55 @@
+"""`python -m cooper_openrlhf.cli.replay_monitor RUN_DIR [RUN_DIR ...] [--cooper.hacking_* ...]`: re-judge runs.
+
+Feeds each run's logged metrics to the reward-hacking rule again (`report/replay.py`) with the thresholds given
+(`--cooper.hacking_*`, the same flags and defaults as train_cooper) and prints, per run, the alarm steps the run
+logged and those the rule gives now, the first of them and the rules that fired. RUN_DIR as for cli.report.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from cooper_openrlhf.algo.hacking import HackingMonitorConfig
+
+    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.replay_monitor",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="One folder per run (arm and seed).")
+    parser.add_argument("--heldout-samples", type=float, default=None,
+                        help="graded samples per held-out evaluation, for runs logged before eval/samples existed")
+    for flag, kind, default, help_text in HackingMonitorConfig.flags():
+        parser.add_argument(flag, type=kind, default=default, help=help_text)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cooper_openrlhf.algo.hacking import FLAG_PREFIX, HackingMonitorConfig
+    from cooper_openrlhf.report.replay import replay_monitor
+    from cooper_openrlhf.report.runs import load_run
+
+    args = parse_args(argv)
+    cooper = SimpleNamespace(**{k.removeprefix("cooper."): v for k, v in vars(args).items()
+                                if k.startswith("cooper." + FLAG_PREFIX)})
+    try:
+        config = HackingMonitorConfig.from_namespace(cooper)
+    except ValueError as exc:
+        sys.exit(f"error: {exc}")
+    print(f"{'run':<40} {'arm':<26} {'seed':>4} {'logged alarms':>13} {'replayed':>8} {'first':>6}  rules")
+    unreadable = 0
+    for run_dir in args.run_dirs:
+        run = load_run(run_dir)
+        if run.failed or not run.scalars:
+            unreadable += 1
+            print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4}  not readable: {run.error or 'no scalars'}")
+            continue
+        replay = replay_monitor(run.scalars, config, args.heldout_samples)
+        first = replay.alarm_steps[0] if replay.alarm_steps else "-"
+        print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4} {len(replay.logged_alarm_steps):>13} "
+              f"{len(replay.alarm_steps):>8} {first:>6}  {','.join(replay.rules) or '-'}")
+    return 1 if unreadable == len(args.run_dirs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

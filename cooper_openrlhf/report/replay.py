@@ -1,0 +1,60 @@
+"""Re-judge logged runs with the reward-hacking rule: the alarm a run would have raised under other thresholds.
+
+The in-training guard (`algo.hacking.guard_step`) sees each step's metrics once, as training goes. Every input
+it reads is also in the run's tensorboard log, so the same `HackingMonitor` can be fed again afterwards, with
+any `HackingMonitorConfig`, without training again: to try a threshold on runs that are already done, or to
+check a changed rule against the runs that motivated it.
+
+Order, as in training: the trainer evaluates on the held-out set after a step's metrics are logged (OpenRLHF's
+`save_logs_and_checkpoints`), so an evaluation logged at step s reaches the guard with step s + 1.
+"""
+
+from dataclasses import dataclass
+
+from cooper_openrlhf.algo.hacking import HELDOUT_PREFIX, HELDOUT_SAMPLES, HackingMonitor, HackingMonitorConfig, HackingVerdict
+
+Series = list[tuple[int, float]]  # (step, value), as report.runs.read_scalars returns them
+ALARM = "cooper/hacking_alarm"
+
+
+@dataclass
+class Replay:
+    """One run re-judged: the verdict at every training step, and what the run itself logged."""
+
+    verdicts: list[tuple[int, HackingVerdict]]
+    logged_alarm_steps: list[int]  # steps whose logged cooper/hacking_alarm was on (what training saw)
+
+    @property
+    def alarm_steps(self) -> list[int]:
+        return [step for step, verdict in self.verdicts if verdict.alarm]
+
+    @property
+    def rules(self) -> list[str]:
+        """The rules (A-D) that raised an alarm at any step, sorted."""
+        return sorted({reason[0] for _, v in self.verdicts for reason in v.reasons if not reason.startswith("supporting")})
+
+
+def replay_monitor(scalars: dict[str, Series], config: HackingMonitorConfig,
+                   heldout_samples: float | None = None) -> Replay:
+    """Feed a run's logged scalars (metric -> [(step, value)], `train/` prefix dropped) to a fresh monitor.
+
+    Training steps are the steps that carry any non-eval metric; `eval/*` values join the next training step.
+    heldout_samples: graded samples per held-out evaluation, for runs logged before `eval/samples` existed
+    (an evaluation's own `eval/samples` wins).
+    """
+    per_step: dict[int, dict[str, float]] = {}
+    evals: dict[int, dict[str, float]] = {}
+    for name, series in scalars.items():
+        target = evals if name.startswith(HELDOUT_PREFIX) else per_step
+        for step, value in series:
+            target.setdefault(step, {})[name] = value
+    monitor, verdicts, pending_eval = HackingMonitor(config), [], {}
+    for step in sorted(set(per_step) | set(evals)):
+        if pending_eval and heldout_samples and HELDOUT_SAMPLES not in pending_eval:
+            pending_eval[HELDOUT_SAMPLES] = heldout_samples
+        if step in per_step:
+            verdicts.append((step, monitor.update(step, {**per_step[step], **pending_eval})))
+            pending_eval = {}
+        pending_eval.update(evals.get(step, {}))  # logged after this step's metrics: the guard sees it next step
+    logged = [step for step, value in scalars.get(ALARM, []) if value > 0]
+    return Replay(verdicts, logged)
