@@ -71,11 +71,14 @@ PRESETS: dict[str, LabPreset] = {
                        task=_DIGITS, budget_minutes=15),
     # The lab: all four arms, three seeds.
     "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=40, task=_DIGITS),
-    # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers); one seed fits an hour.
-    "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True, ARMS, seeds=1, steps=8,
-                         task=TaskSpec(family="words", max_operand=30, pool=400, heldout=32,
+    # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers), sized to fit an hour on 2 cores: one
+    # seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step of 16
+    # rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes").
+    "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
+                         ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,
+                         task=TaskSpec(family="words", max_operand=30, pool=400, heldout=16,
                                        prompt_suffix=" Solve it step by step, then give the final answer as \\boxed{N}."),
-                         samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-6, eval_every=2,
+                         samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-6, eval_every=3,
                          eval_samples=2, rm_max_length=512, hacking_window=4, budget_minutes=60),
 }
 
