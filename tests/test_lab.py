@@ -136,3 +136,12 @@ def test_a_lab_folder_refuses_other_settings_but_takes_more_seeds_and_arms(tmp_p
     lab_cli.check_same_setup(tmp_path, quick.with_overrides(seeds=3, arms=ARMS))  # more runs of the same setup
     with pytest.raises(SystemExit, match=r"other settings \(steps: 40 -> 12\).*Use another --out"):
         lab_cli.check_same_setup(tmp_path, quick.with_overrides(steps=12))
+
+
+def test_a_starting_rm_at_chance_is_named_before_the_arms_run():
+    from cooper_openrlhf.lab.prepare import starting_rm_problem
+
+    at_chance = {"best": {"accuracy": 0.5, "n": 680, "loss": 0.6932}}  # the smollm2 preset's first RM
+    assert "at chance" in starting_rm_problem(at_chance) and "680 rows" in starting_rm_problem(at_chance)
+    assert starting_rm_problem({"best": {"accuracy": 0.61, "n": 140, "loss": 0.68}}) is None
+    assert starting_rm_problem({}) is None  # nothing recorded: nothing to say

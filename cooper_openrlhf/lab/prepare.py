@@ -98,4 +98,26 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
     policy, policy_info = prepare_policy(preset, root / "policy")
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
     rm_summary = json.loads((rm.parent / "train_summary.json").read_text(encoding="utf-8"))
+    problem = starting_rm_problem(rm_summary)
+    if problem:
+        logger.warning(problem)
     return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary}
+
+
+CHANCE_MARGIN = 0.05  # an RM within this of 0.5 accuracy on its held-out triples tells right from wrong by luck
+
+
+def starting_rm_problem(summary: dict) -> str | None:
+    """A warning when the starting VerifyRM's held-out accuracy is at chance, else None.
+
+    Such an RM pays every completion about the same, so the static and Cooper arms train on noise-level rewards
+    and the lab compares nothing (docs/lab.md: the smollm2 preset's first run). The arms still run: a flat RM is
+    a legitimate (harsh) starting point, but the reader must know.
+    """
+    best = summary.get("best") or {}
+    accuracy = best.get("accuracy")
+    if accuracy is None or abs(accuracy - 0.5) > CHANCE_MARGIN:
+        return None
+    return (f"the starting VerifyRM is at chance on its held-out triples (accuracy {accuracy:.3f} on {best.get('n', '?')} "
+            f"rows, loss {best.get('loss', float('nan')):.3f}): the static and Cooper arms will train on noise-level "
+            "rewards. Train it longer (the preset's rm_epochs) or from a larger backbone to compare the arms.")
