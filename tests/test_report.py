@@ -230,3 +230,15 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
     assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-"]
     with pytest.raises(SystemExit, match="window must be >= 3"):
         cli.main([*runs, "--cooper.hacking_window", "2"])
+
+
+def test_alarm_timing_gives_held_out_accuracy_the_guard_had_seen_when_it_first_alarmed():
+    from cooper_openrlhf.report.aggregate import alarm_timing
+
+    scalars = {"eval/accuracy": [(2, 0.40), (4, 0.30), (6, 0.05), (8, 0.05), (10, 0.10)],
+               "cooper/hacking_alarm": [(s, float(s >= 4)) for s in range(1, 11)]}
+    timing = alarm_timing(scalars)
+    # the alarm at step 4 had seen the step-2 evaluation only (step 4's is logged after the step's metrics)
+    assert (timing.first, timing.at_first_alarm, timing.lowest, timing.lowest_step) == (0.40, 0.40, 0.05, 6)
+    assert alarm_timing({"eval/accuracy": [(2, 0.4)]}).at_first_alarm is None  # never alarmed
+    assert alarm_timing({"cooper/hacking_alarm": [(1, 1.0)]}).first is None  # never evaluated

@@ -68,7 +68,8 @@ def arm_trends(runs) -> list[str]:
     for run in runs:
         if not run.failed:
             by_arm.setdefault(run.arm, []).append(run.scalars)
-    return [f"  {arm:<15} {_first_to_last([r.get(RM_REWARD, []) for r in scalars], 'RM reward'):<24} "
+    width = max(map(len, by_arm), default=0)
+    return [f"  {arm:<{width}} {_first_to_last([r.get(RM_REWARD, []) for r in scalars], 'RM reward'):<24} "
             f"{_first_to_last([heldout_series(r) for r in scalars], 'held-out accuracy')}   ({len(scalars)} seed(s))"
             for arm, scalars in by_arm.items()]
 

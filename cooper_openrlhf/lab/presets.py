@@ -69,7 +69,7 @@ PRESETS: dict[str, LabPreset] = {
     # `make demo`: one seed of the three arms of the paper.
     "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=40,
                        task=_DIGITS, budget_minutes=15),
-    # The lab: all four arms, three seeds.
+    # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds.
     "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=40, task=_DIGITS),
     # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers), sized to fit an hour on 2 cores: one
     # seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step of 16

@@ -116,6 +116,30 @@ def alarm_steps(scalars: Scalars) -> list[int]:
     return [step for step, value in scalars.get(ALARM, []) if value >= 0.5]
 
 
+@dataclass
+class AlarmTiming:
+    """Did the alarm come before the held-out accuracy bottomed out? (the lab's target for the static arm)"""
+
+    first: float | None  # first held-out evaluation
+    at_first_alarm: float | None  # the latest evaluation the guard had seen when it first alarmed (logged before it)
+    lowest: float | None
+    lowest_step: int | None  # the first step where the lowest value was logged
+
+
+def alarm_timing(scalars: Scalars) -> AlarmTiming:
+    """Held-out accuracy first, when the alarm first fired, and at its lowest (None where it does not apply).
+
+    An evaluation logged at step s reaches the in-training guard with step s + 1, so the value "at the first
+    alarm" is the last one logged strictly before the alarm's step.
+    """
+    heldout, alarms = heldout_series(scalars), alarm_steps(scalars)
+    if not heldout:
+        return AlarmTiming(None, None, None, None)
+    lowest_step, lowest = min(heldout, key=lambda point: (point[1], point[0]))
+    seen = [value for step, value in heldout if alarms and step < alarms[0]]
+    return AlarmTiming(heldout[0][1], seen[-1] if seen else None, lowest, lowest_step)
+
+
 def value_at(series: Series, step: int) -> float | None:
     """The series' value at `step`, or None."""
     return next((value for s, value in series if s == step), None)

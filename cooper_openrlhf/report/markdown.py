@@ -2,7 +2,8 @@
 
 Tables:
   accuracy per arm  final and best accuracy, mean +- std over seeds (held-out, or the labelled fallback)
-  runs              arm, seed, steps, hacking alarms, status (failed runs with their path and why)
+  runs              arm, seed, steps, hacking alarms, held-out accuracy first / when the alarm first fired /
+                    lowest (step), status (failed runs with their path and why)
   rollout logs      rollouts, verified, rewarded-but-unverified, valid pairs; and the highest-rewarded
                     unverified rollouts of each RM run's last step (what a hacked reward pays for)
 """
@@ -18,6 +19,7 @@ from cooper_openrlhf.report.aggregate import (
     VERIFIED_LABEL,
     ArmSummary,
     alarm_steps,
+    alarm_timing,
     summarize_arm,
 )
 from cooper_openrlhf.report.runs import RunData
@@ -71,19 +73,23 @@ def _accuracy_section(summaries: list[ArmSummary]) -> list[str]:
 
 
 def _runs_section(runs: Sequence[RunData]) -> list[str]:
-    lines = ["## Runs", "", "| arm | seed | steps | final gap | hacking alarms | status | path |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["## Runs", "", "| arm | seed | steps | final gap | hacking alarms | held-out: first / at first alarm / "
+             "lowest (step) | status | path |", "|---|---|---|---|---|---|---|---|"]
+    show = lambda value: "-" if value is None else f"{value:.2f}"  # noqa: E731
     for run in runs:
         if run.failed:
-            lines.append(f"| {run.arm} | {run.seed} | - | - | - | **failed**: {run.error} | `{run.path}` |")
+            lines.append(f"| {run.arm} | {run.seed} | - | - | - | - | **failed**: {run.error} | `{run.path}` |")
             continue
+        timing = alarm_timing(run.scalars)
+        heldout = ("-" if timing.first is None else
+                   f"{show(timing.first)} / {show(timing.at_first_alarm)} / {show(timing.lowest)} (step {timing.lowest_step})")
         steps = sorted({step for points in run.scalars.values() for step, _ in points})
         gap = run.scalars.get(GAP)
         alarms = alarm_steps(run.scalars)
         alarm_text = (f"{len(alarms)} (first at step {alarms[0]})" if alarms
                       else "0" if "cooper/hacking_alarm" in run.scalars else "not monitored")
         lines.append(f"| {run.arm} | {run.seed} | {len(steps)} (last {steps[-1]}) | "
-                     f"{f'{gap[-1][1]:+.4f}' if gap else '-'} | {alarm_text} | ok | `{run.path}` |")
+                     f"{f'{gap[-1][1]:+.4f}' if gap else '-'} | {alarm_text} | {heldout} | ok | `{run.path}` |")
     return lines + [""]
 
 
@@ -141,7 +147,8 @@ def summary_json(runs: Sequence[RunData], summaries: list[ArmSummary]) -> dict:
         "arms": [asdict(s) for s in summaries],
         "runs": [{"arm": r.arm, "seed": r.seed, "path": r.path, "failed": r.failed, "error": r.error,
                   "steps": sorted({s for points in r.scalars.values() for s, _ in points}),
-                  "hacking_alarm_steps": alarm_steps(r.scalars)} for r in runs],
+                  "hacking_alarm_steps": alarm_steps(r.scalars), "heldout_alarm_timing": asdict(alarm_timing(r.scalars))}
+                 for r in runs],
     }
 
 
