@@ -71,6 +71,14 @@ def test_a_second_lab_invocation_keeps_the_finished_run_and_runs_the_rest(lab):
     assert "lab tiny: 2/2 runs done" in lab["second"].stdout
 
 
+def test_the_lab_records_and_prints_what_a_policy_maximising_its_starting_rm_would_write(lab):
+    probe = json.loads((lab["out"] / "lab.json").read_text())["setup"]["rm_probe"]
+    assert probe == json.loads((lab["out"] / "verifyrm" / "probe.json").read_text())
+    assert probe["sentence"] == "The answer is {answer}." and probe["prompts"] > 0
+    assert 0.0 <= probe["truth_reward"] <= probe["best_reward"] <= 1.0
+    assert f"starting RM: {probe['verdict']}" in lab["second"].stdout
+
+
 def test_static_rm_rewards_are_the_frozen_rms_scores_and_the_rm_is_never_trained_or_saved(lab):
     from cooper_openrlhf.algo.negatives import normalize_solution
     from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits

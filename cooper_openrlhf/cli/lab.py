@@ -1,7 +1,8 @@
 """`python -m cooper_openrlhf.cli.lab`: the paper's arms on one machine, several seeds, one report.
 
   python -m cooper_openrlhf.cli.lab --preset quick                 # make demo: rule / static / cooper, 1 seed
-  python -m cooper_openrlhf.cli.lab --preset full --out runs/lab   # 4 arms x 3 seeds
+  python -m cooper_openrlhf.cli.lab --preset full --out runs/lab   # 5 arms x 3 seeds
+  python -m cooper_openrlhf.cli.lab --preset full --prepare-only   # task, policy, starting RM and its probe only
   python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
 
 Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
@@ -37,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "'warm-start' = the tiny Qwen2 the lab fine-tunes itself)")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="build (or reuse) the task, policy and starting RM, print the starting RM's probe, run no arm")
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
     try:
@@ -108,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     check_same_setup(out, preset)
     started = time.perf_counter()
     files, setup = prepare(preset, out)
+    if args.prepare_only:  # lab.json is the record of runs: a preparation alone leaves it as it was
+        print(f"lab {preset.name}: prepared {out}\n  starting RM: {setup['rm_probe']['verdict']}")
+        return 0
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
     results = []
     for arm, seed in tqdm(plan, desc=f"lab {preset.name}", unit="run"):
@@ -126,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nlab {preset.name}: {len(results) - len(failed)}/{len(results)} runs done in {wall / 60:.1f} min "
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
     print("\n".join(arm_trends(runs)))
+    print(f"  starting RM: {setup['rm_probe']['verdict']}")
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
     return 1 if failed else 0

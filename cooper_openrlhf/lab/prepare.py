@@ -3,7 +3,8 @@
   data/      the task files (lab/task.py), rewritten each time (deterministic, so identical)
   policy/    the warm-started tiny policy (lab/warm_start.py), or nothing when --policy names a model
   verifyrm/  the starting VerifyRM, trained by the package's own recipe tool (`cli.verifyrm train`, BCE on
-             rule-labelled triples); verifyrm/best is the RM every RM arm starts from
+             rule-labelled triples); verifyrm/best is the RM every RM arm starts from; verifyrm/probe.json
+             what a policy maximising it would write (lab/rm_probe.py)
 A stage that finished leaves its marker (policy/warm_start.json, verifyrm/train_summary.json) and is skipped
 on a resume; an unfinished one is redone.
 """
@@ -92,6 +93,27 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
     return folder / "best"
 
 
+def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
+    """lab/rm_probe.py on the preset's RL prompts, in its policy's answer sentence -> a JSON-able record."""
+    from cooper_openrlhf.lab.rm_probe import BOXED_SENTENCE, probe_rm
+    from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
+
+    sentence = ANSWER_SENTENCE if preset.policy == WARM_START else BOXED_SENTENCE
+    train, _ = split(problem_family(preset.task), preset.task.heldout)
+    probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix)
+    return {"rm": str(rm), "sentence": sentence, **asdict(probe), "verdict": probe.verdict()}
+
+
+def probe_starting_rm(preset: LabPreset, rm: Path) -> dict:
+    """`probe_preset_rm` of the lab's starting RM, cached in verifyrm/probe.json."""
+    cached = rm.parent / "probe.json"
+    if cached.is_file():
+        return json.loads(cached.read_text(encoding="utf-8"))
+    record = probe_preset_rm(preset, rm)
+    cached.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
 def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
     """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps)
@@ -101,7 +123,10 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
     problem = starting_rm_problem(rm_summary)
     if problem:
         logger.warning(problem)
-    return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary}
+    probe = probe_starting_rm(preset, rm)
+    logger.info("starting VerifyRM probe: %s", probe["verdict"])
+    return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary,
+                                                       "rm_probe": probe}
 
 
 CHANCE_MARGIN = 0.05  # an RM within this of 0.5 accuracy on its held-out triples tells right from wrong by luck

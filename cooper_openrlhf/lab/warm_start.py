@@ -28,8 +28,11 @@ from cooper_openrlhf.data.records import MathProblem
 logger = logging.getLogger(__name__)
 
 
+ANSWER_SENTENCE = "The answer is {answer}."  # the warm start's answer format
+
+
 def answer_text(reference: str) -> str:
-    return f"The answer is {reference}."
+    return ANSWER_SENTENCE.format(answer=reference)
 
 
 @dataclass(frozen=True)

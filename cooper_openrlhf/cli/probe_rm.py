@@ -1,0 +1,40 @@
+"""`python -m cooper_openrlhf.cli.probe_rm RM... [--preset full]`: what would a policy maximising each RM write?
+
+Scores lab/rm_probe.py's candidate outputs (right, wrong, answerless, hedged answers in the preset's policy's
+answer sentence) on the preset's RL prompts and prints, per RM, the one-line verdict and a table per kind. The
+lab runs the same probe on its starting RM (verifyrm/probe.json, lab.json); this command probes any RM folder,
+for instance a Cooper run's co-trained RM (`<run>/final/rm`) or a candidate starting RM before a lab is run.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from cooper_openrlhf.lab.presets import PRESETS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.probe_rm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("rm", nargs="+", type=Path, help="reward-model folder(s) (a VerifyRM export)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="full", help="whose prompts and answer sentence")
+    parser.add_argument("--json", type=Path, default=None, help="also write the records here")
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.rm if not (p / "config.json").is_file()]
+    if missing:
+        parser.error(f"not a model folder (no config.json): {', '.join(missing)}")
+    from cooper_openrlhf.lab.prepare import probe_preset_rm
+    from cooper_openrlhf.lab.rm_probe import format_kinds
+
+    records = []
+    for rm in args.rm:
+        record = probe_preset_rm(PRESETS[args.preset], rm)
+        records.append(record)
+        print(f"{rm}: {record['verdict']}\n{format_kinds(record['kinds'])}\n", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The starting-RM probe (lab/rm_probe.py): which outputs a policy maximising the RM would write."""
+
+import pytest
+
+from cooper_openrlhf.data.records import MathProblem
+from cooper_openrlhf.lab.rm_probe import Candidate, candidates, probe_rm, summarize
+from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
+from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+
+def _problem(question: str, reference: str, index: int = 0) -> MathProblem:
+    return MathProblem(question=question, reference=reference, source="test", index=index)
+
+
+def test_candidates_are_labelled_by_the_rule_verifier_in_the_policys_sentence():
+    cands = candidates(_problem("What is 7 + 5?", "12"), ANSWER_SENTENCE)
+    kinds = {c.kind for c in cands}
+    assert kinds == {"right", "wrong", "no answer", "hedge"}
+    assert [c.completion for c in cands if c.kind == "right"] == ["The answer is 12."]
+    assert all(c.correct for c in cands if c.kind == "right")
+    assert not any(c.correct for c in cands if c.kind in ("wrong", "no answer"))
+    assert "The answer is 0." in [c.completion for c in cands if c.kind == "wrong"]
+    assert "" in [c.completion for c in cands if c.kind == "no answer"]
+    # A hedge is whatever math-verify says it is, not what the probe assumes.
+    for c in cands:
+        if c.kind == "hedge":
+            assert c.correct == (verify_one("12", c.completion).verdict == Verdict.CORRECT)
+
+
+def _row(kinds_scores: list[tuple[str, bool, float]]):
+    return [Candidate(k, f"{k}{i}", ok) for i, (k, ok, _) in enumerate(kinds_scores)], [s for *_, s in kinds_scores]
+
+
+def test_summary_finds_the_prompt_where_a_wrong_output_outscores_the_truth():
+    honest = _row([("right", True, 0.9), ("wrong", False, 0.2), ("no answer", False, 0.3), ("hedge", False, 0.5)])
+    fooled = _row([("right", True, 0.6), ("wrong", False, 0.1), ("no answer", False, 0.3), ("hedge", False, 0.8)])
+    probe = summarize([honest[0], fooled[0]], [honest[1], fooled[1]])
+    assert probe.prompts == 2
+    assert probe.truth_reward == pytest.approx(0.75)
+    assert probe.best_reward == pytest.approx(0.85)  # 0.9 on the first prompt, the hedge's 0.8 on the second
+    assert probe.best_accuracy == pytest.approx(0.5)
+    assert probe.above_truth == pytest.approx(1 / 6)  # one of the six wrong candidates beats its prompt's truth
+    assert probe.kinds["hedge"].above_truth == pytest.approx(0.5)
+    assert probe.kinds["wrong"].above_truth == 0.0
+    assert probe.kinds["hedge"].mean_score == pytest.approx(0.65)
+    assert "hedge 50%" in probe.verdict()
+
+
+def test_summary_of_an_rm_that_always_pays_the_truth_most_says_there_is_no_blind_spot():
+    rows = [_row([("right", True, 0.7), ("wrong", False, 0.4), ("no answer", False, 0.5)]) for _ in range(3)]
+    probe = summarize([c for c, _ in rows], [s for _, s in rows])
+    assert probe.best_accuracy == 1.0 and probe.above_truth == 0.0
+    assert "no blind spot" in probe.verdict()
+
+
+def test_summary_refuses_scores_that_do_not_match_the_candidates():
+    cands, scores = _row([("right", True, 0.7), ("wrong", False, 0.4)])
+    with pytest.raises(ValueError, match="one score per candidate"):
+        summarize([cands], [scores[:1]])
+    with pytest.raises(ValueError, match="no prompt has a verified-correct candidate"):
+        summarize([[Candidate("wrong", "x", False)]], [[0.1]])
+
+
+def test_probe_scores_the_candidates_with_a_real_reward_model(model_dir):
+    problems = [_problem("What is 3 + 4?", "7", 0), _problem("What is 9 - 2?", "7", 1),
+                _problem("What is half of a cake?", "1/2", 2)]  # not an integer: left out
+    probe = probe_rm(model_dir("tiny-qwen2-rm"), problems, ANSWER_SENTENCE, max_prompts=8, batch_size=4)
+    assert probe.prompts == 2
+    assert 0.0 <= probe.truth_reward <= probe.best_reward <= 1.0
+    assert set(probe.kinds) == {"right", "wrong", "no answer", "hedge"}
+
+
+def test_probe_cli_prints_a_verdict_and_table_per_rm_and_refuses_a_folder_that_is_no_model(model_dir, tmp_path, capsys):
+    import json
+
+    from cooper_openrlhf.cli.probe_rm import main
+
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--preset", "tiny"])
+    assert "no config.json" in capsys.readouterr().err
+    rm = model_dir("tiny-qwen2-rm")
+    assert main([rm, "--preset", "tiny", "--json", str(tmp_path / "probe.json")]) == 0
+    out = capsys.readouterr().out
+    (record,) = json.loads((tmp_path / "probe.json").read_text())
+    assert f"{rm}: {record['verdict']}" in out and "| hedge |" in out
+    assert record["prompts"] == 20  # the tiny family's 26 problems less its 6 held out
