@@ -84,7 +84,7 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
             "--epochs", str(preset.rm_epochs), "--lr", str(preset.rm_lr_pretrain), "--max-length", str(preset.rm_max_length),
             "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8"]
     folder.mkdir(parents=True, exist_ok=True)
-    log = folder.parent / "verifyrm.log"
+    log = folder.parent / f"{folder.name}.log"
     logger.info("starting VerifyRM: verifyrm train --pretrain %s (log %s)", argv[5], log)
     with open(log, "w", encoding="utf-8") as out:
         status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()}).returncode

@@ -73,13 +73,14 @@ PRESETS: dict[str, LabPreset] = {
     "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=40, task=_DIGITS),
     # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers), sized to fit an hour on 2 cores: one
     # seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step of 16
-    # rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes").
+    # rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes"). Its RM
+    # learns at 5e-5: at the digits' 2e-4 MiniLM stayed at chance on these 512-token texts (docs/lab.md).
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
                          ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,
                          task=TaskSpec(family="words", max_operand=30, pool=400, heldout=16,
                                        prompt_suffix=" Solve it step by step, then give the final answer as \\boxed{N}."),
                          samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-6, eval_every=3,
-                         eval_samples=2, rm_max_length=512, hacking_window=4, budget_minutes=60),
+                         eval_samples=2, rm_lr_pretrain=5e-5, rm_max_length=512, hacking_window=4, budget_minutes=60),
 }
 
 

@@ -1,4 +1,4 @@
-"""What would a policy that maximised the starting RM write? A probe of the RM, run before the arms.
+"""What would a policy that maximised an RM write? The lab runs this probe on its starting RM before the arms.
 
 The static arm shows the paper's hacking signature (RM reward up, verified accuracy down) only if some output
 the policy can reach is paid more than the truth. GRPO needs no more than that: it moves each group towards
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cooper_openrlhf.data.records import MathProblem
+from cooper_openrlhf.lab.task import WRONG_OFFSETS as SLIPS  # the wrong answers: the RM triples' slips
 
-SLIPS = (-10, -2, -1, 1, 2, 3, 10)  # the wrong answers: the reference moved by these (the RM triples' offsets)
 BOXED_SENTENCE = "The final answer is \\boxed{{{answer}}}."  # the sentence of a policy asked for a boxed answer
 KINDS = ("right", "wrong", "no answer", "hedge")
 BLIND_SPOT_FREE = 0.9  # best_accuracy from which the probe reports no blind spot

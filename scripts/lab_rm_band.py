@@ -1,0 +1,51 @@
+"""The starting-RM band: the lab's RM recipe at several (epochs, learning rate), each probed (docs/lab.md).
+
+The static arm shows the paper's signature (RM reward up, accuracy down) only if its RM pays some output the
+policy can reach above the truth. This trains the preset's starting VerifyRM exactly as the lab does
+(`lab.prepare.prepare_rm`, on the lab folder's rm_triples.jsonl) at each recipe, and probes each RM
+(`lab.rm_probe`, as `cli.probe_rm`), printing one markdown row per recipe. Finished recipes are reused.
+
+    python -m cooper_openrlhf.cli.lab --preset full --prepare-only --out runs/lab-full    # the task data
+    python scripts/lab_rm_band.py runs/lab-full runs/rm-band [--preset full] [--recipes 1:2e-4,2:2e-4]
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from cooper_openrlhf.lab.prepare import prepare_rm, probe_preset_rm
+from cooper_openrlhf.lab.presets import PRESETS
+
+# From the lab's recipe (1 epoch at 2e-4, run 2) towards run 1's (2 epochs at 2e-4), and gentler learning rates.
+DEFAULT_RECIPES = "1:1e-4,1:2e-4,1:4e-4,2:5e-5,2:1e-4,2:2e-4,3:5e-5"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("lab", type=Path, help="a lab folder holding data/rm_triples.jsonl")
+    parser.add_argument("out", type=Path, help="where the RMs and band.json go")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser.add_argument("--recipes", default=DEFAULT_RECIPES, help="epochs:lr, comma-separated")
+    args = parser.parse_args()
+    data = args.lab / "data" / "rm_triples.jsonl"
+    if not data.is_file():
+        parser.error(f"{data} is missing: prepare the lab first (cli.lab --prepare-only --out {args.lab})")
+    preset, rows = PRESETS[args.preset], []
+    print("| epochs | lr | RM accuracy (held-out triples) | greedy policy right | always-right reward | greedy reward "
+          "| no answer above truth | hedge above truth |\n|---|---|---|---|---|---|---|---|", flush=True)
+    for recipe in args.recipes.split(","):
+        epochs, lr = recipe.split(":")
+        recipe_preset = preset.with_overrides(rm_epochs=int(epochs), rm_lr_pretrain=float(lr))
+        rm = prepare_rm(recipe_preset, data, args.out / f"e{epochs}_lr{lr}")
+        accuracy = json.loads((rm.parent / "train_summary.json").read_text(encoding="utf-8"))["best"]["accuracy"]
+        probe = probe_preset_rm(recipe_preset, rm)
+        kinds = probe["kinds"]
+        rows.append({"epochs": int(epochs), "lr": float(lr), "rm_accuracy": accuracy, "probe": probe})
+        print(f"| {epochs} | {lr} | {accuracy:.3f} | {probe['best_accuracy']:.0%} | {probe['truth_reward']:.3f} | "
+              f"{probe['best_reward']:.3f} | {kinds['no answer']['above_truth']:.0%} | {kinds['hedge']['above_truth']:.0%} |",
+              flush=True)
+    (args.out / "band.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
