@@ -1,7 +1,7 @@
 """The starting-RM band: the lab's RM recipe at several (epochs, learning rate), each probed (docs/lab.md).
 
-The static arm shows the paper's signature (RM reward up, accuracy down) only if its RM pays some output the
-policy can reach above the truth. This trains the preset's starting VerifyRM exactly as the lab does
+The static arm shows the paper's signature (RM reward up, accuracy down) only if its RM pays some wrong output
+the policy can reach above what the policy earns now (lab/rm_probe.py: the break-even accuracy). This trains the preset's starting VerifyRM exactly as the lab does
 (`lab.prepare.prepare_rm`, on the lab folder's rm_triples.jsonl) at each recipe, and probes each RM
 (`lab.rm_probe`, as `cli.probe_rm`), printing one markdown row per recipe. Finished recipes are reused.
 
@@ -31,19 +31,18 @@ def main() -> None:
     if not data.is_file():
         parser.error(f"{data} is missing: prepare the lab first (cli.lab --prepare-only --out {args.lab})")
     preset, rows = PRESETS[args.preset], []
-    print("| epochs | lr | RM accuracy (held-out triples) | greedy policy right | always-right reward | greedy reward "
-          "| no answer above truth | hedge above truth |\n|---|---|---|---|---|---|---|---|", flush=True)
+    print("| epochs | lr | RM accuracy (held-out triples) | right answer paid | wrong answer paid | best answerless text, "
+          "paid | break-even accuracy | best-paid output right |\n|---|---|---|---|---|---|---|---|", flush=True)
     for recipe in args.recipes.split(","):
         epochs, lr = recipe.split(":")
         recipe_preset = preset.with_overrides(rm_epochs=int(epochs), rm_lr_pretrain=float(lr))
         rm = prepare_rm(recipe_preset, data, args.out / f"e{epochs}_lr{lr}")
         accuracy = json.loads((rm.parent / "train_summary.json").read_text(encoding="utf-8"))["best"]["accuracy"]
         probe = probe_preset_rm(recipe_preset, rm)
-        kinds = probe["kinds"]
         rows.append({"epochs": int(epochs), "lr": float(lr), "rm_accuracy": accuracy, "probe": probe})
-        print(f"| {epochs} | {lr} | {accuracy:.3f} | {probe['best_accuracy']:.0%} | {probe['truth_reward']:.3f} | "
-              f"{probe['best_reward']:.3f} | {kinds['no answer']['above_truth']:.0%} | {kinds['hedge']['above_truth']:.0%} |",
-              flush=True)
+        print(f"| {epochs} | {lr} | {accuracy:.3f} | {probe['truth_reward']:.3f} | {probe['wrong_reward']:.3f} | "
+              f"{probe['universal']!r}, {probe['universal_reward']:.3f} | {probe['break_even_accuracy']:.0%} | "
+              f"{probe['best_accuracy']:.0%} |", flush=True)
     (args.out / "band.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 
 

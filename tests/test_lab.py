@@ -20,6 +20,7 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--arms", "rule,rule"], "named twice"),
     (["--seeds", "0"], "--seeds must be >= 1, got 0"),
     (["--steps", "-1"], "--steps must be >= 1"),
+    (["--rm", "/nonexistent/rm"], "--rm /nonexistent/rm: not a model folder"),
 ])
 def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -145,3 +146,17 @@ def test_a_starting_rm_at_chance_is_named_before_the_arms_run():
     assert "at chance" in starting_rm_problem(at_chance) and "680 rows" in starting_rm_problem(at_chance)
     assert starting_rm_problem({"best": {"accuracy": 0.61, "n": 140, "loss": 0.68}}) is None
     assert starting_rm_problem({}) is None  # nothing recorded: nothing to say
+
+
+def test_a_given_starting_rm_is_used_as_is_and_recorded_in_the_labs_settings(model_dir, tmp_path):
+    from cooper_openrlhf.cli.lab import check_same_setup, parse_args
+    from cooper_openrlhf.lab.prepare import prepare_rm
+
+    rm = model_dir("tiny-qwen2-rm")
+    preset = parse_args(["--preset", "tiny", "--rm", rm]).preset_obj
+    assert preset.starting_rm == str(Path(rm).resolve())
+    assert prepare_rm(preset, tmp_path / "no-data.jsonl", tmp_path / "verifyrm") == Path(preset.starting_rm)
+    assert not (tmp_path / "verifyrm").exists()  # nothing trained
+    check_same_setup(tmp_path, preset)
+    with pytest.raises(SystemExit, match="starting_rm"):
+        check_same_setup(tmp_path, PRESETS["tiny"])  # the recipe's RM would mix with the given one

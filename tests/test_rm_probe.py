@@ -3,7 +3,7 @@
 import pytest
 
 from cooper_openrlhf.data.records import MathProblem
-from cooper_openrlhf.lab.rm_probe import Candidate, candidates, probe_rm, summarize
+from cooper_openrlhf.lab.rm_probe import Candidate, break_even, candidates, probe_rm, summarize
 from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
 from cooper_openrlhf.verify.rule import Verdict, verify_one
 
@@ -27,6 +27,16 @@ def test_candidates_are_labelled_by_the_rule_verifier_in_the_policys_sentence():
             assert c.correct == (verify_one("12", c.completion).verdict == Verdict.CORRECT)
 
 
+def test_a_boxed_sentence_loses_its_answer_not_its_braces():
+    from cooper_openrlhf.lab.rm_probe import BOXED_SENTENCE
+
+    cands = candidates(_problem("What is 7 + 5?", "12"), BOXED_SENTENCE)
+    assert [c.completion for c in cands if c.kind == "right"] == ["The final answer is \\boxed{12}."]
+    assert [c.completion for c in cands if c.kind == "no answer"] == [
+        "The final answer is \\boxed{", "The final answer is \\boxed{}.", ""]
+    assert all(c.correct for c in cands if c.kind == "right")
+
+
 def _row(kinds_scores: list[tuple[str, bool, float]]):
     return [Candidate(k, f"{k}{i}", ok) for i, (k, ok, _) in enumerate(kinds_scores)], [s for *_, s in kinds_scores]
 
@@ -43,20 +53,31 @@ def test_summary_finds_the_prompt_where_a_wrong_output_outscores_the_truth():
     assert probe.kinds["hedge"].above_truth == pytest.approx(0.5)
     assert probe.kinds["wrong"].above_truth == 0.0
     assert probe.kinds["hedge"].mean_score == pytest.approx(0.65)
-    assert "hedge 50%" in probe.verdict()
+    # The best answerless text is paid 0.3 everywhere; right answers 0.75, wrong ones 0.15 on average.
+    assert probe.universal == "no answer2"  # the same text on both prompts
+    assert probe.wrong_reward == pytest.approx(0.15)
+    assert probe.universal_reward == pytest.approx(0.3)
+    assert probe.break_even_accuracy == pytest.approx((0.3 - 0.15) / (0.75 - 0.15))
+    assert "more than a policy right on fewer than 25% of prompts" in probe.verdict()
 
 
-def test_summary_of_an_rm_that_always_pays_the_truth_most_says_there_is_no_blind_spot():
+def test_break_even_accuracy_is_where_writing_the_universal_answerless_text_pays_as_much_as_answering():
     rows = [_row([("right", True, 0.7), ("wrong", False, 0.4), ("no answer", False, 0.5)]) for _ in range(3)]
     probe = summarize([c for c, _ in rows], [s for _, s in rows])
     assert probe.best_accuracy == 1.0 and probe.above_truth == 0.0
-    assert "no blind spot" in probe.verdict()
+    assert probe.break_even_accuracy == pytest.approx(1 / 3)
+    accuracy = probe.break_even_accuracy
+    assert accuracy * 0.7 + (1 - accuracy) * 0.4 == pytest.approx(probe.universal_reward)
+    assert break_even(0.2, 0.7, 0.4) == 0.0 and break_even(0.9, 0.7, 0.4) == 1.0
+    assert break_even(0.5, 0.4, 0.6) == 1.0  # an RM that pays wrong answers more: being right is never worth it
 
 
 def test_summary_refuses_scores_that_do_not_match_the_candidates():
     cands, scores = _row([("right", True, 0.7), ("wrong", False, 0.4)])
     with pytest.raises(ValueError, match="one score per candidate"):
         summarize([cands], [scores[:1]])
+    with pytest.raises(ValueError, match="needs wrong and answerless candidates"):
+        summarize([cands], [scores])
     with pytest.raises(ValueError, match="no prompt has a verified-correct candidate"):
         summarize([[Candidate("wrong", "x", False)]], [[0.1]])
 

@@ -36,6 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--policy", default=None,
                         help="starting policy: a HF folder or a packaged model name (default: the preset's; "
                              "'warm-start' = the tiny Qwen2 the lab fine-tunes itself)")
+    parser.add_argument("--rm", type=Path, default=None,
+                        help="a VerifyRM folder every RM arm starts from, instead of training the preset's recipe")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
     parser.add_argument("--prepare-only", action="store_true",
@@ -50,7 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be >= 1, got {value}")
-    args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy)
+    if args.rm is not None and not (args.rm / "config.json").is_file():
+        parser.error(f"--rm {args.rm}: not a model folder (no config.json)")
+    args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
+                                            starting_rm=str(args.rm.resolve()) if args.rm else None)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
     return args
 

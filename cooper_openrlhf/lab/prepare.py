@@ -3,8 +3,8 @@
   data/      the task files (lab/task.py), rewritten each time (deterministic, so identical)
   policy/    the warm-started tiny policy (lab/warm_start.py), or nothing when --policy names a model
   verifyrm/  the starting VerifyRM, trained by the package's own recipe tool (`cli.verifyrm train`, BCE on
-             rule-labelled triples); verifyrm/best is the RM every RM arm starts from; verifyrm/probe.json
-             what a policy maximising it would write (lab/rm_probe.py)
+             rule-labelled triples); verifyrm/best is the RM every RM arm starts from (unless `--rm` gives
+             one); verifyrm/probe.json what a policy maximising it would write (lab/rm_probe.py)
 A stage that finished leaves its marker (policy/warm_start.json, verifyrm/train_summary.json) and is skipped
 on a resume; an unfinished one is redone.
 """
@@ -76,7 +76,9 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
 
 
 def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
-    """Train the starting VerifyRM with `cli.verifyrm train` (skipped when it finished before)."""
+    """Train the starting VerifyRM with `cli.verifyrm train` (skipped when it finished before, or given)."""
+    if preset.starting_rm:
+        return Path(preset.starting_rm)
     if (folder / "train_summary.json").is_file() and (folder / "best").is_dir():
         return folder / "best"
     argv = [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train", "--pretrain", str(_resolve_model(preset.rm_backbone)),
@@ -101,14 +103,18 @@ def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
     sentence = ANSWER_SENTENCE if preset.policy == WARM_START else BOXED_SENTENCE
     train, _ = split(problem_family(preset.task), preset.task.heldout)
     probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix)
-    return {"rm": str(rm), "sentence": sentence, **asdict(probe), "verdict": probe.verdict()}
+    return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, **asdict(probe), "verdict": probe.verdict()}
 
 
-def probe_starting_rm(preset: LabPreset, rm: Path) -> dict:
-    """`probe_preset_rm` of the lab's starting RM, cached in verifyrm/probe.json."""
-    cached = rm.parent / "probe.json"
+PROBE_VERSION = 2  # a cached probe.json of another version is redone (version 1 had no break-even accuracy)
+
+
+def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path) -> dict:
+    """`probe_preset_rm` of the lab's starting RM, cached in `cached` (verifyrm/probe.json)."""
     if cached.is_file():
-        return json.loads(cached.read_text(encoding="utf-8"))
+        record = json.loads(cached.read_text(encoding="utf-8"))
+        if record.get("version") == PROBE_VERSION:
+            return record
     record = probe_preset_rm(preset, rm)
     cached.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
@@ -119,11 +125,15 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps)
     policy, policy_info = prepare_policy(preset, root / "policy")
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
-    rm_summary = json.loads((rm.parent / "train_summary.json").read_text(encoding="utf-8"))
-    problem = starting_rm_problem(rm_summary)
-    if problem:
-        logger.warning(problem)
-    probe = probe_starting_rm(preset, rm)
+    if preset.starting_rm:
+        rm_summary = {"given": preset.starting_rm}
+    else:
+        rm_summary = json.loads((rm.parent / "train_summary.json").read_text(encoding="utf-8"))
+        problem = starting_rm_problem(rm_summary)
+        if problem:
+            logger.warning(problem)
+    (root / "verifyrm").mkdir(parents=True, exist_ok=True)
+    probe = probe_starting_rm(preset, rm, root / "verifyrm" / "probe.json")
     logger.info("starting VerifyRM probe: %s", probe["verdict"])
     return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary,
                                                        "rm_probe": probe}

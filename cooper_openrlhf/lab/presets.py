@@ -52,6 +52,7 @@ class LabPreset:
     rm_max_length: int = 128
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
+    starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
 
     def with_overrides(self, **changes) -> "LabPreset":
