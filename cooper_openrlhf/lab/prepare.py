@@ -95,6 +95,9 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
     return folder / "best"
 
 
+PROBE_VERSION = 2  # a cached probe.json of another version is redone (version 1 had no break-even accuracy)
+
+
 def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
     """lab/rm_probe.py on the preset's RL prompts, in its policy's answer sentence -> a JSON-able record."""
     from cooper_openrlhf.lab.rm_probe import BOXED_SENTENCE, probe_rm
@@ -104,9 +107,6 @@ def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
     train, _ = split(problem_family(preset.task), preset.task.heldout)
     probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix)
     return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, **asdict(probe), "verdict": probe.verdict()}
-
-
-PROBE_VERSION = 2  # a cached probe.json of another version is redone (version 1 had no break-even accuracy)
 
 
 def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path) -> dict:
