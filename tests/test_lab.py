@@ -21,6 +21,7 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--seeds", "0"], "--seeds must be >= 1, got 0"),
     (["--steps", "-1"], "--steps must be >= 1"),
     (["--rm", "/nonexistent/rm"], "--rm /nonexistent/rm: not a model folder"),
+    (["--rm-lr", "0"], "--rm-lr must be > 0"),
 ])
 def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -34,6 +35,10 @@ def test_overrides_replace_the_presets_values_and_nothing_else():
     assert (args.preset_obj.arms, args.preset_obj.seeds, args.preset_obj.steps) == (("static", "cooper_rollout"), 2, 5)
     assert args.preset_obj.with_overrides(arms=full.arms, seeds=full.seeds, steps=full.steps) == full
     assert args.out.name == "lab-full"
+    faster_rm = lab_cli.parse_args(["--preset", "full", "--rm-lr", "3e-4"]).preset_obj
+    assert faster_rm.rm_lr == 3e-4 and faster_rm.with_overrides(rm_lr=full.rm_lr) == full
+    assert "--cooper.rm_lr" in (argv := train_cooper_argv(faster_rm, _files(Path("/lab")), "cooper", 0)) and \
+        argv[argv.index("--cooper.rm_lr") + 1] == "0.0003"
 
 
 def _files(tmp_path: Path) -> LabFiles:
