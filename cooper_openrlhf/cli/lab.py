@@ -4,6 +4,7 @@
   python -m cooper_openrlhf.cli.lab --preset full --out runs/lab   # 5 arms x 3 seeds
   python -m cooper_openrlhf.cli.lab --preset full --prepare-only   # task, policy, starting RM and its probe only
   python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
+  python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
 
 Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
 then every arm x seed as a real `train_cooper` run (lab/runner.py), then `cli.report` over the runs
