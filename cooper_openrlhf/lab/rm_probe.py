@@ -49,7 +49,7 @@ class KindStats:
 @dataclass(frozen=True)
 class RMProbe:
     prompts: int
-    truth_reward: float  # mean score of the verified-correct answer: what an always-right policy earns
+    truth_reward: float  # mean of each prompt's best-paid verified-correct candidate: an always-right policy's pay
     wrong_reward: float  # mean score of a wrong answer
     best_reward: float  # mean of each prompt's highest score
     best_accuracy: float  # share of prompts whose highest-scored candidate is verified correct
@@ -106,6 +106,10 @@ def candidates(problem: MathProblem, template: str) -> list[Candidate]:
             for kind, text in _sentences(template, problem.reference)]
 
 
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
 def summarize(per_prompt: Sequence[Sequence[Candidate]], scores: Sequence[Sequence[float]]) -> RMProbe:
     """Pure: candidates and their RM scores (same shapes) -> RMProbe. A prompt with no correct candidate is skipped."""
     if len(per_prompt) != len(scores) or any(len(c) != len(s) for c, s in zip(per_prompt, scores)):
@@ -130,7 +134,6 @@ def summarize(per_prompt: Sequence[Sequence[Candidate]], scores: Sequence[Sequen
                 above_by_kind[c.kind].append(s > truth)
     if not truths:
         raise ValueError("summarize: no prompt has a verified-correct candidate")
-    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     if not by_kind["wrong"] or not by_universal:
         raise ValueError("summarize: the probe needs wrong and answerless candidates")
     kinds = {k: KindStats(mean(by_kind[k]), mean(above_by_kind[k])) for k in KINDS if by_kind[k]}
