@@ -242,3 +242,35 @@ def test_alarm_timing_gives_held_out_accuracy_the_guard_had_seen_when_it_first_a
     assert (timing.first, timing.at_first_alarm, timing.lowest, timing.lowest_step) == (0.40, 0.40, 0.05, 6)
     assert alarm_timing({"eval/accuracy": [(2, 0.4)]}).at_first_alarm is None  # never alarmed
     assert alarm_timing({"cooper/hacking_alarm": [(1, 1.0)]}).first is None  # never evaluated
+
+
+def test_rollout_window_gives_what_the_policy_wrote_and_was_paid_over_the_steps_asked(tmp_path, capsys):
+    import json
+
+    from cooper_openrlhf.cli.rollouts import main as rollouts_main
+    from cooper_openrlhf.report.rollouts import rollout_window
+
+    rows = [{"step": 1, "completion": "The answer is 4.", "verified": True, "reward": 0.9},
+            {"step": 2, "completion": "The answer is.", "verified": False, "reward": 0.8},
+            {"step": 2, "completion": "The answer is.", "verified": False, "reward": 0.6},
+            {"step": 3, "completion": "The answer is 5.", "verified": True, "reward": 0.4}]
+    window = rollout_window(rows, 2, 3, top=1)
+    assert (window.rollouts, window.verified) == (3, pytest.approx(1 / 3))
+    assert window.mean_reward == pytest.approx(0.6)
+    assert (window.reward_verified, window.reward_unverified) == (pytest.approx(0.4), pytest.approx(0.7))
+    assert window.common == [("The answer is.", 2)]
+    assert window.best_paid == [("The answer is.", 0.8, False)]
+    with pytest.raises(ValueError, match="no rollout logged at steps 7-9"):
+        rollout_window(rows, 7, 9)
+
+    run = tmp_path / "static_seed0" / "samples"
+    run.mkdir(parents=True)
+    (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert rollouts_main([str(tmp_path / "static_seed0")]) == 0  # default: the last three logged steps
+    assert "steps 1-3: 4 rollouts, mean reward 0.675, verified 0.50" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        rollouts_main([str(tmp_path / "static_seed0"), "--steps", "5-2"])
+    assert "the first step comes after the last" in capsys.readouterr().err
+    (run / "rollouts.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ValueError, match="rollouts.jsonl, line 1: not a rollout row"):
+        rollouts_main([str(tmp_path / "static_seed0")])

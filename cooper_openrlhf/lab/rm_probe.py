@@ -75,13 +75,12 @@ def break_even(universal: float, right: float, wrong: float) -> float:
     return min(1.0, max(0.0, (universal - wrong) / (right - wrong)))
 
 
-def format_kinds(kinds: dict) -> str:
-    """Markdown table of a probe's per-kind stats (KindStats, or their dicts as a probe.json holds them)."""
+def format_kinds(kinds: dict[str, dict]) -> str:
+    """Markdown table of a probe record's per-kind stats (`kinds` as probe.json holds them)."""
     rows = ["| output | mean RM score | wrong ones paid above the truth |", "|---|---|---|"]
     for kind, stats in kinds.items():
-        mean_score, above = (stats["mean_score"], stats["above_truth"]) if isinstance(stats, dict) else (
-            stats.mean_score, stats.above_truth)
-        rows.append(f"| {kind} | {mean_score:.3f} | {'-' if kind == 'right' else f'{above:.0%}'} |")
+        above = "-" if kind == "right" else f"{stats['above_truth']:.0%}"
+        rows.append(f"| {kind} | {stats['mean_score']:.3f} | {above} |")
     return "\n".join(rows)
 
 

@@ -12,9 +12,7 @@ Order, as in training: the trainer evaluates on the held-out set after a step's 
 from dataclasses import dataclass
 
 from cooper_openrlhf.algo.hacking import HELDOUT_PREFIX, HELDOUT_SAMPLES, HackingMonitor, HackingMonitorConfig, HackingVerdict
-
-Series = list[tuple[int, float]]  # (step, value), as report.runs.read_scalars returns them
-ALARM = "cooper/hacking_alarm"
+from cooper_openrlhf.report.aggregate import Scalars, alarm_steps
 
 
 @dataclass
@@ -34,7 +32,7 @@ class Replay:
         return sorted({reason[0] for _, v in self.verdicts for reason in v.reasons if not reason.startswith("supporting")})
 
 
-def replay_monitor(scalars: dict[str, Series], config: HackingMonitorConfig,
+def replay_monitor(scalars: Scalars, config: HackingMonitorConfig,
                    heldout_samples: float | None = None) -> Replay:
     """Feed a run's logged scalars (metric -> [(step, value)], `train/` prefix dropped) to a fresh monitor.
 
@@ -56,5 +54,4 @@ def replay_monitor(scalars: dict[str, Series], config: HackingMonitorConfig,
             verdicts.append((step, monitor.update(step, {**per_step[step], **pending_eval})))
             pending_eval = {}
         pending_eval.update(evals.get(step, {}))  # logged after this step's metrics: the guard sees it next step
-    logged = [step for step, value in scalars.get(ALARM, []) if value > 0]
-    return Replay(verdicts, logged)
+    return Replay(verdicts, alarm_steps(scalars))

@@ -108,6 +108,20 @@ def read_scalars(run_dir: Path) -> dict[str, Series]:
     return {name: merge_points(values) for name, values in sorted(points.items())}
 
 
+def iter_rollouts(path: Path):
+    """The rows of a rollouts.jsonl, `step` / `verified` / `reward` typed; a bad row fails naming file and line."""
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                row.update(step=int(row["step"]), verified=bool(row["verified"]), reward=float(row["reward"]))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ValueError(f"{path}, line {line_number}: not a rollout row ({exc})") from None
+            yield row
+
+
 def read_rollout_log(run_dir: Path) -> RolloutLog | None:
     """Counts over the run's rollouts.jsonl (and pairs.jsonl beside it), or None without one."""
     found = sorted(run_dir.rglob("rollouts.jsonl"))
@@ -115,23 +129,16 @@ def read_rollout_log(run_dir: Path) -> RolloutLog | None:
         return None
     log = RolloutLog(path=str(found[0]))
     steps = set()
-    with open(found[0], encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                step, verified, reward = int(row["step"]), bool(row["verified"]), float(row["reward"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{found[0]}, line {line_number}: not a rollout row ({exc})") from None
-            steps.add(step)
-            log.rollouts += 1
-            log.verified += verified
-            log.rewarded_unverified += reward >= 0.5 and not verified
-            if log.last_step is None or step > log.last_step:
-                log.last_step, log.last_step_rows = step, []
-            if step == log.last_step:
-                log.last_step_rows.append(row)
+    for row in iter_rollouts(found[0]):
+        step, verified, reward = row["step"], row["verified"], row["reward"]
+        steps.add(step)
+        log.rollouts += 1
+        log.verified += verified
+        log.rewarded_unverified += reward >= 0.5 and not verified
+        if log.last_step is None or step > log.last_step:
+            log.last_step, log.last_step_rows = step, []
+        if step == log.last_step:
+            log.last_step_rows.append(row)
     log.steps = len(steps)
     pairs = found[0].parent / "pairs.jsonl"
     if pairs.is_file():

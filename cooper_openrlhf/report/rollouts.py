@@ -1,0 +1,42 @@
+"""What a run's policy wrote over a window of steps, from its rollout log (`samples/rollouts.jsonl`).
+
+The figures docs/lab.md quotes beside each run (most common rollouts at steps 38-40, their mean RM reward, the
+verified share, what right and wrong rollouts were paid, the highest-paid ones) come from here:
+`python -m cooper_openrlhf.cli.rollouts RUN_DIR... --steps 38-40`.
+"""
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass
+class RolloutWindow:
+    first: int
+    last: int
+    rollouts: int
+    mean_reward: float
+    verified: float  # share of the window's rollouts the rule verifier marked correct
+    reward_verified: float | None  # mean reward of the verified ones (None: there were none)
+    reward_unverified: float | None
+    common: list[tuple[str, int]]  # the most common completions, with their counts
+    best_paid: list[tuple[str, float, bool]]  # the highest-rewarded rollouts: completion, reward, verified
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def rollout_window(rows: Iterable[dict], first: int, last: int, top: int = 3) -> RolloutWindow:
+    """Pure: rollout rows (step, completion, verified, reward) -> their summary over steps first..last."""
+    window = [row for row in rows if first <= row["step"] <= last]
+    if not window:
+        raise ValueError(f"no rollout logged at steps {first}-{last}")
+    rewards = [row["reward"] for row in window]
+    best = sorted(window, key=lambda row: -row["reward"])[:top]
+    return RolloutWindow(
+        first, last, len(window), _mean(rewards), sum(row["verified"] for row in window) / len(window),
+        _mean([row["reward"] for row in window if row["verified"]]),
+        _mean([row["reward"] for row in window if not row["verified"]]),
+        Counter(row["completion"] for row in window).most_common(top),
+        [(row["completion"], row["reward"], row["verified"]) for row in best])
