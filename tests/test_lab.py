@@ -22,6 +22,7 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--steps", "-1"], "--steps must be >= 1"),
     (["--rm", "/nonexistent/rm"], "--rm /nonexistent/rm: not a model folder"),
     (["--rm-lr", "0"], "--rm-lr must be > 0"),
+    (["--actor-lr", "0"], "--actor-lr must be > 0"),
 ])
 def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -39,6 +40,11 @@ def test_overrides_replace_the_presets_values_and_nothing_else():
     assert faster_rm.rm_lr == 3e-4 and faster_rm.with_overrides(rm_lr=full.rm_lr) == full
     assert "--cooper.rm_lr" in (argv := train_cooper_argv(faster_rm, _files(Path("/lab")), "cooper", 0)) and \
         argv[argv.index("--cooper.rm_lr") + 1] == "0.0003"
+    slower_policy = lab_cli.parse_args(["--preset", "full", "--actor-lr", "1e-4"]).preset_obj
+    assert slower_policy.with_overrides(actor_lr=full.actor_lr) == full
+    for arm in ("rule", "cooper"):  # every arm's policy, not only the RM arms'
+        argv = train_cooper_argv(slower_policy, _files(Path("/lab")), arm, 0)
+        assert argv[argv.index("--actor.adam.lr") + 1] == "0.0001"
 
 
 def _files(tmp_path: Path) -> LabFiles:

@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a VerifyRM folder every RM arm starts from, instead of training the preset's recipe")
     parser.add_argument("--rm-lr", type=float, default=None,
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
+    parser.add_argument("--actor-lr", type=float, default=None,
+                        help="the policy's learning rate, shared by every arm (default: the preset's)")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
     parser.add_argument("--prepare-only", action="store_true",
@@ -55,12 +57,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be >= 1, got {value}")
-    if args.rm_lr is not None and not args.rm_lr > 0:
-        parser.error(f"--rm-lr must be > 0, got {args.rm_lr}")
+    for flag, value in (("--rm-lr", args.rm_lr), ("--actor-lr", args.actor_lr)):
+        if value is not None and not value > 0:
+            parser.error(f"{flag} must be > 0, got {value}")
     if args.rm is not None and not (args.rm / "config.json").is_file():
         parser.error(f"--rm {args.rm}: not a model folder (no config.json)")
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
-                                            starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr)
+                                            starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
+                                            actor_lr=args.actor_lr)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
     return args
 
