@@ -120,6 +120,31 @@ def test_a_failed_run_is_recorded_with_its_log_reported_as_failed_and_a_done_run
     assert f"**failed**: exit status {info['exit']}; log: {info['log']}" in (tmp_path / "r" / "report.md").read_text()
 
 
+def _scripted_run(marker: Path, first_output: str) -> list[str]:
+    """A command standing in for train_cooper: prints `first_output` and fails on its first start, then succeeds."""
+    code = (f"import pathlib, sys; m = pathlib.Path({str(marker)!r})\n"
+            f"if m.exists(): print('trained'); sys.exit(0)\n"
+            f"m.touch(); print({first_output!r}); sys.exit(1)")
+    return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize("first_output, status, attempts", [
+    ("torch.distributed.DistNetworkError: ... EADDRINUSE, message: address already in use", "done", 2),
+    ("ValueError: --reward.model_name_or_path is not a model", "failed", 1),  # a real error is not retried
+])
+def test_only_a_lost_master_port_race_is_started_once_more(first_output, status, attempts, tmp_path, monkeypatch):
+    from cooper_openrlhf.lab import runner
+
+    marker = tmp_path / "started-once"
+    monkeypatch.setattr(runner, "train_cooper_argv", lambda *a: _scripted_run(marker, first_output))
+    info = run_arm(PRESETS["tiny"], _files(tmp_path), "static", seed=0)
+    run = _files(tmp_path).run_dir("static", 0)
+    assert info["status"] == status and read_info(run) == info
+    assert (run / "run.port-race.log").is_file() == (attempts == 2)
+    if attempts == 2:  # the first attempt's log is kept beside the second's
+        assert "EADDRINUSE" in (run / "run.port-race.log").read_text() and "trained" in (run / "run.log").read_text()
+
+
 def test_presets_are_sized_in_the_documented_order():
     assert PRESETS["quick"].arms == ("rule", "static", "cooper") and PRESETS["quick"].seeds == 1
     assert PRESETS["full"].arms == ARMS and PRESETS["full"].seeds >= 3

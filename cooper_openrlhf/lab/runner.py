@@ -21,6 +21,10 @@ from cooper_openrlhf.lab.presets import LabPreset, arm_flags
 logger = logging.getLogger(__name__)
 
 RUN_INFO = "run_info.json"  # the name report/runs.py reads
+# OpenRLHF picks its torch.distributed master port by binding port 0 and releasing it (launcher._get_free_port):
+# another process can take that port before DeepSpeed listens on it. Seen once in 24 lab runs (docs/lab.md, run 6):
+# such a run failed before its first step, through no fault of its own, so the lab starts it once more.
+PORT_RACE = "EADDRINUSE"
 # DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache: only where torch sees no CUDA.
 CPU_ENVIRONMENT = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
@@ -99,6 +103,17 @@ def _write_info(run: Path, info: dict) -> None:
     tmp.replace(run / RUN_INFO)
 
 
+def _launch(argv: list[str], log: Path, timeout_s: float | None) -> int:
+    """Run `argv` with its whole output in `log`; its exit status (-9 when killed at `timeout_s`)."""
+    with open(log, "w", encoding="utf-8") as out:
+        try:
+            return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()},
+                                  timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\n[lab] killed after {timeout_s:.0f} s\n")
+            return -9
+
+
 def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: float | None = None) -> dict:
     """Run (or skip, when already done) one arm x seed; returns its run_info. Never raises for a failed run."""
     run = files.run_dir(arm, seed)
@@ -114,13 +129,13 @@ def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: 
     argv = train_cooper_argv(preset, files, arm, seed)
     (run / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
     started = time.perf_counter()
-    with open(log, "w", encoding="utf-8") as out:
-        try:
-            status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()},
-                                    timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            out.write(f"\n[lab] killed after {timeout_s:.0f} s\n")
-            status = -9
+    status = _launch(argv, log, timeout_s)
+    if status != 0 and PORT_RACE in log.read_text(encoding="utf-8", errors="replace"):
+        log.replace(run / "run.port-race.log")
+        logger.warning("%s seed %d lost a race for its master port (%s); starting it once more", arm, seed, PORT_RACE)
+        for leftover in ("tensorboard", "samples", "ckpt", "final"):  # nothing of the first attempt mixes in
+            shutil.rmtree(run / leftover, ignore_errors=True)
+        status = _launch(argv, log, timeout_s)
     info.update(status="done" if status == 0 else "failed", exit=status, seconds=round(time.perf_counter() - started, 1))
     _write_info(run, info)
     if status != 0:
