@@ -3,7 +3,8 @@
 A run's folder is `<lab>/runs/<arm>_seed<k>/`: run.log (the whole output), tensorboard/ and samples/ (what the
 report reads), ckpt/. Its run_info.json says who it is and how it ended ({"arm", "seed", "status": "running" |
 "done" | "failed", "exit", "log", "seconds"}). A lab that is run again skips "done" runs and starts every other
-one afresh, so an interrupted lab resumes without redoing finished work, and a failed run is retried.
+one afresh, so an interrupted lab resumes without redoing finished work, and a failed run is retried. A run that
+lost a race for its master port (PORT_RACE below) is started once more at once.
 """
 
 import json
