@@ -44,9 +44,16 @@ def _by_arm(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
 
 
 def arm_colours(arms: Sequence[str]) -> dict[str, str]:
-    """A fixed colour per arm, in the order the arms first appear."""
-    palette = plt.get_cmap("tab10").colors
-    return {arm: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, arm in enumerate(arms)}
+    """A colour per arm: the lab's arms always their own (static is the same colour in every report, whichever arms
+    it holds), any other arm the next free colour in the order the arms first appear."""
+    from cooper_openrlhf.lab.presets import ARMS
+
+    palette = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors]
+    colours = {arm: palette[ARMS.index(arm)] for arm in arms if arm in ARMS}
+    free = [c for c in palette if c not in colours.values()] or palette
+    others = [arm for arm in arms if arm not in colours]
+    colours.update({arm: free[i % len(free)] for i, arm in enumerate(others)})
+    return colours
 
 
 def _plot_band(ax, curves, colour: str, label: str, markers: bool = False) -> bool:
