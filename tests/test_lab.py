@@ -148,6 +148,10 @@ def test_only_a_lost_master_port_race_is_started_once_more(first_output, status,
 def test_presets_are_sized_in_the_documented_order():
     assert PRESETS["quick"].arms == ("rule", "static", "cooper") and PRESETS["quick"].seeds == 1
     assert PRESETS["full"].arms == ARMS and PRESETS["full"].seeds >= 3
+    # The full preset's policy moves at half the quick one's rate for twice the steps (docs/lab.md, run 6), so
+    # the co-trained RM, at the same rate in both, gets twice the updates per unit of policy drift.
+    full, quick = PRESETS["full"], PRESETS["quick"]
+    assert (full.actor_lr, full.steps, full.rm_lr) == (quick.actor_lr / 2, quick.steps * 2, quick.rm_lr)
     assert PRESETS["tiny"].arms == ("static", "rule") and PRESETS["tiny"].steps == 2
     assert lab_presets.PRESETS["smollm2"].policy == "smollm2-135m-instruct"
 

@@ -122,6 +122,16 @@ def test_rule_arm_rewards_are_the_verified_flags_and_no_rm_metrics_exist(lab):
     assert not any(tag.startswith("train/cooper/rm_") or tag == "train/cooper/reward_hacking_gap" for tag in scalars)
 
 
+def test_every_arm_of_a_seed_trains_on_the_same_prompts_at_each_step(lab):
+    # The arms of one seed are a paired comparison: only the reward path differs, not which problems come when
+    # (the two runs are separate lab invocations, so separate processes).
+    def questions_per_step(run: Path) -> dict[int, list[str]]:
+        rows = _jsonl(run / "samples" / "rollouts.jsonl")
+        return {step: sorted(r["question"] for r in rows if r["step"] == step) for step in (1, 2)}
+
+    assert questions_per_step(lab["static"]) == questions_per_step(lab["rule"])
+
+
 def test_the_labs_report_gives_the_tensorboard_numbers(lab):
     out = lab["out"] / "report"
     for name in ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png"):

@@ -70,8 +70,10 @@ PRESETS: dict[str, LabPreset] = {
     # `make demo`: one seed of the three arms of the paper.
     "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=40,
                        task=_DIGITS, budget_minutes=15),
-    # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds.
-    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=40, task=_DIGITS),
+    # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds. The
+    # policy at half the quick preset's rate for twice its steps (docs/lab.md, run 6): the co-trained RM, whose
+    # rate is unchanged, gets twice the updates per unit of policy drift. Runs 1-5 used 3e-4 for 40 steps.
+    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4),
     # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers), sized to fit an hour on 2 cores: one
     # seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step of 16
     # rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes"). Its RM

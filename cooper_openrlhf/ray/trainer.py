@@ -82,6 +82,11 @@ class CooperPPOTrainer(_PPOTrainer):
 
     def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
                  reference_model_group, vllm_engines, pair_actor=None, **generate_kwargs):
+        # The base trainer builds the prompt dataloader. Outside torch.distributed (this trainer process) its
+        # RandomSampler seeds itself from torch's global RNG, which nothing seeds here, so one --train.seed gave
+        # every run its own prompt order (seen in the lab: the same arm and seed drew other step-1 prompts in
+        # each run). Seeded, a seed is one prompt order, the same in every arm.
+        torch.manual_seed(strategy.args.train.seed)
         # The base trainer gets no reward group: its experience maker must never run a frozen RM forward
         # (it raises if a sample reaches it without rewards).
         super().__init__(pretrain, strategy, actor_model_group, critic_model_group, None, reference_model_group,
