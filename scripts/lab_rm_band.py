@@ -7,17 +7,39 @@ the policy can reach above what the policy earns now (lab/rm_probe.py: the break
 
     python -m cooper_openrlhf.cli.lab --preset full --prepare-only --out runs/lab-full    # the task data
     python scripts/lab_rm_band.py runs/lab-full runs/rm-band [--preset full] [--recipes 1:2e-4,2:2e-4]
+    python scripts/lab_rm_band.py runs/lab-full runs/rm-band-elsewhere --wrong-elsewhere --recipes 1:2e-4,2:2e-4
+
+--wrong-elsewhere asks whether a spurious cue gives the RM a blind spot: the policy's answer sentence ("The answer
+is N.") then carries only right answers in the RM's data (each wrong answer written in it moves to another of
+the data's templates, so both labels keep their counts), as if the RM's correct examples came from a model that
+writes like the policy. docs/lab.md ("After run 3") gives what it did.
 """
 
 import argparse
 import json
+import random
 from pathlib import Path
 
 from cooper_openrlhf.lab.prepare import prepare_rm, probe_preset_rm
 from cooper_openrlhf.lab.presets import PRESETS
+from cooper_openrlhf.lab.task import COMPLETION_TEMPLATES
+from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
 
 # From the lab's recipe (1 epoch at 2e-4, run 2) towards run 1's (2 epochs at 2e-4), and gentler learning rates.
 DEFAULT_RECIPES = "1:1e-4,1:2e-4,1:4e-4,2:5e-5,2:1e-4,2:2e-4,3:5e-5"
+
+
+def wrong_answers_elsewhere(rows: list[dict], seed: int = 0) -> list[dict]:
+    """`rows` with every wrong answer written in the policy's sentence moved into another completion template."""
+    stem = ANSWER_SENTENCE.split("{answer}")[0]
+    others = [t for t in COMPLETION_TEMPLATES if not t.startswith(stem)]
+    rng, moved = random.Random(seed), []
+    for row in rows:
+        if row["label"] == 0 and row["completion"].startswith(stem):
+            wrong = row["completion"][len(stem):].rstrip(".")
+            row = {**row, "completion": rng.choice(others).format(question=row["question"], answer=wrong)}
+        moved.append(row)
+    return moved
 
 
 def main() -> None:
@@ -26,10 +48,17 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="where the RMs and band.json go")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
     parser.add_argument("--recipes", default=DEFAULT_RECIPES, help="epochs:lr, comma-separated")
+    parser.add_argument("--wrong-elsewhere", action="store_true",
+                        help="no wrong answer in the policy's answer sentence in the RM's data (module docstring)")
     args = parser.parse_args()
     data = args.lab / "data" / "rm_triples.jsonl"
     if not data.is_file():
         parser.error(f"{data} is missing: prepare the lab first (cli.lab --prepare-only --out {args.lab})")
+    if args.wrong_elsewhere:
+        args.out.mkdir(parents=True, exist_ok=True)
+        rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
+        data = args.out / "rm_triples.jsonl"
+        data.write_text("".join(json.dumps(row) + "\n" for row in wrong_answers_elsewhere(rows)), encoding="utf-8")
     preset, rows = PRESETS[args.preset], []
     print("| epochs | lr | RM accuracy (held-out triples) | right answer paid | wrong answer paid | best answerless text, "
           "paid | break-even accuracy | best-paid output right |\n|---|---|---|---|---|---|---|---|", flush=True)
