@@ -33,6 +33,8 @@ How it departs from the paper and its official recipe:
   masked out and counted, never dropped silently; non-finite RM steps are skipped.
 - The RM reads (raw question, reference, completion) text, never the policy's chat-templated prompt: the
   raw question is recovered from the dataset (`prompt_question_map`) and a prompt it cannot recover fails.
+And from stock OpenRLHF: `--train.seed` fixes the prompt order (stock leaves the trainer's prompt sampler seeded
+from an unseeded RNG, so each run drew its own order and the arms of one seed trained on different problems).
 """
 
 import math
