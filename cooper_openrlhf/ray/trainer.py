@@ -87,7 +87,8 @@ class CooperPPOTrainer(_PPOTrainer):
         # The base trainer builds the prompt dataloader. Outside torch.distributed (this trainer process) its
         # RandomSampler seeds itself from torch's global RNG, which nothing seeds here, so one --train.seed gave
         # every run its own prompt order (seen in the lab: the same arm and seed drew other step-1 prompts in
-        # each run). Seeded, a seed is one prompt order, the same in every arm.
+        # each run). Seeded, a seed is one prompt order, the same in every arm. Upstream: OpenRLHF PR #1355
+        # (open) seeds that sampler from the strategy's seed; this line goes once it is in a release we pin.
         torch.manual_seed(strategy.args.train.seed)
         # The base trainer gets no reward group: its experience maker must never run a frozen RM forward
         # (it raises if a sample reaches it without rewards).
