@@ -1,9 +1,8 @@
 """OpenRLHF's stock Ray actors on a local CPU cluster: the reward-model group and CPU vLLM engines."""
 
-import socket
-
 import pytest
 import torch
+import torch.distributed as dist
 
 pytestmark = pytest.mark.slow
 
@@ -86,12 +85,13 @@ def test_cpu_vllm_engine_generates_and_takes_weight_updates_over_gloo(ray_cluste
         original = generate()
         assert len(original) == 12
 
-        # OpenRLHF's sync protocol: the trainer is rank 0 of a stateless group with the engine's workers.
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        joined = engine.init_process_group.remote("127.0.0.1", port, 1, 2, "openrlhf", "gloo", False)
-        group = GlooBroadcastGroup("127.0.0.1", port, rank=0, world_size=2)
+        # OpenRLHF's sync protocol: the trainer is rank 0 of a stateless group with the engine's workers. The
+        # trainer's store listens before the engine is told its port: a port probed free and then closed can be
+        # taken meanwhile (a CI run failed on EADDRINUSE), and a client dialling a closed local port can even
+        # connect to itself on it.
+        store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
+        joined = engine.init_process_group.remote("127.0.0.1", store.port, 1, 2, "openrlhf", "gloo", False)
+        group = GlooBroadcastGroup(store, rank=0, world_size=2)
         ray_cluster.get(joined)
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[run_dtype])  # the actor, in the run dtype

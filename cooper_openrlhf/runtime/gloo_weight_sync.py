@@ -16,9 +16,8 @@ import torch.distributed as dist
 class GlooBroadcastGroup:
     """World = DeepSpeed rank 0 (rank 0) + every vLLM worker; `broadcast` is blocking."""
 
-    def __init__(self, master_address: str, master_port: int, rank: int, world_size: int, timeout_s: float = 600):
+    def __init__(self, store: dist.Store, rank: int, world_size: int, timeout_s: float = 600):
         timeout = timedelta(seconds=timeout_s)
-        store = dist.TCPStore(master_address, master_port, world_size, is_master=(rank == 0), timeout=timeout)
         # The prefix keeps this group's keys apart from anything else sharing the store's port.
         self._pg = dist.ProcessGroupGloo(dist.PrefixStore("cooper_weight_sync", store), rank, world_size, timeout)
         self._store = store  # the store must outlive the group
@@ -32,6 +31,9 @@ class GlooBroadcastGroup:
         self._pg.broadcast([tensor], opts).wait()
 
 
-def stateless_init_gloo_group(master_address, master_port, rank, world_size, device=None) -> GlooBroadcastGroup:
+def stateless_init_gloo_group(master_address, master_port, rank, world_size, device=None,
+                              timeout_s: float = 600) -> GlooBroadcastGroup:
     """Drop-in for `openrlhf.utils.distributed_util.stateless_init_process_group` (same arguments)."""
-    return GlooBroadcastGroup(master_address, int(master_port), rank, world_size)
+    store = dist.TCPStore(master_address, int(master_port), world_size, is_master=(rank == 0),
+                          timeout=timedelta(seconds=timeout_s))
+    return GlooBroadcastGroup(store, rank, world_size, timeout_s)
