@@ -13,6 +13,11 @@ the policy can reach above what the policy earns now (lab/rm_probe.py: the break
 is N.") then carries only right answers in the RM's data (each wrong answer written in it moves to another of
 the data's templates, so both labels keep their counts), as if the RM's correct examples came from a model that
 writes like the policy. docs/lab.md ("After run 3") gives what it did.
+
+--right-share P asks whether a skewed label prior does: the RM's data keep every right row and only as many wrong
+rows as make right a share P of them, as if the completions came from models that mostly solve these problems
+(the paper's VerifyRM data were sampled from capable models). An RM that learned "mostly right" as its prior may
+pay text it has no opinion about, such as a completion with no answer, by that prior.
 """
 
 import argparse
@@ -42,6 +47,14 @@ def wrong_answers_elsewhere(rows: list[dict], seed: int = 0) -> list[dict]:
     return moved
 
 
+def right_share(rows: list[dict], share: float, seed: int = 0) -> list[dict]:
+    """Every right row of `rows` and a seeded sample of the wrong ones, so that right rows are `share` of the result."""
+    wrong = [i for i, row in enumerate(rows) if row["label"] == 0]
+    right = len(rows) - len(wrong)
+    keep = set(random.Random(seed).sample(wrong, min(len(wrong), round(right * (1 - share) / share))))
+    return [row for i, row in enumerate(rows) if row["label"] == 1 or i in keep]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("lab", type=Path, help="a lab folder holding data/rm_triples.jsonl")
@@ -50,15 +63,21 @@ def main() -> None:
     parser.add_argument("--recipes", default=DEFAULT_RECIPES, help="epochs:lr, comma-separated")
     parser.add_argument("--wrong-elsewhere", action="store_true",
                         help="no wrong answer in the policy's answer sentence in the RM's data (module docstring)")
+    parser.add_argument("--right-share", type=float, default=None,
+                        help="keep only enough wrong rows that right ones are this share of the RM's data (docstring)")
     args = parser.parse_args()
     data = args.lab / "data" / "rm_triples.jsonl"
     if not data.is_file():
         parser.error(f"{data} is missing: prepare the lab first (cli.lab --prepare-only --out {args.lab})")
-    if args.wrong_elsewhere:
+    if args.wrong_elsewhere or args.right_share is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
+        if args.wrong_elsewhere:
+            rows = wrong_answers_elsewhere(rows)
+        if args.right_share is not None:
+            rows = right_share(rows, args.right_share)
         data = args.out / "rm_triples.jsonl"
-        data.write_text("".join(json.dumps(row) + "\n" for row in wrong_answers_elsewhere(rows)), encoding="utf-8")
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     preset, rows = PRESETS[args.preset], []
     print("| epochs | lr | RM accuracy (held-out triples) | right answer paid | wrong answer paid | best answerless text, "
           "paid | break-even accuracy | best-paid output right |\n|---|---|---|---|---|---|---|---|", flush=True)

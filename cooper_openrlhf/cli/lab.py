@@ -5,6 +5,7 @@
   python -m cooper_openrlhf.cli.lab --preset full --prepare-only   # task, policy, starting RM and its probe only
   python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
   python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
+  python -m cooper_openrlhf.cli.lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
 
 Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
 then every arm x seed as a real `train_cooper` run (lab/runner.py), then `cli.report` over the runs
@@ -39,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "'warm-start' = the tiny Qwen2 the lab fine-tunes itself)")
     parser.add_argument("--rm", type=Path, default=None,
                         help="a VerifyRM folder every RM arm starts from, instead of training the preset's recipe")
+    parser.add_argument("--rm-pair-steps", type=int, default=None,
+                        help="steps of the starting RM's pair stage (lab/pair_stage.py; 0: the BCE recipe's RM as it "
+                             "is; default: the preset's). Ignored with --rm")
     parser.add_argument("--rm-lr", type=float, default=None,
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
@@ -57,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be >= 1, got {value}")
+    if args.rm_pair_steps is not None and args.rm_pair_steps < 0:
+        parser.error(f"--rm-pair-steps must be >= 0, got {args.rm_pair_steps}")
     for flag, value in (("--rm-lr", args.rm_lr), ("--actor-lr", args.actor_lr)):
         if value is not None and not value > 0:
             parser.error(f"{flag} must be > 0, got {value}")
@@ -64,7 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--rm {args.rm}: not a model folder (no config.json)")
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
-                                            actor_lr=args.actor_lr)
+                                            actor_lr=args.actor_lr,
+                                            # A given RM is used as it is: no stage of the recipe applies to it.
+                                            rm_pair_steps=0 if args.rm else args.rm_pair_steps)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
     return args
 
@@ -95,6 +103,8 @@ def arm_trends(runs) -> list[str]:
 # models, the step budget, learning rates...) would mix runs of two configurations in one report.
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
+# Settings added after lab folders were written, with the value that reproduces a folder written before them.
+SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_lr": 1e-4, "rm_pair_candidates": 8}
 
 
 def check_same_setup(out: Path, preset) -> None:
@@ -104,7 +114,7 @@ def check_same_setup(out: Path, preset) -> None:
     if not path.is_file():
         path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         return
-    before = json.loads(path.read_text(encoding="utf-8"))
+    before = {**SETTINGS_ADDED, **json.loads(path.read_text(encoding="utf-8"))}
     changed = sorted(k for k in before.keys() | settings.keys() if before.get(k) != settings.get(k))
     if changed:
         diff = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}" for k in changed)

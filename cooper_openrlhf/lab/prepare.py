@@ -3,10 +3,12 @@
   data/      the task files (lab/task.py), rewritten each time (deterministic, so identical)
   policy/    the warm-started tiny policy (lab/warm_start.py), or nothing when --policy names a model
   verifyrm/  the starting VerifyRM, trained by the package's own recipe tool (`cli.verifyrm train`, BCE on
-             rule-labelled triples); verifyrm/best is the RM every RM arm starts from (unless `--rm` gives
-             one); verifyrm/probe.json what a policy maximising it would write (lab/rm_probe.py)
-A stage that finished leaves its marker (policy/warm_start.json, verifyrm/train_summary.json) and is skipped
-on a resume; an unfinished one is redone.
+             rule-labelled triples) into verifyrm/best, then (rm_pair_steps > 0) given Cooper's pair loss on
+             answer pairs from several seeds into verifyrm/pairs/seed<k>, of which verifyrm/pairs/chosen.json
+             names the one every RM arm starts from (lab/pair_stage.py); `--rm` gives one instead.
+             verifyrm/probe.json: what a policy maximising the starting RM would write (lab/rm_probe.py)
+A stage that finished leaves its marker (policy/warm_start.json, verifyrm/train_summary.json,
+verifyrm/pairs/seed<k>.json, verifyrm/pairs/chosen.json) and is skipped on a resume; an unfinished one is redone.
 """
 
 import json
@@ -17,6 +19,8 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+from tqdm import tqdm
 
 from cooper_openrlhf.lab.presets import WARM_START, LabPreset
 from cooper_openrlhf.lab.runner import LabFiles, run_environment
@@ -95,15 +99,56 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
     return folder / "best"
 
 
+def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_accuracy: float) -> tuple[Path, dict]:
+    """lab/pair_stage.py: `rm_pair_candidates` seeds of the pair stage from `bce_rm`, each probed; the candidate
+    with the largest climb on offer to a policy right on `policy_accuracy` of the prompts is the starting RM."""
+    from cooper_openrlhf.lab.pair_stage import blindest, climb_on_offer, train_on_pairs
+
+    chosen = folder / "chosen.json"
+    if chosen.is_file():
+        record = json.loads(chosen.read_text(encoding="utf-8"))
+        return folder / f"seed{record['seed']}", record
+    folder.mkdir(parents=True, exist_ok=True)
+    train, _ = split(problem_family(preset.task), preset.task.heldout)
+    candidates = []
+    for seed in tqdm(range(preset.rm_pair_candidates), desc="starting RM: pair-stage candidates", unit="RM"):
+        marker = folder / f"seed{seed}.json"
+        if not marker.is_file():
+            metrics = train_on_pairs(bce_rm, folder / f"seed{seed}", train, answer_sentence(preset),
+                                     steps=preset.rm_pair_steps, lr=preset.rm_pair_lr,
+                                     pairs_per_step=preset.prompts_per_step, seed=seed,
+                                     prompt_suffix=preset.task.prompt_suffix, max_length=preset.rm_max_length)
+            probe = probe_preset_rm(preset, folder / f"seed{seed}")
+            marker.write_text(json.dumps({"seed": seed, "last_step": metrics, "probe": probe}, indent=2) + "\n",
+                              encoding="utf-8")
+        candidates.append(json.loads(marker.read_text(encoding="utf-8")))
+    best = blindest([c["probe"] for c in candidates], policy_accuracy)
+    record = {"seed": best, "policy_accuracy": policy_accuracy, "bce_rm": str(bce_rm),
+              "bce_probe": probe_preset_rm(preset, bce_rm),
+              "candidates": [{"seed": c["seed"], "climb": round(climb_on_offer(c["probe"], policy_accuracy), 4),
+                              "verdict": c["probe"]["verdict"]} for c in candidates]}
+    chosen.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    logger.info("starting RM: pair-stage seed %d of %d, climb on offer %.3f at accuracy %.2f", best, len(candidates),
+                record["candidates"][best]["climb"], policy_accuracy)
+    return folder / f"seed{best}", record
+
+
 PROBE_VERSION = 2  # a cached probe.json of another version is redone (version 1 had no break-even accuracy)
+
+
+def answer_sentence(preset: LabPreset) -> str:
+    """The sentence the preset's policy answers in (an `{answer}` field): the warm start's, else a boxed one."""
+    from cooper_openrlhf.lab.rm_probe import BOXED_SENTENCE
+    from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
+
+    return ANSWER_SENTENCE if preset.policy == WARM_START else BOXED_SENTENCE
 
 
 def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
     """lab/rm_probe.py on the preset's RL prompts, in its policy's answer sentence -> a JSON-able record."""
-    from cooper_openrlhf.lab.rm_probe import BOXED_SENTENCE, probe_rm
-    from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
+    from cooper_openrlhf.lab.rm_probe import probe_rm
 
-    sentence = ANSWER_SENTENCE if preset.policy == WARM_START else BOXED_SENTENCE
+    sentence = answer_sentence(preset)
     train, _ = split(problem_family(preset.task), preset.task.heldout)
     probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix)
     return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, **asdict(probe), "verdict": probe.verdict()}
@@ -113,7 +158,7 @@ def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path) -> dict:
     """`probe_preset_rm` of the lab's starting RM, cached in `cached` (verifyrm/probe.json)."""
     if cached.is_file():
         record = json.loads(cached.read_text(encoding="utf-8"))
-        if record.get("version") == PROBE_VERSION:
+        if record.get("version") == PROBE_VERSION and record.get("rm") == str(rm):
             return record
     record = probe_preset_rm(preset, rm)
     cached.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -132,6 +177,9 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
         problem = starting_rm_problem(rm_summary)
         if problem:
             logger.warning(problem)
+        if preset.rm_pair_steps > 0:
+            accuracy = policy_info.get("train_accuracy", preset.warm_start_accuracy)
+            rm, rm_summary["pair_stage"] = prepare_pair_stage(preset, rm, root / "verifyrm" / "pairs", accuracy)
     (root / "verifyrm").mkdir(parents=True, exist_ok=True)
     probe = probe_starting_rm(preset, rm, root / "verifyrm" / "probe.json")
     logger.info("starting VerifyRM probe: %s", probe["verdict"])

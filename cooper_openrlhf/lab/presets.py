@@ -50,6 +50,13 @@ class LabPreset:
     rm_epochs: int = 1  # 2 made an RM the tiny policy could not fool (docs/lab.md, "What the lab showed")
     rm_lr_pretrain: float = 2e-4
     rm_max_length: int = 128
+    # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
+    # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
+    # the probe keeps the one that pays the warm-started policy most for not answering. 0: the BCE recipe's RM
+    # as it is (runs 1-3 and 7 of docs/lab.md).
+    rm_pair_steps: int = 40
+    rm_pair_lr: float = 1e-4
+    rm_pair_candidates: int = 8
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
@@ -66,10 +73,10 @@ PRESETS: dict[str, LabPreset] = {
     "tiny": LabPreset("tiny", WARM_START, "tiny-qwen2-rm", False, ("static", "rule"), seeds=1, steps=2,
                       task=TaskSpec(family="digits", max_operand=5, heldout=6), prompts_per_step=4,
                       samples_per_prompt=4, eval_every=1, eval_samples=2, rm_epochs=1, rm_max_length=128,
-                      hacking_window=3, budget_minutes=10),
-    # `make demo`: one seed of the three arms of the paper.
+                      rm_pair_steps=2, rm_pair_candidates=2, hacking_window=3, budget_minutes=10),
+    # `make demo`: one seed of the three arms of the paper (4 starting-RM candidates, to stay inside 15 minutes).
     "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=40,
-                       task=_DIGITS, budget_minutes=15),
+                       task=_DIGITS, rm_pair_candidates=4, budget_minutes=15),
     # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds. The
     # policy at half the quick preset's rate for twice its steps (docs/lab.md, run 6): the co-trained RM, whose
     # rate is unchanged, gets twice the updates per unit of policy drift. Runs 1-5 used 3e-4 for 40 steps.
@@ -83,7 +90,8 @@ PRESETS: dict[str, LabPreset] = {
                          task=TaskSpec(family="words", max_operand=30, pool=400, heldout=16,
                                        prompt_suffix=" Solve it step by step, then give the final answer as \\boxed{N}."),
                          samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-6, eval_every=3,
-                         eval_samples=2, rm_lr_pretrain=5e-5, rm_max_length=512, hacking_window=4, budget_minutes=60),
+                         eval_samples=2, rm_lr_pretrain=5e-5, rm_max_length=512, rm_pair_steps=0, hacking_window=4,
+                         budget_minutes=60),
 }
 
 

@@ -62,12 +62,16 @@ def answer_example(problem: MathProblem, prompt_suffix: str = "") -> Example:
     return [{"role": "user", "content": problem.question + prompt_suffix}], answer_text(problem.reference)
 
 
+def slipped_answer(right: int, rng: random.Random) -> int:
+    """A plausible wrong answer: `right` moved by one of SLIPS, never below 0."""
+    return next(w for w in (right + rng.choice(SLIPS) for _ in range(100)) if w >= 0 and w != right)
+
+
 def rewrite_example(problem: MathProblem, rng: random.Random, prompt_suffix: str = "") -> Example:
     """Cooper's rewrite prompt for the correct answer, replied to with a plausible wrong one."""
     from cooper_openrlhf.algo.negatives import build_rewrite_messages
 
-    right = int(problem.reference)
-    wrong = next(w for w in (right + rng.choice(SLIPS) for _ in range(100)) if w >= 0 and w != right)
+    wrong = slipped_answer(int(problem.reference), rng)
     messages = build_rewrite_messages(problem.question + prompt_suffix, answer_text(problem.reference), problem.reference)
     return messages, answer_text(str(wrong))
 

@@ -1,0 +1,92 @@
+"""The starting RM's second stage: Cooper's pair loss on answer pairs, offline; the blindest candidate is kept.
+
+Why. The static arm shows the paper's signature only if its RM has a blind spot the policy can reach: some
+wrong output paid more than the policy earns now (lab/rm_probe.py). The lab's BCE recipe does not give one:
+MiniLM trained on rule-labelled triples is either flat or compares the answer with the reference and pays text
+without an answer like a wrong one (docs/lab.md, "After run 3"). The blind spot of run 4's RM came from
+co-training on the paper's pairs, whose positive and negative both carry an answer: the pairwise loss fixes
+only their difference, so what the RM pays text with no answer drifts where the updates happen to push it.
+
+What. Starting from the recipe's RM, `steps` updates of `algo.losses.pairwise_rm_loss` -- the Cooper RM update,
+at the Cooper arms' RM learning rate and prompts per step -- on pairs of the policy's answer sentence: the
+reference answer against a slip of it (the assistant's rewrite, lab/warm_start.py). This is what the RM of a
+Cooper run would learn from 40 steps of pairs without the policy moving. Where the answerless pay lands
+depends on the seed (docs/lab.md: of 8 seeds, ...), so the lab trains `candidates` seeds, probes each and
+keeps the one that pays the warm-started policy most for not answering (`climb_on_offer`): a worst case among
+RMs this procedure gives, chosen before any arm runs, and the same RM for every arm.
+
+`climb_on_offer` and `blindest` are pure; `train_on_pairs` runs torch on the CPU in fp32 (about 20 s for
+MiniLM at 40 steps of 4 pairs).
+"""
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cooper_openrlhf.data.records import MathProblem
+from cooper_openrlhf.lab.warm_start import slipped_answer
+
+
+@dataclass(frozen=True)
+class AnswerPair:
+    question: str  # as the RM reads it at RL time: the policy's prompt
+    reference: str
+    right: str  # the answer sentence with the reference answer
+    wrong: str  # the same sentence with a slip of it
+
+
+def answer_pairs(problems: Sequence[MathProblem], sentence: str, count: int, rng: random.Random,
+                 prompt_suffix: str = "") -> list[AnswerPair]:
+    """`count` pairs on problems drawn without replacement (`sentence` has an `{answer}` field)."""
+    pairs = []
+    for problem in rng.sample(list(problems), count):
+        wrong = slipped_answer(int(problem.reference), rng)
+        pairs.append(AnswerPair(problem.question + prompt_suffix, problem.reference,
+                                sentence.format(answer=problem.reference), sentence.format(answer=wrong)))
+    return pairs
+
+
+def train_on_pairs(rm_in: str | Path, out: Path, problems: Sequence[MathProblem], sentence: str, *, steps: int,
+                   lr: float, pairs_per_step: int, seed: int, prompt_suffix: str = "", max_length: int = 128) -> dict:
+    """`steps` AdamW updates of the RM at `rm_in` on fresh answer pairs; exported to `out`. Returns the last
+    step's metrics of the pair loss (loss, pair_accuracy, margin, valid)."""
+    import torch
+
+    from cooper_openrlhf.algo.losses import pairwise_rm_loss
+    from cooper_openrlhf.rm.model import export_rm, load_rm, render_and_encode, rm_logits
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model, tokenizer, template_version = load_rm(str(rm_in))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    metrics: dict = {}
+    for _ in range(steps):
+        pairs = answer_pairs(problems, sentence, pairs_per_step, rng, prompt_suffix)
+        questions, references = [p.question for p in pairs] * 2, [p.reference for p in pairs] * 2
+        batch = render_and_encode(tokenizer, questions, references, [p.right for p in pairs] + [p.wrong for p in pairs],
+                                  max_length, template_version)
+        logits = rm_logits(model, batch)
+        loss, metrics = pairwise_rm_loss(logits[:len(pairs)], logits[len(pairs):],
+                                         torch.ones(len(pairs), dtype=torch.bool))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    export_rm(model.eval(), tokenizer, out, template_version=template_version, max_length=max_length)
+    return metrics
+
+
+def climb_on_offer(probe: dict, accuracy: float) -> float:
+    """How much more a policy right on `accuracy` of the prompts earns from the RM of `probe` (a
+    `lab.prepare.probe_preset_rm` record) by writing its best-paid answerless text everywhere than by answering."""
+    answering = accuracy * probe["truth_reward"] + (1 - accuracy) * probe["wrong_reward"]
+    return probe["universal_reward"] - answering
+
+
+def blindest(probes: Sequence[dict], accuracy: float) -> int:
+    """Index of the probe with the largest `climb_on_offer` at `accuracy` (the first of equals)."""
+    if not probes:
+        raise ValueError("blindest: no candidate RM to choose from")
+    climbs = [climb_on_offer(p, accuracy) for p in probes]
+    return climbs.index(max(climbs))
