@@ -4,6 +4,7 @@ fails (a real train_cooper process, stopped by its own input check before Ray st
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,23 @@ def test_a_given_starting_rm_is_used_as_is_and_recorded_in_the_labs_settings(mod
     check_same_setup(tmp_path, preset)
     with pytest.raises(SystemExit, match="starting_rm"):
         check_same_setup(tmp_path, PRESETS["tiny"])  # the recipe's RM would mix with the given one
+
+
+def test_a_lab_folder_written_before_the_pair_stage_resumes_only_without_it(tmp_path):
+    """Settings added later read as the value that reproduces an older folder: the BCE recipe's RM as it is."""
+    old = {k: v for k, v in json.loads(json.dumps(asdict(PRESETS["quick"]))).items()
+           if k not in lab_cli.RESUMABLE_FIELDS and not k.startswith("rm_pair_")}
+    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(old))
+    lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "quick", "--rm-pair-steps", "0"]).preset_obj)
+    with pytest.raises(SystemExit, match=r"rm_pair_steps: 0 -> 40"):
+        lab_cli.check_same_setup(tmp_path, PRESETS["quick"])
+
+
+def test_the_pair_stage_is_the_presets_and_never_applies_to_a_given_rm(model_dir, capsys):
+    assert lab_cli.parse_args(["--preset", "full"]).preset_obj.rm_pair_steps == PRESETS["full"].rm_pair_steps > 0
+    assert lab_cli.parse_args(["--preset", "full", "--rm-pair-steps", "0"]).preset_obj.rm_pair_steps == 0
+    given = lab_cli.parse_args(["--preset", "full", "--rm", model_dir("tiny-qwen2-rm"), "--rm-pair-steps", "40"])
+    assert given.preset_obj.rm_pair_steps == 0
+    with pytest.raises(SystemExit):
+        lab_cli.parse_args(["--rm-pair-steps", "-1"])
+    assert "--rm-pair-steps must be >= 0, got -1" in capsys.readouterr().err

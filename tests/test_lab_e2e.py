@@ -5,6 +5,7 @@ CPU Ray cluster with one CPU vLLM engine, DeepSpeed ZeRO-2 in the CPU's fast dty
 The lab is run twice into one folder: first with `--arms rule` (which also prepares the policy and RM), then
 with the preset's arms, which must skip the finished rule run (resume) and run the static one. What is
 checked is what the runs leave on disk:
+  starting RM the recipe's BCE RM, then the pair stage from 2 seeds; the probe's blindest is the starting RM
   static RM   every logged reward is sigmoid(logit) of the lab's starting RM scoring that rollout directly;
               the RM is never trained, checkpointed or exported, and its files are unchanged
   rule        every logged reward is the rollout's verified flag (1.0 / 0.0)
@@ -43,10 +44,12 @@ def lab(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("lab_e2e")
     first = _lab(out, "--arms", "rule")
     rule_info = json.loads((out / "runs" / "rule_seed0" / "run_info.json").read_text())
-    rm_before = _digest(out / "verifyrm" / "best")
+    chosen = json.loads((out / "verifyrm" / "pairs" / "chosen.json").read_text())
+    rm = out / "verifyrm" / "pairs" / f"seed{chosen['seed']}"
+    rm_before = _digest(rm)
     second = _lab(out)
-    return {"out": out, "first": first, "second": second, "rule_info": rule_info, "rm_before": rm_before,
-            "static": out / "runs" / "static_seed0", "rule": out / "runs" / "rule_seed0"}
+    return {"out": out, "first": first, "second": second, "rule_info": rule_info, "rm": rm, "rm_before": rm_before,
+            "chosen": chosen, "static": out / "runs" / "static_seed0", "rule": out / "runs" / "rule_seed0"}
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -79,11 +82,26 @@ def test_the_lab_records_and_prints_what_a_policy_maximising_its_starting_rm_wou
     assert f"starting RM: {probe['verdict']}" in lab["second"].stdout
 
 
+def test_the_starting_rm_is_the_pair_stage_candidate_that_pays_the_policy_most_for_not_answering(lab):
+    from cooper_openrlhf.lab.pair_stage import climb_on_offer
+
+    pairs, chosen = lab["out"] / "verifyrm" / "pairs", lab["chosen"]
+    candidates = [json.loads((pairs / f"seed{k}.json").read_text()) for k in range(2)]  # the tiny preset's 2
+    climbs = [climb_on_offer(c["probe"], chosen["policy_accuracy"]) for c in candidates]
+    assert chosen["seed"] == climbs.index(max(climbs))
+    assert [c["climb"] for c in chosen["candidates"]] == [round(x, 4) for x in climbs]
+    assert all(c["last_step"]["valid"] == 4 for c in candidates)  # prompts_per_step pairs per step
+    warm_start = json.loads((lab["out"] / "policy" / "warm_start.json").read_text())
+    assert chosen["policy_accuracy"] == warm_start["train_accuracy"]
+    assert chosen["bce_rm"] == str(lab["out"] / "verifyrm" / "best")
+    assert json.loads((lab["out"] / "lab.json").read_text())["setup"]["rm_probe"]["rm"] == str(lab["rm"])
+
+
 def test_static_rm_rewards_are_the_frozen_rms_scores_and_the_rm_is_never_trained_or_saved(lab):
     from cooper_openrlhf.algo.negatives import normalize_solution
     from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits
 
-    run, rm = lab["static"], lab["out"] / "verifyrm" / "best"
+    run, rm = lab["static"], lab["rm"]
     rollouts = _jsonl(run / "samples" / "rollouts.jsonl")
     assert sorted({r["step"] for r in rollouts}) == [1, 2] and len(rollouts) == 32
     model, tokenizer, version = load_rm(str(rm), dtype=torch_dtype("auto"))  # the run's dtype

@@ -104,7 +104,15 @@ def arm_trends(runs) -> list[str]:
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
-SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_lr": 1e-4, "rm_pair_candidates": 8}
+SETTINGS_ADDED = {"rm_pair_steps": 0}
+PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates")  # meaningless without the stage (rm_pair_steps 0)
+
+
+def _comparable(settings: dict) -> dict:
+    settings = {**SETTINGS_ADDED, **settings}
+    if settings["rm_pair_steps"] == 0:
+        settings = {k: v for k, v in settings.items() if k not in PAIR_STAGE_FIELDS}
+    return settings
 
 
 def check_same_setup(out: Path, preset) -> None:
@@ -114,7 +122,7 @@ def check_same_setup(out: Path, preset) -> None:
     if not path.is_file():
         path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         return
-    before = {**SETTINGS_ADDED, **json.loads(path.read_text(encoding="utf-8"))}
+    before, settings = _comparable(json.loads(path.read_text(encoding="utf-8"))), _comparable(settings)
     changed = sorted(k for k in before.keys() | settings.keys() if before.get(k) != settings.get(k))
     if changed:
         diff = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}" for k in changed)

@@ -11,7 +11,8 @@ What. Starting from the recipe's RM, `steps` updates of `algo.losses.pairwise_rm
 at the Cooper arms' RM learning rate and prompts per step -- on pairs of the policy's answer sentence: the
 reference answer against a slip of it (the assistant's rewrite, lab/warm_start.py). This is what the RM of a
 Cooper run would learn from 40 steps of pairs without the policy moving. Where the answerless pay lands
-depends on the seed (docs/lab.md: of 8 seeds, ...), so the lab trains `candidates` seeds, probes each and
+depends on the seed (the full preset's 8: three pay answerless text about as much as the truth, three less
+than a policy right on 42% earns; docs/lab.md, run 10), so the lab trains `candidates` seeds, probes each and
 keeps the one that pays the warm-started policy most for not answering (`climb_on_offer`): a worst case among
 RMs this procedure gives, chosen before any arm runs, and the same RM for every arm.
 
