@@ -95,6 +95,7 @@ def test_the_starting_rm_is_the_pair_stage_candidate_that_pays_the_policy_most_f
     assert chosen["policy_accuracy"] == warm_start["train_accuracy"]
     assert chosen["bce_rm"] == str(lab["out"] / "verifyrm" / "best")
     assert json.loads((lab["out"] / "lab.json").read_text())["setup"]["rm_probe"]["rm"] == str(lab["rm"])
+    assert f"chosen by the pair stage: seed {chosen['seed']} of 2" in lab["second"].stdout
 
 
 def test_static_rm_rewards_are_the_frozen_rms_scores_and_the_rm_is_never_trained_or_saved(lab):

@@ -130,6 +130,18 @@ def check_same_setup(out: Path, preset) -> None:
                          "in one report. Use another --out, or remove the folder.")
 
 
+def starting_rm_lines(setup: dict) -> list[str]:
+    """What the arms' starting RM pays for (its probe), and how the pair stage chose it."""
+    lines = [f"  starting RM: {setup['rm_probe']['verdict']}"]
+    stage = setup["rm"].get("pair_stage")
+    if stage:
+        climbs = ", ".join(f"{c['climb']:+.3f}" for c in stage["candidates"])
+        lines.append(f"  chosen by the pair stage: seed {stage['seed']} of {len(stage['candidates'])}, the largest climb "
+                     f"on offer to a policy right on {stage['policy_accuracy']:.0%} (candidates: {climbs}); "
+                     f"before the stage: {stage['bce_probe']['verdict']}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -144,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     files, setup = prepare(preset, out)
     if args.prepare_only:  # lab.json is the record of runs: a preparation alone leaves it as it was
-        print(f"lab {preset.name}: prepared {out}\n  starting RM: {setup['rm_probe']['verdict']}")
+        print("\n".join([f"lab {preset.name}: prepared {out}", *starting_rm_lines(setup)]))
         return 0
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
     results = []
@@ -164,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nlab {preset.name}: {len(results) - len(failed)}/{len(results)} runs done in {wall / 60:.1f} min "
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
     print("\n".join(arm_trends(runs)))
-    print(f"  starting RM: {setup['rm_probe']['verdict']}")
+    print("\n".join(starting_rm_lines(setup)))
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
     return 1 if failed else 0
