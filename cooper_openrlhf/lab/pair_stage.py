@@ -11,13 +11,14 @@ What. Starting from the recipe's RM, `steps` updates of `algo.losses.pairwise_rm
 at the Cooper arms' RM learning rate and prompts per step -- on pairs of the policy's answer sentence: the
 reference answer against a slip of it (the assistant's rewrite, lab/warm_start.py). This is what the RM of a
 Cooper run would learn from 40 steps of pairs without the policy moving. Where the answerless pay lands
-depends on the seed (the full preset's 8: three pay answerless text about as much as the truth, three less
-than a policy right on 42% earns; docs/lab.md, run 10), so the lab trains `candidates` seeds, probes each and
-keeps the one that pays the warm-started policy most for not answering (`climb_on_offer`): a worst case among
-RMs this procedure gives, chosen before any arm runs, and the same RM for every arm.
+depends on the seed (of the full preset's 8, three pay answerless text about as much as the truth and three
+pay it less than answering earns a policy right on 42%; docs/lab.md, run 10), so the lab trains
+`rm_pair_candidates` seeds (lab/presets.py), probes each and keeps the one that pays the warm-started policy
+most for not answering (`climb_on_offer`): a worst case among RMs this procedure gives, chosen before any
+arm runs, and the same RM for every arm.
 
-`climb_on_offer` and `blindest` are pure; `train_on_pairs` runs torch on the CPU in fp32 (about 20 s for
-MiniLM at 40 steps of 4 pairs).
+`climb_on_offer` and `blindest` are pure; `train_on_pairs` runs torch on the CPU in fp32 (8 MiniLM candidates
+of 40 steps, each probed, took about 3 min in run 10).
 """
 
 import random
