@@ -18,7 +18,7 @@ most for not answering (`climb_on_offer`): a worst case among RMs this procedure
 arm runs, and the same RM for every arm.
 
 `climb_on_offer` and `blindest` are pure; `train_on_pairs` runs torch on the CPU in fp32 (8 MiniLM candidates
-of 40 steps, each probed, took about 3 min in run 10).
+of 40 steps, each probed, took under 3 min in run 10).
 """
 
 import random
