@@ -154,13 +154,12 @@ def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
     return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, **asdict(probe), "verdict": probe.verdict()}
 
 
-def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path) -> dict:
-    """`probe_preset_rm` of the lab's starting RM, cached in `cached` (verifyrm/probe.json)."""
-    if cached.is_file():
-        record = json.loads(cached.read_text(encoding="utf-8"))
-        if record.get("version") == PROBE_VERSION and record.get("rm") == str(rm):
-            return record
-    record = probe_preset_rm(preset, rm)
+def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path, known: dict | None = None) -> dict:
+    """`probe_preset_rm` of the lab's starting RM, cached in `cached` (verifyrm/probe.json); `known` is a probe
+    of `rm` already made (the pair stage probes every candidate), used instead of probing again."""
+    stored = json.loads(cached.read_text(encoding="utf-8")) if cached.is_file() else None
+    usable = [r for r in (stored, known) if r and r.get("version") == PROBE_VERSION and r.get("rm") == str(rm)]
+    record = usable[0] if usable else probe_preset_rm(preset, rm)
     cached.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 
@@ -170,6 +169,7 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps)
     policy, policy_info = prepare_policy(preset, root / "policy")
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
+    known_probe = None
     if preset.starting_rm:
         rm_summary = {"given": preset.starting_rm}
     else:
@@ -180,8 +180,9 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
         if preset.rm_pair_steps > 0:
             accuracy = policy_info.get("train_accuracy", preset.warm_start_accuracy)
             rm, rm_summary["pair_stage"] = prepare_pair_stage(preset, rm, root / "verifyrm" / "pairs", accuracy)
+            known_probe = json.loads(rm.with_suffix(".json").read_text(encoding="utf-8"))["probe"]
     (root / "verifyrm").mkdir(parents=True, exist_ok=True)
-    probe = probe_starting_rm(preset, rm, root / "verifyrm" / "probe.json")
+    probe = probe_starting_rm(preset, rm, root / "verifyrm" / "probe.json", known_probe)
     logger.info("starting VerifyRM probe: %s", probe["verdict"])
     return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary,
                                                        "rm_probe": probe}
