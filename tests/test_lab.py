@@ -24,6 +24,9 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--rm", "/nonexistent/rm"], "--rm /nonexistent/rm: not a model folder"),
     (["--rm-lr", "0"], "--rm-lr must be > 0"),
     (["--actor-lr", "0"], "--actor-lr must be > 0"),
+    (["--preset", "full", "--rm-candidate", "8"], "--rm-candidate must be in 0..7 (the full preset's pair-stage seeds)"),
+    (["--rm-candidate", "-1"], "--rm-candidate must be in 0..3"),
+    (["--rm-candidate", "0", "--rm-pair-steps", "0"], "it has none with --rm-pair-steps 0"),
 ])
 def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -221,3 +224,45 @@ def test_the_pair_stage_is_the_presets_and_never_applies_to_a_given_rm(model_dir
     with pytest.raises(SystemExit):
         lab_cli.parse_args(["--rm-pair-steps", "-1"])
     assert "--rm-pair-steps must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_a_folder_written_before_the_candidate_choice_resumes_and_another_choice_is_refused(tmp_path):
+    """Run 10's folder (the pair stage, no rm_pair_candidate) still resumes; a named candidate would mix two RMs."""
+    old = {k: v for k, v in json.loads(json.dumps(asdict(PRESETS["full"]))).items()
+           if k not in lab_cli.RESUMABLE_FIELDS and k != "rm_pair_candidate"}
+    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(old))
+    lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)
+    with pytest.raises(SystemExit, match=r"rm_pair_candidate: None -> 3"):
+        lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full", "--rm-candidate", "3"]).preset_obj)
+
+
+def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied_folder_trained(tmp_path, monkeypatch):
+    """The sweep copies a prepared folder (chosen: the blindest) and names another candidate: nothing is trained or
+    probed again, the record says the choice was given, and the blindest is chosen again when asked."""
+    from cooper_openrlhf.lab import pair_stage, prepare
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("a cached candidate or probe was computed again")
+
+    monkeypatch.setattr(pair_stage, "train_on_pairs", no_work)
+    monkeypatch.setattr(prepare, "probe_preset_rm", no_work)
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    probes = [{"truth_reward": 0.8, "wrong_reward": 0.3, "universal_reward": u, "verdict": f"v{u}"} for u in (0.4, 0.9, 0.6)]
+    for seed, probe in enumerate(probes):
+        (folder / f"seed{seed}.json").write_text(json.dumps({"seed": seed, "last_step": {}, "probe": probe}))
+    (folder / "chosen.json").write_text(json.dumps({"seed": 1, "policy_accuracy": 0.4, "bce_probe": {"verdict": "flat"},
+                                                    "candidates": []}))  # as run 10 wrote it: no "choice"
+    full = PRESETS["full"].with_overrides(rm_pair_candidates=3)
+
+    rm, record = prepare.prepare_pair_stage(full, tmp_path / "bce", folder, 0.4)
+    assert (rm, record["seed"]) == (folder / "seed1", 1)  # the cached blindest, as before
+
+    rm, record = prepare.prepare_pair_stage(full.with_overrides(rm_pair_candidate=2), tmp_path / "bce", folder, 0.4)
+    assert (rm, record["seed"], record["choice"]) == (folder / "seed2", 2, "given")
+    assert record["bce_probe"] == {"verdict": "flat"}
+    assert [c["climb"] for c in record["candidates"]] == pytest.approx([-0.1, 0.4, 0.1])
+    assert json.loads((folder / "chosen.json").read_text())["seed"] == 2
+
+    rm, record = prepare.prepare_pair_stage(full, tmp_path / "bce", folder, 0.4)
+    assert (rm, record["choice"]) == (folder / "seed1", "blindest")

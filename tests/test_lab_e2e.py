@@ -170,3 +170,20 @@ def test_the_labs_report_gives_the_tensorboard_numbers(lab):
     assert f"| static | 0 | 2 (last 2) | {gap:+.4f} |" in text
     assert "| rule | 0 | 2 (last 2) | - |" in text
     assert "| static | 0 | 2 | 32 |" in text and "| rule | 0 | 2 | 32 |" in text  # rollout logs of both runs
+
+
+def test_the_blindspot_sweep_puts_each_arm_at_its_starting_rms_climb_with_the_runs_final_accuracy(lab, tmp_path):
+    from cooper_openrlhf.lab.pair_stage import climb_on_offer
+
+    out = tmp_path / "sweep"
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.blindspot", str(lab["out"]), "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "blindspot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    probe = json.loads((lab["out"] / "verifyrm" / "probe.json").read_text())
+    climb = climb_on_offer(probe, lab["chosen"]["policy_accuracy"])
+    static, rule = (_scalars(lab[arm])["eval/accuracy"][2] for arm in ("static", "rule"))
+    table = (out / "blindspot.md").read_text()
+    assert f"| {lab['out']} | {climb:+.3f} | {static:.3f} ± 0.000 ({static:.2f}) |" in table
+    assert f"every folder's seeds pooled: {rule:.3f} ± 0.000 (1 runs)" in table
+    assert table in result.stdout

@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rm-pair-steps", type=int, default=None,
                         help="steps of the starting RM's pair stage (lab/pair_stage.py; 0: the BCE recipe's RM as it "
                              "is; default: the preset's). Ignored with --rm")
+    parser.add_argument("--rm-candidate", type=int, default=None,
+                        help="start the RM arms from this pair-stage candidate (a seed, 0..rm_pair_candidates-1) "
+                             "instead of the blindest one (docs/lab.md, 'Blind-spot size')")
     parser.add_argument("--rm-lr", type=float, default=None,
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
@@ -68,9 +71,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"{flag} must be > 0, got {value}")
     if args.rm is not None and not (args.rm / "config.json").is_file():
         parser.error(f"--rm {args.rm}: not a model folder (no config.json)")
+    if args.rm_candidate is not None:
+        pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
+        if args.rm is not None or pair_steps == 0:
+            parser.error("--rm-candidate chooses among the pair stage's candidates; it has none with "
+                         + ("--rm" if args.rm is not None else "--rm-pair-steps 0"))
+        if not 0 <= args.rm_candidate < preset.rm_pair_candidates:
+            parser.error(f"--rm-candidate must be in 0..{preset.rm_pair_candidates - 1} (the {args.preset} preset's "
+                         f"pair-stage seeds), got {args.rm_candidate}")
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
-                                            actor_lr=args.actor_lr,
+                                            actor_lr=args.actor_lr, rm_pair_candidate=args.rm_candidate,
                                             # A given RM is used as it is: no stage of the recipe applies to it.
                                             rm_pair_steps=0 if args.rm else args.rm_pair_steps)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
@@ -104,8 +115,8 @@ def arm_trends(runs) -> list[str]:
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
-SETTINGS_ADDED = {"rm_pair_steps": 0}
-PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates")  # meaningless without the stage (rm_pair_steps 0)
+SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None}
+PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate")  # meaningless without the stage (rm_pair_steps 0)
 
 
 def _comparable(settings: dict) -> dict:
@@ -136,9 +147,10 @@ def starting_rm_lines(setup: dict) -> list[str]:
     stage = setup["rm"].get("pair_stage")
     if stage:
         climbs = ", ".join(f"{c['climb']:+.3f}" for c in stage["candidates"])
-        lines.append(f"  chosen by the pair stage: seed {stage['seed']} of {len(stage['candidates'])}, the largest climb "
-                     f"on offer to a policy right on {stage['policy_accuracy']:.0%} (candidates: {climbs}); "
-                     f"before the stage: {stage['bce_probe']['verdict']}")
+        why = ("as asked (--rm-candidate)" if stage.get("choice") == "given"
+               else f"the largest climb on offer to a policy right on {stage['policy_accuracy']:.0%}")
+        lines.append(f"  chosen by the pair stage: seed {stage['seed']} of {len(stage['candidates'])}, {why} (climbs at "
+                     f"{stage['policy_accuracy']:.0%}: {climbs}); before the stage: {stage['bce_probe']['verdict']}")
     return lines
 
 

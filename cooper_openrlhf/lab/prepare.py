@@ -100,14 +100,18 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
 
 
 def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_accuracy: float) -> tuple[Path, dict]:
-    """lab/pair_stage.py: `rm_pair_candidates` seeds of the pair stage from `bce_rm`, each probed; the candidate
-    with the largest climb on offer to a policy right on `policy_accuracy` of the prompts is the starting RM."""
+    """lab/pair_stage.py: `rm_pair_candidates` seeds of the pair stage from `bce_rm`, each probed; the starting RM
+    is the candidate with the largest climb on offer to a policy right on `policy_accuracy` of the prompts, or the
+    preset's `rm_pair_candidate` where it names one."""
     from cooper_openrlhf.lab.pair_stage import blindest, climb_on_offer, train_on_pairs
 
+    choice = "blindest" if preset.rm_pair_candidate is None else "given"
     chosen = folder / "chosen.json"
-    if chosen.is_file():
-        record = json.loads(chosen.read_text(encoding="utf-8"))
-        return folder / f"seed{record['seed']}", record
+    cached = json.loads(chosen.read_text(encoding="utf-8")) if chosen.is_file() else None
+    # A folder prepared with another choice (copied in to share its candidates) keeps them and chooses again.
+    if cached and cached.get("choice", "blindest") == choice and (choice == "blindest"
+                                                                 or cached["seed"] == preset.rm_pair_candidate):
+        return folder / f"seed{cached['seed']}", cached
     folder.mkdir(parents=True, exist_ok=True)
     train, _ = split(problem_family(preset.task), preset.task.heldout)
     candidates = []
@@ -122,14 +126,14 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
             marker.write_text(json.dumps({"seed": seed, "last_step": metrics, "probe": probe}, indent=2) + "\n",
                               encoding="utf-8")
         candidates.append(json.loads(marker.read_text(encoding="utf-8")))
-    best = blindest([c["probe"] for c in candidates], policy_accuracy)
-    record = {"seed": best, "policy_accuracy": policy_accuracy, "bce_rm": str(bce_rm),
-              "bce_probe": probe_preset_rm(preset, bce_rm),
+    best = blindest([c["probe"] for c in candidates], policy_accuracy) if choice == "blindest" else preset.rm_pair_candidate
+    record = {"seed": best, "choice": choice, "policy_accuracy": policy_accuracy, "bce_rm": str(bce_rm),
+              "bce_probe": cached["bce_probe"] if cached else probe_preset_rm(preset, bce_rm),
               "candidates": [{"seed": c["seed"], "climb": round(climb_on_offer(c["probe"], policy_accuracy), 4),
                               "verdict": c["probe"]["verdict"]} for c in candidates]}
     chosen.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    logger.info("starting RM: pair-stage seed %d of %d, climb on offer %.3f at accuracy %.2f", best, len(candidates),
-                record["candidates"][best]["climb"], policy_accuracy)
+    logger.info("starting RM: pair-stage seed %d of %d (%s), climb on offer %.3f at accuracy %.2f", best,
+                len(candidates), choice, record["candidates"][best]["climb"], policy_accuracy)
     return folder / f"seed{best}", record
 
 

@@ -57,6 +57,9 @@ class LabPreset:
     rm_pair_steps: int = 40
     rm_pair_lr: float = 1e-4
     rm_pair_candidates: int = 8
+    # Which candidate every RM arm starts from: None, the blindest (largest climb on offer); a seed, that
+    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab.md "Blind-spot size").
+    rm_pair_candidate: int | None = None
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
