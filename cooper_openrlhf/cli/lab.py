@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "is; default: the preset's). Ignored with --rm")
     parser.add_argument("--rm-candidate", type=int, default=None,
                         help="start the RM arms from this pair-stage candidate (a seed, 0..rm_pair_candidates-1) "
-                             "instead of the blindest one (docs/lab.md, 'Blind-spot size')")
+                             "instead of the blindest one (docs/lab.md, run 11)")
     parser.add_argument("--rm-lr", type=float, default=None,
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,

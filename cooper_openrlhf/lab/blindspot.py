@@ -136,6 +136,8 @@ def figure(points: Sequence[LabPoint], path: Path) -> None:
                     capsize=3, label=f"{arm} (mean ± std over seeds)")
         for x, p in zip(xs, mine):
             ax.scatter([x] * len(p.finals), p.finals, color=colours[arm], s=10, alpha=0.45, linewidths=0)
+    climbs = sorted({round(p.climb, 3) for p in points if p.arm != RULE})
+    ax.set_xticks(climbs, [f"{c:+.2f}" for c in climbs])  # one tick per starting RM (blindspot.md names them)
     ax.set_xlabel("starting RM's climb on offer (what not answering earns over answering)")
     ax.set_ylabel("final held-out accuracy")
     ax.set_title("The lab against the size of the starting RM's blind spot")

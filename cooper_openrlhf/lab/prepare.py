@@ -109,8 +109,7 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     chosen = folder / "chosen.json"
     cached = json.loads(chosen.read_text(encoding="utf-8")) if chosen.is_file() else None
     # A folder prepared with another choice (copied in to share its candidates) keeps them and chooses again.
-    if cached and cached.get("choice", "blindest") == choice and (choice == "blindest"
-                                                                 or cached["seed"] == preset.rm_pair_candidate):
+    if cached and cached.get("choice", "blindest") == choice and preset.rm_pair_candidate in (None, cached["seed"]):
         return folder / f"seed{cached['seed']}", cached
     folder.mkdir(parents=True, exist_ok=True)
     train, _ = split(problem_family(preset.task), preset.task.heldout)

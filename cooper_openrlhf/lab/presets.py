@@ -58,7 +58,7 @@ class LabPreset:
     rm_pair_lr: float = 1e-4
     rm_pair_candidates: int = 8
     # Which candidate every RM arm starts from: None, the blindest (largest climb on offer); a seed, that
-    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab.md "Blind-spot size").
+    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab.md, run 11).
     rm_pair_candidate: int | None = None
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
