@@ -121,19 +121,20 @@ def figure(points: Sequence[LabPoint], path: Path) -> None:
 
     arms = list(dict.fromkeys(p.arm for p in points))
     colours = arm_colours(arms)
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(7.5, 5.2))
     rule = rule_band(points)
     if rule:
         ax.axhspan(rule.mean - rule.std, rule.mean + rule.std, color=colours[RULE], alpha=0.15, linewidth=0)
         ax.axhline(rule.mean, color=colours[RULE], label=f"rule (reads no RM), {len(rule.finals)} runs")
     others = [a for a in arms if a != RULE]
-    width = 0.006 * max(1, len(others))  # arms side by side at each climb, so their bars do not hide each other
+    width = 0.004  # arms side by side at each climb, so their bars do not hide each other
     for i, arm in enumerate(others):
         mine = [p for p in points if p.arm == arm]
         shift = (i - (len(others) - 1) / 2) * width
         xs = [p.climb + shift for p in mine]
+        # Dotted: the points are separate starting RMs, joined only to be read as one arm.
         ax.errorbar(xs, [p.mean for p in mine], yerr=[p.std for p in mine], color=colours[arm], marker="o",
-                    capsize=3, label=f"{arm} (mean ± std over seeds)")
+                    linestyle=":", capsize=3, label=f"{arm} (mean ± std over seeds)")
         for x, p in zip(xs, mine):
             ax.scatter([x] * len(p.finals), p.finals, color=colours[arm], s=10, alpha=0.45, linewidths=0)
     climbs = sorted({round(p.climb, 3) for p in points if p.arm != RULE})
@@ -143,7 +144,7 @@ def figure(points: Sequence[LabPoint], path: Path) -> None:
     ax.set_title("The lab against the size of the starting RM's blind spot")
     ax.set_ylim(-0.03, None)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: off the points
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
