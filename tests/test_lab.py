@@ -12,7 +12,7 @@ import pytest
 from cooper_openrlhf.cli import lab as lab_cli
 from cooper_openrlhf.lab import presets as lab_presets
 from cooper_openrlhf.lab.presets import ARM_FLAGS, ARMS, PRESETS, arm_flags
-from cooper_openrlhf.lab.runner import LabFiles, read_info, run_arm, train_cooper_argv
+from cooper_openrlhf.lab.runner import LabFiles, read_info, run_arm, train_cooper_argv, with_earlier_runs
 from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family, split, write_task_files
 
 
@@ -266,3 +266,18 @@ def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied
 
     rm, record = prepare.prepare_pair_stage(full, tmp_path / "bce", folder, 0.4)
     assert (rm, record["choice"]) == (folder / "seed1", "blindest")
+
+
+def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tmp_path):
+    """`--arms rule` on a finished lab must not leave a report of the rule arm alone (run 11 of docs/lab.md)."""
+    files = LabFiles(tmp_path, tmp_path / "policy", tmp_path / "rm")
+    assert with_earlier_runs(files, [("rule", 0)], ARMS) == [("rule", 0)]  # a new folder: nothing earlier
+    for arm, seed, status in [("rule", 0, "done"), ("cooper", 1, "done"), ("static", 1, "failed"),
+                              ("static", 0, "running"), ("static", 2, "done")]:
+        run = files.run_dir(arm, seed)
+        run.mkdir(parents=True)
+        (run / "run_info.json").write_text(json.dumps({"arm": arm, "seed": seed, "status": status}))
+    # The plan first, then the earlier finished runs seed by seed in the lab's arm order; the interrupted one is not
+    # a result (it is started afresh when asked for), and a planned run is not listed twice.
+    assert with_earlier_runs(files, [("static", 2), ("rule", 2)], ARMS) == [
+        ("static", 2), ("rule", 2), ("rule", 0), ("static", 1), ("cooper", 1)]

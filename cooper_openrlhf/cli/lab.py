@@ -11,7 +11,8 @@ Stages, all under --out: the task files, the starting policy and the starting Ve
 then every arm x seed as a real `train_cooper` run (lab/runner.py), then `cli.report` over the runs
 (report/, figures and a markdown table) and a short summary per arm on stdout. Run it again with the same
 --out to resume: finished runs are kept, unfinished and failed ones are run again. A run that fails is
-reported as failed (with its log) and the others still run. docs/lab.md: the setup and its reasons.
+reported as failed (with its log) and the others still run. The report covers every finished run of the folder,
+so `--seeds 6` or `--arms rule` on a finished lab reports its old runs with the new. docs/lab.md: the setup and its reasons.
 """
 
 import argparse
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf import __version__
     from cooper_openrlhf.cli.report import write_report
     from cooper_openrlhf.lab.prepare import prepare
-    from cooper_openrlhf.lab.runner import run_arm
+    from cooper_openrlhf.lab.runner import read_info, run_arm, with_earlier_runs
 
     preset, out = args.preset_obj, args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -174,12 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for arm, seed in tqdm(plan, desc=f"lab {preset.name}", unit="run"):
         results.append(run_arm(preset, files, arm, seed, timeout_s=args.run_timeout))
+    # The report and lab.json hold every finished run of the folder, earlier invocations' too, so a lab grown by
+    # more seeds or arms is reported whole (check_same_setup keeps a folder to one configuration).
+    reported = with_earlier_runs(files, plan, ARMS)
     report_dir = out / "report"
-    runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in plan], report_dir)
+    runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in reported], report_dir)
     wall = time.perf_counter() - started
     record = {"preset": preset.name, "version": __version__, "command": " ".join(["python -m cooper_openrlhf.cli.lab",
               *(argv if argv is not None else sys.argv[1:])]), "wall_seconds": round(wall, 1), "setup": setup,
-              "runs": results, "preset_settings": asdict(preset)}
+              "runs": results + [read_info(files.run_dir(arm, seed)) for arm, seed in reported[len(plan):]],
+              "preset_settings": asdict(preset)}
     (out / "lab.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
     if wall > 60 * preset.budget_minutes:
         logger.warning("lab %s took %.0f min, over the %d min it is sized for on a 2-core machine (docs/lab.md)",

@@ -98,6 +98,20 @@ def read_info(run: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
+def with_earlier_runs(files: LabFiles, plan: list[tuple[str, int]], arms: tuple[str, ...]) -> list[tuple[str, int]]:
+    """`plan` and, after it, every run an earlier invocation left finished ("done" or "failed") in the lab folder,
+    seed-major in the order of `arms` (unknown arms last). An interrupted run ("running") is not one: it is
+    started afresh when a lab asks for it again."""
+    earlier = []
+    for info_path in sorted((files.root / "runs").glob(f"*/{RUN_INFO}")):
+        info = read_info(info_path.parent)
+        key = (info.get("arm"), info.get("seed"))
+        if info.get("status") in ("done", "failed") and key not in plan and info_path.parent == files.run_dir(*key):
+            earlier.append(key)
+    order = {arm: i for i, arm in enumerate(arms)}
+    return plan + sorted(earlier, key=lambda run: (run[1], order.get(run[0], len(order)), run[0]))
+
+
 def _write_info(run: Path, info: dict) -> None:
     tmp = run / (RUN_INFO + ".tmp")
     tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
