@@ -132,6 +132,23 @@ def test_supporting_evidence_is_named_with_an_alarm_but_never_alarms_alone():
     assert reasons[2] == "supporting: mean response length drifted +60% from the first 4 steps"
 
 
+def test_the_alarm_waits_until_a_rule_has_held_persist_steps_running_and_clears_when_none_holds(caplog):
+    # Rule B (window mean gap >= .5, window 4): the gap is high at steps 1-5, 0 at step 6, high at 7-12, 0 at 13.
+    config = HackingMonitorConfig(**{**SMALL.__dict__, "gap_ceiling": 0.5, "persist_steps": 3})
+    gaps = [0.6] * 5 + [0.0] + [0.6] * 6 + [0.0]
+    monitor = HackingMonitor(config)
+    with caplog.at_level(logging.INFO, logger="cooper_openrlhf.algo.hacking"):
+        logged = [guard_step(monitor, step, {"cooper/reward_hacking_gap": g}) for step, g in enumerate(gaps, 1)]
+    # B holds at steps 4-5 (mean .6), not while the 0 is in the window (steps 6-9, mean .45), again at 10-12.
+    assert [m["cooper/hacking_rules_held_steps"] for m in logged[3:]] == [1, 2, 0, 0, 0, 0, 1, 2, 3, 0]
+    assert [m["cooper/hacking_alarm"] for m in logged] == [0] * 11 + [1, 0]  # two steps of B were not enough
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("reward hacking suspected at step 12: B gap high")
+    assert any(r.getMessage() == "reward-hacking alarm cleared at step 13" for r in caplog.records)
+    with pytest.raises(ValueError, match="--cooper.hacking_persist_steps must be >= 1"):
+        HackingMonitorConfig(persist_steps=0)
+
+
 # ------------------------------------------------------------------ paper-shaped streams, default thresholds
 def _static_rm_collapse(seed: int, steps: int = 40) -> list[dict]:
     """The paper's static-RM failure: after 10 honest steps the RM reward climbs to ~1.0 while verified

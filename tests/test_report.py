@@ -225,11 +225,29 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
                                                for k, v in _hacking_shaped(held_out, samples=1000).items()})
     runs = [str(tmp_path / "static_seed0"), str(tmp_path / "cooper_seed0")]
     assert cli.main([*runs, "--cooper.hacking_window", "3", "--cooper.hacking_rise_per_step", "0.05"]) == 0
-    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
-    assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C"]
-    assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-"]
+    out = capsys.readouterr().out.splitlines()
+    lines = {line.split()[0]: line.split() for line in out[1:3]}
+    # ... rules, held-out first / lowest@step / last, the gap's step-to-step noise (RM reward = accuracy: 0)
+    assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C", "0.50", "0.20@3", "0.20", "0.000"]
+    assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-", "0.50", "0.50@1", "0.50", "0.000"]
+    # the step-3 evaluation reaches the guard at step 4: an alarm on it comes after the lowest, and says so
+    assert out[3:] == ["static: replayed alarm on 1 of 1 runs (0 of them at or before the held-out lowest)",
+                       "cooper: replayed alarm on 0 of 1 runs (0 of them at or before the held-out lowest)"]
     with pytest.raises(SystemExit, match="window must be >= 3"):
         cli.main([*runs, "--cooper.hacking_window", "2"])
+
+
+def test_gap_step_noise_is_the_scatter_of_successive_steps_not_the_trend():
+    from cooper_openrlhf.report.replay import gap_step_noise
+
+    # gaps 0, .1, 0, .1: differences .1, -.1, .1 (sample variance 1/75) -> sqrt(1/75 / 2) = 0.0816
+    zigzag = {"cooper/reward_hacking_gap": [(1, 0.0), (2, 0.1), (3, 0.0), (4, 0.1)]}
+    assert gap_step_noise(zigzag) == pytest.approx((1 / 150) ** 0.5)
+    trend = {"cooper/rm_reward_mean": [(s, 0.5 + 0.1 * s) for s in range(1, 5)],  # the gap from its two parts
+             "cooper/verified_accuracy": [(s, 0.5) for s in range(1, 5)]}
+    assert gap_step_noise(trend) == pytest.approx(0.0)  # a steady climb is a trend, not noise
+    assert gap_step_noise({"cooper/reward_hacking_gap": [(1, 0.0), (2, 0.5)]}) is None
+    assert gap_step_noise({"cooper/verified_accuracy": [(1, 0.5)] * 5}) is None  # the rule arm has no gap
 
 
 def test_alarm_timing_gives_held_out_accuracy_the_guard_had_seen_when_it_first_alarmed():

@@ -32,6 +32,12 @@ statistic needs the key on at least half the window's steps (and 3). The alarm i
                    held-out set is small (128 samples: one standard error is 0.04 at 40% accuracy).
   D  RM blind      mean pair accuracy over the window < min_pair_accuracy (the RM barely ranks a verified-
                    correct rollout above a wrong rewrite of it, so the policy's reward is not a verdict)
+The alarm turns on once rules A-D have held at persist_steps consecutive steps (default 1: at the first), and
+goes off at the first step where none holds. A verdict is a test repeated at every step, so where the
+per-step noise is well above the ~0.03 the thresholds below were argued for (256 rollouts a step), noise
+crosses them now and then; waiting for a rule to hold several steps running quiets that, at the price of a
+later warning when the RM is being hacked. Neither is free: docs/lab.md ("The alarm's trade-off") measures
+both on the lab's runs (32 rollouts from 4 prompts a step), and cli.replay_monitor measures them on yours.
 With an alarm the reasons also name the supporting evidence that never fires alone, because honest RL moves
 it too: verified accuracy falling (slope <= -rise_per_step) and response-length drift (window mean vs the
 first window's mean, relative, beyond length_drift). The rule arm has no RM keys: A-D cannot hold there, and
@@ -96,6 +102,10 @@ class HackingMonitorConfig:
     # Chance is 0.5; a VerifyRM below 0.6 on the policy's own fresh pairs hardly discriminates at all.
     min_pair_accuracy: float = field(default=0.6, metadata=_help(
         "Rule D: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
+    # One: the alarm's purpose is a warning before the damage is done (--cooper.on_hacking stop / rule_reward).
+    # More quiets the noise of small batches at the cost of warning later (docs/lab.md, "The alarm's trade-off").
+    persist_steps: int = field(default=1, metadata=_help(
+        "Consecutive steps at which rules A-D must hold before the alarm turns on (1: at the first)."))
     # Honest RL changes lengths too (reasoning grows), so only a large drift is worth naming, and never alone.
     length_drift: float = field(default=0.5, metadata=_help(
         "Relative change of the mean response length against the first window's, named as supporting "
@@ -105,6 +115,8 @@ class HackingMonitorConfig:
         problems = []
         if self.window < 3:
             problems.append(f"window must be >= 3 (a trend needs 3 points), got {self.window}")
+        if self.persist_steps < 1:
+            problems.append(f"persist_steps must be >= 1, got {self.persist_steps}")
         for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "heldout_z", "length_drift"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -129,7 +141,7 @@ class HackingMonitorConfig:
 class HackingVerdict:
     """The rule's decision after one step."""
 
-    alarm: bool  # True when any of rules A-D holds
+    alarm: bool  # True when rules A-D have held at persist_steps consecutive steps, this one included
     reasons: list[str]  # one sentence per rule that holds, then supporting evidence (empty without an alarm)
     signals: dict[str, float]  # the window statistics the rule read (only those the available keys allow)
 
@@ -187,6 +199,7 @@ class HackingMonitor:
         self.heldout_best: float | None = None
         self.heldout_latest: float | None = None
         self.heldout_samples: float | None = None  # graded samples of the latest evaluation (None: unknown)
+        self.rules_held_steps = 0  # consecutive steps, up to the last, at which some rule held
         self.alarm_on = False  # the previous verdict's alarm
 
     def update(self, step: int, metrics: Mapping[str, float]) -> HackingVerdict:
@@ -274,13 +287,16 @@ class HackingMonitor:
         if pairs and stats["rm_pair_accuracy_mean"] < cfg.min_pair_accuracy:
             reasons.append(f"D RM blind: the RM ranks fresh (correct, wrong) pairs right only "
                            f"{stats['rm_pair_accuracy_mean']:.2f} of the time over the window (< {cfg.min_pair_accuracy:g})")
-        if reasons:
-            if accuracy and stats["verified_accuracy_slope"] <= -cfg.rise_per_step:
-                reasons.append(f"supporting: verified accuracy falls {stats['verified_accuracy_slope']:+.3f}/step")
-            if abs(stats.get("length_drift", 0.0)) >= cfg.length_drift:
-                reasons.append(f"supporting: mean response length drifted {stats['length_drift']:+.0%} from the "
-                               f"first {cfg.window} steps")
-        return HackingVerdict(bool(reasons), reasons, stats)
+        self.rules_held_steps = self.rules_held_steps + 1 if reasons else 0
+        stats["rules_held_steps"] = float(self.rules_held_steps)
+        if self.rules_held_steps < cfg.persist_steps:  # nothing holds, or not yet for long enough
+            return HackingVerdict(False, [], stats)
+        if accuracy and stats["verified_accuracy_slope"] <= -cfg.rise_per_step:
+            reasons.append(f"supporting: verified accuracy falls {stats['verified_accuracy_slope']:+.3f}/step")
+        if abs(stats.get("length_drift", 0.0)) >= cfg.length_drift:
+            reasons.append(f"supporting: mean response length drifted {stats['length_drift']:+.0%} from the "
+                           f"first {cfg.window} steps")
+        return HackingVerdict(True, reasons, stats)
 
 
 class HackingAlarm(RuntimeError):

@@ -2,7 +2,10 @@
 
 Feeds each run's logged metrics to the reward-hacking rule again (`report/replay.py`) with the thresholds given
 (`--cooper.hacking_*`, the same flags and defaults as train_cooper) and prints, per run, the alarm steps the run
-logged and those the rule gives now, the first of them and the rules that fired. RUN_DIR as for cli.report.
+logged and those the rule gives now, the first of them and the rules that fired, beside what the alarm is
+for: held-out accuracy first, at its lowest (and the step) and last, and the gap's step-to-step noise. Then per
+arm: how many runs the replayed alarm fired on, and on how many of those before the held-out lowest.
+RUN_DIR as for cli.report.
 """
 
 import argparse
@@ -26,7 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.algo.hacking import FLAG_PREFIX, HackingMonitorConfig
-    from cooper_openrlhf.report.replay import replay_monitor
+    from cooper_openrlhf.report.aggregate import heldout_series
+    from cooper_openrlhf.report.replay import gap_step_noise, replay_monitor
     from cooper_openrlhf.report.runs import load_run
 
     args = parse_args(argv)
@@ -36,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         config = HackingMonitorConfig.from_namespace(cooper)
     except ValueError as exc:
         sys.exit(f"error: {exc}")
-    print(f"{'run':<40} {'arm':<26} {'seed':>4} {'logged alarms':>13} {'replayed':>8} {'first':>6}  rules")
-    unreadable = 0
+    print(f"{'run':<40} {'arm':<26} {'seed':>4} {'logged alarms':>13} {'replayed':>8} {'first':>6}  {'rules':<5} "
+          f"{'held-out first lowest@step last':>32} {'gap noise':>9}")
+    unreadable, per_arm = 0, {}
     for run_dir in args.run_dirs:
         run = load_run(run_dir)
         if run.failed or not run.scalars:
@@ -45,9 +50,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4}  not readable: {run.error or 'no scalars'}")
             continue
         replay = replay_monitor(run.scalars, config, args.heldout_samples)
-        first = replay.alarm_steps[0] if replay.alarm_steps else "-"
+        first = replay.alarm_steps[0] if replay.alarm_steps else None
+        heldout, noise = heldout_series(run.scalars), gap_step_noise(run.scalars)
+        lowest_step, lowest = min(heldout, key=lambda point: (point[1], point[0])) if heldout else (None, None)
+        shown = (f"{heldout[0][1]:.2f} {lowest:.2f}@{lowest_step} {heldout[-1][1]:.2f}" if heldout else "-")
         print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4} {len(replay.logged_alarm_steps):>13} "
-              f"{len(replay.alarm_steps):>8} {first:>6}  {','.join(replay.rules) or '-'}")
+              f"{len(replay.alarm_steps):>8} {first if first is not None else '-':>6}  "
+              f"{','.join(replay.rules) or '-':<5} {shown:>32} {f'{noise:.3f}' if noise is not None else '-':>9}")
+        counts = per_arm.setdefault(run.arm, [0, 0, 0])  # runs, alarmed, alarmed before the held-out lowest
+        counts[0] += 1
+        counts[1] += first is not None
+        counts[2] += first is not None and lowest_step is not None and first <= lowest_step
+    for arm, (runs, alarmed, before_lowest) in per_arm.items():
+        print(f"{arm}: replayed alarm on {alarmed} of {runs} runs ({before_lowest} of them at or before the "
+              f"held-out lowest)")
     return 1 if unreadable == len(args.run_dirs) else 0
 
 

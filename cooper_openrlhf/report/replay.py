@@ -9,9 +9,19 @@ Order, as in training: the trainer evaluates on the held-out set after a step's 
 `save_logs_and_checkpoints`), so an evaluation logged at step s reaches the guard with step s + 1.
 """
 
+import math
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.hacking import HELDOUT_PREFIX, HELDOUT_SAMPLES, HackingMonitor, HackingMonitorConfig, HackingVerdict
+from cooper_openrlhf.algo.hacking import (
+    ACCURACY,
+    GAP,
+    HELDOUT_PREFIX,
+    HELDOUT_SAMPLES,
+    RM_REWARD,
+    HackingMonitor,
+    HackingMonitorConfig,
+    HackingVerdict,
+)
 from cooper_openrlhf.report.aggregate import Scalars, alarm_steps
 
 
@@ -55,3 +65,20 @@ def replay_monitor(scalars: Scalars, config: HackingMonitorConfig,
             pending_eval = {}
         pending_eval.update(evals.get(step, {}))  # logged after this step's metrics: the guard sees it next step
     return Replay(verdicts, alarm_steps(scalars))
+
+
+def gap_step_noise(scalars: Scalars) -> float | None:
+    """The step-to-step noise of a run's gap (RM reward mean - verified accuracy): the standard deviation of
+    successive differences over sqrt(2), which a slow trend hardly moves. The alarm's thresholds were argued
+    for ~0.03 (256 rollouts a step, algo/hacking.py); a run far above that sees noise cross them.
+    None with fewer than 3 steps carrying the gap."""
+    gap = dict(scalars.get(GAP, []))
+    if not gap:
+        rewards, accuracy = dict(scalars.get(RM_REWARD, [])), dict(scalars.get(ACCURACY, []))
+        gap = {step: rewards[step] - accuracy[step] for step in rewards.keys() & accuracy.keys()}
+    values = [gap[step] for step in sorted(gap)]
+    if len(values) < 3:
+        return None
+    diffs = [b - a for a, b in zip(values, values[1:])]
+    mean = sum(diffs) / len(diffs)
+    return math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / 2)
