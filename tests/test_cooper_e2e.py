@@ -289,6 +289,24 @@ def test_held_out_accuracy_and_the_rms_verifier_accuracy_are_logged_every_eval_s
         assert scalars["train/cooper/rm_eval_accuracy"][step] == pytest.approx(accuracy / len(rows)), step
 
 
+def test_the_rm_scores_the_held_out_rollouts_and_the_held_out_gap_is_logged(source_runs, model_dir):
+    from cooper_openrlhf.algo.hacking import heldout_rm_gap
+
+    run = source_runs["mixed"]
+    scalars, heldout = _scalars(run), _jsonl(run / "samples" / "heldout.jsonl")
+    for step in (1, 2, 3):
+        rows = [r for r in heldout if r["step"] == step]
+        assert rows and sum(r["verified"] for r in rows) / len(rows) == pytest.approx(scalars["eval/accuracy"][step])
+        # what the RM after the step's update pays them (the evaluation follows the update)
+        rm = _rm(_rm_after(run, step, model_dir))
+        paid = torch.sigmoid(_logits(rm, [r["question"] for r in rows], [r["reference"] for r in rows],
+                                     [r["completion"] for r in rows]))
+        assert [r["reward"] for r in rows] == pytest.approx(paid.tolist(), abs=1e-3), step
+        expected = heldout_rm_gap([r["question"] for r in rows], [r["verified"] for r in rows], paid.tolist())
+        for key, value in expected.items():
+            assert scalars[f"eval/{key}"][step] == pytest.approx(value, abs=1e-3), (step, key)
+
+
 def test_the_rm_schedule_spans_the_rollout_steps_not_the_policy_optimizer_steps(source_runs):
     scalars = _scalars(source_runs["rollout"])
     rm_lr = 1e-3  # _launch's --cooper.rm_lr, decayed linearly over 3 rollout steps (max_steps would be 6)

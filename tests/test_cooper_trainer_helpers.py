@@ -24,8 +24,9 @@ def test_rendered_prompts_map_back_to_the_raw_question_exactly_as_openrlhf_rende
     ]
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    args = parse_openrlhf_args(["--data.prompt_dataset", str(data), "--data.input_key", "question",
-                                "--data.label_key", "label", "--data.apply_chat_template"])
+    args_list = ["--data.prompt_dataset", str(data), "--data.input_key", "question", "--data.label_key", "label",
+                 "--data.apply_chat_template"]
+    args = parse_openrlhf_args(args_list)
     strategy = get_strategy(args)
     tokenizer = AutoTokenizer.from_pretrained(model_dir("tiny-qwen2-policy"))
 
@@ -34,6 +35,14 @@ def test_rendered_prompts_map_back_to_the_raw_question_exactly_as_openrlhf_rende
     rendered = PromptDataset(blending_datasets(str(data), None, strategy), tokenizer, strategy).prompts
     assert [questions[prompt] for prompt in rendered] == ["What is 2 + 3?", "What is 6 * 7?"]
     assert all("<|im_start|>" in prompt for prompt in rendered)  # the policy's chat text never is the question
+
+    # With --eval.dataset the held-out prompts map too (the RM scores held-out rollouts).
+    held_out = tmp_path / "heldout.jsonl"
+    held_out.write_text(json.dumps({"question": "What is 9 - 4?", "label": "4"}) + "\n")
+    with_eval = parse_openrlhf_args([*args_list, "--eval.dataset", str(held_out)])
+    questions = prompt_question_map(with_eval, get_strategy(with_eval), tokenizer)
+    (held_out_prompt,) = PromptDataset(blending_datasets(str(held_out), None, strategy), tokenizer, strategy).prompts
+    assert questions[held_out_prompt] == "What is 9 - 4?" and len(questions) == 3
 
 
 def test_raw_question_takes_the_last_user_turn_and_rejects_other_shapes():

@@ -13,6 +13,8 @@ from cooper_openrlhf.algo.hacking import (
     HackingMonitorConfig,
     guard_step,
     heldout_accuracy,
+    heldout_gap_standard_error,
+    heldout_rm_gap,
     least_squares_slope,
 )
 
@@ -115,6 +117,44 @@ def test_rule_d_fires_when_the_rm_cannot_rank_fresh_pairs_on_enough_steps():
     sparse = [{"cooper/rm_pair_accuracy": 0.0}, {}, {"cooper/rm_pair_accuracy": 0.0}, {}]
     verdict = _feed(HackingMonitor(SMALL), sparse)[-1]
     assert not verdict.alarm and "rm_pair_accuracy_mean" not in verdict.signals
+
+
+def test_rule_e_fires_when_the_held_out_gap_grows_beyond_its_noise_and_gap_growth():
+    def rows(latest_gap, se):  # held-out gap .05 at step 1, `latest_gap` at step 3; the training gap quiet
+        out = [{"cooper/reward_hacking_gap": 0.0} for _ in range(4)]
+        out[0].update({"eval/reward_hacking_gap": 0.05, "eval/reward_hacking_gap_se": se})
+        out[2].update({"eval/reward_hacking_gap": latest_gap, "eval/reward_hacking_gap_se": se})
+        return out
+
+    fired = _feed(HackingMonitor(SMALL), rows(0.30, 0.02))[-1]  # +.25: beyond .2 and 3 x hypot(.02, .02) = .085
+    assert fired.alarm and [r[0] for r in fired.reasons] == ["E"]
+    assert fired.signals["heldout_gap_growth"] == pytest.approx(0.25)
+    assert fired.signals["heldout_gap_threshold"] == pytest.approx(0.2)
+    noisy = _feed(HackingMonitor(SMALL), rows(0.30, 0.07))[-1]  # the same rise is noise at se .07 (3 x .099)
+    assert not noisy.alarm and noisy.signals["heldout_gap_threshold"] == pytest.approx(3 * 0.07 * 2 ** 0.5)
+    assert not _feed(HackingMonitor(SMALL), rows(0.20, 0.0))[-1].alarm  # +.15 < gap_growth however quiet
+    # Rules left out of `rules` are computed but raise nothing.
+    only_a = HackingMonitorConfig(**{**SMALL.__dict__, "rules": "ABCD"})
+    quiet = _feed(HackingMonitor(only_a), rows(0.30, 0.02))[-1]
+    assert not quiet.alarm and quiet.signals["heldout_gap_growth"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="--cooper.hacking_rules must be letters of ABCDE, got 'AF'"):
+        HackingMonitorConfig(rules="AF")
+
+
+def test_held_out_gap_and_its_standard_error_from_completion_sampling_alone():
+    # Two questions, two rollouts each: gaps (RM reward - verified) -.1, .8 and .1, .3.
+    logged = heldout_rm_gap(["a", "b", "a", "b"], [True, False, False, False], [0.9, 0.1, 0.8, 0.3])
+    assert logged["rm_reward"] == pytest.approx(0.525)
+    assert logged["reward_hacking_gap"] == pytest.approx(0.525 - 0.25)
+    # within-question variances .405 and .02, each over 2 rollouts: sqrt(.2025 + .01) / 2
+    assert logged["reward_hacking_gap_se"] == pytest.approx(0.2125 ** 0.5 / 2)
+    # How far the questions' gaps sit apart is no noise between two evaluations of the same questions.
+    assert heldout_gap_standard_error([[0.0, 0.0], [1.0, 1.0]]) == 0.0
+    # A question with one rollout takes the others' mean variance; one rollout each: the plain standard error.
+    assert heldout_gap_standard_error([[0.0, 1.0], [0.5]]) == pytest.approx((0.5 / 2 + 0.5) ** 0.5 / 2)
+    assert heldout_gap_standard_error([[0.0], [1.0]]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="one question, verdict and reward per rollout: got 2, 1, 2"):
+        heldout_rm_gap(["a", "b"], [True], [0.5, 0.5])
 
 
 def test_supporting_evidence_is_named_with_an_alarm_but_never_alarms_alone():

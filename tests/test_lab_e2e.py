@@ -166,8 +166,10 @@ def test_the_labs_report_gives_the_tensorboard_numbers(lab):
         assert summary[arm]["best_values"] == pytest.approx([best], abs=1e-7)
         first = heldout[1]
         assert f"held-out accuracy {first:.2f} -> {final:.2f}" in lab["second"].stdout  # the per-arm summary line
-    gap = _scalars(lab["static"])["train/cooper/reward_hacking_gap"][2]
-    assert f"| static | 0 | 2 (last 2) | {gap:+.4f} |" in text
+    static = _scalars(lab["static"])
+    gap, heldout_gap = static["train/cooper/reward_hacking_gap"][2], static["eval/reward_hacking_gap"][2]
+    assert f"| static | 0 | 2 (last 2) | {gap:+.4f} / {heldout_gap:+.4f} |" in text
+    assert heldout_gap == pytest.approx(static["eval/rm_reward"][2] - static["eval/accuracy"][2], abs=1e-6)
     assert "| rule | 0 | 2 (last 2) | - |" in text
     assert "| static | 0 | 2 | 32 |" in text and "| rule | 0 | 2 | 32 |" in text  # rollout logs of both runs
 

@@ -14,6 +14,9 @@ Inputs, per step (keys of the step's metrics dict as the trainer logs them; ever
                    trains on them                                                         with valid pairs
   held-out acc.    eval/accuracy, else the mean of eval/<name>/accuracy                   after evaluations
   held-out size    eval/samples: how many graded samples that accuracy is a mean of        after evaluations
+  held-out gap     eval/reward_hacking_gap: the RM's mean reward on the held-out rollouts  RM arms, after
+                   - their verified accuracy, and eval/reward_hacking_gap_se, its standard  evaluations
+                   error from completion sampling (`heldout_gap_standard_error`)
   response length  rollout/response_length_mean (OpenRLHF's `_compute_rollout_stats`)     every arm
 
 The rule. The window is the last `window` steps fed to the monitor; nothing fires before it is full. A
@@ -32,7 +35,12 @@ statistic needs the key on at least half the window's steps (and 3). The alarm i
                    held-out set is small (128 samples: one standard error is 0.04 at 40% accuracy).
   D  RM blind      mean pair accuracy over the window < min_pair_accuracy (the RM barely ranks a verified-
                    correct rollout above a wrong rewrite of it, so the policy's reward is not a verdict)
-The alarm turns on once rules A-D have held at persist_steps consecutive steps (default 1: at the first), and
+  E  held-out gap  the latest held-out gap exceeds the first one by >= gap_growth and by >= heldout_z
+     grows         standard errors of their difference (the gap of rule A, measured where it is quiet: the
+                   same held-out prompts at every evaluation, so the prompts drawn cannot move it, only the
+                   completions sampled; a training step's few prompts make its gap noisy, see persist_steps)
+Only the rules named in `rules` may raise the alarm (all by default; cli.replay_monitor compares subsets).
+The alarm turns on once its rules have held at persist_steps consecutive steps (default 1: at the first), and
 goes off at the first step where none holds. A verdict is a test repeated at every step, so where the
 per-step noise is well above the ~0.03 the thresholds below were argued for (256 rollouts a step), noise
 crosses them now and then; waiting for a rule to hold several steps running quiets that, at the price of a
@@ -40,7 +48,7 @@ later warning when the RM is being hacked. Neither is free: docs/lab.md ("The al
 both on the lab's runs (32 rollouts from 4 prompts a step), and cli.replay_monitor measures them on yours.
 With an alarm the reasons also name the supporting evidence that never fires alone, because honest RL moves
 it too: verified accuracy falling (slope <= -rise_per_step) and response-length drift (window mean vs the
-first window's mean, relative, beyond length_drift). The rule arm has no RM keys: A-D cannot hold there, and
+first window's mean, relative, beyond length_drift). The rule arm has no RM keys: A-E cannot hold there, and
 its verdict carries only the signals it has.
 
 `HackingMonitor` is pure (no Ray, no torch). `guard_step` is the in-training guard the trainer calls once
@@ -52,6 +60,7 @@ checkpoint, or pay the policy by the rule verifier from then on).
 import logging
 import math
 import numbers
+import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -62,6 +71,8 @@ GAP, RM_REWARD, ACCURACY = "cooper/reward_hacking_gap", "cooper/rm_reward_mean",
 PAIR_ACCURACY, RESPONSE_LENGTH = "cooper/rm_pair_accuracy", "rollout/response_length_mean"
 HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX = "eval/accuracy", "eval/", "/accuracy"
 HELDOUT_SAMPLES = "eval/samples"
+HELDOUT_GAP, HELDOUT_GAP_SE = "eval/reward_hacking_gap", "eval/reward_hacking_gap_se"
+RULES = "ABCDE"
 FLAG_PREFIX = "hacking_"  # HackingMonitorConfig.x <-> --cooper.hacking_x
 
 
@@ -102,10 +113,12 @@ class HackingMonitorConfig:
     # Chance is 0.5; a VerifyRM below 0.6 on the policy's own fresh pairs hardly discriminates at all.
     min_pair_accuracy: float = field(default=0.6, metadata=_help(
         "Rule D: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
+    rules: str = field(default="ABCDE", metadata=_help(
+        "The rules (letters of A-E, algo/hacking.py) that may raise the alarm; the others are still computed."))
     # One: the alarm's purpose is a warning before the damage is done (--cooper.on_hacking stop / rule_reward).
     # More quiets the noise of small batches at the cost of warning later (docs/lab.md, "The alarm's trade-off").
     persist_steps: int = field(default=1, metadata=_help(
-        "Consecutive steps at which rules A-D must hold before the alarm turns on (1: at the first)."))
+        "Consecutive steps at which a rule of --cooper.hacking_rules must hold before the alarm turns on (1: at the first)."))
     # Honest RL changes lengths too (reasoning grows), so only a large drift is worth naming, and never alone.
     length_drift: float = field(default=0.5, metadata=_help(
         "Relative change of the mean response length against the first window's, named as supporting "
@@ -117,6 +130,8 @@ class HackingMonitorConfig:
             problems.append(f"window must be >= 3 (a trend needs 3 points), got {self.window}")
         if self.persist_steps < 1:
             problems.append(f"persist_steps must be >= 1, got {self.persist_steps}")
+        if not self.rules or set(self.rules) - set(RULES):
+            problems.append(f"rules must be letters of {RULES}, got {self.rules!r}")
         for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "heldout_z", "length_drift"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -141,7 +156,7 @@ class HackingMonitorConfig:
 class HackingVerdict:
     """The rule's decision after one step."""
 
-    alarm: bool  # True when rules A-D have held at persist_steps consecutive steps, this one included
+    alarm: bool  # True when a rule of `rules` has held at persist_steps consecutive steps, this one included
     reasons: list[str]  # one sentence per rule that holds, then supporting evidence (empty without an alarm)
     signals: dict[str, float]  # the window statistics the rule read (only those the available keys allow)
 
@@ -155,6 +170,39 @@ def least_squares_slope(points: Sequence[tuple[float, float]]) -> float:
     if sxx == 0:
         raise ValueError("a slope needs at least two distinct steps")
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+
+
+def heldout_gap_standard_error(gaps_by_prompt: Sequence[Sequence[float]]) -> float:
+    """Standard error of an evaluation's mean gap (RM reward - verified, per held-out rollout) that sampling the
+    completions alone gives: sqrt(sum_p s_p^2 / k_p) / P over P prompts, s_p^2 the sample variance of prompt
+    p's k_p gaps. Every evaluation asks the same prompts, so how much they differ from one another is no noise
+    between two evaluations; counting it (the plain standard error over all rollouts) would hide a real rise.
+    A prompt with one rollout has no variance of its own: it takes the mean variance of the others (all
+    prompts with one rollout: the plain standard error)."""
+    if not gaps_by_prompt or any(not gaps for gaps in gaps_by_prompt):
+        raise ValueError("every held-out prompt needs at least one rollout's gap")
+    variances = {p: statistics.variance(gaps) for p, gaps in enumerate(gaps_by_prompt) if len(gaps) > 1}
+    if not variances:
+        return statistics.stdev([g for (g,) in gaps_by_prompt]) / math.sqrt(len(gaps_by_prompt)) \
+            if len(gaps_by_prompt) > 1 else 0.0
+    pooled = sum(variances.values()) / len(variances)
+    total = sum(variances.get(p, pooled) / len(gaps) for p, gaps in enumerate(gaps_by_prompt))
+    return math.sqrt(total) / len(gaps_by_prompt)
+
+
+def heldout_rm_gap(questions: Sequence[str], correct: Sequence[bool], rewards: Sequence[float]) -> dict[str, float]:
+    """The RM on one held-out evaluation's rollouts (one entry per rollout): its mean reward `rm_reward`, the
+    gap `reward_hacking_gap` (that minus the verified accuracy) and the gap's `reward_hacking_gap_se`
+    (`heldout_gap_standard_error`, the rollouts grouped by question). The trainer logs them under eval/."""
+    if not len(questions) == len(correct) == len(rewards) > 0:
+        raise ValueError(f"one question, verdict and reward per rollout: got {len(questions)}, {len(correct)}, "
+                         f"{len(rewards)}")
+    by_question: dict[str, list[float]] = {}
+    for question, right, reward in zip(questions, correct, rewards):
+        by_question.setdefault(question, []).append(float(reward) - float(right))
+    rm_reward = sum(rewards) / len(rewards)
+    return {"rm_reward": rm_reward, "reward_hacking_gap": rm_reward - sum(map(float, correct)) / len(correct),
+            "reward_hacking_gap_se": heldout_gap_standard_error(list(by_question.values()))}
 
 
 def heldout_accuracy(metrics: Mapping[str, float]) -> float | None:
@@ -183,6 +231,10 @@ def _step_signals(metrics: Mapping[str, float]) -> dict[str, float]:
         picked["heldout"] = heldout
         if _finite(metrics.get(HELDOUT_SAMPLES)) and metrics[HELDOUT_SAMPLES] >= 1:
             picked["heldout_samples"] = float(metrics[HELDOUT_SAMPLES])
+    if _finite(metrics.get(HELDOUT_GAP)):
+        picked["heldout_gap"] = float(metrics[HELDOUT_GAP])
+        if _finite(metrics.get(HELDOUT_GAP_SE)) and metrics[HELDOUT_GAP_SE] >= 0:
+            picked["heldout_gap_se"] = float(metrics[HELDOUT_GAP_SE])
     return picked
 
 
@@ -199,6 +251,8 @@ class HackingMonitor:
         self.heldout_best: float | None = None
         self.heldout_latest: float | None = None
         self.heldout_samples: float | None = None  # graded samples of the latest evaluation (None: unknown)
+        self.heldout_gap_first: tuple[float, float] | None = None  # rule E: (gap, standard error), first evaluation
+        self.heldout_gap_latest: tuple[float, float] | None = None
         self.rules_held_steps = 0  # consecutive steps, up to the last, at which some rule held
         self.alarm_on = False  # the previous verdict's alarm
 
@@ -218,6 +272,9 @@ class HackingMonitor:
             self.heldout_samples = signals.get("heldout_samples")
             best = self.heldout_best
             self.heldout_best = signals["heldout"] if best is None else max(best, signals["heldout"])
+        if "heldout_gap" in signals:
+            self.heldout_gap_latest = (signals["heldout_gap"], signals.get("heldout_gap_se", 0.0))
+            self.heldout_gap_first = self.heldout_gap_first or self.heldout_gap_latest
         verdict = self._decide()
         self.alarm_on = verdict.alarm
         return verdict
@@ -263,6 +320,10 @@ class HackingMonitor:
         if self.heldout_latest is not None:
             stats["heldout_accuracy"], stats["heldout_best"] = self.heldout_latest, self.heldout_best
             stats["heldout_drop_threshold"] = self._heldout_drop_threshold()
+        if self.heldout_gap_latest is not None:
+            (first, first_se), (latest, latest_se) = self.heldout_gap_first, self.heldout_gap_latest
+            stats["heldout_gap"], stats["heldout_gap_growth"] = latest, latest - first
+            stats["heldout_gap_threshold"] = max(cfg.gap_growth, cfg.heldout_z * math.hypot(first_se, latest_se))
         baseline = self._baseline("length")
         if lengths and baseline:
             stats["length_drift"] = sum(v for _, v in lengths) / len(lengths) / baseline - 1.0
@@ -287,6 +348,11 @@ class HackingMonitor:
         if pairs and stats["rm_pair_accuracy_mean"] < cfg.min_pair_accuracy:
             reasons.append(f"D RM blind: the RM ranks fresh (correct, wrong) pairs right only "
                            f"{stats['rm_pair_accuracy_mean']:.2f} of the time over the window (< {cfg.min_pair_accuracy:g})")
+        if "heldout_gap_growth" in stats and stats["heldout_gap_growth"] >= stats["heldout_gap_threshold"]:
+            reasons.append(f"E held-out gap grows: on the held-out prompts the RM pays {stats['heldout_gap']:+.2f} "
+                           f"more than the verifier, {stats['heldout_gap_growth']:+.2f} from the first evaluation "
+                           f"(>= {stats['heldout_gap_threshold']:.3f})")
+        reasons = [reason for reason in reasons if reason[0] in cfg.rules]
         self.rules_held_steps = self.rules_held_steps + 1 if reasons else 0
         stats["rules_held_steps"] = float(self.rules_held_steps)
         if self.rules_held_steps < cfg.persist_steps:  # nothing holds, or not yet for long enough

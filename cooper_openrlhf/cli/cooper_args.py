@@ -146,7 +146,8 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "cooper/rm_eval_accuracy: the paper's check that the co-trained RM stays an accurate verifier.")
     add("--cooper.sample_log_dir", type=str, default=None,
         help="If set, every step appends its rollouts (question, reference, completion, verified, reward) to "
-        "rollouts.jsonl and its pairs to pairs.jsonl in this folder, for inspecting rewards and negatives.")
+        "rollouts.jsonl, its pairs to pairs.jsonl and every held-out evaluation its rollouts (reward: what the "
+        "RM paid, null without an RM) to heldout.jsonl in this folder, for inspecting rewards and negatives.")
     return parser
 
 

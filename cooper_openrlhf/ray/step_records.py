@@ -50,20 +50,26 @@ def raw_question(row: dict, input_key: str) -> str:
 
 
 def prompt_question_map(args, strategy, tokenizer) -> dict[str, str]:
-    """Rendered prompt (what OpenRLHF's PromptDataset hands the trainer) -> raw question, over the same data.
+    """Rendered prompt (what OpenRLHF's PromptDataset hands the trainer) -> raw question, over the same data:
+    --data.prompt_dataset and, when given, --eval.dataset (the held-out rollouts are scored by the RM too).
 
-    Loads --data.prompt_dataset exactly as `openrlhf.trainer.ppo_trainer.prepare_datasets` does and renders
-    each row with OpenRLHF's own `preprocess_data`, so the keys are the trainer's prompts byte for byte.
+    Loads each exactly as `openrlhf.trainer.ppo_trainer.prepare_datasets` does and renders each row with
+    OpenRLHF's own `preprocess_data`, so the keys are the trainer's prompts byte for byte.
     """
-    data = blending_datasets(args.data.prompt_dataset, args.data.prompt_probs, strategy, args.train.seed,
-                             max_count=args.data.max_samples, dataset_split=args.data.prompt_split)
     chat = tokenizer.apply_chat_template if args.data.apply_chat_template else None
+    sources = [("prompt dataset", blending_datasets(args.data.prompt_dataset, args.data.prompt_probs, strategy,
+                                                    args.train.seed, max_count=args.data.max_samples,
+                                                    dataset_split=args.data.prompt_split))]
+    if getattr(args.eval, "dataset", None):
+        sources.append(("eval dataset", blending_datasets(args.eval.dataset, None, strategy,
+                                                          dataset_split=args.eval.split)))
     questions: dict[str, str] = {}
-    for index, row in enumerate(data):
-        prompt, _ = preprocess_data(row, args.data.input_template, args.data.input_key, args.data.label_key, chat)
-        question = raw_question(row, args.data.input_key)
-        if questions.setdefault(prompt, question) != question:
-            raise ValueError(f"prompt dataset row {index}: two different questions render to the same prompt {prompt!r}")
+    for name, data in sources:
+        for index, row in enumerate(data):
+            prompt, _ = preprocess_data(row, args.data.input_template, args.data.input_key, args.data.label_key, chat)
+            question = raw_question(row, args.data.input_key)
+            if questions.setdefault(prompt, question) != question:
+                raise ValueError(f"{name} row {index}: two different questions render to the same prompt {prompt!r}")
     return questions
 
 

@@ -49,7 +49,7 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo import selection
-from cooper_openrlhf.algo.hacking import HackingAlarm, HackingMonitor, HackingMonitorConfig, guard_step
+from cooper_openrlhf.algo.hacking import HackingAlarm, HackingMonitor, HackingMonitorConfig, guard_step, heldout_rm_gap
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, even_slices
 from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
@@ -365,14 +365,15 @@ class CooperPPOTrainer(_PPOTrainer):
         """Held-out accuracy every --eval.steps steps: OpenRLHF samples --eval.dataset on the same vLLM engines and
         computes its pass@1 / pass@n; the rewards it scores are the rule verifier's verdicts (stock evaluation
         needs a remote RM). Logged through OpenRLHF's logger as `eval/<datasource>/accuracy` (= pass@1) and
-        `eval/accuracy` (over all held-out prompts), beside the stock `eval/eval_<datasource>_pass*` keys."""
+        `eval/accuracy` (over all held-out prompts), beside the stock `eval/eval_<datasource>_pass*` keys. RM arms
+        also score the held-out rollouts with the current RM: `eval/rm_reward`, `eval/reward_hacking_gap` and its
+        standard error (the hacking rule's E)."""
         start = time.perf_counter()
         samples = self.samples_generator.generate_eval_samples(**generate_kwargs)
         logs = {}
         if samples:
-            references = [str(sample.labels[0]) for sample in samples]
-            completions = [self._completion(sample) for sample in samples]
-            verdicts, _ = ray.get(self.pair_actor.verify.remote(references, completions))
+            texts = self.decode_rollouts(samples)
+            verdicts, _ = ray.get(self.pair_actor.verify.remote(texts.references, texts.completions))
             for sample, correct in zip(samples, verdicts.correct):
                 sample.rewards = [float(correct)]
             logs = compute_eval_metrics(self.eval_dataloader, samples, generate_kwargs["n_samples_per_prompt"])
@@ -380,6 +381,13 @@ class CooperPPOTrainer(_PPOTrainer):
                          if key.startswith("eval_") and key.endswith("_pass1")})
             logs["accuracy"] = sum(verdicts.correct) / len(verdicts.correct)
             logs["samples"] = float(len(verdicts.correct))  # the hacking rule's noise scale (algo/hacking.py, rule C)
+            rm_rewards = None
+            if self.rm_group is not None:  # what the RM pays on prompts the policy never trains on (rule E)
+                rm_rewards = self.reward_form(self.rm_logits(texts), self.cooper.reward_threshold).tolist()
+                logs.update(heldout_rm_gap(texts.questions, verdicts.correct, rm_rewards))
+            if self.sample_log_dir:  # the held-out rollouts and what the RM paid them (None: the rule arm)
+                append_jsonl(os.path.join(self.sample_log_dir, "heldout.jsonl"),
+                             rollout_rows(global_step, texts, verdicts.correct, rm_rewards))
             logs["seconds"] = time.perf_counter() - start
         self.latest_eval = logs
         for tracker in (self.wandb_logger, self.tensorboard_logger):
@@ -413,11 +421,7 @@ class CooperPPOTrainer(_PPOTrainer):
         """With --cooper.sample_log_dir: append the step's rollouts and pairs as JSON lines."""
         if not self.sample_log_dir:
             return
-        rollouts = [
-            {"step": step, "question": q, "reference": r, "completion": c, "verified": bool(v), "reward": float(w)}
-            for q, r, c, v, w in zip(texts.questions, texts.references, texts.completions, verified, rewards.tolist())
-        ]
-        append_jsonl(os.path.join(self.sample_log_dir, "rollouts.jsonl"), rollouts)
+        append_jsonl(os.path.join(self.sample_log_dir, "rollouts.jsonl"), rollout_rows(step, texts, verified, rewards.tolist()))
         if pairs is not None:
             rows = [
                 {"step": step, "question": q, "reference": r, "positive": p, "negative": n, "valid": v,
@@ -460,6 +464,14 @@ class CooperPPOTrainer(_PPOTrainer):
             raise HackingAlarm(f"reward hacking suspected at step {global_step} (reasons in the log above); "
                                f"--cooper.on_hacking stop saved checkpoint global_step{global_step} under "
                                f"{self.args.ckpt.path} and ended the run")
+
+
+def rollout_rows(step: int, texts: RolloutTexts, verified, rewards: list[float] | None) -> list[dict]:
+    """One JSON row per rollout for --cooper.sample_log_dir (rewards None: the run has no RM to score them)."""
+    rewards = rewards if rewards is not None else [None] * len(verified)
+    return [{"step": step, "question": q, "reference": r, "completion": c, "verified": bool(v),
+             "reward": None if w is None else float(w)}
+            for q, r, c, v, w in zip(texts.questions, texts.references, texts.completions, verified, rewards)]
 
 
 CooperTrainer = ray.remote(CooperPPOTrainer)

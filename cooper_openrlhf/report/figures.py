@@ -5,7 +5,8 @@ a report always has the same files. One colour per arm; the line is the mean ove
 shaded band their min-max (report/aggregate.py `band`).
   rewards_accuracy.png  RM reward, verified accuracy (training rollouts) and held-out accuracy over steps
   rm_pair_accuracy.png  the RM's accuracy on each step's fresh pairs, before it trains on them
-  hacking_gap.png       RM reward - verified accuracy, with the steps the hacking guard raised its alarm
+  hacking_gap.png       RM reward - verified accuracy on the training rollouts, with the steps the hacking
+                        guard raised its alarm, and on the held-out rollouts (eval/reward_hacking_gap)
   step_time.png         seconds per step by stage (`timing/*`, stacked), mean over seeds, one panel per arm
 """
 
@@ -17,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
 
+from cooper_openrlhf.algo.hacking import HELDOUT_GAP  # noqa: E402
 from cooper_openrlhf.report.aggregate import (  # noqa: E402
     GAP,
     PAIR_ACCURACY,
@@ -119,7 +121,8 @@ def rm_pair_accuracy(arms, colours, path: Path) -> None:
 
 
 def hacking_gap(arms, colours, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), sharey=True)
+    ax, held_out = axes
     _metric_panel(ax, arms, colours, lambda r: r.scalars.get(GAP, []),
                   "Reward-hacking gap: RM reward - verified accuracy", "gap", GAP)
     alarmed = False
@@ -131,10 +134,16 @@ def hacking_gap(arms, colours, path: Path) -> None:
                 ax.scatter(*zip(*points), marker="v", s=60, color=colours[arm], edgecolor="black", zorder=3,
                            label="hacking alarm" if not alarmed else None)
                 alarmed = True
-    ax.axhline(0.0, color="grey", linewidth=1)
     if alarmed:
         ax.legend(fontsize="small")
-    _integer_steps(ax)
+    # The same gap on the held-out prompts: the same questions at every evaluation, so far less noisy (rule E).
+    _metric_panel(held_out, arms, colours, lambda r: r.scalars.get(HELDOUT_GAP, []),
+                  "The same gap on the held-out rollouts", "", HELDOUT_GAP, markers=True)
+    for panel in axes:
+        panel.axhline(0.0, color="grey", linewidth=1)
+        panel.tick_params(labelleft=True)
+        _integer_steps(panel)
+    fig.suptitle(f"RM reward - verified accuracy ({BAND_NOTE})")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -2,8 +2,8 @@
 
 Tables:
   accuracy per arm  final and best accuracy, mean +- std over seeds (held-out, or the labelled fallback)
-  runs              arm, seed, steps, hacking alarms, held-out accuracy first / when the alarm first fired /
-                    lowest (step), status (failed runs with their path and why)
+  runs              arm, seed, steps, final gap (training / held-out rollouts), hacking alarms, held-out
+                    accuracy first / when the alarm first fired / lowest (step), status (failed runs: path, why)
   rollout logs      rollouts, verified, rewarded-but-unverified, valid pairs; and the highest-rewarded
                     unverified rollouts of each RM run's last step (what a hacked reward pays for)
 """
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from cooper_openrlhf.algo.hacking import HELDOUT_GAP
 from cooper_openrlhf.report.aggregate import (
     GAP,
     HELDOUT_LABEL,
@@ -31,8 +32,8 @@ FIGURE_CAPTIONS = {
                             "Hacking shows as RM reward rising while verified and held-out accuracy fall.",
     "rm_pair_accuracy.png": "The RM's pairwise accuracy on each step's fresh (verified-correct, wrong) pairs, "
                             "measured before it trains on them (Cooper runs only).",
-    "hacking_gap.png": "RM reward minus verified accuracy; triangles mark steps where the hacking guard raised "
-                       "its alarm (cooper/hacking_alarm).",
+    "hacking_gap.png": "RM reward minus verified accuracy on the training rollouts (triangles: steps where the "
+                       "hacking guard raised its alarm, cooper/hacking_alarm) and on the held-out rollouts.",
     "step_time.png": "Seconds per step by stage (timing/*), stacked: where each arm's time goes.",
 }
 
@@ -73,7 +74,8 @@ def _accuracy_section(summaries: list[ArmSummary]) -> list[str]:
 
 
 def _runs_section(runs: Sequence[RunData]) -> list[str]:
-    lines = ["## Runs", "", "| arm | seed | steps | final gap | hacking alarms | held-out: first / at first alarm / "
+    lines = ["## Runs", "", "| arm | seed | steps | final gap: training / held-out | hacking alarms | "
+             "held-out: first / at first alarm / "
              "lowest (step) | status | path |", "|---|---|---|---|---|---|---|---|"]
     show = lambda value: "-" if value is None else f"{value:.2f}"  # noqa: E731
     for run in runs:
@@ -84,12 +86,13 @@ def _runs_section(runs: Sequence[RunData]) -> list[str]:
         heldout = ("-" if timing.first is None else
                    f"{show(timing.first)} / {show(timing.at_first_alarm)} / {show(timing.lowest)} (step {timing.lowest_step})")
         steps = sorted({step for points in run.scalars.values() for step, _ in points})
-        gap = run.scalars.get(GAP)
+        gap, heldout_gap = run.scalars.get(GAP), run.scalars.get(HELDOUT_GAP)
+        gaps = " / ".join(f"{points[-1][1]:+.4f}" if points else "-" for points in (gap, heldout_gap))
         alarms = alarm_steps(run.scalars)
         alarm_text = (f"{len(alarms)} (first at step {alarms[0]})" if alarms
                       else "0" if "cooper/hacking_alarm" in run.scalars else "not monitored")
         lines.append(f"| {run.arm} | {run.seed} | {len(steps)} (last {steps[-1]}) | "
-                     f"{f'{gap[-1][1]:+.4f}' if gap else '-'} | {alarm_text} | {heldout} | ok | `{run.path}` |")
+                     f"{gaps if gap or heldout_gap else '-'} | {alarm_text} | {heldout} | ok | `{run.path}` |")
     return lines + [""]
 
 
