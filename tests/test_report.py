@@ -230,11 +230,33 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
     # ... rules, held-out first / lowest@step / last, the gap's step-to-step noise (RM reward = accuracy: 0)
     assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C", "0.50", "0.20@3", "0.20", "0.000"]
     assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-", "0.50", "0.50@1", "0.50", "0.000"]
-    # the step-3 evaluation reaches the guard at step 4: an alarm on it comes after the lowest, and says so
-    assert out[3:] == ["static: replayed alarm on 1 of 1 runs (0 of them at or before the held-out lowest)",
-                       "cooper: replayed alarm on 0 of 1 runs (0 of them at or before the held-out lowest)"]
+    # the step-3 evaluation reaches the guard at step 4: an alarm on it comes with the whole fall behind it
+    assert out[5:] == ["static: alarm on 1 of 1 runs (0 early)", "cooper: alarm on 0 of 1 runs (0 early)"]
+    assert cli.main([*runs, "--cooper.hacking_window", "3", "--cooper.hacking_rise_per_step", "0.05",
+                     "--held-at", "0.3"]) == 0
+    assert capsys.readouterr().out.splitlines()[5:] == [
+        "static: alarm on 1 of 1 runs (0 early) | ended >= 0.3: alarm on 0 of 0 runs (0 early) "
+        "| ended below: alarm on 1 of 1 runs (0 early)",
+        "cooper: alarm on 0 of 1 runs (0 early) | ended >= 0.3: alarm on 0 of 1 runs (0 early) "
+        "| ended below: alarm on 0 of 0 runs (0 early)"]
     with pytest.raises(SystemExit, match="window must be >= 3"):
         cli.main([*runs, "--cooper.hacking_window", "2"])
+
+
+def test_alarm_outcome_measures_how_much_of_the_held_out_fall_was_behind_the_first_alarm():
+    from cooper_openrlhf.report.replay import alarm_outcome
+
+    scalars = {"eval/accuracy": [(2, 0.40), (4, 0.30), (6, 0.10), (8, 0.20)]}  # fall .40 -> .10 (step 6)
+    early = alarm_outcome(scalars, [5, 6], held_at=0.25)  # had seen step 4's .30: a third of the fall
+    assert (early.held, early.first_alarm, early.lowest_step) == (False, 5, 6)
+    assert early.fall_done == pytest.approx(1 / 3) and early.early
+    late = alarm_outcome(scalars, [7], held_at=0.15)  # had seen step 6's .10: all of it
+    assert late.held and late.fall_done == pytest.approx(1.0) and not late.early
+    before_any = alarm_outcome(scalars, [2], held_at=0.25)  # no evaluation seen yet: nothing behind it
+    assert before_any.fall_done == 0.0 and before_any.early
+    silent = alarm_outcome(scalars, [], held_at=0.25)
+    assert silent.first_alarm is None and silent.fall_done is None and not silent.early
+    assert alarm_outcome({}, [3], held_at=0.25).held is None  # never evaluated
 
 
 def test_gap_step_noise_is_the_scatter_of_successive_steps_not_the_trend():

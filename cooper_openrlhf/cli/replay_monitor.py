@@ -4,11 +4,13 @@ Feeds each run's logged metrics to the reward-hacking rule again (`report/replay
 (`--cooper.hacking_*`, the same flags and defaults as train_cooper) and prints, per run, the alarm steps the run
 logged and those the rule gives now, the first of them and the rules that fired, beside what the alarm is
 for: held-out accuracy first, at its lowest (and the step) and last, and the gap's step-to-step noise. Then per
-arm: how many runs the replayed alarm fired on, and on how many of those before the held-out lowest.
-RUN_DIR as for cli.report.
+arm: how many runs the replayed alarm fired on, and how many of those while less than half of the run's
+held-out fall (first -> lowest) was behind it; with --held-at F, split into the runs whose last held-out
+accuracy is >= F (where an alarm is a false one) and the others. RUN_DIR as for cli.report.
 """
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +22,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.replay_monitor",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="One folder per run (arm and seed).")
+    parser.add_argument("--held-at", type=float, default=None, metavar="F",
+                        help="count a run as held when its last held-out accuracy is >= F, and split the per-arm "
+                        "alarm counts by it")
     parser.add_argument("--heldout-samples", type=float, default=None,
                         help="graded samples per held-out evaluation, for runs logged before eval/samples existed")
     for flag, kind, default, help_text in HackingMonitorConfig.flags():
@@ -27,10 +32,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _alarm_counts(outcomes) -> str:
+    alarmed = [o for o in outcomes if o.first_alarm is not None]
+    return f"alarm on {len(alarmed)} of {len(outcomes)} runs ({sum(o.early for o in alarmed)} early)"
+
+
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.algo.hacking import FLAG_PREFIX, HackingMonitorConfig
     from cooper_openrlhf.report.aggregate import heldout_series
-    from cooper_openrlhf.report.replay import gap_step_noise, replay_monitor
+    from cooper_openrlhf.report.replay import alarm_outcome, gap_step_noise, replay_monitor
     from cooper_openrlhf.report.runs import load_run
 
     args = parse_args(argv)
@@ -50,20 +60,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4}  not readable: {run.error or 'no scalars'}")
             continue
         replay = replay_monitor(run.scalars, config, args.heldout_samples)
-        first = replay.alarm_steps[0] if replay.alarm_steps else None
+        outcome = alarm_outcome(run.scalars, replay.alarm_steps, -math.inf if args.held_at is None else args.held_at)
+        per_arm.setdefault(run.arm, []).append(outcome)
         heldout, noise = heldout_series(run.scalars), gap_step_noise(run.scalars)
-        lowest_step, lowest = min(heldout, key=lambda point: (point[1], point[0])) if heldout else (None, None)
-        shown = (f"{heldout[0][1]:.2f} {lowest:.2f}@{lowest_step} {heldout[-1][1]:.2f}" if heldout else "-")
+        shown = (f"{heldout[0][1]:.2f} {min(v for _, v in heldout):.2f}@{outcome.lowest_step} {heldout[-1][1]:.2f}"
+                 if heldout else "-")
+        first = "-" if outcome.first_alarm is None else outcome.first_alarm
         print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4} {len(replay.logged_alarm_steps):>13} "
-              f"{len(replay.alarm_steps):>8} {first if first is not None else '-':>6}  "
-              f"{','.join(replay.rules) or '-':<5} {shown:>32} {f'{noise:.3f}' if noise is not None else '-':>9}")
-        counts = per_arm.setdefault(run.arm, [0, 0, 0])  # runs, alarmed, alarmed before the held-out lowest
-        counts[0] += 1
-        counts[1] += first is not None
-        counts[2] += first is not None and lowest_step is not None and first <= lowest_step
-    for arm, (runs, alarmed, before_lowest) in per_arm.items():
-        print(f"{arm}: replayed alarm on {alarmed} of {runs} runs ({before_lowest} of them at or before the "
-              f"held-out lowest)")
+              f"{len(replay.alarm_steps):>8} {first:>6}  {','.join(replay.rules) or '-':<5} {shown:>32} "
+              f"{'-' if noise is None else f'{noise:.3f}':>9}")
+    print("\nper arm (early: before half of the run's held-out fall, first -> lowest, was behind the first alarm)")
+    for arm, outcomes in per_arm.items():
+        print(f"{arm}: {_alarm_counts(outcomes)}" + ("" if args.held_at is None else
+              f" | ended >= {args.held_at:g}: {_alarm_counts([o for o in outcomes if o.held])}"
+              f" | ended below: {_alarm_counts([o for o in outcomes if o.held is False])}"))
     return 1 if unreadable == len(args.run_dirs) else 0
 
 

@@ -10,6 +10,7 @@ Order, as in training: the trainer evaluates on the held-out set after a step's 
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cooper_openrlhf.algo.hacking import (
@@ -22,7 +23,7 @@ from cooper_openrlhf.algo.hacking import (
     HackingMonitorConfig,
     HackingVerdict,
 )
-from cooper_openrlhf.report.aggregate import Scalars, alarm_steps
+from cooper_openrlhf.report.aggregate import Scalars, alarm_steps, heldout_series
 
 
 @dataclass
@@ -82,3 +83,35 @@ def gap_step_noise(scalars: Scalars) -> float | None:
     diffs = [b - a for a, b in zip(values, values[1:])]
     mean = sum(diffs) / len(diffs)
     return math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / 2)
+
+
+@dataclass
+class AlarmOutcome:
+    """What an alarm did for one run, judged by the run's held-out accuracy (the thing the alarm protects)."""
+
+    held: bool | None  # last held-out accuracy >= the level asked for (None: no held-out evaluation)
+    first_alarm: int | None
+    lowest_step: int | None  # the first step of the lowest held-out accuracy
+    fall_done: float | None  # share of the fall (first -> lowest held-out) already behind when the alarm came
+
+    @property
+    def early(self) -> bool:
+        """Alarmed before half of the run's fall was done (the warning still saves something)."""
+        return self.fall_done is not None and self.fall_done < 0.5
+
+
+def alarm_outcome(scalars: Scalars, alarm_at: Sequence[int], held_at: float) -> AlarmOutcome:
+    """The outcome of alarms at steps `alarm_at` on a run. The alarm at step s had seen the evaluations logged
+    before s (an evaluation reaches the guard with the next step), so fall_done is (first - the latest of
+    those) / (first - lowest); 0 when the alarm came before any fall, None without an alarm or a fall."""
+    heldout = heldout_series(scalars)
+    first_alarm = alarm_at[0] if alarm_at else None
+    if not heldout:
+        return AlarmOutcome(None, first_alarm, None, None)
+    lowest_step, lowest = min(heldout, key=lambda point: (point[1], point[0]))
+    fall_done = None
+    fall = heldout[0][1] - lowest
+    if first_alarm is not None and fall > 0:
+        seen = [value for step, value in heldout if step < first_alarm]
+        fall_done = max(0.0, (heldout[0][1] - seen[-1]) / fall) if seen else 0.0
+    return AlarmOutcome(heldout[-1][1] >= held_at, first_alarm, lowest_step, fall_done)
