@@ -315,6 +315,18 @@ def test_rollout_window_gives_what_the_policy_wrote_and_was_paid_over_the_steps_
     with pytest.raises(ValueError, match="rollouts.jsonl, line 1: not a rollout row"):
         rollouts_main([str(tmp_path / "static_seed0")])
 
+    # --heldout reads the held-out evaluations' log; a run without an RM logs their reward as null.
+    with pytest.raises(SystemExit):
+        rollouts_main([str(tmp_path / "static_seed0"), "--heldout"])
+    assert "no heldout.jsonl (was the run started with --cooper.sample_log_dir and --eval.dataset?)" in capsys.readouterr().err
+    held_out = [{**rows[0], "step": 2}, {**rows[1], "step": 2, "reward": None}]
+    (run / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held_out))
+    assert rollouts_main([str(tmp_path / "static_seed0"), "--heldout", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "steps 0-2: 2 rollouts, mean reward 0.900, verified 0.50, reward verified 0.900 / unverified -" in out
+    unpaid = rollout_window([{**row, "reward": None} for row in held_out], 2, 2)
+    assert unpaid.mean_reward is None and unpaid.best_paid == [] and unpaid.verified == 0.5
+
 
 def test_an_arm_keeps_its_colour_in_every_report_whichever_arms_it_holds():
     from cooper_openrlhf.report.figures import arm_colours

@@ -2,7 +2,8 @@
 
 Per run, over the steps given (default: the last three logged): rollouts, mean RM reward, verified share, mean
 reward of verified and of unverified rollouts, the most common completions and the highest-paid rollouts
-(report/rollouts.py). RUN_DIR holds a `rollouts.jsonl` (train_cooper's --cooper.sample_log_dir), as for cli.report.
+(report/rollouts.py). RUN_DIR holds a `rollouts.jsonl` (train_cooper's --cooper.sample_log_dir), as for cli.report;
+with --heldout, the held-out evaluations' rollouts instead (`heldout.jsonl`: reward is what the RM paid them).
 """
 
 import argparse
@@ -29,12 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--steps", type=_steps, default=None, help="N or N-M (default: the last three logged steps)")
     parser.add_argument("--top", type=int, default=3, help="completions listed per run")
+    parser.add_argument("--heldout", action="store_true",
+                        help="read the held-out evaluations' rollouts (heldout.jsonl), steps = evaluation steps")
     args = parser.parse_args(argv)
     show = lambda value: "-" if value is None else f"{value:.3f}"  # noqa: E731
     for run_dir in args.run_dirs:
-        found = sorted(run_dir.rglob("rollouts.jsonl"))
+        name = "heldout.jsonl" if args.heldout else "rollouts.jsonl"
+        found = sorted(run_dir.rglob(name))
         if not found:
-            parser.error(f"{run_dir}: no rollouts.jsonl (was the run started with --cooper.sample_log_dir?)")
+            parser.error(f"{run_dir}: no {name} (was the run started with --cooper.sample_log_dir"
+                         f"{' and --eval.dataset' if args.heldout else ''}?)")
         rows = list(iter_rollouts(found[0]))
         last = max(row["step"] for row in rows) if rows else 0
         first, last = args.steps or (last - 2, last)

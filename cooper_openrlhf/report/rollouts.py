@@ -1,4 +1,5 @@
-"""What a run's policy wrote over a window of steps, from its rollout log (`samples/rollouts.jsonl`).
+"""What a run's policy wrote over a window of steps, from its rollout log (`samples/rollouts.jsonl`, or the
+held-out evaluations' `samples/heldout.jsonl`).
 
 The figures docs/lab.md quotes beside each run (most common rollouts at steps 38-40, their mean RM reward, the
 verified share, what right and wrong rollouts were paid, the highest-paid ones) come from here:
@@ -15,7 +16,7 @@ class RolloutWindow:
     first: int
     last: int
     rollouts: int
-    mean_reward: float
+    mean_reward: float | None  # None: no rollout of the window carries a reward (held-out rows without an RM)
     verified: float  # share of the window's rollouts the rule verifier marked correct
     reward_verified: float | None  # mean reward of the verified ones (None: there were none)
     reward_unverified: float | None
@@ -32,11 +33,12 @@ def rollout_window(rows: Iterable[dict], first: int, last: int, top: int = 3) ->
     window = [row for row in rows if first <= row["step"] <= last]
     if not window:
         raise ValueError(f"no rollout logged at steps {first}-{last}")
-    rewards = [row["reward"] for row in window]
-    best = sorted(window, key=lambda row: -row["reward"])[:top]
+    paid = [row for row in window if row["reward"] is not None]  # held-out rows of a run without an RM: None
+    best = sorted(paid, key=lambda row: -row["reward"])[:top]
     return RolloutWindow(
-        first, last, len(window), _mean(rewards), sum(row["verified"] for row in window) / len(window),
-        _mean([row["reward"] for row in window if row["verified"]]),
-        _mean([row["reward"] for row in window if not row["verified"]]),
+        first, last, len(window), _mean([row["reward"] for row in paid]),
+        sum(row["verified"] for row in window) / len(window),
+        _mean([row["reward"] for row in paid if row["verified"]]),
+        _mean([row["reward"] for row in paid if not row["verified"]]),
         Counter(row["completion"] for row in window).most_common(top),
         [(row["completion"], row["reward"], row["verified"]) for row in best])

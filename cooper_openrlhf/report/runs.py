@@ -109,14 +109,17 @@ def read_scalars(run_dir: Path) -> dict[str, Series]:
 
 
 def iter_rollouts(path: Path):
-    """The rows of a rollouts.jsonl, `step` / `verified` / `reward` typed; a bad row fails naming file and line."""
+    """The rows of a rollouts.jsonl (or heldout.jsonl), `step` / `verified` / `reward` typed (a held-out row's
+    reward may be null: no RM scored it); a bad row fails naming file and line."""
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-                row.update(step=int(row["step"]), verified=bool(row["verified"]), reward=float(row["reward"]))
+                reward = row["reward"]
+                row.update(step=int(row["step"]), verified=bool(row["verified"]),
+                           reward=None if reward is None else float(reward))
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise ValueError(f"{path}, line {line_number}: not a rollout row ({exc})") from None
             yield row
@@ -134,7 +137,7 @@ def read_rollout_log(run_dir: Path) -> RolloutLog | None:
         steps.add(step)
         log.rollouts += 1
         log.verified += verified
-        log.rewarded_unverified += reward >= 0.5 and not verified
+        log.rewarded_unverified += reward is not None and reward >= 0.5 and not verified
         if log.last_step is None or step > log.last_step:
             log.last_step, log.last_step_rows = step, []
         if step == log.last_step:
