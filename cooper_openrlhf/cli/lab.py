@@ -116,7 +116,7 @@ def arm_trends(runs) -> list[str]:
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
-SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None}
+SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD"}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate")  # meaningless without the stage (rm_pair_steps 0)
 
 

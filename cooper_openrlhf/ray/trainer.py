@@ -168,8 +168,8 @@ class CooperPPOTrainer(_PPOTrainer):
         for sample in samples:
             prompt = sample.prompts[0]
             if prompt not in self.questions:
-                raise KeyError(f"rollout prompt not found in --data.prompt_dataset (cannot recover its raw question): "
-                               f"{prompt[:200]!r}")
+                raise KeyError(f"rollout prompt not found in --data.prompt_dataset or --eval.dataset (cannot recover "
+                               f"its raw question): {prompt[:200]!r}")
             questions.append(self.questions[prompt])
             references.append(str(sample.labels[0]))
             completions.append(self._completion(sample))
@@ -421,7 +421,8 @@ class CooperPPOTrainer(_PPOTrainer):
         """With --cooper.sample_log_dir: append the step's rollouts and pairs as JSON lines."""
         if not self.sample_log_dir:
             return
-        append_jsonl(os.path.join(self.sample_log_dir, "rollouts.jsonl"), rollout_rows(step, texts, verified, rewards.tolist()))
+        append_jsonl(os.path.join(self.sample_log_dir, "rollouts.jsonl"),
+                     rollout_rows(step, texts, verified, rewards.tolist()))
         if pairs is not None:
             rows = [
                 {"step": step, "question": q, "reference": r, "positive": p, "negative": n, "valid": v,
