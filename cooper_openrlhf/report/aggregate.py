@@ -126,13 +126,15 @@ class AlarmTiming:
     lowest_step: int | None  # the first step where the lowest value was logged
 
 
-def alarm_timing(scalars: Scalars) -> AlarmTiming:
+def alarm_timing(scalars: Scalars, alarms: Sequence[int] | None = None) -> AlarmTiming:
     """Held-out accuracy first, when the alarm first fired, and at its lowest (None where it does not apply).
 
-    An evaluation logged at step s reaches the in-training guard with step s + 1, so the value "at the first
-    alarm" is the last one logged strictly before the alarm's step.
+    alarms: the alarm steps (default: those the run logged; a replay passes its own). An evaluation logged at
+    step s reaches the in-training guard with step s + 1, so the value "at the first alarm" is the last one
+    logged strictly before the alarm's step.
     """
-    heldout, alarms = heldout_series(scalars), alarm_steps(scalars)
+    heldout = heldout_series(scalars)
+    alarms = alarm_steps(scalars) if alarms is None else alarms
     if not heldout:
         return AlarmTiming(None, None, None, None)
     lowest_step, lowest = min(heldout, key=lambda point: (point[1], point[0]))

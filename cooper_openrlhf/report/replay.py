@@ -23,7 +23,7 @@ from cooper_openrlhf.algo.hacking import (
     HackingMonitorConfig,
     HackingVerdict,
 )
-from cooper_openrlhf.report.aggregate import Scalars, alarm_steps, heldout_series
+from cooper_openrlhf.report.aggregate import Scalars, alarm_steps, alarm_timing, heldout_series
 
 
 @dataclass
@@ -101,17 +101,15 @@ class AlarmOutcome:
 
 
 def alarm_outcome(scalars: Scalars, alarm_at: Sequence[int], held_at: float) -> AlarmOutcome:
-    """The outcome of alarms at steps `alarm_at` on a run. The alarm at step s had seen the evaluations logged
-    before s (an evaluation reaches the guard with the next step), so fall_done is (first - the latest of
-    those) / (first - lowest); 0 when the alarm came before any fall, None without an alarm or a fall."""
-    heldout = heldout_series(scalars)
+    """The outcome of alarms at steps `alarm_at` on a run (`alarm_timing`: the alarm at step s had seen the
+    evaluations logged before s), so fall_done is (first - the latest of those) / (first - lowest); 0 when the
+    alarm came before any evaluation, None without an alarm or a fall."""
+    timing, heldout = alarm_timing(scalars, alarm_at), heldout_series(scalars)
     first_alarm = alarm_at[0] if alarm_at else None
     if not heldout:
         return AlarmOutcome(None, first_alarm, None, None)
-    lowest_step, lowest = min(heldout, key=lambda point: (point[1], point[0]))
-    fall_done = None
-    fall = heldout[0][1] - lowest
+    fall, fall_done = timing.first - timing.lowest, None
     if first_alarm is not None and fall > 0:
-        seen = [value for step, value in heldout if step < first_alarm]
-        fall_done = max(0.0, (heldout[0][1] - seen[-1]) / fall) if seen else 0.0
-    return AlarmOutcome(heldout[-1][1] >= held_at, first_alarm, lowest_step, fall_done)
+        seen = timing.first if timing.at_first_alarm is None else timing.at_first_alarm
+        fall_done = max(0.0, (timing.first - seen) / fall)
+    return AlarmOutcome(heldout[-1][1] >= held_at, first_alarm, timing.lowest_step, fall_done)

@@ -137,7 +137,7 @@ def read_rollout_log(run_dir: Path) -> RolloutLog | None:
         steps.add(step)
         log.rollouts += 1
         log.verified += verified
-        log.rewarded_unverified += reward is not None and reward >= 0.5 and not verified
+        log.rewarded_unverified += reward >= 0.5 and not verified
         if log.last_step is None or step > log.last_step:
             log.last_step, log.last_step_rows = step, []
         if step == log.last_step:
