@@ -14,6 +14,8 @@ Inputs, per step (keys of the step's metrics dict as the trainer logs them; ever
                    trains on them                                                         with valid pairs
   held-out acc.    eval/accuracy, else the mean of eval/<name>/accuracy                   after evaluations
   held-out size    eval/samples: how many graded samples that accuracy is a mean of        after evaluations
+  wrong paid       cooper/rm_reward_wrong_mean: the RM's mean reward on the step's rollouts RM arms, steps
+                   the rule verifier marks wrong                                          with a wrong rollout
   held-out gap     eval/reward_hacking_gap: the RM's mean reward on the held-out rollouts  RM arms, after
                    - their verified accuracy, and eval/reward_hacking_gap_se, its standard  evaluations
                    error from completion sampling (`heldout_gap_standard_error`)
@@ -39,6 +41,16 @@ statistic needs the key on at least half the window's steps (and 3). The alarm i
      grows         standard errors of their difference (the gap of rule A, measured where it is quiet: the
                    same held-out prompts at every evaluation, so the prompts drawn cannot move it, only the
                    completions sampled; a training step's few prompts make its gap noisy, see persist_steps)
+  F  wrong answers the window's mean RM reward on verified-wrong rollouts exceeds the first window's by
+     paid more     >= gap_growth and by >= window_z standard errors of that difference (Welch: each window's
+                   step-to-step variance over its step count). The definition of hacking read directly: the
+                   RM paying more for what the verifier rejects. Two things make it quieter than A on small
+                   batches: conditioning on the verdict takes out the gap's mix term (a step of easier
+                   prompts has more correct rollouts, so a miscalibrated RM's gap moves with the prompts
+                   drawn), and the threshold is in units of the run's own measured noise, not one argued for
+                   a batch size. It compares window means, not a fitted end, so it warns a few steps later.
+                   Like A it measures growth: an RM already paying wrong answers in the first window (a
+                   collapse at the start) is B's and D's to catch.
 Only the rules named in `rules` may raise the alarm (all by default; cli.replay_monitor compares subsets).
 The alarm turns on once its rules have held at persist_steps consecutive steps (default 1: at the first), and
 goes off at the first step where none holds. A verdict is a test repeated at every step, so where the
@@ -48,7 +60,7 @@ later warning when the RM is being hacked. Neither is free: docs/lab.md ("The al
 on static") measures both on the lab's runs (32 rollouts from 4 prompts a step); cli.replay_monitor on yours.
 With an alarm the reasons also name the supporting evidence that never fires alone, because honest RL moves
 it too: verified accuracy falling (slope <= -rise_per_step) and response-length drift (window mean vs the
-first window's mean, relative, beyond length_drift). The rule arm has no RM keys: A-E cannot hold there, and
+first window's mean, relative, beyond length_drift). The rule arm has no RM keys: A-F cannot hold there, and
 its verdict carries only the signals it has.
 
 `HackingMonitor` is pure (no Ray, no torch). `guard_step` is the in-training guard the trainer calls once
@@ -72,7 +84,8 @@ PAIR_ACCURACY, RESPONSE_LENGTH = "cooper/rm_pair_accuracy", "rollout/response_le
 HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX = "eval/accuracy", "eval/", "/accuracy"
 HELDOUT_SAMPLES = "eval/samples"
 HELDOUT_GAP, HELDOUT_GAP_SE = "eval/reward_hacking_gap", "eval/reward_hacking_gap_se"
-RULES = "ABCDE"
+WRONG_REWARD, CORRECT_REWARD = "cooper/rm_reward_wrong_mean", "cooper/rm_reward_correct_mean"
+RULES = "ABCDEF"
 FLAG_PREFIX = "hacking_"  # HackingMonitorConfig.x <-> --cooper.hacking_x
 
 
@@ -113,8 +126,12 @@ class HackingMonitorConfig:
     # Chance is 0.5; a VerifyRM below 0.6 on the policy's own fresh pairs hardly discriminates at all.
     min_pair_accuracy: float = field(default=0.6, metadata=_help(
         "Rule D: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
+    # 3 standard errors: a window statistic is tested once per step, tens of times a run.
+    window_z: float = field(default=3.0, metadata=_help(
+        "Rule F: the rise of the window's mean RM reward on verified-wrong rollouts over the first window's must "
+        "also exceed this many standard errors of that difference (from the steps' own scatter)."))
     rules: str = field(default="ABCDE", metadata=_help(
-        "The rules (letters of A-E, algo/hacking.py) that may raise the alarm; the others are still computed."))
+        "The rules (letters of A-F, algo/hacking.py) that may raise the alarm; the others are still computed."))
     # One: the alarm's purpose is a warning before the damage is done (--cooper.on_hacking stop / rule_reward).
     # More quiets the noise of small batches at the cost of warning later (docs/lab.md, "The alarm: quiet on
     # Cooper, early on static").
@@ -134,7 +151,8 @@ class HackingMonitorConfig:
             problems.append(f"persist_steps must be >= 1, got {self.persist_steps}")
         if not self.rules or set(self.rules) - set(RULES):
             problems.append(f"rules must be letters of {RULES}, got {self.rules!r}")
-        for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "heldout_z", "length_drift"):
+        for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "heldout_z", "window_z",
+                     "length_drift"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.min_pair_accuracy <= 1.0:
@@ -207,6 +225,20 @@ def heldout_rm_gap(questions: Sequence[str], correct: Sequence[bool], rewards: S
             "reward_hacking_gap_se": heldout_gap_standard_error(list(by_question.values()))}
 
 
+def rm_reward_by_verdict(verified: Sequence[bool], rewards: Sequence[float]) -> dict[str, float]:
+    """The RM's mean reward on one step's verified-wrong and verified-correct rollouts (`rm_reward_wrong_mean`,
+    `rm_reward_correct_mean`), each only when the step has such rollouts. Rule F reads the first; their
+    difference is how well the RM still separates what the verifier separates."""
+    if len(verified) != len(rewards):
+        raise ValueError(f"one verdict per reward: got {len(verified)} verdicts, {len(rewards)} rewards")
+    means = {}
+    for name, wanted in (("rm_reward_wrong_mean", False), ("rm_reward_correct_mean", True)):
+        picked = [float(r) for v, r in zip(verified, rewards) if bool(v) == wanted]
+        if picked:
+            means[name] = sum(picked) / len(picked)
+    return means
+
+
 def heldout_accuracy(metrics: Mapping[str, float]) -> float | None:
     """eval/accuracy, else the mean of the eval/<name>/accuracy keys, else None."""
     if _finite(metrics.get(HELDOUT)):
@@ -225,7 +257,7 @@ def _step_signals(metrics: Mapping[str, float]) -> dict[str, float]:
     """The rule's inputs of one step (module docstring), non-finite or missing values left out."""
     picked = {name: float(metrics[key]) for name, key in
               (("gap", GAP), ("rm_reward", RM_REWARD), ("accuracy", ACCURACY), ("pair_accuracy", PAIR_ACCURACY),
-               ("length", RESPONSE_LENGTH)) if _finite(metrics.get(key))}
+               ("length", RESPONSE_LENGTH), ("wrong_reward", WRONG_REWARD)) if _finite(metrics.get(key))}
     if "gap" not in picked and "rm_reward" in picked and "accuracy" in picked:
         picked["gap"] = picked["rm_reward"] - picked["accuracy"]
     heldout = heldout_accuracy(metrics)
@@ -249,12 +281,16 @@ class HackingMonitor:
         self.window: deque[tuple[int, dict[str, float]]] = deque(maxlen=self.config.window)
         self.steps_seen = 0
         self.last_step: int | None = None
-        self.first_window: dict[str, list[float]] = {"gap": [], "length": []}  # baselines of rule A and the drift
+        self.first_window: dict[str, list[float]] = {"gap": [], "length": [], "wrong_reward": []}  # rules A, F, drift
         self.heldout_best: float | None = None
         self.heldout_latest: float | None = None
         self.heldout_samples: float | None = None  # graded samples of the latest evaluation (None: unknown)
         self.heldout_gap_first: tuple[float, float] | None = None  # rule E: (gap, standard error), first evaluation
         self.heldout_gap_latest: tuple[float, float] | None = None
+        self.wrong_values: list[float] = []  # rule F: every step's wrong-rollout reward so far
+        self.wrong_baseline: float | None = None  # its first window's mean
+        self.wrong_cusum: float | None = None  # one-sided cumulative sum of (value - baseline - gap_growth / 2)
+        self.wrong_noise = 0.0  # its step-to-step noise so far
         self.rules_held_steps = 0  # consecutive steps, up to the last, at which some rule held
         self.alarm_on = False  # the previous verdict's alarm
 
@@ -274,12 +310,28 @@ class HackingMonitor:
             self.heldout_samples = signals.get("heldout_samples")
             best = self.heldout_best
             self.heldout_best = signals["heldout"] if best is None else max(best, signals["heldout"])
+        if "wrong_reward" in signals:
+            self._update_wrong_cusum(signals["wrong_reward"])
         if "heldout_gap" in signals:
             self.heldout_gap_latest = (signals["heldout_gap"], signals.get("heldout_gap_se", 0.0))
             self.heldout_gap_first = self.heldout_gap_first or self.heldout_gap_latest
         verdict = self._decide()
         self.alarm_on = verdict.alarm
         return verdict
+
+    def _update_wrong_cusum(self, value: float) -> None:
+        """Rule F's page (Page's CUSUM): once the first window gives a baseline, accumulate how far each step's
+        wrong-rollout reward runs above it beyond an allowance of half the growth worth detecting."""
+        self.wrong_values.append(value)
+        first = self.first_window["wrong_reward"]
+        if self.wrong_baseline is None:
+            if self.steps_seen < self.config.window or len(first) < self.min_points:
+                return
+            self.wrong_baseline, self.wrong_cusum = statistics.fmean(first), 0.0
+        else:
+            self.wrong_cusum = max(0.0, self.wrong_cusum + value - self.wrong_baseline - self.config.gap_growth / 2)
+        diffs = [b - a for a, b in zip(self.wrong_values, self.wrong_values[1:])]
+        self.wrong_noise = statistics.stdev(diffs) / math.sqrt(2) if len(diffs) >= 2 else 0.0
 
     def _heldout_drop_threshold(self) -> float:
         """Rule C's drop: heldout_drop, or heldout_z binomial standard errors of (best - latest), the larger."""
@@ -326,6 +378,9 @@ class HackingMonitor:
             (first, first_se), (latest, latest_se) = self.heldout_gap_first, self.heldout_gap_latest
             stats["heldout_gap"], stats["heldout_gap_growth"] = latest, latest - first
             stats["heldout_gap_threshold"] = max(cfg.gap_growth, cfg.heldout_z * math.hypot(first_se, latest_se))
+        if self.wrong_cusum is not None:
+            stats["wrong_reward_cusum"], stats["wrong_reward_noise"] = self.wrong_cusum, self.wrong_noise
+            stats["wrong_reward_threshold"] = cfg.window_z * self.wrong_noise
         baseline = self._baseline("length")
         if lengths and baseline:
             stats["length_drift"] = sum(v for _, v in lengths) / len(lengths) / baseline - 1.0
@@ -354,6 +409,11 @@ class HackingMonitor:
             reasons.append(f"E held-out gap grows: on the held-out prompts the RM pays {stats['heldout_gap']:+.2f} "
                            f"more than the verifier, {stats['heldout_gap_growth']:+.2f} from the first evaluation "
                            f"(>= {stats['heldout_gap_threshold']:.3f})")
+        if "wrong_reward_cusum" in stats and stats["wrong_reward_cusum"] >= stats["wrong_reward_threshold"] > 0:
+            reasons.append(f"F wrong answers paid more: the RM's reward on verified-wrong rollouts has run above the "
+                           f"first {cfg.window} steps' {self.wrong_baseline:.2f} by {stats['wrong_reward_cusum']:.2f} "
+                           f"beyond {cfg.gap_growth / 2:g}/step (cumulative sum; >= {cfg.window_z:g} x its step noise "
+                           f"{stats['wrong_reward_noise']:.3f})")
         reasons = [reason for reason in reasons if reason[0] in cfg.rules]
         self.rules_held_steps = self.rules_held_steps + 1 if reasons else 0
         stats["rules_held_steps"] = float(self.rules_held_steps)

@@ -49,7 +49,7 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo import selection
-from cooper_openrlhf.algo.hacking import HackingAlarm, HackingMonitor, HackingMonitorConfig, guard_step, heldout_rm_gap
+from cooper_openrlhf.algo.hacking import HackingAlarm, HackingMonitor, HackingMonitorConfig, guard_step, heldout_rm_gap, rm_reward_by_verdict
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, even_slices
 from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
@@ -284,6 +284,7 @@ class CooperPPOTrainer(_PPOTrainer):
             rm_rewards = self.reward_form(logits, self.cooper.reward_threshold)
             metrics["cooper/rm_reward_mean"] = rm_rewards.mean().item()
             metrics["cooper/reward_hacking_gap"] = metrics["cooper/rm_reward_mean"] - accuracy
+            metrics.update({f"cooper/{k}": v for k, v in rm_reward_by_verdict(verified, rm_rewards.tolist()).items()})
             if self.cooper.reward_source == "rm" and not self.reward_from_rule:
                 rewards = rm_rewards
         for sample, reward in zip(samples, rewards):
