@@ -182,6 +182,12 @@ def test_three_steps_log_the_cooper_metrics_through_openrlhfs_logger(runs):
         assert len(rollouts) == 16
         accuracy = sum(r["verified"] for r in rollouts) / 16
         assert scalars["train/cooper/verified_accuracy"][step] == pytest.approx(accuracy, abs=1e-6)
+        for key, verified in (("rm_reward_wrong_mean", False), ("rm_reward_correct_mean", True)):  # rule F's input
+            paid = [r["reward"] for r in rollouts if r["verified"] == verified]
+            if paid:
+                assert scalars[f"train/cooper/{key}"][step] == pytest.approx(sum(paid) / len(paid), abs=1e-5)
+            else:
+                assert step not in scalars.get(f"train/cooper/{key}", {})
 
 
 def test_both_the_policy_and_the_reward_model_weights_change(runs, model_dir):

@@ -16,6 +16,7 @@ from cooper_openrlhf.algo.hacking import (
     heldout_gap_standard_error,
     heldout_rm_gap,
     least_squares_slope,
+    rm_reward_by_verdict,
 )
 
 # A small window and round thresholds, so every statistic below can be worked out by hand.
@@ -139,6 +140,50 @@ def test_rule_e_fires_when_the_held_out_gap_grows_beyond_its_noise_and_gap_growt
     assert not quiet.alarm and quiet.signals["heldout_gap_growth"] == pytest.approx(0.25)
     with pytest.raises(ValueError, match="--cooper.hacking_rules must be letters of ABCDEF, got .AG."):
         HackingMonitorConfig(rules="AG")
+
+
+def test_rm_reward_by_verdict_by_hand():
+    assert rm_reward_by_verdict([True, False, False, True], [0.9, 0.2, 0.4, 0.7]) == pytest.approx(
+        {"rm_reward_wrong_mean": 0.3, "rm_reward_correct_mean": 0.8})
+    assert rm_reward_by_verdict([True, True], [0.9, 0.7]) == pytest.approx({"rm_reward_correct_mean": 0.8})
+    with pytest.raises(ValueError, match="one verdict per reward"):
+        rm_reward_by_verdict([True], [0.9, 0.1])
+
+
+ONLY_F = HackingMonitorConfig(**{**SMALL.__dict__, "rules": "F"})
+
+
+def _wrong(values):
+    return [{"cooper/rm_reward_wrong_mean": v} for v in values]
+
+
+def test_rule_f_accumulates_a_sustained_rise_of_the_wrong_rollouts_reward_against_its_own_noise():
+    # Baseline .2 (first window); allowance gap_growth / 2 = .1; threshold 3 x stdev(step differences) / sqrt 2.
+    values = [0.2, 0.22, 0.18, 0.2, 0.6, 0.6]
+    verdicts = _feed(HackingMonitor(ONLY_F), _wrong(values))
+    for step, verdict in enumerate(verdicts[3:], start=4):
+        seen = values[:step]
+        diffs = [b - a for a, b in zip(seen, seen[1:])]
+        noise = (sum((d - sum(diffs) / len(diffs)) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5 / math.sqrt(2)
+        assert verdict.signals["wrong_reward_threshold"] == pytest.approx(3 * noise)
+    assert [v.signals.get("wrong_reward_cusum") for v in verdicts] == pytest.approx([None, None, None, 0.0, 0.3, 0.6])
+    # step 5: .3 < 3 x .143 (the jump itself is part of the noise); step 6: .6 >= 3 x .128, the rise held
+    assert [v.alarm for v in verdicts] == [False] * 5 + [True]
+    assert verdicts[-1].reasons[0].startswith("F wrong answers paid more")
+    # The same stream with F left out of the rules is computed but raises nothing.
+    assert not _feed(HackingMonitor(SMALL), _wrong(values))[-1].alarm
+
+
+def test_rule_f_stays_quiet_on_noise_and_a_one_step_spike():
+    noisy = [0.15 if step % 2 else 0.25 for step in range(20)]  # never beyond baseline + allowance
+    noisy[10] = 0.45  # one step's spike: +.15 beyond the allowance, then back
+    verdicts = _feed(HackingMonitor(ONLY_F), _wrong(noisy))
+    assert not any(v.alarm for v in verdicts)
+    assert max(v.signals["wrong_reward_cusum"] for v in verdicts[3:]) == pytest.approx(0.15)
+    assert verdicts[-1].signals["wrong_reward_cusum"] == 0.0
+    # Steps without wrong rollouts carry nothing: the sum waits for them, and the baseline needs min_points.
+    sparse = _feed(HackingMonitor(ONLY_F), [{}, {}, {}, {}, *_wrong([0.9] * 3)])
+    assert all("wrong_reward_cusum" not in v.signals for v in sparse)
 
 
 def test_held_out_gap_and_its_standard_error_from_completion_sampling_alone():

@@ -228,8 +228,9 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     lines = {line.split()[0]: line.split() for line in out[1:3]}
     # ... rules, held-out first / lowest@step / last, the gap's step-to-step noise (RM reward = accuracy: 0)
-    assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C", "0.50", "0.20@3", "0.20", "0.000"]
-    assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-", "0.50", "0.50@1", "0.50", "0.000"]
+    # and no wrong-rollout reward (neither logged nor a rollout log to take it from): "-"
+    assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C", "0.50", "0.20@3", "0.20", "0.000", "-"]
+    assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-", "0.50", "0.50@1", "0.50", "0.000", "-"]
     # the step-3 evaluation reaches the guard at step 4: an alarm on it comes with the whole fall behind it
     assert out[5:] == ["static: alarm on 1 of 1 runs (0 early)", "cooper: alarm on 0 of 1 runs (0 early)"]
     assert cli.main([*runs, "--cooper.hacking_window", "3", "--cooper.hacking_rise_per_step", "0.05",
@@ -241,6 +242,50 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
         "| ended below: alarm on 0 of 0 runs (0 early)"]
     with pytest.raises(SystemExit, match="window must be >= 3"):
         cli.main([*runs, "--cooper.hacking_window", "2"])
+
+
+def test_verdict_rewards_come_from_the_rollout_log_only_where_the_rm_paid_and_never_replace_logged_ones():
+    from cooper_openrlhf.report.replay import scalars_with_verdict_rewards
+
+    scalars = {"cooper/rm_reward_mean": [(1, 0.5), (2, 0.5), (3, 0.5)], "cooper/reward_from_rule": [(3, 1.0)]}
+    rows = [{"step": step, "verified": verified, "reward": reward}
+            for step in (1, 2, 3, 4) for verified, reward in ((True, 0.9), (False, 0.1 * step), (False, 0.3 * step))]
+    filled = scalars_with_verdict_rewards(scalars, rows)  # step 3 paid by the rule, step 4 not scored by the RM
+    assert [step for step, _ in filled["cooper/rm_reward_wrong_mean"]] == [1, 2]
+    assert [value for _, value in filled["cooper/rm_reward_wrong_mean"]] == pytest.approx([0.2, 0.4])
+    assert [value for _, value in filled["cooper/rm_reward_correct_mean"]] == pytest.approx([0.9, 0.9])
+    logged = {**scalars, "cooper/rm_reward_wrong_mean": [(1, 0.7)]}
+    assert scalars_with_verdict_rewards(logged, rows) is logged
+
+
+def test_wrong_reward_course_by_hand():
+    from cooper_openrlhf.report.replay import WrongRewardCourse, wrong_reward_course
+
+    scalars = {"cooper/rm_reward_wrong_mean": [(1, 0.1), (2, 0.1), (3, 0.4), (4, 0.4), (5, 0.1)]}
+    # 2-step means ending at steps 2..5: .1, .25, .4, .25
+    assert wrong_reward_course(scalars, span=2) == WrongRewardCourse(pytest.approx(0.1), pytest.approx(0.4), 4,
+                                                                      pytest.approx(0.25))
+    assert wrong_reward_course(scalars, span=6) is None and wrong_reward_course({}) is None
+
+
+def test_replay_cli_takes_rule_fs_input_from_the_rollout_log_of_a_run_that_did_not_log_it(tmp_path, capsys):
+    from cooper_openrlhf.cli import replay_monitor as cli
+
+    steps = range(1, 11)
+    wrong = {step: 0.2 if step <= 4 else 0.8 for step in steps}  # the RM starts paying wrong answers at step 5
+    _write_events(tmp_path / "static_seed0" / "tb", {"train/cooper/rm_reward_mean": [(s, 0.5) for s in steps],
+                                                      "train/cooper/verified_accuracy": [(s, 0.5) for s in steps]})
+    rows = [{"step": s, "question": "q", "reference": "1", "completion": c, "verified": c == "1", "reward": r}
+            for s in steps for c, r in (("1", 0.9), ("2", wrong[s]))]
+    samples = tmp_path / "static_seed0" / "samples"
+    samples.mkdir()
+    (samples / "rollouts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert cli.main([str(tmp_path / "static_seed0"), "--cooper.hacking_window", "4", "--cooper.hacking_rules", "F"]) == 0
+    line = capsys.readouterr().out.splitlines()[1].split()
+    # baseline .2, allowance .1: the sum is .5 at step 5 (one jump: within its noise), 1.0 at step 6
+    assert line[4:7] == ["5", "6", "F"]  # alarms at steps 6-10, the first at 6
+    # 5-step means of what the RM paid wrong rollouts: steps 1-5 (.2 x 4, .8), the first all-.8 stretch, the last
+    assert line[-3:] == ["0.32", "0.80@9", "0.80"]
 
 
 def test_alarm_outcome_measures_how_much_of_the_held_out_fall_was_behind_the_first_alarm():

@@ -3,7 +3,8 @@
 Feeds each run's logged metrics to the reward-hacking rule again (`report/replay.py`) with the thresholds given
 (`--cooper.hacking_*`, the same flags and defaults as train_cooper) and prints, per run, the alarm steps the run
 logged and those the rule gives now, the first of them and the rules that fired, beside what the alarm is
-for: held-out accuracy first, at its lowest (and the step) and last, and the gap's step-to-step noise. Then per
+for: held-out accuracy first, at its lowest (and the step) and last, the gap's step-to-step noise, and what the
+RM paid verified-wrong rollouts (5-step means: first, highest and the step ending it, last). Then per
 arm: how many runs the replayed alarm fired on, and how many of those while less than half of the run's
 held-out fall (first -> lowest) was behind it; with --held-at F, split into the runs whose last held-out
 accuracy is >= F (where an alarm is a false one) and the others. RUN_DIR as for cli.report.
@@ -40,7 +41,8 @@ def _alarm_counts(outcomes) -> str:
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.algo.hacking import FLAG_PREFIX, HackingMonitorConfig
     from cooper_openrlhf.report.aggregate import heldout_series
-    from cooper_openrlhf.report.replay import alarm_outcome, gap_step_noise, replay_monitor, scalars_with_verdict_rewards
+    from cooper_openrlhf.report.replay import (alarm_outcome, gap_step_noise, replay_monitor,
+                                               scalars_with_verdict_rewards, wrong_reward_course)
     from cooper_openrlhf.report.runs import iter_rollouts, load_run
 
     args = parse_args(argv)
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         sys.exit(f"error: {exc}")
     print(f"{'run':<40} {'arm':<26} {'seed':>4} {'logged alarms':>13} {'replayed':>8} {'first':>6}  {'rules':<5} "
-          f"{'held-out first lowest@step last':>32} {'gap noise':>9}")
+          f"{'held-out first lowest@step last':>32} {'gap noise':>9} {'wrong paid first peak@step last':>31}")
     unreadable, per_arm = 0, {}
     for run_dir in args.run_dirs:
         run = load_run(run_dir)
@@ -64,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         replay = replay_monitor(scalars, config, args.heldout_samples)
         outcome = alarm_outcome(run.scalars, replay.alarm_steps, -math.inf if args.held_at is None else args.held_at)
         per_arm.setdefault(run.arm, []).append(outcome)
-        heldout, noise = heldout_series(run.scalars), gap_step_noise(run.scalars)
+        heldout, noise, wrong = heldout_series(run.scalars), gap_step_noise(run.scalars), wrong_reward_course(scalars)
         shown = (f"{heldout[0][1]:.2f} {min(v for _, v in heldout):.2f}@{outcome.lowest_step} {heldout[-1][1]:.2f}"
                  if heldout else "-")
+        paid = f"{wrong.first:.2f} {wrong.peak:.2f}@{wrong.peak_step} {wrong.last:.2f}" if wrong else "-"
         first = "-" if outcome.first_alarm is None else outcome.first_alarm
         print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4} {len(replay.logged_alarm_steps):>13} "
               f"{len(replay.alarm_steps):>8} {first:>6}  {','.join(replay.rules) or '-':<5} {shown:>32} "
-              f"{'-' if noise is None else f'{noise:.3f}':>9}")
+              f"{'-' if noise is None else f'{noise:.3f}':>9} {paid:>31}")
     print("\nper arm (early: before half of the run's held-out fall, first -> lowest, was behind the first alarm)")
     for arm, outcomes in per_arm.items():
         print(f"{arm}: {_alarm_counts(outcomes)}" + ("" if args.held_at is None else

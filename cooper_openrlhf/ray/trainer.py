@@ -49,7 +49,14 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo import selection
-from cooper_openrlhf.algo.hacking import HackingAlarm, HackingMonitor, HackingMonitorConfig, guard_step, heldout_rm_gap, rm_reward_by_verdict
+from cooper_openrlhf.algo.hacking import (
+    HackingAlarm,
+    HackingMonitor,
+    HackingMonitorConfig,
+    guard_step,
+    heldout_rm_gap,
+    rm_reward_by_verdict,
+)
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, even_slices
 from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward

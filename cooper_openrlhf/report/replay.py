@@ -114,6 +114,30 @@ def gap_step_noise(scalars: Scalars) -> float | None:
 
 
 @dataclass
+class WrongRewardCourse:
+    """The course of what the RM paid verified-wrong rollouts over a run (`cooper/rm_reward_wrong_mean`), each a
+    mean over `span` consecutive steps that carry it: at the start, at its highest (and that stretch's last step),
+    at the end. With hindsight it says whether an alarm came during an episode the co-trained RM then closed
+    (peak well above first, last back near it) or during one that lasted (last still high)."""
+
+    first: float
+    peak: float
+    peak_step: int
+    last: float
+
+
+def wrong_reward_course(scalars: Scalars, span: int = 5) -> WrongRewardCourse | None:
+    """`WrongRewardCourse` of a run, or None when fewer than `span` steps carry the key."""
+    points = scalars.get(WRONG_REWARD, [])
+    if span < 1 or len(points) < span:
+        return None
+    means = [(points[i + span - 1][0], sum(v for _, v in points[i:i + span]) / span)
+             for i in range(len(points) - span + 1)]
+    peak_step, peak = max(means, key=lambda point: point[1])
+    return WrongRewardCourse(means[0][1], peak, peak_step, means[-1][1])
+
+
+@dataclass
 class AlarmOutcome:
     """What an alarm did for one run, judged by the run's held-out accuracy (the thing the alarm protects)."""
 
