@@ -245,7 +245,7 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
 
 
 def test_verdict_rewards_come_from_the_rollout_log_only_where_the_rm_paid_and_never_replace_logged_ones():
-    from cooper_openrlhf.report.replay import scalars_with_verdict_rewards
+    from cooper_openrlhf.report.runs import scalars_with_verdict_rewards
 
     scalars = {"cooper/rm_reward_mean": [(1, 0.5), (2, 0.5), (3, 0.5)], "cooper/reward_from_rule": [(3, 1.0)]}
     rows = [{"step": step, "verified": verified, "reward": reward}

@@ -41,9 +41,8 @@ def _alarm_counts(outcomes) -> str:
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.algo.hacking import FLAG_PREFIX, HackingMonitorConfig
     from cooper_openrlhf.report.aggregate import heldout_series
-    from cooper_openrlhf.report.replay import (alarm_outcome, gap_step_noise, replay_monitor,
-                                               scalars_with_verdict_rewards, wrong_reward_course)
-    from cooper_openrlhf.report.runs import iter_rollouts, load_run
+    from cooper_openrlhf.report.replay import alarm_outcome, gap_step_noise, replay_monitor, wrong_reward_course
+    from cooper_openrlhf.report.runs import load_run
 
     args = parse_args(argv)
     cooper = SimpleNamespace(**{k.removeprefix("cooper."): v for k, v in vars(args).items()
@@ -61,12 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             unreadable += 1
             print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4}  not readable: {run.error or 'no scalars'}")
             continue
-        scalars = run.scalars if run.rollouts is None else \
-            scalars_with_verdict_rewards(run.scalars, iter_rollouts(Path(run.rollouts.path)))
-        replay = replay_monitor(scalars, config, args.heldout_samples)
+        replay = replay_monitor(run.scalars, config, args.heldout_samples)
         outcome = alarm_outcome(run.scalars, replay.alarm_steps, -math.inf if args.held_at is None else args.held_at)
         per_arm.setdefault(run.arm, []).append(outcome)
-        heldout, noise, wrong = heldout_series(run.scalars), gap_step_noise(run.scalars), wrong_reward_course(scalars)
+        heldout, noise, wrong = heldout_series(run.scalars), gap_step_noise(run.scalars), wrong_reward_course(run.scalars)
         shown = (f"{heldout[0][1]:.2f} {min(v for _, v in heldout):.2f}@{outcome.lowest_step} {heldout[-1][1]:.2f}"
                  if heldout else "-")
         paid = f"{wrong.first:.2f} {wrong.peak:.2f}@{wrong.peak_step} {wrong.last:.2f}" if wrong else "-"

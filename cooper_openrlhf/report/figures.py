@@ -6,7 +6,8 @@ shaded band their min-max (report/aggregate.py `band`).
   rewards_accuracy.png  RM reward, verified accuracy (training rollouts) and held-out accuracy over steps
   rm_pair_accuracy.png  the RM's accuracy on each step's fresh pairs, before it trains on them
   hacking_gap.png       RM reward - verified accuracy on the training rollouts, with the steps the hacking
-                        guard raised its alarm, and on the held-out rollouts (eval/reward_hacking_gap)
+                        guard raised its alarm, and on the held-out rollouts (eval/reward_hacking_gap); and
+                        what the RM paid the training rollouts the verifier marks wrong (rule F's input)
   step_time.png         seconds per step by stage (`timing/*`, stacked), mean over seeds, one panel per arm
 """
 
@@ -18,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cooper_openrlhf.algo.hacking import HELDOUT_GAP  # noqa: E402
+from cooper_openrlhf.algo.hacking import HELDOUT_GAP, WRONG_REWARD  # noqa: E402
 from cooper_openrlhf.report.aggregate import (  # noqa: E402
     GAP,
     PAIR_ACCURACY,
@@ -121,8 +122,8 @@ def rm_pair_accuracy(arms, colours, path: Path) -> None:
 
 
 def hacking_gap(arms, colours, path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), sharey=True)
-    ax, held_out = axes
+    fig, axes = plt.subplots(1, 3, figsize=(18, 4.4), sharey=True)
+    ax, held_out, wrong_paid = axes
     _metric_panel(ax, arms, colours, lambda r: r.scalars.get(GAP, []),
                   "Reward-hacking gap: RM reward - verified accuracy", "gap", GAP)
     alarmed = False
@@ -139,11 +140,14 @@ def hacking_gap(arms, colours, path: Path) -> None:
     # The same gap on the held-out prompts: the same questions at every evaluation, so far less noisy (rule E).
     _metric_panel(held_out, arms, colours, lambda r: r.scalars.get(HELDOUT_GAP, []),
                   "The same gap on the held-out rollouts", "", HELDOUT_GAP, markers=True)
+    # Hacking itself: the RM paying what the verifier rejects. Cooper's RM learns such episodes away (rule F).
+    _metric_panel(wrong_paid, arms, colours, lambda r: r.scalars.get(WRONG_REWARD, []),
+                  "RM reward on verified-wrong training rollouts", "", WRONG_REWARD)
     for panel in axes:
         panel.axhline(0.0, color="grey", linewidth=1)
         panel.tick_params(labelleft=True)
         _integer_steps(panel)
-    fig.suptitle(f"RM reward - verified accuracy ({BAND_NOTE})")
+    fig.suptitle(f"What the RM pays beyond the verifier ({BAND_NOTE})")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -5,17 +5,15 @@ it reads is also in the run's tensorboard log, so the same `HackingMonitor` can 
 any `HackingMonitorConfig`, without training again: to try a threshold on runs that are already done, or to
 check a changed rule against the runs that motivated it.
 
-Runs logged before the trainer logged a key the rule reads can still be judged where the key follows from the
-run's rollout log: `scalars_with_verdict_rewards` adds `cooper/rm_reward_wrong_mean` / `_correct_mean` (rule F)
-from samples/rollouts.jsonl, whose `reward` is the RM's at every step that logged `cooper/rm_reward_mean`
-and did not pay by the rule (`cooper/reward_from_rule`).
+Runs logged before the trainer logged rule F's input are judged on it too: `report.runs.load_run` takes it
+from the run's rollout log.
 
 Order, as in training: the trainer evaluates on the held-out set after a step's metrics are logged (OpenRLHF's
 `save_logs_and_checkpoints`), so an evaluation logged at step s reaches the guard with step s + 1.
 """
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cooper_openrlhf.algo.hacking import (
@@ -28,7 +26,6 @@ from cooper_openrlhf.algo.hacking import (
     HackingMonitor,
     HackingMonitorConfig,
     HackingVerdict,
-    rm_reward_by_verdict,
 )
 from cooper_openrlhf.report.aggregate import Scalars, alarm_steps, alarm_timing, heldout_series
 
@@ -48,27 +45,6 @@ class Replay:
     def rules(self) -> list[str]:
         """The rules (A-F) that raised an alarm at any step, sorted."""
         return sorted({reason[0] for _, v in self.verdicts for reason in v.reasons if not reason.startswith("supporting")})
-
-
-def scalars_with_verdict_rewards(scalars: Scalars, rollout_rows: Iterable[dict]) -> Scalars:
-    """`scalars` with the RM's mean reward on verified-wrong / -correct rollouts per step (`rm_reward_by_verdict`)
-    added from the rollout log's rows (`report.runs.iter_rollouts`) where the run did not log them itself:
-    only at steps the RM scored and paid (module docstring). Logged values are never replaced."""
-    if WRONG_REWARD in scalars:
-        return scalars
-    rm_steps = {step for step, _ in scalars.get(RM_REWARD, [])}
-    rule_paid = {step for step, value in scalars.get("cooper/reward_from_rule", []) if value}
-    by_step: dict[int, tuple[list[bool], list[float]]] = {}
-    for row in rollout_rows:
-        if row["step"] in rm_steps - rule_paid and row["reward"] is not None:
-            verified, rewards = by_step.setdefault(row["step"], ([], []))
-            verified.append(row["verified"])
-            rewards.append(row["reward"])
-    added: dict[str, list[tuple[int, float]]] = {}
-    for step in sorted(by_step):
-        for name, value in rm_reward_by_verdict(*by_step[step]).items():
-            added.setdefault(f"cooper/{name}", []).append((step, value))
-    return {**scalars, **added}
 
 
 def replay_monitor(scalars: Scalars, config: HackingMonitorConfig,

@@ -14,13 +14,21 @@ Arm and seed: `run_info.json` in RUN_DIR (`{"arm": ..., "seed": ...}`, as the la
 folder name `<arm>_seed<k>`, else the folder name as the arm and seed 0. A run_info.json with
 `"status": "failed"` (the lab's record of a run that exited non-zero) makes the run a failed one, named
 with its exit status and log, whatever it logged before failing.
+
+Runs logged before the trainer logged `cooper/rm_reward_wrong_mean` / `_correct_mean` (what the RM paid
+verified-wrong / -correct rollouts; the hacking rule F and the report read them) get them from their rollout
+log (`scalars_with_verdict_rewards`), whose `reward` is the RM's at every step that logged
+`cooper/rm_reward_mean` and did not pay by the rule (`cooper/reward_from_rule`).
 """
 
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cooper_openrlhf.algo.hacking import RM_REWARD, WRONG_REWARD, rm_reward_by_verdict
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
 TRAIN_PREFIX = "train/"
@@ -125,6 +133,27 @@ def iter_rollouts(path: Path):
             yield row
 
 
+def scalars_with_verdict_rewards(scalars: dict[str, Series], rollout_rows: Iterable[dict]) -> dict[str, Series]:
+    """`scalars` with the RM's mean reward on verified-wrong / -correct rollouts per step (`rm_reward_by_verdict`)
+    added from the rollout log's rows (`iter_rollouts`) where the run did not log them itself:
+    only at steps the RM scored and paid (module docstring). Logged values are never replaced."""
+    if WRONG_REWARD in scalars:
+        return scalars
+    rm_steps = {step for step, _ in scalars.get(RM_REWARD, [])}
+    rule_paid = {step for step, value in scalars.get("cooper/reward_from_rule", []) if value}
+    by_step: dict[int, tuple[list[bool], list[float]]] = {}
+    for row in rollout_rows:
+        if row["step"] in rm_steps - rule_paid and row["reward"] is not None:
+            verified, rewards = by_step.setdefault(row["step"], ([], []))
+            verified.append(row["verified"])
+            rewards.append(row["reward"])
+    added: dict[str, list[tuple[int, float]]] = {}
+    for step in sorted(by_step):
+        for name, value in rm_reward_by_verdict(*by_step[step]).items():
+            added.setdefault(f"cooper/{name}", []).append((step, value))
+    return {**scalars, **added}
+
+
 def read_rollout_log(run_dir: Path) -> RolloutLog | None:
     """Counts over the run's rollouts.jsonl (and pairs.jsonl beside it), or None without one."""
     found = sorted(run_dir.rglob("rollouts.jsonl"))
@@ -168,6 +197,8 @@ def load_run(run_dir: str | Path) -> RunData:
         run.error = "no tensorboard event files (was --logger.tensorboard_dir set, and did the run start?)"
         return run
     run.scalars = read_scalars(path)
+    if run.rollouts is not None:
+        run.scalars = scalars_with_verdict_rewards(run.scalars, iter_rollouts(Path(run.rollouts.path)))
     if not run.scalars:
         run.error = "event files hold no scalars (the run stopped before its first logged step)"
     return run
