@@ -232,14 +232,15 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
     assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C", "0.50", "0.20@3", "0.20", "0.000", "-"]
     assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-", "0.50", "0.50@1", "0.50", "0.000", "-"]
     # the step-3 evaluation reaches the guard at step 4: an alarm on it comes with the whole fall behind it
-    assert out[5:] == ["static: alarm on 1 of 1 runs (0 early)", "cooper: alarm on 0 of 1 runs (0 early)"]
+    assert out[5:] == ["static: alarm on 1 of 1 runs (0 early, 0 in a closed episode)",
+                       "cooper: alarm on 0 of 1 runs (0 early, 0 in a closed episode)"]
     assert cli.main([*runs, "--cooper.hacking_window", "3", "--cooper.hacking_rise_per_step", "0.05",
                      "--held-at", "0.3"]) == 0
     assert capsys.readouterr().out.splitlines()[5:] == [
-        "static: alarm on 1 of 1 runs (0 early) | ended >= 0.3: alarm on 0 of 0 runs (0 early) "
-        "| ended below: alarm on 1 of 1 runs (0 early)",
-        "cooper: alarm on 0 of 1 runs (0 early) | ended >= 0.3: alarm on 0 of 1 runs (0 early) "
-        "| ended below: alarm on 0 of 0 runs (0 early)"]
+        "static: alarm on 1 of 1 runs (0 early, 0 in a closed episode) | ended >= 0.3: alarm on 0 of 0 runs "
+        "(0 early, 0 in a closed episode) | ended below: alarm on 1 of 1 runs (0 early, 0 in a closed episode)",
+        "cooper: alarm on 0 of 1 runs (0 early, 0 in a closed episode) | ended >= 0.3: alarm on 0 of 1 runs "
+        "(0 early, 0 in a closed episode) | ended below: alarm on 0 of 0 runs (0 early, 0 in a closed episode)"]
     with pytest.raises(SystemExit, match="window must be >= 3"):
         cli.main([*runs, "--cooper.hacking_window", "2"])
 
@@ -266,6 +267,10 @@ def test_wrong_reward_course_by_hand():
     assert wrong_reward_course(scalars, span=2) == WrongRewardCourse(pytest.approx(0.1), pytest.approx(0.4), 4,
                                                                       pytest.approx(0.25))
     assert wrong_reward_course(scalars, span=6) is None and wrong_reward_course({}) is None
+    course = wrong_reward_course(scalars, span=2)
+    assert not course.closed_episode(0.2)  # rose .3 (>= .2), but ends .15 above its start (> .1)
+    assert course.closed_episode(0.3)  # rose .3 (>= .3), ends .15 above (<= .15)
+    assert not course.closed_episode(0.35)  # never rose that far
 
 
 def test_replay_cli_takes_rule_fs_input_from_the_rollout_log_of_a_run_that_did_not_log_it(tmp_path, capsys):
@@ -281,11 +286,13 @@ def test_replay_cli_takes_rule_fs_input_from_the_rollout_log_of_a_run_that_did_n
     samples.mkdir()
     (samples / "rollouts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert cli.main([str(tmp_path / "static_seed0"), "--cooper.hacking_window", "4", "--cooper.hacking_rules", "F"]) == 0
-    line = capsys.readouterr().out.splitlines()[1].split()
+    lines = capsys.readouterr().out.splitlines()
+    line = lines[1].split()
     # baseline .2, allowance .1: the sum is .5 at step 5 (one jump: within its noise), 1.0 at step 6
     assert line[4:7] == ["5", "6", "F"]  # alarms at steps 6-10, the first at 6
     # 5-step means of what the RM paid wrong rollouts: steps 1-5 (.2 x 4, .8), the first all-.8 stretch, the last
     assert line[-3:] == ["0.32", "0.80@9", "0.80"]
+    assert lines[-1] == "static: alarm on 1 of 1 runs (0 early, 0 in a closed episode)"  # paid .8 to the end
 
 
 def test_alarm_outcome_measures_how_much_of_the_held_out_fall_was_behind_the_first_alarm():

@@ -6,8 +6,10 @@ logged and those the rule gives now, the first of them and the rules that fired,
 for: held-out accuracy first, at its lowest (and the step) and last, the gap's step-to-step noise, and what the
 RM paid verified-wrong rollouts (5-step means: first, highest and the step ending it, last). Then per
 arm: how many runs the replayed alarm fired on, and how many of those while less than half of the run's
-held-out fall (first -> lowest) was behind it; with --held-at F, split into the runs whose last held-out
-accuracy is >= F (where an alarm is a false one) and the others. RUN_DIR as for cli.report.
+held-out fall (first -> lowest) was behind it, and how many came in a closed episode (what the RM paid wrong
+rollouts rose by >= gap_growth, 5-step means, and fell back to within half of that by the end: hacking that
+training undid, so an alarm there was no false one); with --held-at F, split into the runs whose last held-out
+accuracy is >= F (where an alarm warned of a fall that did not come) and the others. RUN_DIR as for cli.report.
 """
 
 import argparse
@@ -33,9 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _alarm_counts(outcomes) -> str:
-    alarmed = [o for o in outcomes if o.first_alarm is not None]
-    return f"alarm on {len(alarmed)} of {len(outcomes)} runs ({sum(o.early for o in alarmed)} early)"
+def _alarm_counts(runs, rise: float) -> str:
+    """runs: (AlarmOutcome, WrongRewardCourse or None) per run."""
+    alarmed = [(outcome, course) for outcome, course in runs if outcome.first_alarm is not None]
+    closed = sum(course is not None and course.closed_episode(rise) for _, course in alarmed)
+    return (f"alarm on {len(alarmed)} of {len(runs)} runs ({sum(o.early for o, _ in alarmed)} early, "
+            f"{closed} in a closed episode)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         replay = replay_monitor(run.scalars, config, args.heldout_samples)
         outcome = alarm_outcome(run.scalars, replay.alarm_steps, -math.inf if args.held_at is None else args.held_at)
-        per_arm.setdefault(run.arm, []).append(outcome)
         heldout, noise, wrong = heldout_series(run.scalars), gap_step_noise(run.scalars), wrong_reward_course(run.scalars)
+        per_arm.setdefault(run.arm, []).append((outcome, wrong))
         shown = (f"{heldout[0][1]:.2f} {min(v for _, v in heldout):.2f}@{outcome.lowest_step} {heldout[-1][1]:.2f}"
                  if heldout else "-")
         paid = f"{wrong.first:.2f} {wrong.peak:.2f}@{wrong.peak_step} {wrong.last:.2f}" if wrong else "-"
@@ -71,11 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4} {len(replay.logged_alarm_steps):>13} "
               f"{len(replay.alarm_steps):>8} {first:>6}  {','.join(replay.rules) or '-':<5} {shown:>32} "
               f"{'-' if noise is None else f'{noise:.3f}':>9} {paid:>31}")
-    print("\nper arm (early: before half of the run's held-out fall, first -> lowest, was behind the first alarm)")
-    for arm, outcomes in per_arm.items():
-        print(f"{arm}: {_alarm_counts(outcomes)}" + ("" if args.held_at is None else
-              f" | ended >= {args.held_at:g}: {_alarm_counts([o for o in outcomes if o.held])}"
-              f" | ended below: {_alarm_counts([o for o in outcomes if o.held is False])}"))
+    rise = config.gap_growth
+    print("\nper arm (early: before half of the run's held-out fall, first -> lowest, was behind the first alarm; "
+          f"a closed episode: the RM's pay for wrong rollouts rose >= {rise:g} above its start, then ended within "
+          f"{rise / 2:g} of it)")
+    for arm, runs in per_arm.items():
+        print(f"{arm}: {_alarm_counts(runs, rise)}" + ("" if args.held_at is None else
+              f" | ended >= {args.held_at:g}: {_alarm_counts([r for r in runs if r[0].held], rise)}"
+              f" | ended below: {_alarm_counts([r for r in runs if r[0].held is False], rise)}"))
     return 1 if unreadable == len(args.run_dirs) else 0
 
 

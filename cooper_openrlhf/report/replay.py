@@ -102,6 +102,12 @@ class WrongRewardCourse:
     last: float
 
 
+    def closed_episode(self, rise: float) -> bool:
+        """The RM paid wrong rollouts >= `rise` above its start at some stretch and, by the end, no more than
+        rise / 2 above it: an episode of hacking that training closed (under Cooper, the co-trained RM)."""
+        return self.peak >= self.first + rise and self.last <= self.first + rise / 2
+
+
 def wrong_reward_course(scalars: Scalars, span: int = 5) -> WrongRewardCourse | None:
     """`WrongRewardCourse` of a run, or None when fewer than `span` steps carry the key."""
     points = scalars.get(WRONG_REWARD, [])
