@@ -236,18 +236,21 @@ def test_a_folder_written_before_the_candidate_choice_resumes_and_another_choice
         lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full", "--rm-candidate", "3"]).preset_obj)
 
 
-def test_the_lab_runs_alarm_rules_a_to_d_and_folders_written_before_the_rules_setting_resume(tmp_path):
-    """The lab passes its alarm rules to every run (A-D: docs/lab.md, "The alarm"); a folder written before the
-    setting existed ran A-D (rule E did not exist) and resumes."""
+def test_the_lab_runs_alarm_rule_f_and_refuses_to_resume_folders_that_ran_other_rules(tmp_path):
+    """The lab passes its alarm rules to every run (F: docs/lab.md, "Rule F"). A folder written with other rules
+    (explicitly, or before the setting existed: A-D) logged other alarms, so resuming it would mix two in one report."""
     from cooper_openrlhf.lab.runner import LabFiles, train_cooper_argv
 
     preset = PRESETS["full"]
     argv = train_cooper_argv(preset, LabFiles(tmp_path, tmp_path / "policy", tmp_path / "rm"), "static", 0)
-    assert argv[argv.index("--cooper.hacking_rules") + 1] == preset.hacking_rules == "ABCD"
-    old = {k: v for k, v in json.loads(json.dumps(asdict(preset))).items()
-           if k not in lab_cli.RESUMABLE_FIELDS and k != "hacking_rules"}
-    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(old))
-    lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)
+    assert argv[argv.index("--cooper.hacking_rules") + 1] == preset.hacking_rules == "F"
+    settings = {k: v for k, v in json.loads(json.dumps(asdict(preset))).items() if k not in lab_cli.RESUMABLE_FIELDS}
+    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(settings))
+    lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)  # same rules: resumes
+    for old in ({**settings, "hacking_rules": "ABCD"}, {k: v for k, v in settings.items() if k != "hacking_rules"}):
+        (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(old))
+        with pytest.raises(SystemExit, match=r"hacking_rules: 'ABCD' -> 'F'"):
+            lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)
 
 
 def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied_folder_trained(tmp_path, monkeypatch):

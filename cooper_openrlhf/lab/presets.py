@@ -62,9 +62,10 @@ class LabPreset:
     rm_pair_candidate: int | None = None
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
-    # A-D, not the package's A-E: rule E (the held-out gap) was quieter on the Cooper runs that held but later on
-    # the static arm's falls, so the lab kept A-D by the rule docs/lab.md set before run 12 ("The alarm").
-    hacking_rules: str = "ABCD"
+    # F alone (what the RM pays verified-wrong rollouts, against its own noise): on run 14, judged by the rule
+    # docs/lab.md set before it ("Rule F"), it alarmed on fewer Cooper runs that held than A-D (which runs 10-13
+    # used) and early on as many falls. E was quieter on Cooper but later on static ("The alarm").
+    hacking_rules: str = "F"
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
 
