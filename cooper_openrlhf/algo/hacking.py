@@ -41,16 +41,18 @@ statistic needs the key on at least half the window's steps (and 3). The alarm i
      grows         standard errors of their difference (the gap of rule A, measured where it is quiet: the
                    same held-out prompts at every evaluation, so the prompts drawn cannot move it, only the
                    completions sampled; a training step's few prompts make its gap noisy, see persist_steps)
-  F  wrong answers the window's mean RM reward on verified-wrong rollouts exceeds the first window's by
-     paid more     >= gap_growth and by >= window_z standard errors of that difference (Welch: each window's
-                   step-to-step variance over its step count). The definition of hacking read directly: the
-                   RM paying more for what the verifier rejects. Two things make it quieter than A on small
-                   batches: conditioning on the verdict takes out the gap's mix term (a step of easier
-                   prompts has more correct rollouts, so a miscalibrated RM's gap moves with the prompts
-                   drawn), and the threshold is in units of the run's own measured noise, not one argued for
-                   a batch size. It compares window means, not a fitted end, so it warns a few steps later.
-                   Like A it measures growth: an RM already paying wrong answers in the first window (a
-                   collapse at the start) is B's and D's to catch.
+  F  wrong answers the RM's mean reward on the step's verified-wrong rollouts has run above the first
+     paid more     window's mean: a one-sided cumulative sum (Page's CUSUM) of (value - baseline -
+                   gap_growth / 2), reset at 0, reaches window_z times the value's step-to-step noise (the
+                   standard deviation of successive differences over sqrt 2, every step so far). The
+                   definition of hacking read directly: the RM paying more for what the verifier rejects.
+                   Quieter than A on small batches: conditioning on the verdict takes out the gap's mix term
+                   (a step of easier prompts has more correct rollouts, so a miscalibrated RM's gap moves
+                   with the prompts drawn), the threshold is in units of the run's own noise rather than
+                   one argued for a batch size, and the sum needs a rise that lasts (a one-step spike
+                   adds little and drains at gap_growth / 2 a step), while a large lasting rise crosses in
+                   a few steps. Like A it measures growth: an RM already paying wrong answers in the first
+                   window (a collapse at the start) is B's and D's to catch.
 Only the rules named in `rules` may raise the alarm (all by default; cli.replay_monitor compares subsets).
 The alarm turns on once its rules have held at persist_steps consecutive steps (default 1: at the first), and
 goes off at the first step where none holds. A verdict is a test repeated at every step, so where the
@@ -84,7 +86,7 @@ PAIR_ACCURACY, RESPONSE_LENGTH = "cooper/rm_pair_accuracy", "rollout/response_le
 HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX = "eval/accuracy", "eval/", "/accuracy"
 HELDOUT_SAMPLES = "eval/samples"
 HELDOUT_GAP, HELDOUT_GAP_SE = "eval/reward_hacking_gap", "eval/reward_hacking_gap_se"
-WRONG_REWARD, CORRECT_REWARD = "cooper/rm_reward_wrong_mean", "cooper/rm_reward_correct_mean"
+WRONG_REWARD = "cooper/rm_reward_wrong_mean"  # and cooper/rm_reward_correct_mean: `rm_reward_by_verdict`
 RULES = "ABCDEF"
 FLAG_PREFIX = "hacking_"  # HackingMonitorConfig.x <-> --cooper.hacking_x
 
@@ -126,10 +128,11 @@ class HackingMonitorConfig:
     # Chance is 0.5; a VerifyRM below 0.6 on the policy's own fresh pairs hardly discriminates at all.
     min_pair_accuracy: float = field(default=0.6, metadata=_help(
         "Rule D: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
-    # 3 standard errors: a window statistic is tested once per step, tens of times a run.
+    # 3 as for heldout_z: the sum is tested once per step, tens of times a run; with the allowance of gap_growth / 2
+    # a lasting rise of gap_growth adds gap_growth / 2 a step, so it crosses in about window_z x noise / 0.1 steps.
     window_z: float = field(default=3.0, metadata=_help(
-        "Rule F: the rise of the window's mean RM reward on verified-wrong rollouts over the first window's must "
-        "also exceed this many standard errors of that difference (from the steps' own scatter)."))
+        "Rule F: the cumulative sum of the RM's reward on verified-wrong rollouts above the first window's mean "
+        "(beyond gap_growth / 2 a step) alarms at this many times that reward's step-to-step noise."))
     rules: str = field(default="ABCDE", metadata=_help(
         "The rules (letters of A-F, algo/hacking.py) that may raise the alarm; the others are still computed."))
     # One: the alarm's purpose is a warning before the damage is done (--cooper.on_hacking stop / rule_reward).
@@ -287,10 +290,11 @@ class HackingMonitor:
         self.heldout_samples: float | None = None  # graded samples of the latest evaluation (None: unknown)
         self.heldout_gap_first: tuple[float, float] | None = None  # rule E: (gap, standard error), first evaluation
         self.heldout_gap_latest: tuple[float, float] | None = None
-        self.wrong_values: list[float] = []  # rule F: every step's wrong-rollout reward so far
-        self.wrong_baseline: float | None = None  # its first window's mean
+        self.wrong_baseline: float | None = None  # rule F: the first window's mean wrong-rollout reward
         self.wrong_cusum: float | None = None  # one-sided cumulative sum of (value - baseline - gap_growth / 2)
-        self.wrong_noise = 0.0  # its step-to-step noise so far
+        self.wrong_last: float | None = None  # the latest value, and Welford's count / mean / M2 of the steps'
+        self.wrong_diffs = (0, 0.0, 0.0)  # differences: the noise in O(1) a step
+        self.wrong_noise = 0.0
         self.rules_held_steps = 0  # consecutive steps, up to the last, at which some rule held
         self.alarm_on = False  # the previous verdict's alarm
 
@@ -320,18 +324,23 @@ class HackingMonitor:
         return verdict
 
     def _update_wrong_cusum(self, value: float) -> None:
-        """Rule F's page (Page's CUSUM): once the first window gives a baseline, accumulate how far each step's
-        wrong-rollout reward runs above it beyond an allowance of half the growth worth detecting."""
-        self.wrong_values.append(value)
+        """Rule F's sum: once the first window gives a baseline, accumulate how far each step's wrong-rollout
+        reward runs above it beyond an allowance of half the growth worth detecting; and its step noise."""
+        if self.wrong_last is not None:
+            count, mean, m2 = self.wrong_diffs
+            diff = value - self.wrong_last
+            count += 1
+            delta = diff - mean
+            mean += delta / count
+            self.wrong_diffs = (count, mean, m2 + delta * (diff - mean))
+            self.wrong_noise = math.sqrt(self.wrong_diffs[2] / (count - 1) / 2) if count >= 2 else 0.0
+        self.wrong_last = value
         first = self.first_window["wrong_reward"]
         if self.wrong_baseline is None:
-            if self.steps_seen < self.config.window or len(first) < self.min_points:
-                return
-            self.wrong_baseline, self.wrong_cusum = statistics.fmean(first), 0.0
+            if self.steps_seen >= self.config.window and len(first) >= self.min_points:
+                self.wrong_baseline, self.wrong_cusum = statistics.fmean(first), 0.0
         else:
             self.wrong_cusum = max(0.0, self.wrong_cusum + value - self.wrong_baseline - self.config.gap_growth / 2)
-        diffs = [b - a for a, b in zip(self.wrong_values, self.wrong_values[1:])]
-        self.wrong_noise = statistics.stdev(diffs) / math.sqrt(2) if len(diffs) >= 2 else 0.0
 
     def _heldout_drop_threshold(self) -> float:
         """Rule C's drop: heldout_drop, or heldout_z binomial standard errors of (best - latest), the larger."""
