@@ -88,15 +88,18 @@ PRESETS: dict[str, LabPreset] = {
     # policy at half the quick preset's rate for twice its steps (docs/lab.md, run 6): the co-trained RM, whose
     # rate is unchanged, gets twice the updates per unit of policy drift. Runs 1-5 used 3e-4 for 40 steps.
     "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4),
-    # The same lab on SmolLM2-135M-Instruct (word problems, boxed answers), sized to fit an hour on 2 cores: one
-    # seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step of 16
-    # rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes"). Its RM
-    # learns at 5e-5: at the digits' 2e-4 MiniLM stayed at chance on these 512-token texts (docs/lab.md).
+    # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
+    # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
+    # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes").
+    # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
+    # gradient) and about a third of its digit sums, inside RL's useful band (docs/lab.md, "The smollm2
+    # preset"). The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps (run v3). Its RM learns
+    # at 5e-5: at 2e-4 MiniLM stayed at chance on 512-token texts (docs/lab.md).
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
                          ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,
-                         task=TaskSpec(family="words", max_operand=30, pool=400, heldout=16,
+                         task=TaskSpec(family="digits", max_operand=9, heldout=16,
                                        prompt_suffix=" Solve it step by step, then give the final answer as \\boxed{N}."),
-                         samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-6, eval_every=3,
+                         samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-5, eval_every=3,
                          eval_samples=2, rm_lr_pretrain=5e-5, rm_max_length=512, rm_pair_steps=0, hacking_window=4,
                          budget_minutes=60),
 }

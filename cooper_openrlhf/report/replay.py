@@ -101,7 +101,6 @@ class WrongRewardCourse:
     peak_step: int
     last: float
 
-
     def closed_episode(self, rise: float) -> bool:
         """The RM paid wrong rollouts >= `rise` above its start at some stretch and, by the end, no more than
         rise / 2 above it: an episode of hacking that training closed (under Cooper, the co-trained RM)."""
