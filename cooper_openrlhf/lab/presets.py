@@ -94,14 +94,15 @@ PRESETS: dict[str, LabPreset] = {
     # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
     # gradient) and about a third of its digit sums, inside RL's useful band (docs/lab.md, "The smollm2
     # preset"). The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps (run v3). Its RM learns
-    # as the full preset's does on the same task (2e-4, 1 epoch): at 5e-5, the rate the word problems needed
-    # (at 2e-4 MiniLM stayed at chance there), the digits' 670 triples gave 42 steps, and it stayed at chance.
+    # at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair stage
+    # teaches its RM after that; this preset has none: its probe samples the policy 8 times, minutes a candidate
+    # with SmolLM2), and at 2e-4 it collapsed to a constant, as on the word problems (docs/lab.md).
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
                          ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,
                          task=TaskSpec(family="digits", max_operand=9, heldout=16,
                                        prompt_suffix=" Solve it step by step, then give the final answer as \\boxed{N}."),
                          samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-5, eval_every=3,
-                         eval_samples=2, rm_max_length=512, rm_pair_steps=0, hacking_window=4,
+                         eval_samples=2, rm_epochs=4, rm_lr_pretrain=5e-5, rm_max_length=512, rm_pair_steps=0, hacking_window=4,
                          budget_minutes=60),
 }
 
