@@ -95,8 +95,8 @@ PRESETS: dict[str, LabPreset] = {
     # gradient) and about a third of its digit sums, inside RL's useful band (docs/lab.md, "The smollm2
     # preset"). The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps (run v3). Its RM learns
     # at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair stage
-    # teaches its RM after that; this preset has none: its probe samples the policy 8 times, minutes a candidate
-    # with SmolLM2), and at 2e-4 it collapsed to a constant, as on the word problems (docs/lab.md).
+    # teaches its RM after that, on pairs of the warm-started policy's answer sentence, which SmolLM2 does not
+    # write), and at 2e-4 it collapsed to a constant, as on the word problems (docs/lab.md).
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
                          ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,
                          task=TaskSpec(family="digits", max_operand=9, heldout=16,
