@@ -2,8 +2,10 @@
 fails (a real train_cooper process, stopped by its own input check before Ray starts) is recorded and reported."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from cooper_openrlhf.cli import lab as lab_cli
 from cooper_openrlhf.lab import presets as lab_presets
+from cooper_openrlhf.lab import runner as lab_runner
 from cooper_openrlhf.lab.presets import ARM_FLAGS, ARMS, PRESETS, arm_flags
 from cooper_openrlhf.lab.runner import LabFiles, read_info, run_arm, train_cooper_argv, with_earlier_runs
 from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family, split, write_task_files
@@ -122,6 +125,63 @@ def test_a_failed_run_is_recorded_with_its_log_reported_as_failed_and_a_done_run
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1  # no run could be read: the report still renders and says why
     assert f"**failed**: exit status {info['exit']}; log: {info['log']}" in (tmp_path / "r" / "report.md").read_text()
+
+
+# A stand-in for train_cooper that, like it, starts processes of its own (Ray's, vLLM's): it writes its pid and its
+# child's, then both sleep.
+PROCESS_TREE = ("import os, pathlib, subprocess, sys, time\n"
+                "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                "pathlib.Path(sys.argv[1]).write_text(f'{os.getpid()} {child.pid}')\n"
+                "time.sleep(600)\n")
+
+
+def _alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+def _all_gone(pids: list[int], within_s: float = 10.0) -> bool:
+    """True once none of `pids` runs (a signalled process may take a moment to exit)."""
+    deadline = time.monotonic() + within_s
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _await_pids(path: Path, timeout_s: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while not (path.is_file() and path.read_text()):
+        assert time.monotonic() < deadline, "the stand-in run never started"
+        time.sleep(0.05)
+    return [int(pid) for pid in path.read_text().split()]
+
+
+def test_a_run_past_its_timeout_is_stopped_with_every_process_it_started(tmp_path):
+    pids, log = tmp_path / "pids", tmp_path / "run.log"
+    assert lab_runner._launch([sys.executable, "-c", PROCESS_TREE, str(pids)], log, timeout_s=5) == -9
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) == 2 and _all_gone(started)
+    assert "[lab] killed after 5 s" in log.read_text()
+
+
+def test_a_lab_stopped_by_sigterm_stops_its_run_in_progress_with_every_process_it_started(tmp_path):
+    """A resumed lab restarts an interrupted run in the same folder: nothing of the last attempt may still run."""
+    pids = tmp_path / "pids"
+    lab = ("import sys; from pathlib import Path\n"
+           "from cooper_openrlhf.lab import runner\n"
+           "runner.stop_runs_on_sigterm()\n"
+           "runner._launch([sys.executable, '-c', sys.argv[1], sys.argv[2]], Path(sys.argv[3]), None)\n")
+    process = subprocess.Popen([sys.executable, "-c", lab, PROCESS_TREE, str(pids), str(tmp_path / "run.log")])
+    started = _await_pids(pids)
+    assert all(_alive(pid) for pid in started)  # the run and its child, in a session of their own
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert _all_gone(started)
 
 
 def _scripted_run(marker: Path, first_output: str) -> list[str]:

@@ -161,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf import __version__
     from cooper_openrlhf.cli.report import write_report
     from cooper_openrlhf.lab.prepare import prepare
-    from cooper_openrlhf.lab.runner import read_info, run_arm, with_earlier_runs
+    from cooper_openrlhf.lab.runner import read_info, run_arm, stop_runs_on_sigterm, with_earlier_runs
 
+    stop_runs_on_sigterm()
     preset, out = args.preset_obj, args.out
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)

@@ -5,12 +5,17 @@ report reads), ckpt/. Its run_info.json says who it is and how it ended ({"arm",
 "done" | "failed", "exit", "log", "seconds"}). A lab that is run again skips "done" runs and starts every other
 one afresh, so an interrupted lab resumes without redoing finished work, and a failed run is retried. A run that
 lost a race for its master port (PORT_RACE below) is started once more at once.
+
+A run is its own process group, stopped whole (Ray, vLLM and DeepSpeed processes too) when it times out or
+the lab stops -- on an exception, Ctrl-C, or SIGTERM once `stop_runs_on_sigterm` is installed -- so a resumed
+lab never restarts a run whose folder an orphan of the last attempt is still writing into.
 """
 
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -118,15 +123,45 @@ def _write_info(run: Path, info: dict) -> None:
     tmp.replace(run / RUN_INFO)
 
 
+def stop_runs_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, a batch scheduler's stop) raise SystemExit in the lab's main thread, as Ctrl-C raises
+    KeyboardInterrupt, so `_launch` stops the run in progress instead of leaving it running as an orphan."""
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, _exit)
+
+
+STOP_GRACE_S = 10.0  # what a run gets between SIGTERM and SIGKILL
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the run's process group; SIGKILL what is left of it after STOP_GRACE_S; reap the run."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        os.killpg(process.pid, signal.SIGKILL)  # members that outlived the leader, or a leader that held on
+    except ProcessLookupError:  # nothing of the group is left
+        pass
+    process.wait()
+
+
 def _launch(argv: list[str], log: Path, timeout_s: float | None) -> int:
     """Run `argv` with its whole output in `log`; its exit status (-9 when killed at `timeout_s`)."""
     with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={**os.environ, **run_environment()})
         try:
-            return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()},
-                                  timeout=timeout_s).returncode
+            return process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            _stop_group(process)
             out.write(f"\n[lab] killed after {timeout_s:.0f} s\n")
             return -9
+        except BaseException:  # the lab is stopping (Ctrl-C, SIGTERM, an error): the run goes with it
+            _stop_group(process)
+            raise
 
 
 def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: float | None = None) -> dict:
