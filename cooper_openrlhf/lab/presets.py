@@ -64,7 +64,8 @@ class LabPreset:
     hacking_window: int = 6
     # F alone (what the RM pays verified-wrong rollouts, against its own noise): on run 14, judged by the rule
     # docs/lab.md set before it ("Rule F"), it alarmed on fewer Cooper runs that held than A-D (which runs 10-13
-    # used) and early on as many falls. E was quieter on Cooper but later on static ("The alarm").
+    # used) and early on as many falls; run 15 (candidate 3) kept it by the same rule. E was quieter on Cooper but
+    # later on static ("The alarm").
     hacking_rules: str = "F"
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
