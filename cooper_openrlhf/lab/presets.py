@@ -6,6 +6,7 @@ learning rates, lengths -- except the flags in ARM_FLAGS, which choose where the
 
 from dataclasses import dataclass, field, replace
 
+from cooper_openrlhf.eval.prompts import ANSWER_INSTRUCTION
 from cooper_openrlhf.lab.task import TaskSpec
 
 WARM_START = "warm-start"  # the policy: the tiny Qwen2, fine-tuned by the lab (lab/warm_start.py)
@@ -94,17 +95,18 @@ PRESETS: dict[str, LabPreset] = {
     # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes").
     # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
     # gradient) and about a third of its digit sums, inside RL's useful band (docs/lab.md, "The smollm2
-    # preset"). The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps (run v3). Its RM learns
-    # at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair stage
-    # teaches its RM after that, on pairs of the warm-started policy's answer sentence, which SmolLM2 does not
-    # write), and at 2e-4 it collapsed to a constant, as on the word problems (docs/lab.md).
+    # preset"). The instruction is the evaluation's (`eval.prompts`): asked for "\\boxed{N}", SmolLM2 wrote the
+    # letter N in 22 of 96 rollouts. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps
+    # (run v3). Its RM learns at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the
+    # full preset's pair stage teaches its RM after that, on pairs of the warm-started policy's answer sentence,
+    # which SmolLM2 does not write), and at 2e-4 it collapsed to a constant, as on the word problems.
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
                          ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,
                          task=TaskSpec(family="digits", max_operand=9, heldout=16,
-                                       prompt_suffix=" Solve it step by step, then give the final answer as \\boxed{N}."),
+                                       prompt_suffix="\n\n" + ANSWER_INSTRUCTION),
                          samples_per_prompt=4, max_new_tokens=160, temperature=0.7, actor_lr=1e-5, eval_every=3,
-                         eval_samples=2, rm_epochs=4, rm_lr_pretrain=5e-5, rm_max_length=512, rm_pair_steps=0, hacking_window=4,
-                         budget_minutes=60),
+                         eval_samples=2, rm_epochs=4, rm_lr_pretrain=5e-5, rm_max_length=512, rm_pair_steps=0,
+                         hacking_window=4, budget_minutes=60),
 }
 
 
