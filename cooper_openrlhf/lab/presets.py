@@ -94,9 +94,9 @@ PRESETS: dict[str, LabPreset] = {
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
     # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes").
     # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
-    # gradient) and about a third of its digit sums, inside RL's useful band (docs/lab.md, "The smollm2
+    # gradient) and 19-25% of its digit sums, at the low edge of RL's useful band (docs/lab.md, "The smollm2
     # preset"). The instruction is the evaluation's (`eval.prompts`): asked for "\\boxed{N}", SmolLM2 wrote the
-    # letter N in 22 of 96 rollouts. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps
+    # letter N. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps
     # (run v3). Its RM learns at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the
     # full preset's pair stage teaches its RM after that, on pairs of the warm-started policy's answer sentence,
     # which SmolLM2 does not write), and at 2e-4 it collapsed to a constant, as on the word problems.
