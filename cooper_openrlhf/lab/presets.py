@@ -96,10 +96,10 @@ PRESETS: dict[str, LabPreset] = {
     # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
     # gradient) and 19-25% of its digit sums, at the low edge of RL's useful band (docs/lab.md, "The smollm2
     # preset"). The instruction is the evaluation's (`eval.prompts`): asked for "\\boxed{N}", SmolLM2 wrote the
-    # letter N. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps
-    # (run v3). Its RM learns at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the
-    # full preset's pair stage teaches its RM after that, on pairs of the warm-started policy's answer sentence,
-    # which SmolLM2 does not write), and at 2e-4 it collapsed to a constant, as on the word problems.
+    # letter N. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps (run v3). Its RM learns
+    # at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair stage
+    # teaches its RM after that, on pairs of the warm-started policy's answer sentence, which SmolLM2 does not
+    # write), and at 2e-4 it collapsed to a constant, as on the word problems.
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
                          ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,
                          task=TaskSpec(family="digits", max_operand=9, heldout=16,
