@@ -87,6 +87,26 @@ def test_rm_threshold_decides(tmp_path, threshold, predicted_all):
     assert confusion == ({"tp": 4, "fp": 2, "tn": 0, "fn": 0} if predicted_all else {"tp": 0, "fp": 0, "tn": 2, "fn": 4})
 
 
+def test_rm_ranking_is_reported_whatever_the_threshold(tmp_path):
+    """The rm verifier's `ranking` (AUC, mean reward of correct and wrong rows) is the RM's scores ranked against the
+    gold labels: the same at every threshold, and what `ranking_metrics` gives on RMScorer's own scores."""
+    from cooper_openrlhf.verify.metrics import ranking_metrics
+    from cooper_openrlhf.verify.rm_scorer import RMScorer
+
+    data = write_verifybench(tmp_path / "vb.jsonl")
+    reports = []
+    for threshold in ("0.0", "1.01"):
+        out = tmp_path / f"report{threshold}.json"
+        main(["--data", str(data), "--verifier", "rm", "--model", tiny_rm_path(), "--threshold", threshold,
+              "--batch-size", "4", "--json-out", str(out)])
+        reports.append(json.loads(out.read_text())["details"]["ranking"])
+    scores = RMScorer(tiny_rm_path(), batch_size=4).score([f"q{i}" for i in range(len(ROWS))], [r[0] for r in ROWS],
+                                                         [r[1] for r in ROWS])
+    expected = ranking_metrics(scores, [r[2] for r in ROWS])
+    assert reports[0] == reports[1]
+    assert reports[0] == {key: round(value, 4) for key, value in expected.to_dict().items()}
+
+
 def test_rm_scores_do_not_depend_on_batching():
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

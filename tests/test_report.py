@@ -336,6 +336,45 @@ def test_alarm_timing_gives_held_out_accuracy_the_guard_had_seen_when_it_first_a
     assert alarm_timing({"cooper/hacking_alarm": [(1, 1.0)]}).first is None  # never evaluated
 
 
+def test_rollouts_export_as_triples_that_the_recipe_trains_on_and_eval_verifier_reads(tmp_path, capsys):
+    """`cli.rollouts --export`: a run's logged rollouts, labelled by the rule verdict the run logged, in the two
+    formats the package reads back: the VerifyRM recipe's (`verifyrm train`) and VerifyBench's (`eval_verifier`)."""
+    import json
+
+    from cooper_openrlhf.cli.rollouts import main as rollouts_main
+    from cooper_openrlhf.data.benchmarks import load_benchmark
+    from cooper_openrlhf.report.rollouts import rollout_triples
+    from cooper_openrlhf.rm.data import load_labelled
+
+    rows = [{"step": step, "question": f"What is {step} + 1?", "reference": str(step + 1),
+             "completion": f"The answer is {answer}.", "verified": answer == step + 1, "reward": 0.5}
+            for step, answer in [(1, 2), (1, 7), (2, 3), (3, 9)]]
+    run = tmp_path / "static_seed0" / "samples"
+    run.mkdir(parents=True)
+    (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    recipe = tmp_path / "own.jsonl"
+    assert rollouts_main([str(tmp_path / "static_seed0"), "--export", str(recipe)]) == 0
+    assert "exported 4 rollouts (2 verified) of 1 run(s)" in capsys.readouterr().out  # every step, not the last three
+    triples = load_labelled(recipe)
+    assert [(t.question, t.reference, t.completion, t.label) for t in triples] == [
+        (r["question"], r["reference"], r["completion"], int(r["verified"])) for r in rows]
+
+    bench = tmp_path / "own_verifybench.jsonl"
+    assert rollouts_main([str(tmp_path / "static_seed0"), "--steps", "2-3", "--export", str(bench),
+                          "--export-format", "verifybench"]) == 0
+    examples = load_benchmark("verifybench", bench).records
+    assert [(e.question, e.reference, e.gold_correct) for e in examples] == [
+        ("What is 2 + 1?", "3", True), ("What is 3 + 1?", "4", False)]
+
+    with pytest.raises(ValueError, match="unknown export format 'csv'"):
+        rollout_triples(rows, 1, 3, fmt="csv")
+    (run / "rollouts.jsonl").write_text(json.dumps({**rows[0], "question": None}) + "\n")
+    with pytest.raises(SystemExit):
+        rollouts_main([str(tmp_path / "static_seed0"), "--export", str(recipe)])
+    assert "rollouts.jsonl: the rollout at step 1 has no text field 'question'" in capsys.readouterr().err
+
+
 def test_rollout_window_gives_what_the_policy_wrote_and_was_paid_over_the_steps_asked(tmp_path, capsys):
     import json
 

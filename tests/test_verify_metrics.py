@@ -2,7 +2,13 @@
 
 import pytest
 
-from cooper_openrlhf.verify.metrics import ConfusionMatrix, binary_metrics, grouped_metrics, verdict_is_positive
+from cooper_openrlhf.verify.metrics import (
+    ConfusionMatrix,
+    binary_metrics,
+    grouped_metrics,
+    ranking_metrics,
+    verdict_is_positive,
+)
 from cooper_openrlhf.verify.rule import Verdict
 
 
@@ -52,3 +58,28 @@ def test_to_dict_is_json_ready():
     as_dict = binary_metrics([True], [True]).to_dict()
     assert as_dict["confusion"] == {"tp": 1, "fp": 0, "tn": 0, "fn": 0}
     assert as_dict["f1"] == 1.0
+
+
+def test_ranking_metrics_hand_worked_with_a_tie():
+    # correct: 0.9, 0.8; wrong: 0.8, 0.3 -> pairs (0.9>0.8) 1, (0.9>0.3) 1, (0.8=0.8) 1/2, (0.8>0.3) 1: AUC 3.5 / 4
+    ranking = ranking_metrics([0.9, 0.8, 0.8, 0.3], [True, False, True, False])
+    assert ranking.auc == pytest.approx(0.875)
+    assert (ranking.mean_score_correct, ranking.mean_score_wrong) == (pytest.approx(0.85), pytest.approx(0.55))
+    assert ranking_metrics([0.1, 0.9], [True, False]).auc == 0.0  # every wrong one above every correct one
+    assert ranking_metrics([0.4, 0.4, 0.4], [True, False, True]).auc == 0.5  # a constant RM ranks nothing
+    one_class = ranking_metrics([0.2, 0.7], [True, True])
+    assert one_class.auc is None and one_class.mean_score_wrong is None
+
+
+def test_ranking_metrics_equal_counting_every_pair():
+    import random
+
+    rng = random.Random(0)
+    scores = [rng.choice([0.1, 0.2, 0.5, 0.7, 0.9]) for _ in range(200)]  # many ties
+    gold = [rng.random() < 0.3 for _ in scores]
+    pos = [s for s, g in zip(scores, gold) if g]
+    neg = [s for s, g in zip(scores, gold) if not g]
+    pairs = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+    assert ranking_metrics(scores, gold).auc == pytest.approx(pairs / (len(pos) * len(neg)))
+    with pytest.raises(ValueError, match="lengths differ"):
+        ranking_metrics([0.5], [True, False])

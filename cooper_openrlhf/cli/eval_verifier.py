@@ -9,7 +9,8 @@ run and scored by `rm/compare.py`, as in `verifyrm compare`.
 Verifiers:
   rule   math-verify in a process pool with a hard per-item deadline (`--workers`, `--timeout`);
          NO_ANSWER, TIMEOUT and ERROR count as predicted-incorrect.
-  rm     a reward-model checkpoint (`--model`): correct when sigmoid(logit) >= `--threshold`.
+  rm     a reward-model checkpoint (`--model`): correct when sigmoid(logit) >= `--threshold`; also how it ranks
+         (`ranking`: ROC-AUC and the mean reward of correct and of wrong completions, whatever the threshold).
   judge  an LLM judge (`--model`, `--engine hf|vllm`); UNDECIDED counts as predicted-incorrect.
 """
 
@@ -23,7 +24,7 @@ from collections import Counter
 from cooper_openrlhf.data.benchmarks import BenchmarkFormatError, load_benchmark
 from cooper_openrlhf.data.records import VerifyExample
 from cooper_openrlhf.rm import compare as cmp
-from cooper_openrlhf.verify.metrics import verdict_is_positive
+from cooper_openrlhf.verify.metrics import ranking_metrics, verdict_is_positive
 
 NO_ANSWER_TYPE = "(none)"  # group of rows without an answer_type
 
@@ -37,8 +38,14 @@ def predict_rule(examples: list[VerifyExample], args: argparse.Namespace) -> tup
 def predict_rm(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:
     from cooper_openrlhf.rm.model import check_reward_model, recorded_template_version
 
-    predicted = cmp.rm_predictions(examples, args.model, args.threshold, args.batch_size, args.max_length, args.device)
-    return predicted, {"threshold": args.threshold, "template": recorded_template_version(check_reward_model(args.model))}
+    scores = cmp.rm_scores(examples, args.model, args.batch_size, args.max_length, args.device)
+    ranking = ranking_metrics(scores, [e.gold_correct for e in examples])
+    show = lambda value: None if value is None else round(value, 4)  # noqa: E731
+    return [score >= args.threshold for score in scores], {
+        "threshold": args.threshold, "template": recorded_template_version(check_reward_model(args.model)),
+        # How it orders completions, whatever the threshold: what GRPO uses of a reward (verify/metrics.py).
+        "ranking": {key: show(value) for key, value in ranking.to_dict().items()},
+    }
 
 
 def predict_judge(examples: list[VerifyExample], args: argparse.Namespace) -> tuple[list[bool], dict]:

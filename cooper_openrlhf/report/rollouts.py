@@ -42,3 +42,31 @@ def rollout_window(rows: Iterable[dict], first: int, last: int, top: int = 3) ->
         _mean([row["reward"] for row in paid if not row["verified"]]),
         Counter(row["completion"] for row in window).most_common(top),
         [(row["completion"], row["reward"], row["verified"]) for row in best])
+
+
+EXPORT_FORMATS = ("recipe", "verifybench")
+
+
+def rollout_triples(rows: Iterable[dict], first: int, last: int, fmt: str = "recipe", source: str = "") -> list[dict]:
+    """Pure: the rollouts of steps first..last as labelled triples, the label being the rule verifier's verdict the
+    run logged (`verified`). fmt "recipe": the VerifyRM recipe's rows (question, reference, completion, label),
+    what `verifyrm train` reads; "verifybench": VerifyBench rows (question, answer, completion, gold_correct),
+    what `cli.eval_verifier` reads. So an RM can be trained on, or measured against, what a policy really
+    writes rather than templates (docs/lab.md, the smollm2 preset). A row without its text fails naming the step."""
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(EXPORT_FORMATS)}")
+    triples = []
+    for row in rows:
+        if not first <= row["step"] <= last:
+            continue
+        missing = [key for key in ("question", "reference", "completion") if not isinstance(row.get(key), str)]
+        if missing:
+            raise ValueError(f"the rollout at step {row['step']} has no text field {missing[0]!r}")
+        if fmt == "recipe":
+            triple = {"question": row["question"], "reference": row["reference"], "completion": row["completion"],
+                      "label": int(row["verified"])}
+        else:
+            triple = {"question": row["question"], "answer": row["reference"], "completion": row["completion"],
+                      "gold_correct": bool(row["verified"])}
+        triples.append({**triple, "source": source, "step": row["step"]})
+    return triples

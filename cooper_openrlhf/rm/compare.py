@@ -132,15 +132,20 @@ def judge_predictions(rows: Sequence[Triple], judge_model: str | None, engine: s
     return [verdict == JudgeVerdict.YES for verdict in verdicts]
 
 
-def rm_predictions(rows: Sequence[Triple], model: str, threshold: float, batch_size: int, max_length: int | None,
-                   device: str) -> list[bool]:
-    """sigmoid(logit) >= threshold per row; max_length None: what the export records (`verify.rm_scorer.RMScorer`)."""
+def rm_scores(rows: Sequence[Triple], model: str, batch_size: int, max_length: int | None, device: str) -> list[float]:
+    """sigmoid(logit) per row; max_length None: what the export records (`verify.rm_scorer.RMScorer`)."""
     from cooper_openrlhf.verify.rm_scorer import RMScorer
 
     scorer = RMScorer(model, device=device, max_length=max_length, batch_size=batch_size)
     logger.info("scoring %d rows with %s (template %s, max_length %d)", len(rows), model, scorer.template_version,
                 scorer.max_length)
-    return [score >= threshold for score in scorer.score(*_columns(rows))]
+    return list(scorer.score(*_columns(rows)))
+
+
+def rm_predictions(rows: Sequence[Triple], model: str, threshold: float, batch_size: int, max_length: int | None,
+                   device: str) -> list[bool]:
+    """sigmoid(logit) >= threshold per row (`rm_scores`)."""
+    return [score >= threshold for score in rm_scores(rows, model, batch_size, max_length, device)]
 
 
 def annotation_groups(rows: Sequence[ScoringRow]) -> list[str]:

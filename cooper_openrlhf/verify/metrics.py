@@ -75,3 +75,43 @@ def grouped_metrics(predicted: Sequence[bool], gold: Sequence[bool], groups: Seq
         by_group[key][0].append(p)
         by_group[key][1].append(g)
     return {key: binary_metrics(*by_group[key]) for key in sorted(by_group)}
+
+
+@dataclass
+class RankingMetrics:
+    """How a scoring verifier (a reward model) orders completions, whatever its threshold.
+
+    auc: the chance that a random gold-correct completion scores above a random gold-wrong one (ties count half):
+    what GRPO uses of a reward, since it normalises scores within each group. None without both classes.
+    """
+
+    auc: float | None
+    mean_score_correct: float | None
+    mean_score_wrong: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def ranking_metrics(scores: Sequence[float], gold: Sequence[bool]) -> RankingMetrics:
+    """ROC-AUC by the rank-sum (Mann-Whitney U) identity, tied scores sharing their mean rank; O(n log n)."""
+    if len(scores) != len(gold):
+        raise ValueError(f"lengths differ: {len(scores)} scores, {len(gold)} gold")
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and scores[order[end + 1]] == scores[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = (start + end) / 2 + 1  # 1-based mean rank of the tie
+        start = end + 1
+    positives = [i for i, g in enumerate(gold) if g]
+    n_pos, n_neg = len(positives), len(gold) - len(positives)
+    mean = lambda values: sum(values) / len(values) if values else None  # noqa: E731
+    auc = None
+    if n_pos and n_neg:
+        auc = (sum(ranks[i] for i in positives) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    return RankingMetrics(auc, mean([scores[i] for i in positives]),
+                          mean([s for s, g in zip(scores, gold) if not g]))
