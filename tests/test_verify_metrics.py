@@ -71,6 +71,18 @@ def test_ranking_metrics_hand_worked_with_a_tie():
     assert one_class.auc is None and one_class.mean_score_wrong is None
 
 
+def test_ranking_within_groups_ignores_levels_that_differ_between_groups():
+    # Within each question the right completion is paid more, but question "b" is paid less overall: the pooled AUC
+    # sees b's right answer (0.3) below a's wrong one (0.6); within each group the order is perfect.
+    scores, gold = [0.9, 0.6, 0.3, 0.1, 0.5], [True, False, True, False, True]
+    ranking = ranking_metrics(scores, gold, ["a", "a", "b", "b", "c"])
+    assert ranking.auc == pytest.approx(4 / 6)  # pairs: 0.9 > 0.6, 0.1; 0.3 > 0.1 only; 0.5 > 0.1 only
+    assert (ranking.auc_within_group, ranking.groups_with_both_classes) == (1.0, 2)  # "c" has one class
+    assert ranking_metrics(scores, gold).groups_with_both_classes == 0  # no groups given: each row its own
+    with pytest.raises(ValueError, match="3 groups"):
+        ranking_metrics(scores, gold, ["a", "b", "c"])
+
+
 def test_ranking_metrics_equal_counting_every_pair():
     import random
 

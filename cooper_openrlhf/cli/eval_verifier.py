@@ -10,7 +10,8 @@ Verifiers:
   rule   math-verify in a process pool with a hard per-item deadline (`--workers`, `--timeout`);
          NO_ANSWER, TIMEOUT and ERROR count as predicted-incorrect.
   rm     a reward-model checkpoint (`--model`): correct when sigmoid(logit) >= `--threshold`; also how it ranks
-         (`ranking`: ROC-AUC and the mean reward of correct and of wrong completions, whatever the threshold).
+         completions whatever the threshold (`ranking`: ROC-AUC over all rows and within each question, and the
+         mean reward of correct and of wrong completions).
   judge  an LLM judge (`--model`, `--engine hf|vllm`); UNDECIDED counts as predicted-incorrect.
 """
 
@@ -39,12 +40,12 @@ def predict_rm(examples: list[VerifyExample], args: argparse.Namespace) -> tuple
     from cooper_openrlhf.rm.model import check_reward_model, recorded_template_version
 
     scores = cmp.rm_scores(examples, args.model, args.batch_size, args.max_length, args.device)
-    ranking = ranking_metrics(scores, [e.gold_correct for e in examples])
+    ranking = ranking_metrics(scores, [e.gold_correct for e in examples], [e.question for e in examples])
     show = lambda value: None if value is None else round(value, 4)  # noqa: E731
     return [score >= args.threshold for score in scores], {
         "threshold": args.threshold, "template": recorded_template_version(check_reward_model(args.model)),
-        # How it orders completions, whatever the threshold: what GRPO uses of a reward (verify/metrics.py).
-        "ranking": {key: show(value) for key, value in ranking.to_dict().items()},
+        # How it orders completions, whatever the threshold, over all rows and within each question (verify/metrics.py).
+        "ranking": {key: value if isinstance(value, int) else show(value) for key, value in ranking.to_dict().items()},
     }
 
 

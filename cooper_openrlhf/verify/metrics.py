@@ -81,11 +81,16 @@ def grouped_metrics(predicted: Sequence[bool], gold: Sequence[bool], groups: Seq
 class RankingMetrics:
     """How a scoring verifier (a reward model) orders completions, whatever its threshold.
 
-    auc: the chance that a random gold-correct completion scores above a random gold-wrong one (ties count half):
-    what GRPO uses of a reward, since it normalises scores within each group. None without both classes.
+    auc: the chance that a random gold-correct completion scores above a random gold-wrong one (ties count half),
+    over all rows. auc_within_group: the same within each group (question) that has both classes, averaged over
+    those groups: closer to what GRPO uses of a reward, since it standardises rewards within each group of one
+    prompt's rollouts, so their level drops out and their order (and spacing) within the group is what is left.
+    None where no group (or no row set) has both classes.
     """
 
     auc: float | None
+    auc_within_group: float | None
+    groups_with_both_classes: int
     mean_score_correct: float | None
     mean_score_wrong: float | None
 
@@ -93,10 +98,8 @@ class RankingMetrics:
         return asdict(self)
 
 
-def ranking_metrics(scores: Sequence[float], gold: Sequence[bool]) -> RankingMetrics:
+def _auc(scores: Sequence[float], gold: Sequence[bool]) -> float | None:
     """ROC-AUC by the rank-sum (Mann-Whitney U) identity, tied scores sharing their mean rank; O(n log n)."""
-    if len(scores) != len(gold):
-        raise ValueError(f"lengths differ: {len(scores)} scores, {len(gold)} gold")
     order = sorted(range(len(scores)), key=lambda i: scores[i])
     ranks = [0.0] * len(scores)
     start = 0
@@ -107,11 +110,25 @@ def ranking_metrics(scores: Sequence[float], gold: Sequence[bool]) -> RankingMet
         for position in range(start, end + 1):
             ranks[order[position]] = (start + end) / 2 + 1  # 1-based mean rank of the tie
         start = end + 1
-    positives = [i for i, g in enumerate(gold) if g]
-    n_pos, n_neg = len(positives), len(gold) - len(positives)
+    n_pos = sum(1 for g in gold if g)
+    n_neg = len(gold) - n_pos
+    if not (n_pos and n_neg):
+        return None
+    return (sum(rank for rank, g in zip(ranks, gold) if g) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+def ranking_metrics(scores: Sequence[float], gold: Sequence[bool], groups: Sequence[str] | None = None) -> RankingMetrics:
+    """`RankingMetrics` of `scores` against `gold`; `groups` (e.g. the question of each row) for auc_within_group,
+    every row its own group when None (so no group has both classes)."""
+    if len(scores) != len(gold) or (groups is not None and len(groups) != len(gold)):
+        raise ValueError(f"lengths differ: {len(scores)} scores, {len(gold)} gold"
+                         + ("" if groups is None else f", {len(groups)} groups"))
+    by_group: dict[str, tuple[list[float], list[bool]]] = {}
+    for i, key in enumerate(groups if groups is not None else range(len(scores))):
+        by_group.setdefault(key, ([], []))
+        by_group[key][0].append(scores[i])
+        by_group[key][1].append(gold[i])
+    within = [auc for auc in (_auc(*rows) for rows in by_group.values()) if auc is not None]
     mean = lambda values: sum(values) / len(values) if values else None  # noqa: E731
-    auc = None
-    if n_pos and n_neg:
-        auc = (sum(ranks[i] for i in positives) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-    return RankingMetrics(auc, mean([scores[i] for i in positives]),
-                          mean([s for s, g in zip(scores, gold) if not g]))
+    return RankingMetrics(_auc(scores, gold), mean(within), len(within),
+                          mean([s for s, g in zip(scores, gold) if g]), mean([s for s, g in zip(scores, gold) if not g]))
