@@ -78,7 +78,7 @@ def test_ranking_within_groups_ignores_levels_that_differ_between_groups():
     ranking = ranking_metrics(scores, gold, ["a", "a", "b", "b", "c"])
     assert ranking.auc == pytest.approx(4 / 6)  # pairs: 0.9 > 0.6, 0.1; 0.3 > 0.1 only; 0.5 > 0.1 only
     assert (ranking.auc_within_group, ranking.groups_with_both_classes) == (1.0, 2)  # "c" has one class
-    assert ranking_metrics(scores, gold).groups_with_both_classes == 0  # no groups given: each row its own
+    assert ranking_metrics(scores, gold).groups_with_both_classes == 0  # no groups given
     with pytest.raises(ValueError, match="3 groups"):
         ranking_metrics(scores, gold, ["a", "b", "c"])
 

@@ -65,15 +65,20 @@ def binary_metrics(predicted: Sequence[bool], gold: Sequence[bool]) -> BinaryMet
     )
 
 
+def _split_by_group(groups: Sequence[str], *columns: Sequence) -> dict[str, tuple[list, ...]]:
+    """{group key: the columns' values of that group's rows}, in first-seen key order."""
+    by_group: dict[str, tuple[list, ...]] = {}
+    for i, key in enumerate(groups):
+        for column, values in zip(columns, by_group.setdefault(key, tuple([] for _ in columns))):
+            values.append(column[i])
+    return by_group
+
+
 def grouped_metrics(predicted: Sequence[bool], gold: Sequence[bool], groups: Sequence[str]) -> dict[str, BinaryMetrics]:
     """`binary_metrics` per group key, keys in sorted order."""
     if not len(predicted) == len(gold) == len(groups):
         raise ValueError(f"lengths differ: {len(predicted)} predictions, {len(gold)} gold, {len(groups)} groups")
-    by_group: dict[str, tuple[list[bool], list[bool]]] = {}
-    for p, g, key in zip(predicted, gold, groups):
-        by_group.setdefault(key, ([], []))
-        by_group[key][0].append(p)
-        by_group[key][1].append(g)
+    by_group = _split_by_group(groups, predicted, gold)
     return {key: binary_metrics(*by_group[key]) for key in sorted(by_group)}
 
 
@@ -118,16 +123,12 @@ def _auc(scores: Sequence[float], gold: Sequence[bool]) -> float | None:
 
 
 def ranking_metrics(scores: Sequence[float], gold: Sequence[bool], groups: Sequence[str] | None = None) -> RankingMetrics:
-    """`RankingMetrics` of `scores` against `gold`; `groups` (e.g. the question of each row) for auc_within_group,
-    every row its own group when None (so no group has both classes)."""
+    """`RankingMetrics` of `scores` against `gold`; `groups` (e.g. the question of each row) for auc_within_group
+    (None: no groups, so no within-group AUC)."""
     if len(scores) != len(gold) or (groups is not None and len(groups) != len(gold)):
         raise ValueError(f"lengths differ: {len(scores)} scores, {len(gold)} gold"
                          + ("" if groups is None else f", {len(groups)} groups"))
-    by_group: dict[str, tuple[list[float], list[bool]]] = {}
-    for i, key in enumerate(groups if groups is not None else range(len(scores))):
-        by_group.setdefault(key, ([], []))
-        by_group[key][0].append(scores[i])
-        by_group[key][1].append(gold[i])
+    by_group = _split_by_group(groups, scores, gold) if groups is not None else {}
     within = [auc for auc in (_auc(*rows) for rows in by_group.values()) if auc is not None]
     mean = lambda values: sum(values) / len(values) if values else None  # noqa: E731
     return RankingMetrics(_auc(scores, gold), mean(within), len(within),
