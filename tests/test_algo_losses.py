@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cooper_openrlhf.algo.losses import bce_rm_loss, pairwise_rm_loss
-from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
+from cooper_openrlhf.algo.rewards import gate_answerless, get_reward_form, rule_reward
 
 
 def _neg_logsigmoid(x: float) -> float:
@@ -71,6 +71,15 @@ def test_reward_forms():
         get_reward_form("binary")
     with pytest.raises(ValueError):
         get_reward_form("discrete")(logits, 1.0)
+
+
+def test_the_format_gate_pays_answerless_rollouts_nothing_and_leaves_the_rest():
+    rewards = torch.tensor([0.9, 0.8, 0.3, 0.7])
+    gated = gate_answerless(rewards, [False, True, False, True])
+    assert gated.tolist() == pytest.approx([0.9, 0.0, 0.3, 0.0])
+    assert rewards.tolist() == pytest.approx([0.9, 0.8, 0.3, 0.7])  # the input is not changed in place
+    with pytest.raises(ValueError, match="4 rewards but 3 verdicts"):
+        gate_answerless(rewards, [False, True, False])
 
 
 def test_rule_reward():

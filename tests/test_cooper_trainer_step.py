@@ -332,6 +332,23 @@ def test_answerless_rollouts_become_negatives_only_with_the_flag(make_trainer, m
     assert pairs.valid[0] and pairs.negatives[0] == "I am not sure" and pairs.negative_source[0] == "rollout"
 
 
+@pytest.mark.parametrize("arm", [RM, COOPER], ids=["static", "cooper"])
+def test_require_answer_pays_answerless_rollouts_nothing_and_logs_the_gated_reward(make_trainer, arm):
+    # COMPLETIONS[4] ("I am not sure") has no final answer; every other rollout keeps the RM's reward.
+    logits = FakeRM().score([""] * 6, [r for r in REFERENCES for _ in range(N)], COMPLETIONS)
+    paid = torch.sigmoid(torch.tensor(logits)).tolist()
+    paid[4] = 0.0
+    trainer, _, _ = make_trainer((*arm, "--cooper.require_answer"))
+    batch = samples()
+    status, _ = trainer.train_step(batch, 1)
+    assert [float(s.rewards[0]) for s in batch] == pytest.approx(paid)
+    assert status["cooper/rm_reward_mean"] == pytest.approx(sum(paid) / 6)
+    ungated, _, _ = make_trainer(arm)
+    batch = samples()
+    ungated.train_step(batch, 1)
+    assert float(batch[4].rewards[0]) > 0.0  # without the flag the RM's own reward
+
+
 def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(make_trainer):
     trainer, events, _ = make_trainer(COOPER, assistant_seconds=0.4, policy_seconds=1.0)
     status, _ = trainer.train_step(samples(), 1)

@@ -314,6 +314,25 @@ def test_the_lab_runs_alarm_rule_f_and_refuses_to_resume_folders_that_ran_other_
             lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)
 
 
+def test_require_answer_gates_every_arm_alike_and_a_folder_without_it_refuses_it(tmp_path):
+    """The format gate is shared (the rule arm pays answerless text 0 anyway, so it changes only the RM arms' reward);
+    a folder written before the setting existed ran ungated and resumes only without it."""
+    from cooper_openrlhf.cli.train_cooper import parse_args
+
+    gated = lab_cli.parse_args(["--preset", "full", "--require-answer"]).preset_obj
+    assert gated.require_answer and gated.with_overrides(require_answer=False) == PRESETS["full"]
+    files = _files(tmp_path)
+    for arm in ARMS:
+        assert parse_args(train_cooper_argv(gated, files, arm, 0)[3:]).cooper.require_answer
+        assert not parse_args(train_cooper_argv(PRESETS["full"], files, arm, 0)[3:]).cooper.require_answer
+    old = {k: v for k, v in json.loads(json.dumps(asdict(PRESETS["full"]))).items()
+           if k not in lab_cli.RESUMABLE_FIELDS and k != "require_answer"}
+    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(old))
+    lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)
+    with pytest.raises(SystemExit, match=r"require_answer: False -> True"):
+        lab_cli.check_same_setup(tmp_path, gated)
+
+
 def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied_folder_trained(tmp_path, monkeypatch):
     """The sweep copies a prepared folder (chosen: the blindest) and names another candidate: nothing is trained or
     probed again, the record says the choice was given, and the blindest is chosen again when asked."""

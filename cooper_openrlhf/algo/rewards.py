@@ -4,6 +4,8 @@ Cooper (arXiv 2508.05613, sec. 3.2) uses the reference-based RM's probability of
   continuous  r = sigmoid(logit)                      in (0, 1)
   discrete    r = 1[sigmoid(logit) >= threshold]      in {0, 1} (threshold 0.5 = logit >= 0)
 The rule-reward baseline uses the rule verifier's verdicts directly: r = 1 if verified correct.
+Optionally (`--cooper.require_answer`, not the paper's) a format gate pays 0 for a rollout with no final answer,
+whatever the RM says: the rule reward's own verdict on such text, as in recipes that pay a format reward.
 """
 
 from collections.abc import Callable, Sequence
@@ -39,3 +41,15 @@ def get_reward_form(name: str):
 def rule_reward(verified_correct: Sequence[bool]) -> torch.Tensor:
     """The rule-reward baseline: (B,) 1.0 for a rollout the rule verifier marks correct, else 0.0."""
     return torch.tensor([1.0 if correct else 0.0 for correct in verified_correct], dtype=torch.float32)
+
+
+def gate_answerless(rewards: torch.Tensor, answerless: Sequence[bool]) -> torch.Tensor:
+    """(B,) rewards with 0.0 where the rollout has no final answer (the rule verifier's `answerless` verdicts).
+
+    Why: a policy that drifts to answerless text the RM overpays ("The answer is", the empty completion) is the
+    lab's most common hack (docs/lab.md); the rule reward never pays it, and neither does a format-gated RM. A
+    verdict that is a timeout or an error is not answerless (Verdict.NO_ANSWER only), so it is not gated."""
+    if len(answerless) != rewards.shape[0]:
+        raise ValueError(f"gate_answerless: {rewards.shape[0]} rewards but {len(answerless)} verdicts")
+    keep = torch.tensor([not none for none in answerless], dtype=torch.bool)
+    return torch.where(keep, rewards, torch.zeros_like(rewards))

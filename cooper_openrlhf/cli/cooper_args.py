@@ -61,6 +61,10 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--cooper.reward_threshold else 0 (Cooper sec. 3.2).")
     add("--cooper.reward_threshold", type=float, default=0.5,
         help="Probability threshold of the 'discrete' reward form, in (0, 1).")
+    add("--cooper.require_answer", action="store_true", default=False,
+        help="A format gate (not the paper's): the RM's reward of a rollout with no final answer (the rule verifier's "
+        "no_answer) is 0, as the rule reward pays it. Closes the answerless exploit a frozen RM may leave open "
+        "(docs/lab.md, run 17); every RM metric (cooper/rm_reward_*, eval/rm_reward) is then the gated reward.")
     # RM optimisation (DeepSpeed, like the actor's --actor.adam.* but the RM's own)
     add("--cooper.rm_lr", type=float, default=1e-5,
         help="RM learning rate (AdamW, betas (0.9, 0.95)); the official Cooper recipe uses 1e-5.")

@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
                         help="the policy's learning rate, shared by every arm (default: the preset's)")
+    parser.add_argument("--require-answer", action="store_true", default=None,
+                        help="a format gate on every RM arm: text with no final answer is paid 0 (--cooper.require_answer; "
+                             "not the paper's; docs/lab.md, run 17)")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
     parser.add_argument("--prepare-only", action="store_true",
@@ -83,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
                                             actor_lr=args.actor_lr, rm_pair_candidate=args.rm_candidate,
+                                            require_answer=args.require_answer,
                                             # A given RM is used as it is: no stage of the recipe applies to it.
                                             rm_pair_steps=0 if args.rm else args.rm_pair_steps)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
@@ -116,7 +120,7 @@ def arm_trends(runs) -> list[str]:
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
-SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD"}
+SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate")  # meaningless without the stage (rm_pair_steps 0)
 
 

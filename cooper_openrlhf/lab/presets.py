@@ -68,6 +68,10 @@ class LabPreset:
     # used) and early on as many falls; run 15 (candidate 3) kept it by the same rule. E was quieter on Cooper but
     # later on static ("The alarm").
     hacking_rules: str = "F"
+    # A format gate on every RM arm (`--cooper.require_answer`: answerless text paid 0, as the rule arm pays it).
+    # Off, as in the paper; on, the answerless exploit is closed and only blind spots with an answer remain
+    # (`--require-answer`, docs/lab.md, run 17).
+    require_answer: bool = False
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
 

@@ -91,6 +91,7 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
         "--cooper.rm_lr", str(preset.rm_lr), "--cooper.rm_max_length", str(preset.rm_max_length),
         "--cooper.negative_max_new_tokens", str(max(preset.max_new_tokens, 32)),
         "--cooper.hacking_window", str(preset.hacking_window), "--cooper.hacking_rules", preset.hacking_rules,
+        *(("--cooper.require_answer",) if preset.require_answer else ()),  # the rule arm pays answerless text 0 anyway
         "--eval.dataset", str(files.held_out), "--eval.steps", str(preset.eval_every),
         "--eval.n_samples_per_prompt", str(preset.eval_samples), "--eval.temperature", str(preset.temperature),
         "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "final"),

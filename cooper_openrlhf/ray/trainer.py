@@ -59,7 +59,7 @@ from cooper_openrlhf.algo.hacking import (
 )
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, even_slices
-from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
+from cooper_openrlhf.algo.rewards import gate_answerless, get_reward_form, rule_reward
 from cooper_openrlhf.ray.step_records import (
     PendingPairs,
     RolloutTexts,
@@ -288,7 +288,7 @@ class CooperPPOTrainer(_PPOTrainer):
         logits = None
         if self.rm_group is not None:
             logits = self.rm_logits(texts)
-            rm_rewards = self.reward_form(logits, self.cooper.reward_threshold)
+            rm_rewards = self.rm_rewards(logits, verdicts.answerless)
             metrics["cooper/rm_reward_mean"] = rm_rewards.mean().item()
             metrics["cooper/reward_hacking_gap"] = metrics["cooper/rm_reward_mean"] - accuracy
             metrics.update({f"cooper/{k}": v for k, v in rm_reward_by_verdict(verified, rm_rewards.tolist()).items()})
@@ -298,6 +298,12 @@ class CooperPPOTrainer(_PPOTrainer):
             sample.rewards = reward.reshape(1).clone()
             sample.info["reward"] = reward.reshape(1).clone()
         return rewards, logits
+
+    def rm_rewards(self, logits: torch.Tensor, answerless) -> torch.Tensor:
+        """What the RM pays each rollout: the reward form of its logit, 0 for answerless text with
+        --cooper.require_answer. Training and held-out rollouts alike, so every RM metric is what the policy is paid."""
+        rewards = self.reward_form(logits, self.cooper.reward_threshold)
+        return gate_answerless(rewards, answerless) if self.cooper.require_answer else rewards
 
     def rm_logits(self, texts: RolloutTexts) -> torch.Tensor:
         """(B,) RM logits of the normalised completions, the batch split evenly over the RM ranks."""
@@ -391,7 +397,7 @@ class CooperPPOTrainer(_PPOTrainer):
             logs["samples"] = float(len(verdicts.correct))  # the hacking rule's noise scale (algo/hacking.py, rule C)
             rm_rewards = None
             if self.rm_group is not None:  # what the RM pays on prompts the policy never trains on (rule E)
-                rm_rewards = self.reward_form(self.rm_logits(texts), self.cooper.reward_threshold).tolist()
+                rm_rewards = self.rm_rewards(self.rm_logits(texts), verdicts.answerless).tolist()
                 logs.update(heldout_rm_gap(texts.questions, verdicts.correct, rm_rewards))
             if self.sample_log_dir:  # the held-out rollouts and what the RM paid them (None: the rule arm)
                 append_jsonl(os.path.join(self.sample_log_dir, "heldout.jsonl"),
