@@ -180,6 +180,47 @@ def test_report_table_gives_held_out_where_evaluated_and_labelled_verified_accur
     assert summary["runs"][2]["hacking_alarm_steps"] == [6, 7, 8]
 
 
+def test_a_published_report_shows_every_figure_small_and_no_path_of_this_machine(report, tmp_path, monkeypatch):
+    """What goes into docs/results: each figure the report links is there (committed reports once linked figures
+    that had not been copied), smaller, looking the same; run paths relative to the folder it was published from."""
+    from PIL import Image
+
+    from cooper_openrlhf.cli.report import main
+    from cooper_openrlhf.report.publish import figure_links, publish_report
+
+    out, root = report
+    (root / "lab.json").write_text(json.dumps({"bce_rm": str(root / "verifyrm" / "best")}))
+    dest = tmp_path / "docs" / "results" / "lab"
+    written = publish_report(out, dest, root=root, extra=[root / "lab.json"])
+    text = (dest / "report.md").read_text()
+    links = figure_links(text)
+    assert links == ["rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png"]
+    assert {p.name for p in written} == {*links, "report.md", "summary.json", "lab.json"}
+    for name in links:
+        assert (dest / name).stat().st_size < (out / name).stat().st_size / 2, name
+        with Image.open(out / name) as before, Image.open(dest / name) as after:
+            assert after.size == before.size and after.mode == "P"
+            # The palette keeps the colours: on average a channel moves by less than a level, and by more than 32
+            # levels only at a few anti-aliased edge pixels (under 0.1% of the values).
+            diff = [abs(a - b) for a, b in zip(before.convert("RGB").tobytes(), after.convert("RGB").tobytes())]
+            assert sum(diff) / len(diff) < 1.0 and sum(d > 32 for d in diff) < len(diff) / 1000, name
+    for published in ("report.md", "summary.json", "lab.json"):
+        assert str(root) not in (dest / published).read_text(), published
+    assert "`crashed_seed0`" in text and json.loads((dest / "lab.json").read_text()) == {"bce_rm": "verifyrm/best"}
+    assert json.loads((dest / "summary.json").read_text())["runs"][0]["path"] == "cooper_seed0"
+    # A report that links a figure it lacks is refused, not published with a broken link.
+    (out / "step_time.png").rename(tmp_path / "away.png")
+    try:
+        with pytest.raises(FileNotFoundError, match="step_time.png"):
+            publish_report(out, tmp_path / "broken", root=root)
+    finally:
+        (tmp_path / "away.png").rename(out / "step_time.png")
+    # The CLI: --publish next to --out, paths relative to the folder it runs in.
+    monkeypatch.chdir(root)
+    assert main(["cooper_seed0", "static_seed0", "--out", str(tmp_path / "again"), "--publish", "published"]) == 0
+    assert set(figure_links((root / "published" / "report.md").read_text())) <= {p.name for p in (root / "published").iterdir()}
+
+
 def test_report_fails_only_when_no_run_can_be_read(tmp_path):
     from cooper_openrlhf.cli.report import main
 

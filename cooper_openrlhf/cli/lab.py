@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a format gate on every RM arm: text with no final answer is paid 0 (--cooper.require_answer; "
                              "not the paper's; docs/lab.md, run 17)")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
+    parser.add_argument("--publish", type=Path, default=None, metavar="DEST",
+                        help="also copy the report and lab.json into DEST to commit (docs/results/<name>): every figure "
+                             "as a small PNG, paths under the current folder relative to it")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
     parser.add_argument("--prepare-only", action="store_true",
                         help="build (or reuse) the task, policy and starting RM, print the starting RM's probe, run no arm")
@@ -191,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
               "runs": results + [read_info(files.run_dir(arm, seed)) for arm, seed in reported[len(plan):]],
               "preset_settings": asdict(preset)}
     (out / "lab.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    if args.publish:
+        from cooper_openrlhf.report.publish import publish_report
+
+        publish_report(report_dir, args.publish, root=Path.cwd(), extra=[out / "lab.json"])
+        print(f"published: {args.publish}")
     if wall > 60 * preset.budget_minutes:
         logger.warning("lab %s took %.0f min, over the %d min it is sized for on a 2-core machine (docs/lab.md)",
                        preset.name, wall / 60, preset.budget_minutes)

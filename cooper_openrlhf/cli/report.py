@@ -4,7 +4,8 @@ Each RUN_DIR is one run (one arm, one seed), read recursively: tensorboard event
 logger and, when present, `--cooper.sample_log_dir`'s rollouts.jsonl / pairs.jsonl. Arm and seed come from
 RUN_DIR/run_info.json, else a folder name `<arm>_seed<k>`, else the folder name (seed 0). Writes into DIR
 the figures of `report/figures.py`, report.md and summary.json. A run without event files is listed as
-failed and the others still render; the command fails only when no run could be read at all.
+failed and the others still render; the command fails only when no run could be read at all. `--publish DEST`
+copies the report to commit: every figure small, no path of this machine (report/publish.py).
 See docs/report.md for how to read the figures.
 """
 
@@ -22,6 +23,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="One folder per run (arm and seed).")
     parser.add_argument("--out", required=True, help="Folder for the figures, report.md and summary.json.")
+    parser.add_argument("--publish", type=Path, default=None, metavar="DEST",
+                        help="Also copy the report into DEST to commit (docs/results/<name>): every figure it shows as a "
+                             "small PNG, paths under the current folder written relative to it (report/publish.py).")
     return parser.parse_args(argv)
 
 
@@ -45,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     runs = write_report(args.run_dirs, Path(args.out))
+    if args.publish:
+        from cooper_openrlhf.report.publish import publish_report
+
+        print(f"published: {args.publish}: " + ", ".join(p.name for p in publish_report(Path(args.out), args.publish,
+                                                                                       root=Path.cwd())), flush=True)
     if all(run.failed for run in runs):
         logger.error("no run could be read; the report lists why")
         return 1
