@@ -345,7 +345,9 @@ def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied
     monkeypatch.setattr(prepare, "probe_preset_rm", no_work)
     folder = tmp_path / "pairs"
     folder.mkdir()
-    probes = [{"truth_reward": 0.8, "wrong_reward": 0.3, "universal_reward": u, "verdict": f"v{u}"} for u in (0.4, 0.9, 0.6)]
+    probes = [{"version": prepare.PROBE_VERSION, "rm": str(folder / f"seed{seed}"), "require_answer": False,
+               "truth_reward": 0.8, "wrong_reward": 0.3, "universal_reward": u, "verdict": f"v{u}"}
+              for seed, u in enumerate((0.4, 0.9, 0.6))]
     for seed, probe in enumerate(probes):
         (folder / f"seed{seed}.json").write_text(json.dumps({"seed": seed, "last_step": {}, "probe": probe}))
     (folder / "chosen.json").write_text(json.dumps({"seed": 1, "policy_accuracy": 0.4, "bce_probe": {"verdict": "flat"},
@@ -363,6 +365,16 @@ def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied
 
     rm, record = prepare.prepare_pair_stage(full, tmp_path / "bce", folder, 0.4)
     assert (rm, record["choice"]) == (folder / "seed1", "blindest")
+
+    # A probe of an older version (or of the other format gate) is made again; the candidate is not trained again.
+    reprobed = []
+    monkeypatch.setattr(prepare, "probe_preset_rm", lambda preset, rm: reprobed.append(rm) or {
+        **probes[1], "rm": str(rm), "require_answer": preset.require_answer, "constant_reward": 0.95})
+    (folder / "chosen.json").unlink()
+    gated = full.with_overrides(require_answer=True)
+    rm, record = prepare.prepare_pair_stage(gated, tmp_path / "bce", folder, 0.4)
+    assert reprobed == [folder / f"seed{k}" for k in range(3)] + [tmp_path / "bce"]  # each candidate, then the BCE RM
+    assert json.loads((folder / "seed0.json").read_text())["probe"]["require_answer"] is True
 
 
 def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tmp_path):

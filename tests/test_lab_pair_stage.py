@@ -19,6 +19,9 @@ def test_the_climb_on_offer_is_what_not_answering_earns_over_answering_at_the_po
     assert climb_on_offer(_probe(0.8, 0.3, 0.7), 0.4) == pytest.approx(0.2)
     assert climb_on_offer(_probe(0.8, 0.3, 0.35), 0.4) == pytest.approx(-0.15)  # answering pays: no climb
     assert climb_on_offer(_probe(0.8, 0.3, 0.7), 1.0) == pytest.approx(-0.1)  # an always-right policy loses by it
+    # One answer for every prompt is as easy to learn as no answer: the better paid of the two is on offer.
+    assert climb_on_offer({**_probe(0.8, 0.3, 0.35), "constant_reward": 0.6}, 0.4) == pytest.approx(0.1)
+    assert climb_on_offer({**_probe(0.8, 0.3, 0.7), "constant_reward": 0.6}, 0.4) == pytest.approx(0.2)
 
 
 def test_the_lab_keeps_the_candidate_that_pays_the_policy_most_for_not_answering():

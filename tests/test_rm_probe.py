@@ -3,7 +3,7 @@
 import pytest
 
 from cooper_openrlhf.data.records import MathProblem
-from cooper_openrlhf.lab.rm_probe import Candidate, break_even, candidates, probe_rm, summarize
+from cooper_openrlhf.lab.rm_probe import Candidate, break_even, candidates, constant_answers, probe_rm, summarize
 from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
 from cooper_openrlhf.verify.rule import Verdict, verify_one
 
@@ -72,6 +72,25 @@ def test_break_even_accuracy_is_where_writing_the_universal_answerless_text_pays
     assert break_even(0.5, 0.4, 0.6) == 1.0  # an RM that pays wrong answers more: being right is never worth it
 
 
+def test_the_best_paid_constant_answer_is_reported_beside_the_answerless_text():
+    rows = [_row([("right", True, 0.8), ("wrong", False, 0.2), ("no answer", False, 0.3)]) for _ in range(2)]
+    constants = [{"The answer is 6.": 0.7, "The answer is 0.": 0.5}, {"The answer is 6.": 0.5, "The answer is 0.": 0.6}]
+    probe = summarize([c for c, _ in rows], [s for _, s in rows], constants)
+    assert (probe.constant, probe.constant_reward) == ("The answer is 6.", pytest.approx(0.6))
+    assert probe.universal_reward == pytest.approx(0.3)  # the answerless text's numbers are not changed by it
+    assert "the same answer everywhere, 'The answer is 6.', earns 0.600" in probe.verdict()
+    assert summarize([c for c, _ in rows], [s for _, s in rows]).constant == ""  # none scored, none reported
+    with pytest.raises(ValueError, match="constant answers' scores for every prompt"):
+        summarize([c for c, _ in rows], [s for _, s in rows], constants[:1])
+
+
+def test_constant_answers_are_every_integer_reference_in_the_policys_sentence():
+    problems = [_problem("What is 3 + 4?", "7", 0), _problem("What is 9 - 9?", "0", 1), _problem("What is 2 + 5?", "7", 2)]
+    assert constant_answers(problems, ANSWER_SENTENCE) == ["The answer is 0.", "The answer is 7."]
+    cands = candidates(problems[0], ANSWER_SENTENCE)
+    assert [c.answerless for c in cands] == [c.kind == "no answer" for c in cands]  # the verifier's no_answer
+
+
 def test_summary_refuses_scores_that_do_not_match_the_candidates():
     cands, scores = _row([("right", True, 0.7), ("wrong", False, 0.4)])
     with pytest.raises(ValueError, match="one score per candidate"):
@@ -89,6 +108,14 @@ def test_probe_scores_the_candidates_with_a_real_reward_model(model_dir):
     assert probe.prompts == 2
     assert 0.0 <= probe.truth_reward <= probe.best_reward <= 1.0
     assert set(probe.kinds) == {"right", "wrong", "no answer", "hedge"}
+    # Both prompts' answer is 7: the constant "7" is the truth (scored in another batch: padding moves the 4th digit).
+    assert probe.constant == "The answer is 7." and probe.constant_reward == pytest.approx(probe.truth_reward, abs=1e-3)
+    # The format gate pays answerless text 0 and nothing else differently.
+    gated = probe_rm(model_dir("tiny-qwen2-rm"), problems, ANSWER_SENTENCE, max_prompts=8, batch_size=4,
+                     require_answer=True)
+    assert gated.universal_reward == 0.0 and gated.kinds["no answer"].mean_score == 0.0 and probe.universal_reward > 0
+    assert (gated.truth_reward, gated.wrong_reward, gated.constant_reward) == pytest.approx(
+        (probe.truth_reward, probe.wrong_reward, probe.constant_reward), abs=1e-3)
 
 
 def test_probe_cli_prints_a_verdict_and_table_per_rm_and_refuses_a_folder_that_is_no_model(model_dir, tmp_path, capsys):

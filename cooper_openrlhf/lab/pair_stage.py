@@ -14,8 +14,8 @@ Cooper run would learn from 40 steps of pairs without the policy moving. Where t
 depends on the seed (of the full preset's 8, three pay answerless text about as much as the truth and three
 pay it less than answering earns a policy right on 42%; docs/lab.md, run 10), so the lab trains
 `rm_pair_candidates` seeds (lab/presets.py), probes each and keeps the one that pays the warm-started policy
-most for not answering (`climb_on_offer`): a worst case among RMs this procedure gives, chosen before any
-arm runs, and the same RM for every arm.
+most for not answering, or for one answer everywhere (`climb_on_offer`): a worst case among RMs this procedure
+gives, chosen before any arm runs, and the same RM for every arm.
 
 `climb_on_offer` and `blindest` are pure; `train_on_pairs` runs torch on the CPU in fp32 (8 MiniLM candidates
 of 40 steps, each probed, took under 3 min in run 10).
@@ -81,9 +81,10 @@ def train_on_pairs(rm_in: str | Path, out: Path, problems: Sequence[MathProblem]
 
 def climb_on_offer(probe: dict, accuracy: float) -> float:
     """How much more a policy right on `accuracy` of the prompts earns from the RM of `probe` (a
-    `lab.prepare.probe_preset_rm` record) by writing its best-paid answerless text everywhere than by answering."""
+    `lab.prepare.probe_preset_rm` record) by writing its best-paid text that is the same for every prompt (the
+    answerless one, or a constant answer: records before version 3 have none) everywhere than by answering."""
     answering = accuracy * probe["truth_reward"] + (1 - accuracy) * probe["wrong_reward"]
-    return probe["universal_reward"] - answering
+    return max(probe["universal_reward"], probe.get("constant_reward", 0.0)) - answering
 
 
 def blindest(probes: Sequence[dict], accuracy: float) -> int:

@@ -121,10 +121,12 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
                                      steps=preset.rm_pair_steps, lr=preset.rm_pair_lr,
                                      pairs_per_step=preset.prompts_per_step, seed=seed,
                                      prompt_suffix=preset.task.prompt_suffix, max_length=preset.rm_max_length)
-            probe = probe_preset_rm(preset, folder / f"seed{seed}")
-            marker.write_text(json.dumps({"seed": seed, "last_step": metrics, "probe": probe}, indent=2) + "\n",
-                              encoding="utf-8")
-        candidates.append(json.loads(marker.read_text(encoding="utf-8")))
+            marker.write_text(json.dumps({"seed": seed, "last_step": metrics}, indent=2) + "\n", encoding="utf-8")
+        candidate = json.loads(marker.read_text(encoding="utf-8"))
+        if not probe_is_current(candidate.get("probe"), preset, folder / f"seed{seed}"):  # trained once, probed anew
+            candidate["probe"] = probe_preset_rm(preset, folder / f"seed{seed}")
+            marker.write_text(json.dumps(candidate, indent=2) + "\n", encoding="utf-8")
+        candidates.append(candidate)
     best = blindest([c["probe"] for c in candidates], policy_accuracy) if choice == "blindest" else preset.rm_pair_candidate
     record = {"seed": best, "choice": choice, "policy_accuracy": policy_accuracy, "bce_rm": str(bce_rm),
               "bce_probe": cached["bce_probe"] if cached else probe_preset_rm(preset, bce_rm),
@@ -136,7 +138,9 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     return folder / f"seed{best}", record
 
 
-PROBE_VERSION = 2  # a cached probe.json of another version is redone (version 1 had no break-even accuracy)
+# A cached probe of another version is redone (1 had no break-even accuracy, 2 no constant answers), as is
+# one made with the other format gate.
+PROBE_VERSION = 3
 
 
 def answer_sentence(preset: LabPreset) -> str:
@@ -153,15 +157,23 @@ def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
 
     sentence = answer_sentence(preset)
     train, _ = split(problem_family(preset.task), preset.task.heldout)
-    probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix)
-    return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, **asdict(probe), "verdict": probe.verdict()}
+    probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix,
+                     require_answer=preset.require_answer)
+    return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, "require_answer": preset.require_answer,
+            **asdict(probe), "verdict": probe.verdict()}
+
+
+def probe_is_current(record: dict | None, preset: LabPreset, rm: str | Path) -> bool:
+    """Whether a stored probe record is what `probe_preset_rm(preset, rm)` would give now."""
+    return bool(record) and record.get("version") == PROBE_VERSION and record.get("rm") == str(rm) \
+        and record.get("require_answer", False) == preset.require_answer
 
 
 def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path, known: dict | None = None) -> dict:
     """`probe_preset_rm` of the lab's starting RM, cached in `cached` (verifyrm/probe.json); `known` is a probe
     of `rm` already made (the pair stage probes every candidate), used instead of probing again."""
     stored = json.loads(cached.read_text(encoding="utf-8")) if cached.is_file() else None
-    usable = [r for r in (stored, known) if r and r.get("version") == PROBE_VERSION and r.get("rm") == str(rm)]
+    usable = [r for r in (stored, known) if probe_is_current(r, preset, rm)]
     record = usable[0] if usable else probe_preset_rm(preset, rm)
     cached.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record

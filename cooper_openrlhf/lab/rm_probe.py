@@ -11,11 +11,15 @@ candidate completions written in the policy's own answer sentence, and labels ea
   no answer    the sentence with its answer left out, and the empty completion
   hedge        two sentences, one with the reference and one with a slip, in both orders
 
-and reports (`RMProbe`) what right and wrong answers are paid, the reward and accuracy of a policy that picks
+and, apart from them, every constant answer: the sentence with one number for every prompt (each integer
+reference among the prompts), right where the reference is that number and wrong elsewhere. It
+reports (`RMProbe`) what right and wrong answers are paid, the reward and accuracy of a policy that picks
 each prompt's best-paid candidate, the share of wrong candidates paid above the prompt's truth, per kind its
 mean score and how often it beats the truth, and the one to act on: the best-paid answerless completion
 (the same text for every prompt, so a policy learns it at once, where the truth must be learnt prompt by
-prompt) and the accuracy below which a policy earns more by writing it everywhere (`break_even_accuracy`).
+prompt) and the accuracy below which a policy earns more by writing it everywhere (`break_even_accuracy`);
+and the best-paid constant answer, a text just as easy to learn, which a format gate
+(`--cooper.require_answer`, `probe_rm(require_answer=True)`: answerless text paid 0) leaves open.
 A starting policy below that accuracy is paid to stop answering: a static arm then climbs its RM's reward
 while verified accuracy falls, by as much as `universal_reward` exceeds the policy's current reward.
 
@@ -23,7 +27,7 @@ while verified accuracy falls, by as much as `universal_reward` exceeds the poli
 """
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cooper_openrlhf.data.records import MathProblem
@@ -38,6 +42,7 @@ class Candidate:
     kind: str  # one of KINDS
     completion: str
     correct: bool  # the rule verifier's verdict against the prompt's reference
+    answerless: bool = False  # the verifier found no final answer (what --cooper.require_answer pays 0)
 
 
 @dataclass(frozen=True)
@@ -58,13 +63,17 @@ class RMProbe:
     universal_reward: float
     break_even_accuracy: float  # a policy right on fewer prompts than this earns more by writing `universal`
     kinds: dict[str, KindStats] = field(default_factory=dict)
+    constant: str = ""  # the best-paid constant answer: the answer sentence with one number for every prompt
+    constant_reward: float = 0.0  # its mean reward over the prompts (right on those whose reference it is)
 
     def verdict(self) -> str:
         """One line a reader can act on."""
+        constant = (f"; the same answer everywhere, {self.constant!r}, earns {self.constant_reward:.3f}"
+                    if self.constant else "")
         return (f"writing {self.universal!r} for every prompt earns {self.universal_reward:.3f} (right answers "
                 f"{self.truth_reward:.3f}, wrong {self.wrong_reward:.3f}): more than a policy right on fewer than "
                 f"{self.break_even_accuracy:.0%} of prompts; the RM's best-paid output per prompt is right on "
-                f"{self.best_accuracy:.0%} of {self.prompts}")
+                f"{self.best_accuracy:.0%} of {self.prompts}{constant}")
 
 
 def break_even(universal: float, right: float, wrong: float) -> float:
@@ -101,21 +110,34 @@ def candidates(problem: MathProblem, template: str) -> list[Candidate]:
     """The probe's outputs for one problem with an integer reference, each labelled by the rule verifier."""
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
-    return [Candidate(kind, text, verify_one(problem.reference, text).verdict == Verdict.CORRECT)
-            for kind, text in _sentences(template, problem.reference)]
+    verdicts = [(kind, text, verify_one(problem.reference, text).verdict) for kind, text in
+                _sentences(template, problem.reference)]
+    return [Candidate(kind, text, verdict == Verdict.CORRECT, verdict == Verdict.NO_ANSWER)
+            for kind, text, verdict in verdicts]
+
+
+def constant_answers(problems: Sequence[MathProblem], template: str) -> list[str]:
+    """The answer sentence with each integer reference among `problems`, in numeric order: the texts a policy
+    writing one answer for every prompt could settle on."""
+    return [template.format(answer=n) for n in sorted({int(p.reference) for p in problems})]
 
 
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def summarize(per_prompt: Sequence[Sequence[Candidate]], scores: Sequence[Sequence[float]]) -> RMProbe:
-    """Pure: candidates and their RM scores (same shapes) -> RMProbe. A prompt with no correct candidate is skipped."""
+def summarize(per_prompt: Sequence[Sequence[Candidate]], scores: Sequence[Sequence[float]],
+              constant_scores: Sequence[Mapping[str, float]] | None = None) -> RMProbe:
+    """Pure: candidates and their RM scores (same shapes), and optionally each prompt's scores of the constant
+    answers (text -> score) -> RMProbe. A prompt with no correct candidate is skipped."""
     if len(per_prompt) != len(scores) or any(len(c) != len(s) for c, s in zip(per_prompt, scores)):
         raise ValueError("summarize: one score per candidate, prompt by prompt")
+    if constant_scores is not None and len(constant_scores) != len(per_prompt):
+        raise ValueError("summarize: constant answers' scores for every prompt, or none")
     truths, bests, best_right, above = [], [], [], []
     by_kind, above_by_kind, by_universal = defaultdict(list), defaultdict(list), defaultdict(list)
-    for cands, row in zip(per_prompt, scores):
+    by_constant = defaultdict(list)
+    for prompt, (cands, row) in enumerate(zip(per_prompt, scores)):
         right = [s for c, s in zip(cands, row) if c.correct]
         if not right:
             continue
@@ -124,6 +146,8 @@ def summarize(per_prompt: Sequence[Sequence[Candidate]], scores: Sequence[Sequen
         truths.append(truth)
         bests.append(row[best])
         best_right.append(cands[best].correct)
+        for text, score in (constant_scores[prompt] if constant_scores else {}).items():
+            by_constant[text].append(score)
         for c, s in zip(cands, row):
             by_kind[c.kind].append(s)
             if c.kind == "no answer":
@@ -138,14 +162,16 @@ def summarize(per_prompt: Sequence[Sequence[Candidate]], scores: Sequence[Sequen
     kinds = {k: KindStats(mean(by_kind[k]), mean(above_by_kind[k])) for k in KINDS if by_kind[k]}
     universal = max(by_universal, key=lambda text: mean(by_universal[text]))
     truth, wrong, paid = mean(truths), kinds["wrong"].mean_score, mean(by_universal[universal])
+    constant = max(by_constant, key=lambda text: mean(by_constant[text]), default="")
     return RMProbe(len(truths), truth, wrong, mean(bests), mean(best_right), mean(above), universal, paid,
-                   break_even(paid, truth, wrong), kinds)
+                   break_even(paid, truth, wrong), kinds, constant, mean(by_constant[constant]) if constant else 0.0)
 
 
 def probe_rm(rm_path: str, problems: Sequence[MathProblem], template: str, *, prompt_suffix: str = "",
-             max_prompts: int = 64, batch_size: int = 64) -> RMProbe:
-    """Score the probe's candidates for the first `max_prompts` problems with the RM at `rm_path`; the RM reads
-    each question as the policy's prompt (question + `prompt_suffix`), as at RL time."""
+             max_prompts: int = 64, batch_size: int = 64, require_answer: bool = False) -> RMProbe:
+    """Score the probe's candidates and the constant answers for the first `max_prompts` problems with the RM at
+    `rm_path`; the RM reads each question as the policy's prompt (question + `prompt_suffix`), as at RL time.
+    `require_answer`: answerless candidates are paid 0, as the format gate pays them (algo.rewards.gate_answerless)."""
     from cooper_openrlhf.verify.rm_scorer import RMScorer
 
     # The candidates move the reference by integer slips: problems with other references are left out.
@@ -153,12 +179,15 @@ def probe_rm(rm_path: str, problems: Sequence[MathProblem], template: str, *, pr
     if not chosen:
         raise ValueError("probe_rm: no problem has an integer reference answer")
     per_prompt = [candidates(p, template) for p in chosen]
+    constants = constant_answers(chosen, template)
+    texts = [[c.completion for c in cs] + constants for cs in per_prompt]
     scorer = RMScorer(rm_path, batch_size=batch_size)
-    flat = scorer.score([p.question + prompt_suffix for p, cs in zip(chosen, per_prompt) for _ in cs],
-                        [p.reference for p, cs in zip(chosen, per_prompt) for _ in cs],
-                        [c.completion for cs in per_prompt for c in cs])
-    scores, start = [], 0
+    flat = scorer.score([p.question + prompt_suffix for p, row in zip(chosen, texts) for _ in row],
+                        [p.reference for p, row in zip(chosen, texts) for _ in row], [t for row in texts for t in row])
+    scores, constant_scores, start = [], [], 0
     for cs in per_prompt:
-        scores.append(flat[start:start + len(cs)])
-        start += len(cs)
-    return summarize(per_prompt, scores)
+        row = flat[start:start + len(cs)]
+        scores.append([0.0 if require_answer and c.answerless else s for c, s in zip(cs, row)])
+        constant_scores.append(dict(zip(constants, flat[start + len(cs):start + len(cs) + len(constants)])))
+        start += len(cs) + len(constants)
+    return summarize(per_prompt, scores, constant_scores)
