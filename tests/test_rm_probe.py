@@ -132,3 +132,11 @@ def test_probe_cli_prints_a_verdict_and_table_per_rm_and_refuses_a_folder_that_i
     (record,) = json.loads((tmp_path / "probe.json").read_text())
     assert f"{rm}: {record['verdict']}" in out and "| hedge |" in out
     assert record["prompts"] == 20  # the tiny family's 26 problems less its 6 held out
+    from cooper_openrlhf.lab.pair_stage import climb_on_offer
+
+    assert main([rm, "--preset", "tiny", "--accuracy", "0.4", "--require-answer", "--json", str(tmp_path / "g.json")]) == 0
+    (gated,) = json.loads((tmp_path / "g.json").read_text())
+    assert gated["require_answer"] and gated["universal_reward"] == 0.0 and record["universal_reward"] > 0
+    assert f"climb on offer at 40%: {climb_on_offer(gated, 0.4):+.3f}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([rm, "--accuracy", "42"])
