@@ -6,6 +6,8 @@
   python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
   python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
   python -m cooper_openrlhf.cli.lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
+  python -m cooper_openrlhf.cli.lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)
+  python -m cooper_openrlhf.cli.lab --preset full --publish docs/results/my-lab   # + a copy to commit (report/publish.py)
 
 Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
 then every arm x seed as a real `train_cooper` run (lab/runner.py), then `cli.report` over the runs
