@@ -186,7 +186,7 @@ def test_a_published_report_shows_every_figure_small_and_no_path_of_this_machine
     from PIL import Image
 
     from cooper_openrlhf.cli.report import main
-    from cooper_openrlhf.report.publish import figure_links, publish_report
+    from cooper_openrlhf.report.publish import arm_palette, figure_links, publish_report
 
     out, root = report
     (root / "lab.json").write_text(json.dumps({"bce_rm": str(root / "verifyrm" / "best")}))
@@ -204,6 +204,11 @@ def test_a_published_report_shows_every_figure_small_and_no_path_of_this_machine
             # levels only at a few anti-aliased edge pixels (under 0.1% of the values).
             diff = [abs(a - b) for a, b in zip(before.convert("RGB").tobytes(), after.convert("RGB").tobytes())]
             assert sum(diff) / len(diff) < 1.0 and sum(d > 32 for d in diff) < len(diff) / 1000, name
+            # Every arm keeps its own colour, however few pixels it is drawn on (a panel title once took another's).
+            before_counts = dict((rgb, n) for n, rgb in before.convert("RGB").getcolors(1 << 24))
+            after_counts = dict((rgb, n) for n, rgb in after.convert("RGB").getcolors(1 << 24))
+            for rgb in arm_palette():
+                assert after_counts.get(rgb, 0) >= before_counts.get(rgb, 0), (name, rgb)
     for published in ("report.md", "summary.json", "lab.json"):
         assert str(root) not in (dest / published).read_text(), published
     assert "`crashed_seed0`" in text and json.loads((dest / "lab.json").read_text()) == {"bce_rm": "verifyrm/best"}
@@ -432,6 +437,7 @@ def test_rollout_window_gives_what_the_policy_wrote_and_was_paid_over_the_steps_
     assert (window.reward_verified, window.reward_unverified) == (pytest.approx(0.4), pytest.approx(0.7))
     assert window.common == [("The answer is.", 2)]
     assert window.best_paid == [("The answer is.", 0.8, False)]
+    assert window.common_wrong == [("The answer is.", 2, pytest.approx(0.7))]  # what the blind spot pays
     with pytest.raises(ValueError, match="no rollout logged at steps 7-9"):
         rollout_window(rows, 7, 9)
 
@@ -439,7 +445,9 @@ def test_rollout_window_gives_what_the_policy_wrote_and_was_paid_over_the_steps_
     run.mkdir(parents=True)
     (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert rollouts_main([str(tmp_path / "static_seed0")]) == 0  # default: the last three logged steps
-    assert "steps 1-3: 4 rollouts, mean reward 0.675, verified 0.50" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "steps 1-3: 4 rollouts, mean reward 0.675, verified 0.50" in out
+    assert "most common wrong: 'The answer is.' (2) paid 0.700" in out
     with pytest.raises(SystemExit):
         rollouts_main([str(tmp_path / "static_seed0"), "--steps", "5-2"])
     assert "the first step comes after the last" in capsys.readouterr().err

@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         print("  most common: " + ", ".join(f"{text!r} ({count})" for text, count in w.common))
         print("  highest paid: " + ", ".join(f"{text!r} {reward:.2f}{' (right)' if ok else ''}"
                                              for text, reward, ok in w.best_paid))
+        print("  most common wrong: " + ", ".join(f"{text!r} ({count}) paid {show(reward)}"
+                                                  for text, count, reward in w.common_wrong))
         if args.export:
             window = args.steps or (min(row["step"] for row in rows), last)
             try:

@@ -2,7 +2,7 @@
 
 `cli.report` and `cli.lab` write a report next to the runs, with full-colour figures and each run's path as
 this machine knows it. A committed copy is read elsewhere, so `publish_report` copies report.md with every
-figure it links to (palette PNGs: a line plot needs few colours, and one is a quarter of the size), the
+figure it links to (palette PNGs: a line plot needs few colours, and one is under a third of the size), the
 report's summary.json and any `extra` record (the lab's lab.json), writing every path under `root` relative
 to it. A figure the report links to but lacks is an error, never a broken link in docs.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 FIGURE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
-PALETTE_COLOURS = 64  # 32 merged tab10's blue into grey where bands overlap; 64 keeps every arm's colour
+PALETTE_COLOURS = 64  # 32 merged tab10's blue into grey where bands overlap; white, black and the arms' 10 among them
 
 
 def figure_links(markdown: str) -> list[str]:
@@ -20,14 +20,34 @@ def figure_links(markdown: str) -> list[str]:
     return list(dict.fromkeys(FIGURE_LINK.findall(markdown)))
 
 
+def arm_palette() -> list[tuple[int, int, int]]:
+    """The colours the figures give arms (tab10, report/figures.py `arm_colours`), as 8-bit RGB."""
+    import matplotlib
+
+    return [tuple(round(255 * v) for v in rgb) for rgb in matplotlib.colormaps["tab10"].colors]
+
+
 def small_png(source: Path, target: Path, colours: int = PALETTE_COLOURS) -> None:
-    """`source` as a palette PNG of `colours` colours (median cut, no dithering: flat lines stay flat)."""
+    """`source` as a palette PNG of `colours` colours, each pixel the nearest of them (no dithering: flat lines stay
+    flat). White, black and the arms' colours are always in the palette and kept exact: median cut alone merges a
+    colour drawn on few pixels (an arm's panel title) into a neighbour's, and one arm's title came out in another
+    arm's colour. Pillow's own mapping onto a given palette is approximate (white became 253, 253, 252), so the
+    nearest entry is found here, once per distinct colour."""
+    import numpy as np
     from PIL import Image
 
+    keep = [(255, 255, 255), (0, 0, 0), *arm_palette()]  # the page, its text, the arms
     with Image.open(source) as image:
-        palette = image.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT,
-                                                 dither=Image.Dither.NONE)
-    palette.save(target, optimize=True)
+        rgb = image.convert("RGB")
+    adaptive = rgb.quantize(colors=colours - len(keep), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    found = np.array(adaptive.getpalette()[:3 * (colours - len(keep))], dtype=np.int64).reshape(-1, 3)
+    palette = np.concatenate([found, np.array(keep, dtype=np.int64)])
+    pixels = np.asarray(rgb, dtype=np.int64).reshape(-1, 3)
+    distinct, which = np.unique(pixels, axis=0, return_inverse=True)
+    nearest = ((distinct[:, None, :] - palette[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
+    indexed = Image.fromarray(nearest[which.reshape(-1)].astype(np.uint8).reshape(rgb.height, rgb.width), mode="P")
+    indexed.putpalette(palette.astype(np.uint8).flatten().tolist())
+    indexed.save(target, optimize=True)
 
 
 def relative_paths(text: str, root: Path) -> str:

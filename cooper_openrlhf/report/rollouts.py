@@ -2,7 +2,8 @@
 held-out evaluations' `samples/heldout.jsonl`).
 
 The figures docs/lab.md quotes beside each run (most common rollouts at steps 38-40, their mean RM reward, the
-verified share, what right and wrong rollouts were paid, the highest-paid ones) come from here:
+verified share, what right and wrong rollouts were paid, the highest-paid ones, the most common wrong ones and
+what each was paid) come from here:
 `python -m cooper_openrlhf.cli.rollouts RUN_DIR... --steps 38-40`.
 """
 
@@ -22,6 +23,9 @@ class RolloutWindow:
     reward_unverified: float | None
     common: list[tuple[str, int]]  # the most common completions, with their counts
     best_paid: list[tuple[str, float, bool]]  # the highest-rewarded rollouts: completion, reward, verified
+    # The most common completions the verifier marked wrong, with their counts and mean reward: what a blind spot
+    # pays (a text may be right on some prompts and wrong on others, so `common` alone does not say it).
+    common_wrong: list[tuple[str, int, float | None]]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -41,7 +45,9 @@ def rollout_window(rows: Iterable[dict], first: int, last: int, top: int = 3) ->
         _mean([row["reward"] for row in paid if row["verified"]]),
         _mean([row["reward"] for row in paid if not row["verified"]]),
         Counter(row["completion"] for row in window).most_common(top),
-        [(row["completion"], row["reward"], row["verified"]) for row in best])
+        [(row["completion"], row["reward"], row["verified"]) for row in best],
+        [(text, count, _mean([row["reward"] for row in paid if row["completion"] == text and not row["verified"]]))
+         for text, count in Counter(row["completion"] for row in window if not row["verified"]).most_common(top)])
 
 
 EXPORT_FORMATS = ("recipe", "verifybench")
