@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
                         help="the policy's learning rate, shared by every arm (default: the preset's)")
+    parser.add_argument("--rm-answerless-data", action=argparse.BooleanOptionalAction, default=None,
+                        help="the starting RM's triples include right completions cut off before their answer, "
+                             "labelled 0 (lab/task.py; default: the preset's; docs/lab.md, run 18)")
     parser.add_argument("--require-answer", action="store_true", default=None,
                         help="a format gate on every RM arm: text with no final answer is paid 0 (--cooper.require_answer; "
                              "not the paper's; docs/lab.md, run 17)")
@@ -92,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
                                             actor_lr=args.actor_lr, rm_pair_candidate=args.rm_candidate,
                                             require_answer=args.require_answer,
+                                            rm_answerless_data=args.rm_answerless_data,
                                             # A given RM is used as it is: no stage of the recipe applies to it.
                                             rm_pair_steps=0 if args.rm else args.rm_pair_steps)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
@@ -125,7 +129,8 @@ def arm_trends(runs) -> list[str]:
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
-SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False}
+SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
+                  "rm_answerless_data": False}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate")  # meaningless without the stage (rm_pair_steps 0)
 
 

@@ -51,6 +51,10 @@ class LabPreset:
     rm_epochs: int = 1  # 2 made an RM the tiny policy could not fool (docs/lab.md, "What the lab showed")
     rm_lr_pretrain: float = 2e-4
     rm_max_length: int = 128
+    # The starting RM's triples include each right completion cut off before its answer, labelled 0 by the
+    # verifier (lab/task.py), as the paper's VerifyRM data would: sampled completions, graded by math-verify.
+    # Off (runs 1-17 of docs/lab.md), the RM never saw text without an answer.
+    rm_answerless_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
     # the probe keeps the one that pays the warm-started policy most for not answering. 0: the BCE recipe's RM

@@ -4,7 +4,8 @@ Every arm and seed reads the same files, written once per lab folder:
   prompts.jsonl     RL prompts ({"input", "label"}): the train split, cycled and shuffled to the step budget
   held_out.jsonl    the held-out split ({"input", "label"}): never an RL prompt; `--eval.dataset` of every arm
   rm_triples.jsonl  the starting VerifyRM's training data: templated right and wrong completions of the
-                    train split, each labelled by the rule verifier (not by construction)
+                    train split, each labelled by the rule verifier (not by construction); with
+                    `answerless`, also each right completion cut off before its answer (labelled 0: no answer)
   rm_eval.jsonl     the same templates on the held-out split in VerifyBench format (question, answer,
                     completion, gold_correct): `--cooper.rm_eval_dataset`, the RM's accuracy as it trains
 The RM reads the policy's prompt text as its <question>, so triples use exactly that text.
@@ -12,6 +13,7 @@ The RM reads the policy's prompt text as its <question>, so triples use exactly 
 
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,32 +88,51 @@ def prompt_rows(problems: list[MathProblem], count: int, spec: TaskSpec, seed: i
     return rows[:count]
 
 
-def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0) -> list[dict]:
-    """Right and wrong templated completions per problem, labelled by the rule verifier."""
+def cut_before_answer(template: str, question: str, rng: random.Random) -> str:
+    """`template` filled up to its first answer and cut there at a random word end (perhaps at the start): what a
+    sampled completion that ran out of tokens before answering looks like."""
+    prefix = template[:template.index("{answer}")].format(question=question)
+    cuts = [0, *(match.end() for match in re.finditer(r"\S+", prefix))]
+    return prefix[:rng.choice(cuts)]
+
+
+def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
+                     answerless: bool = False) -> list[dict]:
+    """Right and wrong templated completions per problem, labelled by the rule verifier. `answerless`: each right
+    completion also cut off before its answer, kept where the verifier finds no answer in it (the paper's VerifyRM
+    data are sampled completions labelled by math-verify, and a completion with no answer is labelled wrong; without
+    them, what the RM pays text with no answer is wherever its training left it: docs/lab.md, run 18)."""
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
     rng, rows = random.Random(seed), []
+
+    def add(problem: MathProblem, completion: str) -> Verdict:
+        verdict = verify_one(problem.reference, completion).verdict
+        rows.append({"question": problem.question + spec.prompt_suffix, "reference": problem.reference,
+                     "completion": completion, "label": int(verdict == Verdict.CORRECT)})
+        return verdict
+
     for problem in problems:
         right = int(problem.reference)
         for template in COMPLETION_TEMPLATES:
             for answer in (right, right + rng.choice(WRONG_OFFSETS)):
-                completion = template.format(question=problem.question, answer=answer)
-                label = int(verify_one(problem.reference, completion).verdict == Verdict.CORRECT)
-                rows.append({"question": problem.question + spec.prompt_suffix, "reference": problem.reference,
-                             "completion": completion, "label": label})
+                add(problem, template.format(question=problem.question, answer=answer))
+            if answerless and add(problem, cut_before_answer(template, problem.question, rng)) != Verdict.NO_ANSWER:
+                rows.pop()  # a number of the question read as the answer: not a completion without one
     return rows
 
 
-def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int) -> dict[str, int]:
-    """Write the four files (module docstring) into `folder`; returns their row counts."""
+def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False) -> dict[str, int]:
+    """Write the four files (module docstring) into `folder`; returns their row counts. `answerless_rm_data`: the
+    RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`)."""
     folder.mkdir(parents=True, exist_ok=True)
     train, heldout = split(problem_family(spec), spec.heldout)
     files = {
         "prompts.jsonl": prompt_rows(train, rl_prompts, spec),
         "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
-        "rm_triples.jsonl": labelled_triples(train, spec, seed=1),
+        "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data),
         "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
-                           "gold_correct": bool(r["label"])} for r in labelled_triples(heldout, spec, seed=2)],
+                           "gold_correct": bool(r["label"])} for r in labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)],
     }
     for name, rows in files.items():
         _write_jsonl(folder / name, rows)
