@@ -106,6 +106,48 @@ def test_rm_triples_are_labelled_by_the_rule_verifier_not_by_construction():
     assert bare and all(r["label"] == int(r["completion"] == r["reference"]) for r in bare)
 
 
+def test_answerless_rm_data_adds_each_right_completion_cut_before_its_answer_labelled_wrong(tmp_path):
+    """The paper's VerifyRM data are sampled completions graded by math-verify: one that stops before its answer
+    is labelled wrong. Without the setting the triples are what runs 1-17 trained on: every row answers."""
+    from cooper_openrlhf.lab.task import COMPLETION_TEMPLATES
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    spec = TaskSpec(family="digits", max_operand=9)
+    problems = problem_family(spec)[:12]
+    plain = labelled_triples(problems, spec, seed=1)
+    assert len(plain) == 12 * 2 * len(COMPLETION_TEMPLATES)
+    assert all(verify_one(r["reference"], r["completion"]).verdict != Verdict.NO_ANSWER for r in plain)
+
+    rows = labelled_triples(problems, spec, seed=1, answerless=True)
+    cut = [r for r in rows if verify_one(r["reference"], r["completion"]).verdict == Verdict.NO_ANSWER]
+    assert len(rows) - len(cut) == len(plain) and 12 <= len(cut) <= 12 * (len(COMPLETION_TEMPLATES) - 1)
+    assert all(r["label"] == 0 and r["completion"].strip() for r in cut)  # never empty: the recipe refuses that
+    for r in cut:  # a right completion in some template, stopped before its answer
+        rights = [t.format(question=r["question"], answer=r["reference"]) for t in COMPLETION_TEMPLATES]
+        assert any(right.startswith(r["completion"]) for right in rights), r
+    assert {"The", "The answer", "The answer is"} & {r["completion"] for r in cut}  # the policy's own sentence, cut
+
+    files = write_task_files(tmp_path / "with", spec, rl_prompts=8, answerless_rm_data=True)
+    assert files["rm_triples.jsonl"] > write_task_files(tmp_path / "without", spec, rl_prompts=8)["rm_triples.jsonl"]
+    held = [json.loads(line) for line in (tmp_path / "with" / "rm_eval.jsonl").read_text().splitlines()]
+    assert any(r["completion"].startswith("The answer") and r["completion"].split()[-1] in ("answer", "is")
+               and r["gold_correct"] is False for r in held)  # the RM's held-out set has them too
+
+
+def test_answerless_rm_data_is_a_shared_setting_and_a_folder_written_before_it_resumes_only_without_it(tmp_path):
+    on = lab_cli.parse_args(["--preset", "full", "--rm-answerless-data"]).preset_obj
+    off = lab_cli.parse_args(["--preset", "full", "--no-rm-answerless-data"]).preset_obj
+    assert on.rm_answerless_data and not off.rm_answerless_data
+    assert on.with_overrides(rm_answerless_data=False) == off  # nothing else moves, and no arm's flags
+    assert lab_cli.parse_args(["--preset", "full"]).preset_obj == PRESETS["full"]
+    old = {k: v for k, v in json.loads(json.dumps(asdict(off))).items()
+           if k not in lab_cli.RESUMABLE_FIELDS and k != "rm_answerless_data"}
+    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(old))
+    lab_cli.check_same_setup(tmp_path, off)
+    with pytest.raises(SystemExit, match=r"rm_answerless_data: False -> True"):
+        lab_cli.check_same_setup(tmp_path, on)
+
+
 def test_a_failed_run_is_recorded_with_its_log_reported_as_failed_and_a_done_run_is_not_redone(tmp_path):
     files = _files(tmp_path)
     write_task_files(tmp_path / "data", PRESETS["tiny"].task, rl_prompts=8)

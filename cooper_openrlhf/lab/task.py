@@ -88,12 +88,13 @@ def prompt_rows(problems: list[MathProblem], count: int, spec: TaskSpec, seed: i
     return rows[:count]
 
 
-def cut_before_answer(template: str, question: str, rng: random.Random) -> str:
-    """`template` filled up to its first answer and cut there at a random word end (perhaps at the start): what a
-    sampled completion that ran out of tokens before answering looks like."""
+def cut_before_answer(template: str, question: str, rng: random.Random) -> str | None:
+    """`template` filled up to its first answer and cut there after a random word (at least one): what a sampled
+    completion that ran out of tokens before answering looks like. None for a template that starts with its answer.
+    Never the empty completion: the recipe refuses empty fields (a missing text is likelier than a silent policy)."""
     prefix = template[:template.index("{answer}")].format(question=question)
-    cuts = [0, *(match.end() for match in re.finditer(r"\S+", prefix))]
-    return prefix[:rng.choice(cuts)]
+    cuts = [match.end() for match in re.finditer(r"\S+", prefix)]
+    return prefix[:rng.choice(cuts)] if cuts else None
 
 
 def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
@@ -117,7 +118,8 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
         for template in COMPLETION_TEMPLATES:
             for answer in (right, right + rng.choice(WRONG_OFFSETS)):
                 add(problem, template.format(question=problem.question, answer=answer))
-            if answerless and add(problem, cut_before_answer(template, problem.question, rng)) != Verdict.NO_ANSWER:
+            cut = cut_before_answer(template, problem.question, rng) if answerless else None
+            if cut is not None and add(problem, cut) != Verdict.NO_ANSWER:
                 rows.pop()  # a number of the question read as the answer: not a completion without one
     return rows
 
