@@ -105,7 +105,8 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
     them, what the RM pays text with no answer is wherever its training left it: docs/lab.md, run 18)."""
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
-    rng, rows = random.Random(seed), []
+    # The cuts draw from their own stream, so the answering rows are the same with `answerless` as without.
+    rng, cut_rng, rows = random.Random(seed), random.Random(f"cut {seed}"), []
 
     def add(problem: MathProblem, completion: str) -> Verdict:
         verdict = verify_one(problem.reference, completion).verdict
@@ -118,7 +119,7 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
         for template in COMPLETION_TEMPLATES:
             for answer in (right, right + rng.choice(WRONG_OFFSETS)):
                 add(problem, template.format(question=problem.question, answer=answer))
-            cut = cut_before_answer(template, problem.question, rng) if answerless else None
+            cut = cut_before_answer(template, problem.question, cut_rng) if answerless else None
             if cut is not None and add(problem, cut) != Verdict.NO_ANSWER:
                 rows.pop()  # a number of the question read as the answer: not a completion without one
     return rows
