@@ -108,20 +108,21 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
     # The cuts draw from their own stream, so the answering rows are the same with `answerless` as without.
     rng, cut_rng, rows = random.Random(seed), random.Random(f"cut {seed}"), []
 
-    def add(problem: MathProblem, completion: str) -> Verdict:
+    def labelled(problem: MathProblem, completion: str) -> tuple[Verdict, dict]:
         verdict = verify_one(problem.reference, completion).verdict
-        rows.append({"question": problem.question + spec.prompt_suffix, "reference": problem.reference,
-                     "completion": completion, "label": int(verdict == Verdict.CORRECT)})
-        return verdict
+        return verdict, {"question": problem.question + spec.prompt_suffix, "reference": problem.reference,
+                         "completion": completion, "label": int(verdict == Verdict.CORRECT)}
 
     for problem in problems:
         right = int(problem.reference)
         for template in COMPLETION_TEMPLATES:
             for answer in (right, right + rng.choice(WRONG_OFFSETS)):
-                add(problem, template.format(question=problem.question, answer=answer))
+                rows.append(labelled(problem, template.format(question=problem.question, answer=answer))[1])
             cut = cut_before_answer(template, problem.question, cut_rng) if answerless else None
-            if cut is not None and add(problem, cut) != Verdict.NO_ANSWER:
-                rows.pop()  # a number of the question read as the answer: not a completion without one
+            if cut is not None:
+                verdict, row = labelled(problem, cut)
+                if verdict == Verdict.NO_ANSWER:  # else a number of the question was read as its answer
+                    rows.append(row)
     return rows
 
 
