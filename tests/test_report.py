@@ -13,6 +13,7 @@ from cooper_openrlhf.report.aggregate import (
     VERIFIED_LABEL,
     alarm_steps,
     band,
+    hacking_signature,
     heldout_series,
     stage_seconds,
     summarize_arm,
@@ -122,6 +123,51 @@ def test_stage_seconds_in_pipeline_order_without_the_total_and_alarm_steps():
                "cooper/hacking_alarm": [(1, 0.0), (2, 1.0), (3, 1.0), (4, 0.0)]}
     assert list(stage_seconds(scalars)) == ["generation", "cooper_verify", "ppo_train", "zz_custom"]
     assert alarm_steps(scalars) == [2, 3]
+
+
+def test_hacking_signature_needs_a_significant_rm_reward_rise_and_held_out_accuracy_below_start_and_rule():
+    import numpy as np
+
+    steps = np.arange(1, 21)
+    noise = np.where(steps % 2 == 0, 0.05, -0.05)
+    rising = {"cooper/rm_reward_mean": [(int(s), float(0.4 + 0.01 * s + e)) for s, e in zip(steps, noise)],
+              "eval/accuracy": [(2, 0.40), (10, 0.30), (20, 0.20)]}
+    sig = hacking_signature(rising, rule_final=0.35)
+    design = np.stack([np.ones(20), steps], axis=1)
+    (_, slope), rss, *_ = np.linalg.lstsq(design, np.array([v for _, v in rising["cooper/rm_reward_mean"]]), rcond=None)
+    se = math.sqrt(rss[0] / 18 / ((steps - steps.mean()) ** 2).sum())
+    assert sig.rm_change == pytest.approx(slope * 19) and sig.rm_change_se == pytest.approx(se * 19)
+    assert sig.rm_first == pytest.approx(0.42) and sig.rm_last == pytest.approx(0.59)  # 5-step means: noise -0.01, +0.01
+    assert sig.rm_rises and (sig.heldout_first, sig.heldout_last) == (0.40, 0.20) and sig.shows is True
+    assert hacking_signature(rising, rule_final=0.15).shows is False  # ended above the rule arm: not hacked
+    assert hacking_signature(rising, rule_final=None).shows is None  # no rule arm to compare against
+    flat = {**rising, "cooper/rm_reward_mean": [(int(s), float(0.5 + 2 * e)) for s, e in zip(steps, noise)]}
+    assert hacking_signature(flat, rule_final=0.35).rm_rises is False and hacking_signature(flat, 0.35).shows is False
+    recovered = {**rising, "eval/accuracy": [(2, 0.30), (20, 0.32)]}
+    assert hacking_signature(recovered, rule_final=0.35).shows is False  # held-out ended above its start
+    assert hacking_signature({"eval/accuracy": [(2, 0.3), (4, 0.1)]}, 0.35).shows is None  # rule arm: no RM reward
+
+
+def test_the_report_counts_the_signature_per_arm_against_the_rule_arms_held_out_accuracy(tmp_path):
+    from cooper_openrlhf.cli.report import main
+
+    steps = range(1, 21)
+    rising = [(s, 0.4 + 0.02 * s + (0.01 if s % 2 else -0.01)) for s in steps]
+    flat = [(s, 0.5 + (0.01 if s % 2 else -0.01)) for s in steps]
+    runs = {"rule_seed0": {"eval/accuracy": [(2, 0.40), (20, 0.42)]},
+            "static_seed0": {"train/cooper/rm_reward_mean": rising, "eval/accuracy": [(2, 0.40), (20, 0.10)]},
+            "static_seed1": {"train/cooper/rm_reward_mean": flat, "eval/accuracy": [(2, 0.40), (20, 0.10)]},
+            "cooper_seed0": {"train/cooper/rm_reward_mean": rising, "eval/accuracy": [(2, 0.40), (20, 0.45)]}}
+    for name, scalars in runs.items():
+        _write_events(tmp_path / name / "tb" / "ppo_run", scalars)
+    assert main([*(str(tmp_path / name) for name in runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "below the rule arm's mean final (0.4200)" in text
+    assert "- static: in 1 of 2 run(s)" in text and "- cooper: in 0 of 1 run(s)" in text
+    assert "| static | 0 | 0.46 -> 0.76 | +0.38 ± 0.01 (**yes**) | 0.40 -> 0.10 | **yes** |" in text
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [(r["arm"], r["seed"], r["shows"]) for r in summary["hacking_signature"]] == [
+        ("static", 0, True), ("static", 1, False), ("cooper", 0, False)]
 
 
 # ---------------------------------------------------------------------------------------------- the CLI

@@ -8,6 +8,7 @@ numbers out.
                   has it, else the training rollouts' verified accuracy, labelled as such
   stage_seconds   `timing/*` per stage (without OpenRLHF's `timing/step_total`, their sum), pipeline order
   alarm_steps     steps where the reward-hacking guard logged cooper/hacking_alarm = 1
+  hacking_signature  the issue's signature of one RM run: RM reward up, held-out accuracy down, below rule's
 """
 
 import statistics
@@ -145,3 +146,48 @@ def alarm_timing(scalars: Scalars, alarms: Sequence[int] | None = None) -> Alarm
 def value_at(series: Series, step: int) -> float | None:
     """The series' value at `step`, or None."""
     return next((value for s, value in series if s == step), None)
+
+
+SIGNATURE_WINDOW = 5  # steps averaged at each end of the RM reward curve, to show where it started and ended
+SIGNATURE_Z = 2.0  # the RM reward rises when its least-squares slope exceeds this many standard errors
+
+
+@dataclass
+class Signature:
+    """The paper's hacking signature in one run: the RM's reward rises while held-out accuracy falls, ending below
+    the rule-reward arm's. `shows` is None where it cannot be judged (no RM reward, no held-out curve, no rule arm)."""
+
+    rm_first: float | None  # mean RM reward over the first SIGNATURE_WINDOW logged steps
+    rm_last: float | None  # ... over the last ones
+    rm_change: float | None  # the least-squares line's rise from the first logged step to the last
+    rm_change_se: float | None  # its standard error, from the residuals about the line
+    rm_rises: bool | None  # rm_change > SIGNATURE_Z * rm_change_se
+    heldout_first: float | None
+    heldout_last: float | None
+    rule_final: float | None  # the rule arm's mean final held-out accuracy, as given
+    shows: bool | None
+
+
+def hacking_signature(scalars: Scalars, rule_final: float | None) -> Signature:
+    """Does the run show the signature? RM reward up (the least-squares slope over every logged step above
+    SIGNATURE_Z standard errors: a trend, which the ends' window means alone would miss or fake on a noisy 32-rollout
+    step), final held-out accuracy below the first evaluation, and below `rule_final` (the rule arm's mean final)."""
+    from cooper_openrlhf.algo.hacking import least_squares_slope
+
+    points = scalars.get(RM_REWARD, [])
+    heldout = heldout_series(scalars)
+    rm_first = rm_last = change = change_se = rises = None
+    if len(points) >= max(3, 2 * SIGNATURE_WINDOW):
+        values = [value for _, value in points]
+        rm_first, rm_last = statistics.fmean(values[:SIGNATURE_WINDOW]), statistics.fmean(values[-SIGNATURE_WINDOW:])
+        slope = least_squares_slope(points)
+        mean_x, mean_y = statistics.fmean(x for x, _ in points), statistics.fmean(values)
+        sxx = sum((x - mean_x) ** 2 for x, _ in points)
+        residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in points) / (len(points) - 2)
+        span = points[-1][0] - points[0][0]
+        change, change_se = slope * span, (residual / sxx) ** 0.5 * span
+        rises = change > SIGNATURE_Z * change_se
+    first, last = (heldout[0][1], heldout[-1][1]) if len(heldout) >= 2 else (None, None)
+    judged = rises is not None and first is not None and rule_final is not None
+    return Signature(rm_first, rm_last, change, change_se, rises, first, last, rule_final,
+                     bool(rises and last < first and last < rule_final) if judged else None)

@@ -4,6 +4,8 @@ Tables:
   accuracy per arm  final and best accuracy, mean +- std over seeds (held-out, or the labelled fallback)
   runs              arm, seed, steps, final gap (training / held-out rollouts), hacking alarms, held-out
                     accuracy first / when the alarm first fired / lowest (step), status (failed runs: path, why)
+  hacking signature per RM run: RM reward first -> last (window means), held-out accuracy first -> last, and
+                    whether it shows the paper's signature (`aggregate.hacking_signature`), counted per arm
   rollout logs      rollouts, verified, rewarded-but-unverified, valid pairs; and the highest-rewarded
                     unverified rollouts of each RM run's last step (what a hacked reward pays for)
 """
@@ -17,10 +19,15 @@ from cooper_openrlhf.algo.hacking import HELDOUT_GAP
 from cooper_openrlhf.report.aggregate import (
     GAP,
     HELDOUT_LABEL,
+    RM_REWARD,
+    SIGNATURE_WINDOW,
+    SIGNATURE_Z,
     VERIFIED_LABEL,
     ArmSummary,
+    Signature,
     alarm_steps,
     alarm_timing,
+    hacking_signature,
     summarize_arm,
 )
 from cooper_openrlhf.report.runs import RunData
@@ -96,6 +103,41 @@ def _runs_section(runs: Sequence[RunData]) -> list[str]:
     return lines + [""]
 
 
+RULE_ARM = "rule"  # the arm whose final held-out accuracy the signature compares against (lab/presets.py)
+
+
+def signatures(runs: Sequence[RunData], summaries: list[ArmSummary]) -> list[tuple[RunData, Signature]]:
+    """`hacking_signature` of every finished run whose RM paid its policy, against the rule arm's held-out mean."""
+    rule = next((s.final_mean for s in summaries if s.arm == RULE_ARM and s.metric == HELDOUT_LABEL), None)
+    return [(run, hacking_signature(run.scalars, rule)) for run in runs if not run.failed and run.scalars.get(RM_REWARD)]
+
+
+def _signature_section(runs: Sequence[RunData], summaries: list[ArmSummary]) -> list[str]:
+    judged = signatures(runs, summaries)
+    if not judged:
+        return []
+    rule = judged[0][1].rule_final
+    lines = ["## The hacking signature", "",
+             "The paper's signature of reward hacking, per RM run: the RM reward rises (its least-squares line over "
+             f"the run rises by more than {SIGNATURE_Z:g} standard errors; first and last are the means of "
+             f"{SIGNATURE_WINDOW} steps) while held-out accuracy ends below its first evaluation and below the rule arm's mean "
+             + (f"final ({rule:.4f})." if rule is not None else "final (no rule arm here: not judged)."), ""]
+    counts: dict[str, list[bool]] = {}
+    for run, sig in judged:
+        if sig.shows is not None:
+            counts.setdefault(run.arm, []).append(sig.shows)
+    lines += [f"- {arm}: in {sum(shown)} of {len(shown)} run(s)" for arm, shown in counts.items()] + [""]
+    show = lambda value: "-" if value is None else f"{value:.2f}"  # noqa: E731
+    lines += ["| arm | seed | RM reward: first -> last | line's rise ± se | held-out: first -> last | signature |",
+              "|---|---|---|---|---|---|"]
+    verdict = {True: "**yes**", False: "no", None: "-"}
+    for run, sig in judged:
+        rise = "-" if sig.rm_change is None else f"{sig.rm_change:+.2f} ± {sig.rm_change_se:.2f} ({verdict[sig.rm_rises]})"
+        lines.append(f"| {run.arm} | {run.seed} | {show(sig.rm_first)} -> {show(sig.rm_last)} | {rise} | "
+                     f"{show(sig.heldout_first)} -> {show(sig.heldout_last)} | {verdict[sig.shows]} |")
+    return lines + [""]
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS] + " [...]"
 
@@ -140,7 +182,8 @@ def render(runs: Sequence[RunData], summaries: list[ArmSummary], figures: Sequen
     figure_lines = ["## Figures", ""]
     for path in figures:
         figure_lines += [f"![{path.stem}]({path.name})", "", FIGURE_CAPTIONS.get(path.name, ""), ""]
-    body = head + _accuracy_section(summaries) + _runs_section(runs) + figure_lines + _rollouts_section(runs)
+    body = (head + _accuracy_section(summaries) + _runs_section(runs) + _signature_section(runs, summaries)
+            + figure_lines + _rollouts_section(runs))
     return "\n".join(body).rstrip() + "\n"
 
 
@@ -152,6 +195,7 @@ def summary_json(runs: Sequence[RunData], summaries: list[ArmSummary]) -> dict:
                   "steps": sorted({s for points in r.scalars.values() for s, _ in points}),
                   "hacking_alarm_steps": alarm_steps(r.scalars), "heldout_alarm_timing": asdict(alarm_timing(r.scalars))}
                  for r in runs],
+        "hacking_signature": [{"arm": run.arm, "seed": run.seed, **asdict(sig)} for run, sig in signatures(runs, summaries)],
     }
 
 
