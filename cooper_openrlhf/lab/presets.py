@@ -57,8 +57,8 @@ class LabPreset:
     rm_answerless_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
-    # the probe keeps the one that pays the warm-started policy most for not answering. 0: the BCE recipe's RM
-    # as it is (runs 1-3 and 7 of docs/lab.md).
+    # the probe keeps the one that pays the warm-started policy most for not answering or for one answer everywhere
+    # (`climb_on_offer`). 0: the BCE recipe's RM as it is (runs 1-3 and 7 of docs/lab.md).
     rm_pair_steps: int = 40
     rm_pair_lr: float = 1e-4
     rm_pair_candidates: int = 8
