@@ -226,7 +226,8 @@ def test_report_table_gives_held_out_where_evaluated_and_labelled_verified_accur
     assert summary["runs"][2]["hacking_alarm_steps"] == [6, 7, 8]
 
 
-def test_a_published_report_shows_every_figure_small_and_no_path_of_this_machine(report, tmp_path, monkeypatch):
+def test_a_published_report_shows_every_figure_small_and_no_path_of_this_machine(report, tmp_path, monkeypatch,
+                                                                                   capsys):
     """What goes into docs/results: each figure the report links is there (committed reports once linked figures
     that had not been copied), smaller, looking the same; run paths relative to the folder it was published from."""
     from PIL import Image
@@ -268,8 +269,15 @@ def test_a_published_report_shows_every_figure_small_and_no_path_of_this_machine
         (tmp_path / "away.png").rename(out / "step_time.png")
     # The CLI: --publish next to --out, paths relative to the folder it runs in.
     monkeypatch.chdir(root)
-    assert main(["cooper_seed0", "static_seed0", "--out", str(tmp_path / "again"), "--publish", "published"]) == 0
+    assert main(["cooper_seed0", "static_seed0", "--out", str(tmp_path / "again"), "--publish", "published",
+                 "--publish-with", "lab.json"]) == 0
     assert set(figure_links((root / "published" / "report.md").read_text())) <= {p.name for p in (root / "published").iterdir()}
+    assert str(root) not in (root / "published" / "lab.json").read_text()  # a lab's record, re-published later
+    for bad, message in ((["--publish-with", "lab.json"], "--publish-with needs --publish DEST"),
+                         (["--publish", "p", "--publish-with", "nothing.json"], "no such file: nothing.json")):
+        with pytest.raises(SystemExit):
+            main(["cooper_seed0", "--out", str(tmp_path / "bad"), *bad])
+        assert message in capsys.readouterr().err
 
 
 def test_report_fails_only_when_no_run_can_be_read(tmp_path):

@@ -26,7 +26,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--publish", type=Path, default=None, metavar="DEST",
                         help="Also copy the report into DEST to commit (docs/results/<name>): every figure it shows as a "
                              "small PNG, paths under the current folder written relative to it (report/publish.py).")
-    return parser.parse_args(argv)
+    parser.add_argument("--publish-with", type=Path, action="append", default=[], metavar="FILE",
+                        help="With --publish: also copy this record (a lab's lab.json), paths made relative the same way. "
+                             "Repeatable.")
+    args = parser.parse_args(argv)
+    missing = [str(path) for path in args.publish_with if not path.is_file()]
+    if args.publish_with and args.publish is None:
+        parser.error("--publish-with needs --publish DEST")
+    if missing:
+        parser.error(f"--publish-with: no such file: {', '.join(missing)}")
+    return args
 
 
 def write_report(run_dirs: list[str], out: Path):
@@ -53,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         from cooper_openrlhf.report.publish import publish_report
 
         print(f"published: {args.publish}: " + ", ".join(p.name for p in publish_report(Path(args.out), args.publish,
-                                                                                       root=Path.cwd())), flush=True)
+                                                                                       root=Path.cwd(),
+                                                                                       extra=args.publish_with)), flush=True)
     if all(run.failed for run in runs):
         logger.error("no run could be read; the report lists why")
         return 1
