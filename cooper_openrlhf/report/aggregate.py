@@ -168,24 +168,30 @@ class Signature:
     shows: bool | None
 
 
-def hacking_signature(scalars: Scalars, rule_final: float | None) -> Signature:
-    """Does the run show the signature? RM reward up (the least-squares slope over every logged step above
-    SIGNATURE_Z standard errors: a trend, which the ends' window means alone would miss or fake on a noisy 32-rollout
-    step), final held-out accuracy below the first evaluation, and below `rule_final` (the rule arm's mean final)."""
-    from cooper_openrlhf.algo.hacking import least_squares_slope
+def _line_rise(points: Series) -> tuple[float, float]:
+    """The least-squares line's rise from the first point's step to the last, and its standard error (from the
+    residuals about the line, the points taken as independent)."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in points) / (len(points) - 2)
+    span = xs[-1] - xs[0]
+    return slope * span, (residual / sxx) ** 0.5 * span
 
+
+def hacking_signature(scalars: Scalars, rule_final: float | None) -> Signature:
+    """Does the run show the signature? RM reward up (the least-squares line over every logged step rises by more
+    than SIGNATURE_Z standard errors: a trend, which the two ends' window means alone would miss or fake when one
+    step's batch is small and noisy), final held-out accuracy below the first evaluation, and below `rule_final`
+    (the rule arm's mean final)."""
     points = scalars.get(RM_REWARD, [])
     heldout = heldout_series(scalars)
     rm_first = rm_last = change = change_se = rises = None
     if len(points) >= max(3, 2 * SIGNATURE_WINDOW):
         values = [value for _, value in points]
         rm_first, rm_last = statistics.fmean(values[:SIGNATURE_WINDOW]), statistics.fmean(values[-SIGNATURE_WINDOW:])
-        slope = least_squares_slope(points)
-        mean_x, mean_y = statistics.fmean(x for x, _ in points), statistics.fmean(values)
-        sxx = sum((x - mean_x) ** 2 for x, _ in points)
-        residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in points) / (len(points) - 2)
-        span = points[-1][0] - points[0][0]
-        change, change_se = slope * span, (residual / sxx) ** 0.5 * span
+        change, change_se = _line_rise(points)
         rises = change > SIGNATURE_Z * change_se
     first, last = (heldout[0][1], heldout[-1][1]) if len(heldout) >= 2 else (None, None)
     judged = rises is not None and first is not None and rule_final is not None
