@@ -136,7 +136,8 @@ def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_r
         "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
         "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data),
         "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
-                           "gold_correct": bool(r["label"])} for r in labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)],
+                           "gold_correct": bool(r["label"])}
+                          for r in labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)],
     }
     for name, rows in files.items():
         _write_jsonl(folder / name, rows)
