@@ -140,3 +140,4 @@ def test_probe_cli_prints_a_verdict_and_table_per_rm_and_refuses_a_folder_that_i
     assert f"climb on offer at 40%: {climb_on_offer(gated, 0.4):+.3f}" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main([rm, "--accuracy", "42"])
+    assert "--accuracy must be in [0, 1], got 42.0" in capsys.readouterr().err

@@ -31,10 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in args.rm if not (p / "config.json").is_file()]
     if missing:
         parser.error(f"not a model folder (no config.json): {', '.join(missing)}")
+    from cooper_openrlhf.lab.pair_stage import climb_on_offer
     from cooper_openrlhf.lab.prepare import probe_preset_rm
     from cooper_openrlhf.lab.rm_probe import format_kinds
-
-    from cooper_openrlhf.lab.pair_stage import climb_on_offer
 
     preset = PRESETS[args.preset].with_overrides(require_answer=args.require_answer or None)
     records = []
