@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,8 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--preset", "full", "--rm-candidate", "8"], "--rm-candidate must be in 0..7 (the full preset's pair-stage seeds)"),
     (["--rm-candidate", "-1"], "--rm-candidate must be in 0..3"),
     (["--rm-candidate", "0", "--rm-pair-steps", "0"], "it has none with --rm-pair-steps 0"),
+    (["--rm-pair-candidates", "0"], "--rm-pair-candidates must be >= 1, got 0"),
+    (["--rm-pair-candidates", "12", "--rm-candidate", "12"], "--rm-candidate must be in 0..11 (the --rm-pair-candidates"),
 ])
 def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -47,6 +49,9 @@ def test_overrides_replace_the_presets_values_and_nothing_else():
     assert faster_rm.rm_lr == 3e-4 and faster_rm.with_overrides(rm_lr=full.rm_lr) == full
     assert "--cooper.rm_lr" in (argv := train_cooper_argv(faster_rm, _files(Path("/lab")), "cooper", 0)) and \
         argv[argv.index("--cooper.rm_lr") + 1] == "0.0003"
+    wider_search = lab_cli.parse_args(["--preset", "full", "--rm-pair-candidates", "32", "--rm-candidate", "20"]).preset_obj
+    assert (wider_search.rm_pair_candidates, wider_search.rm_pair_candidate) == (32, 20)
+    assert wider_search.with_overrides(rm_pair_candidates=full.rm_pair_candidates) == replace(full, rm_pair_candidate=20)
     slower_policy = lab_cli.parse_args(["--preset", "full", "--actor-lr", "1e-4"]).preset_obj
     assert slower_policy.with_overrides(actor_lr=full.actor_lr) == full
     for arm in ("rule", "cooper"):  # every arm's policy, not only the RM arms'
@@ -417,6 +422,27 @@ def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied
     rm, record = prepare.prepare_pair_stage(gated, tmp_path / "bce", folder, 0.4)
     assert reprobed == [folder / f"seed{k}" for k in range(3)] + [tmp_path / "bce"]  # each candidate, then the BCE RM
     assert json.loads((folder / "seed0.json").read_text())["probe"]["require_answer"] is True
+
+
+def test_a_wider_search_over_a_copied_folder_trains_only_the_new_candidates_and_chooses_among_all(tmp_path, monkeypatch):
+    """Run 19 copied run 18's eight candidates and asked for 32 (`--rm-pair-candidates`): the eight are kept."""
+    from cooper_openrlhf.lab import pair_stage, prepare
+
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    trained = []
+    monkeypatch.setattr(pair_stage, "train_on_pairs", lambda rm, out, *a, seed, **k: trained.append(seed) or {})
+    monkeypatch.setattr(prepare, "probe_preset_rm", lambda preset, rm: {
+        "version": prepare.PROBE_VERSION, "rm": str(rm), "require_answer": False, "truth_reward": 0.8,
+        "wrong_reward": 0.3, "universal_reward": 0.9 if str(rm).endswith("seed3") else 0.2, "verdict": str(rm)})
+    preset = PRESETS["full"].with_overrides(rm_pair_candidates=2)
+    rm, record = prepare.prepare_pair_stage(preset, tmp_path / "bce", folder, 0.4)
+    assert (trained, record["seed"], len(record["candidates"])) == ([0, 1], 0, 2)
+
+    rm, record = prepare.prepare_pair_stage(preset.with_overrides(rm_pair_candidates=4), tmp_path / "bce", folder, 0.4)
+    assert trained == [0, 1, 2, 3]  # seeds 0 and 1 not trained again
+    assert (rm, record["seed"], len(record["candidates"])) == (folder / "seed3", 3, 4)
+    assert prepare.prepare_pair_stage(preset.with_overrides(rm_pair_candidates=4), tmp_path / "bce", folder, 0.4)[1] == record
 
 
 def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tmp_path):

@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rm-pair-steps", type=int, default=None,
                         help="steps of the starting RM's pair stage (lab/pair_stage.py; 0: the BCE recipe's RM as it "
                              "is; default: the preset's). Ignored with --rm")
+    parser.add_argument("--rm-pair-candidates", type=int, default=None,
+                        help="how many pair-stage seeds to train and probe before choosing the blindest (a wider "
+                             "search for a blind spot; default: the preset's; docs/lab.md, run 19)")
     parser.add_argument("--rm-candidate", type=int, default=None,
                         help="start the RM arms from this pair-stage candidate (a seed, 0..rm_pair_candidates-1) "
                              "instead of the blindest one (docs/lab.md, run 11)")
@@ -73,10 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.arm_list = parse_arms(args.arms, preset)
     except ValueError as exc:
         parser.error(str(exc))
-    for name in ("seeds", "steps"):
+    for name in ("seeds", "steps", "rm_pair_candidates"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            parser.error(f"--{name} must be >= 1, got {value}")
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     if args.rm_pair_steps is not None and args.rm_pair_steps < 0:
         parser.error(f"--rm-pair-steps must be >= 0, got {args.rm_pair_steps}")
     for flag, value in (("--rm-lr", args.rm_lr), ("--actor-lr", args.actor_lr)):
@@ -89,12 +92,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.rm is not None or pair_steps == 0:
             parser.error("--rm-candidate chooses among the pair stage's candidates; it has none with "
                          + ("--rm" if args.rm is not None else "--rm-pair-steps 0"))
-        if not 0 <= args.rm_candidate < preset.rm_pair_candidates:
-            parser.error(f"--rm-candidate must be in 0..{preset.rm_pair_candidates - 1} (the {args.preset} preset's "
-                         f"pair-stage seeds), got {args.rm_candidate}")
+        candidates = args.rm_pair_candidates or preset.rm_pair_candidates
+        if not 0 <= args.rm_candidate < candidates:
+            parser.error(f"--rm-candidate must be in 0..{candidates - 1} (the "
+                         + ("--rm-pair-candidates" if args.rm_pair_candidates else f"{args.preset} preset's")
+                         + f" pair-stage seeds), got {args.rm_candidate}")
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
                                             actor_lr=args.actor_lr, rm_pair_candidate=args.rm_candidate,
+                                            rm_pair_candidates=args.rm_pair_candidates,
                                             require_answer=args.require_answer,
                                             rm_answerless_data=args.rm_answerless_data,
                                             # A given RM is used as it is: no stage of the recipe applies to it.

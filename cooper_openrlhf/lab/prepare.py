@@ -108,8 +108,11 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     choice = "blindest" if preset.rm_pair_candidate is None else "given"
     chosen = folder / "chosen.json"
     cached = json.loads(chosen.read_text(encoding="utf-8")) if chosen.is_file() else None
-    # A folder prepared with another choice (copied in to share its candidates) keeps them and chooses again.
-    if cached and cached.get("choice", "blindest") == choice and preset.rm_pair_candidate in (None, cached["seed"]):
+    # A folder prepared with another choice, or fewer candidates (copied in to share them), keeps them, trains
+    # the missing ones and chooses again. Run 10's record lists no candidates.
+    searched = len(cached["candidates"]) if cached and cached.get("candidates") else None
+    if cached and cached.get("choice", "blindest") == choice and preset.rm_pair_candidate in (None, cached["seed"]) \
+            and searched in (None, preset.rm_pair_candidates):
         return folder / f"seed{cached['seed']}", cached
     folder.mkdir(parents=True, exist_ok=True)
     train, _ = split(problem_family(preset.task), preset.task.heldout)
