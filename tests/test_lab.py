@@ -27,11 +27,11 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--rm", "/nonexistent/rm"], "--rm /nonexistent/rm: not a model folder"),
     (["--rm-lr", "0"], "--rm-lr must be > 0"),
     (["--actor-lr", "0"], "--actor-lr must be > 0"),
-    (["--preset", "full", "--rm-candidate", "8"], "--rm-candidate must be in 0..7 (the full preset's pair-stage seeds)"),
+    (["--preset", "full", "--rm-candidate", "8"], "--rm-candidate must be in 0..7 (the full preset's 8 pair-stage seeds)"),
     (["--rm-candidate", "-1"], "--rm-candidate must be in 0..3"),
     (["--rm-candidate", "0", "--rm-pair-steps", "0"], "it has none with --rm-pair-steps 0"),
     (["--rm-pair-candidates", "0"], "--rm-pair-candidates must be >= 1, got 0"),
-    (["--rm-pair-candidates", "12", "--rm-candidate", "12"], "--rm-candidate must be in 0..11 (the --rm-pair-candidates"),
+    (["--rm-pair-candidates", "12", "--rm-candidate", "12"], "--rm-candidate must be in 0..11 (--rm-pair-candidates 12 pair-stage seeds)"),
 ])
 def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:

@@ -93,10 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error("--rm-candidate chooses among the pair stage's candidates; it has none with "
                          + ("--rm" if args.rm is not None else "--rm-pair-steps 0"))
         candidates = args.rm_pair_candidates or preset.rm_pair_candidates
+        whose = f"--rm-pair-candidates {candidates}" if args.rm_pair_candidates else f"the {args.preset} preset's {candidates}"
         if not 0 <= args.rm_candidate < candidates:
-            parser.error(f"--rm-candidate must be in 0..{candidates - 1} (the "
-                         + ("--rm-pair-candidates" if args.rm_pair_candidates else f"{args.preset} preset's")
-                         + f" pair-stage seeds), got {args.rm_candidate}")
+            parser.error(f"--rm-candidate must be in 0..{candidates - 1} ({whose} pair-stage seeds), got {args.rm_candidate}")
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
                                             actor_lr=args.actor_lr, rm_pair_candidate=args.rm_candidate,
