@@ -27,7 +27,7 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--rm", "/nonexistent/rm"], "--rm /nonexistent/rm: not a model folder"),
     (["--rm-lr", "0"], "--rm-lr must be > 0"),
     (["--actor-lr", "0"], "--actor-lr must be > 0"),
-    (["--preset", "full", "--rm-candidate", "8"], "--rm-candidate must be in 0..7 (the full preset's 8 pair-stage seeds)"),
+    (["--preset", "full", "--rm-candidate", "32"], "--rm-candidate must be in 0..31 (the full preset's 32 pair-stage seeds)"),
     (["--rm-candidate", "-1"], "--rm-candidate must be in 0..3"),
     (["--rm-candidate", "0", "--rm-pair-steps", "0"], "it has none with --rm-pair-steps 0"),
     (["--rm-pair-candidates", "0"], "--rm-pair-candidates must be >= 1, got 0"),
@@ -151,6 +151,21 @@ def test_answerless_rm_data_is_a_shared_setting_and_a_folder_written_before_it_r
     lab_cli.check_same_setup(tmp_path, off)
     with pytest.raises(SystemExit, match=r"rm_answerless_data: False -> True"):
         lab_cli.check_same_setup(tmp_path, on)
+
+
+def test_the_full_presets_starting_rm_is_run_19s_and_runs_10_to_18_are_reproduced_by_two_flags(tmp_path):
+    """Run 16's folder (8 candidates, no cut-off rows) must refuse the new default, not mix two starting RMs, and
+    resume with the flags docs/lab.md gives for runs 10-18."""
+    full = PRESETS["full"]
+    assert (full.rm_answerless_data, full.rm_pair_candidates) == (True, 32)
+    assert not any(p.rm_answerless_data for name, p in PRESETS.items() if name != "full")  # the demo's RM as before
+    run16 = lab_cli.parse_args(["--preset", "full", "--no-rm-answerless-data", "--rm-pair-candidates", "8"]).preset_obj
+    assert run16 == replace(full, rm_answerless_data=False, rm_pair_candidates=8)
+    written = {k: v for k, v in json.loads(json.dumps(asdict(run16))).items() if k not in lab_cli.RESUMABLE_FIELDS}
+    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(written))
+    lab_cli.check_same_setup(tmp_path, run16)
+    with pytest.raises(SystemExit, match=r"rm_answerless_data: False -> True"):
+        lab_cli.check_same_setup(tmp_path, full)
 
 
 def test_a_failed_run_is_recorded_with_its_log_reported_as_failed_and_a_done_run_is_not_redone(tmp_path):
