@@ -153,9 +153,9 @@ def test_answerless_rm_data_is_a_shared_setting_and_a_folder_written_before_it_r
         lab_cli.check_same_setup(tmp_path, on)
 
 
-def test_the_full_presets_starting_rm_is_run_19s_and_runs_10_to_18_are_reproduced_by_two_flags(tmp_path):
+def test_the_full_presets_starting_rm_is_run_19s_and_runs_10_to_17_are_reproduced_by_two_flags(tmp_path):
     """Run 16's folder (8 candidates, no cut-off rows) must refuse the new default, not mix two starting RMs, and
-    resume with the flags docs/lab.md gives for runs 10-18."""
+    resume with the flags docs/lab.md gives for runs 10-17."""
     full = PRESETS["full"]
     assert (full.rm_answerless_data, full.rm_pair_candidates) == (True, 32)
     assert not any(p.rm_answerless_data for name, p in PRESETS.items() if name != "full")  # the demo's RM as before

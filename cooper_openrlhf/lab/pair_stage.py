@@ -11,7 +11,7 @@ What. Starting from the recipe's RM, `steps` updates of `algo.losses.pairwise_rm
 at the Cooper arms' RM learning rate and prompts per step -- on pairs of the policy's answer sentence: the
 reference answer against a slip of it (the assistant's rewrite, lab/warm_start.py). This is what the RM of a
 Cooper run would learn from 40 steps of pairs without the policy moving. Where the answerless pay lands
-depends on the seed (of runs 10-18's 8, three pay answerless text about as much as the truth and three
+depends on the seed (of run 10's 8, three pay answerless text about as much as the truth and three
 pay it less than answering earns a policy right on 42%; docs/lab.md, run 10), so the lab trains
 `rm_pair_candidates` seeds (lab/presets.py), probes each and keeps the one that pays the warm-started policy
 most for not answering, or for one answer everywhere (`climb_on_offer`): a worst case among RMs this procedure

@@ -54,7 +54,7 @@ class LabPreset:
     # The starting RM's triples include each right completion cut off before its answer, labelled 0 by the
     # verifier (lab/task.py), as the paper's VerifyRM data would: sampled completions, graded by math-verify.
     # On in the full preset since run 19 (docs/lab.md): with it the answerless exploit of runs 2-16 is gone, and the
-    # pair stage's wider search (32 candidates) still finds a blind spot with an answer. Runs 10-18 ran without it.
+    # pair stage's wider search (32 candidates) still finds a blind spot with an answer. Runs 1-17 ran without it.
     rm_answerless_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
@@ -99,9 +99,9 @@ PRESETS: dict[str, LabPreset] = {
     # policy at half the quick preset's rate for twice its steps (docs/lab.md, run 6): the co-trained RM, whose
     # rate is unchanged, gets twice the updates per unit of policy drift. Runs 1-5 used 3e-4 for 40 steps.
     # Its starting RM is trained the paper's way (completions cut off before their answer labelled wrong), and the
-    # pair stage searches 32 seeds for the blindest (docs/lab.md, run 19: with 8, as in runs 10-18, the blindest
+    # pair stage searches 32 seeds for the blindest (docs/lab.md, run 19: with 8, as in run 18, the blindest
     # offered +0.02 and static held 5 of 6; with 32, "The answer is 0." was paid as the truth and static fell).
-    # Runs 10-18: `--no-rm-answerless-data --rm-pair-candidates 8`.
+    # Runs 10-17: `--no-rm-answerless-data --rm-pair-candidates 8`; run 18: `--rm-pair-candidates 8`.
     "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4,
                       rm_answerless_data=True, rm_pair_candidates=32),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
