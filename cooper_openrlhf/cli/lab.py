@@ -7,7 +7,8 @@
   python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
   python -m cooper_openrlhf.cli.lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
   python -m cooper_openrlhf.cli.lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)
-  python -m cooper_openrlhf.cli.lab --preset full --rm-answerless-data   # the RM's data hold cut-off completions (run 18)
+  python -m cooper_openrlhf.cli.lab --preset full --rm-pair-candidates 8   # run 18's starting RM: a narrower blind-spot search
+  python -m cooper_openrlhf.cli.lab --preset full --no-rm-answerless-data --rm-pair-candidates 8   # runs 10-17's starting RM
   python -m cooper_openrlhf.cli.lab --preset full --publish docs/results/my-lab   # + a copy to commit (report/publish.py)
 
 Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
