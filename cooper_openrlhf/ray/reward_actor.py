@@ -203,7 +203,8 @@ class TrainableRewardModelActor(BaseModelActor):
         batch = render_and_encode(self.tokenizer, questions * 2, references * 2, completions, self.max_length,
                                   self.template_version)
         logits = rm_logits(self.model, batch)
-        loss, metrics = pairwise_rm_loss(logits[:k], logits[k:], torch.ones(k, dtype=torch.bool))
+        every_pair = torch.ones(k, dtype=torch.bool, device=logits.device)  # all valid; on the logits' device
+        loss, metrics = pairwise_rm_loss(logits[:k], logits[k:], every_pair)
         sums[:3] += torch.tensor([metrics["loss"] * k, metrics["pair_accuracy"] * k, metrics["margin"] * k],
                                  dtype=torch.float64)
         correct = (logits[:k] > logits[k:]).tolist()
