@@ -30,6 +30,7 @@ from cooper_openrlhf.cluster.checks import (
     read_rows,
 )
 from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
+from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
 
 NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
@@ -169,8 +170,11 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
             argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
     argv += list(extra_args)
     validate_train_cooper_argv(argv[3:])
-    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": env.get("NCCL_DEBUG", "WARN"),
-                                "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1")}}
+    # The job's runtime env comes from the one place that builds it; train_cooper's ray.init adds only what is
+    # missing from it (runtime/ray_env.py says why).
+    launcher_defaults = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
+                                     on_cpu=False)
     return Plan("rl", [argv], notes, placement, runtime_env)
 
 
