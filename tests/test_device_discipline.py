@@ -104,3 +104,23 @@ def test_verifyrm_training_log_means_go_through_the_strategy_to_the_collectives_
     with fake:
         assert _mean_over_ranks(strategy, [0.5, 0.25, 0.75]) == pytest.approx(0.5)
     assert nccl.calls == 1
+
+
+@pytest.mark.slow
+def test_the_assistant_engines_device_settings_are_decided_where_the_engine_runs(ray_cluster):
+    """The dedicated assistant's GPU decision was made inside the pair actor, which holds no GPU, so a GPU run got
+    the CPU settings. It is now asked in the engine's own bundle: on this CPU cluster's logical GPUs, no CUDA."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from cooper_openrlhf.ray.pair_actor import assistant_engine_options
+    from cooper_openrlhf.runtime.ray_cluster import bundle_has_cuda
+
+    group = placement_group([{"GPU": 1, "CPU": 1}], strategy="PACK")
+    ray_cluster.get(group.ready())
+    try:
+        assert bundle_has_cuda(group) is False
+    finally:
+        remove_placement_group(group)
+    gpu, cpu = assistant_engine_options(True, 0, 4096), assistant_engine_options(False, 0, 4096)
+    assert (gpu["enforce_eager"], gpu["enable_prefix_caching"]) == (False, True)
+    assert (cpu["enforce_eager"], cpu["enable_prefix_caching"]) == (True, False)

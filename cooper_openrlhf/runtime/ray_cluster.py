@@ -50,3 +50,20 @@ def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = None, **r
     ray_init_kwargs.setdefault("address", "local")
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env, **ray_init_kwargs)
     logger.info("local Ray cluster: %s", ray.cluster_resources())
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def bundle_has_cuda(placement_group, bundle_index: int = 0) -> bool:
+    """Whether CUDA is visible where a bundle of `placement_group` lands, asked there: a process that holds no
+    GPU (a CPU-only actor, a head node) sees none whatever the cluster has. On the CPU runtime's logical GPUs: False."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    where = PlacementGroupSchedulingStrategy(placement_group, placement_group_bundle_index=bundle_index)
+    # A sliver of the bundle's GPU: enough to be given the device, never enough to block what is placed there next.
+    probe = ray.remote(num_cpus=0, num_gpus=0.01)(_cuda_visible)
+    return ray.get(probe.options(scheduling_strategy=where).remote())
