@@ -171,7 +171,18 @@ class TrainableRewardModelActor(BaseModelActor):
         applied = [p["grad_norm"] for p in passes if not p["skipped"]]
         if applied:
             metrics["cooper/rm_grad_norm"] = applied[-1]
+        metrics["cooper/rm_rank_weight_spread"] = self.rank_weight_spread()
         return metrics
+
+    @torch.no_grad()
+    def rank_weight_spread(self) -> float:
+        """How far the data-parallel ranks' RM weights are apart (0.0 when they agree, as they must: every rank
+        applies the same reduced gradient). Compared as (sum, sum of squares) of all weights in float64,
+        gathered through the strategy; any difference means the ranks trained different models."""
+        weights = [p.detach() for p in self.model.module.parameters()]
+        mine = torch.stack([sum(w.double().sum() for w in weights), sum(w.double().square().sum() for w in weights)])
+        every = self.strategy.all_gather(mine.cpu()).view(-1, 2)
+        return float((every - every[0]).abs().max())
 
     def _pass(self, pairs: PairBatch, chunks: list[list[int]], micro_steps: int, global_valid: int, world_size: int):
         """One pass over the valid pairs: `micro_steps` forward/backward, then one (possibly skipped) step."""
