@@ -12,7 +12,7 @@ BASE = ["--actor.model_name_or_path", "policy", "--data.prompt_dataset", "prompt
 
 @pytest.fixture(scope="module")
 def parse():
-    from cooper_openrlhf.cli.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
 
     def parse(argv):
         return parse_openrlhf_args(argv, add_cooper_args(openrlhf_ppo_parser()))
@@ -27,7 +27,7 @@ def _errors(args) -> str:
 
 
 def test_stock_flags_parse_unchanged_and_cooper_defaults_change_nothing(parse):
-    from cooper_openrlhf.cli.openrlhf_args import openrlhf_ppo_parser
+    from cooper_openrlhf.runtime.openrlhf_args import openrlhf_ppo_parser
 
     stock_argv = [*BASE, "--reward.model_name_or_path", "rm", "--ds.zero_stage", "3", "--actor.adam.lr", "5e-7"]
     stock = vars(openrlhf_ppo_parser().parse_args(stock_argv))
@@ -152,7 +152,7 @@ def test_the_step_benchmark_uses_only_flags_train_cooper_knows():
     from pathlib import Path
     from types import SimpleNamespace
 
-    from cooper_openrlhf.cli.openrlhf_args import openrlhf_ppo_parser
+    from cooper_openrlhf.runtime.openrlhf_args import openrlhf_ppo_parser
 
     known = set(add_cooper_args(openrlhf_ppo_parser())._option_string_actions)
 

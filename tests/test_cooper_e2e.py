@@ -296,7 +296,7 @@ def test_held_out_accuracy_and_the_rms_verifier_accuracy_are_logged_every_eval_s
 
 
 def test_the_rm_scores_the_held_out_rollouts_and_the_held_out_gap_is_logged(source_runs, model_dir):
-    from cooper_openrlhf.algo.hacking import heldout_rm_gap
+    from cooper_openrlhf.algo.hacking_stats import heldout_rm_gap
 
     run = source_runs["mixed"]
     scalars, heldout = _scalars(run), _jsonl(run / "samples" / "heldout.jsonl")

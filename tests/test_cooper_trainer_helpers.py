@@ -15,7 +15,7 @@ def test_rendered_prompts_map_back_to_the_raw_question_exactly_as_openrlhf_rende
     from openrlhf.utils import get_strategy
     from transformers import AutoTokenizer
 
-    from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import parse_openrlhf_args
 
     rows = [
         {"question": "What is 2 + 3?", "label": "5"},

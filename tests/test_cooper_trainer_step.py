@@ -247,10 +247,11 @@ def make_trainer(monkeypatch, pool, tmp_path_factory):
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
     from openrlhf.trainer.ray import vllm_engine
 
+    from cooper_openrlhf.ray import checkpoints, evaluation
     from cooper_openrlhf.ray import trainer as trainer_module
     from cooper_openrlhf.ray.pair_builder import PairBuilder
 
-    for module in (trainer_module, ppo_trainer, vllm_engine):
+    for module in (trainer_module, checkpoints, evaluation, ppo_trainer, vllm_engine):
         monkeypatch.setattr(module, "ray", FakeRay)
 
     def make(flags=(), assistant_seconds=0.0, policy_seconds=0.05):
@@ -512,3 +513,30 @@ def test_a_window_of_steps_without_a_correct_rollout_warns_once_naming_the_likel
         warned_at += [step] * (len(warnings()) - len(warned_at))
     assert warned_at == [1 + NO_CORRECT_ROLLOUT_WINDOW]  # the window'th empty step after the reset, and only then
     assert "--data.label_key holds whole solutions" in warnings()[0] and "--rollout.max_new_tokens" in warnings()[0]
+
+
+@pytest.mark.parametrize("source", ["assistant", "rollout", "mixed"])
+def test_the_trainer_and_pair_builder_run_one_pair_pipeline(make_trainer, source):
+    """The trainer (rewrites overlapping its RM scoring) and PairBuilder.build_pairs (serial) compose the same
+    `algo.selection` pipeline: on one hand-built group they give the same pairs and the same pair metrics."""
+    from cooper_openrlhf.ray.step_records import StepTimeline
+
+    trainer, _, _ = make_trainer((*COOPER, "--cooper.negative_source", source, "--cooper.answerless_negatives")
+                                 if source != "assistant" else (*COOPER, "--cooper.negative_source", source))
+    texts = trainer.decode_rollouts(samples())
+    metrics: dict = {}
+    verdicts = trainer.verify(texts, metrics)
+    scores = torch.tensor([0.5, 2.0, 0.1, -1.0, 3.0, 1.0])  # hand-made RM logits: "hardest" picks differ by prompt
+    pending = trainer.request_negatives(texts, verdicts, 7, metrics)
+    pairs = trainer.pairs_of(pending, scores, metrics, StepTimeline())
+
+    builder = trainer.pair_actor._obj
+    built, built_metrics = builder.build_pairs(
+        texts.questions, texts.references, texts.completions, verdicts.correct, N, step=7,
+        proven_wrong=verdicts.proven_wrong, answerless=verdicts.answerless,
+        answerless_negatives=trainer.cooper.answerless_negatives, rm_scores=scores.tolist(), source=source,
+        pick=trainer.cooper.rollout_negative_pick)
+    assert pairs == built and pairs.num_valid >= 1
+    compared = {k for k in built_metrics if not k.startswith("timing/")}  # the assistant's seconds differ
+    assert {k: metrics[k] for k in compared} == {k: built_metrics[k] for k in compared}
+    assert "cooper/pairs_answerless_negative" in compared  # the metric once only the trainer logged

@@ -91,7 +91,7 @@ def test_rm_ranking_is_reported_whatever_the_threshold(tmp_path):
     """The rm verifier's `ranking` (AUC, mean reward of correct and wrong rows) is the RM's scores ranked against the
     gold labels: the same at every threshold, and what `ranking_metrics` gives on RMScorer's own scores."""
     from cooper_openrlhf.verify.metrics import ranking_metrics
-    from cooper_openrlhf.verify.rm_scorer import RMScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     data = write_verifybench(tmp_path / "vb.jsonl")
     reports = []
@@ -113,7 +113,7 @@ def test_rm_scores_do_not_depend_on_batching():
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from cooper_openrlhf.algo.template import render_rm_input
-    from cooper_openrlhf.verify.rm_scorer import RMScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     path = tiny_rm_path()
     questions = ["What is 2+2?", "q", "A much longer question " * 20]

@@ -8,10 +8,8 @@ import random
 
 import pytest
 
-from cooper_openrlhf.algo.hacking import (
-    HackingMonitor,
-    HackingMonitorConfig,
-    guard_step,
+from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, guard_step
+from cooper_openrlhf.algo.hacking_stats import (
     heldout_accuracy,
     heldout_gap_standard_error,
     heldout_rm_gap,
@@ -352,3 +350,24 @@ def test_guard_reads_held_out_logs_as_the_trainer_returns_them():
     for step in (2, 3):
         guard_step(monitor, step, {"cooper/reward_hacking_gap": 0.95})
     assert guard_step(monitor, 4, {"cooper/reward_hacking_gap": 0.95})["cooper/hacking_alarm"] == 1.0
+
+
+def test_the_rules_are_a_registry_of_pure_functions_and_unknown_names_are_rejected():
+    """Each rule reads window statistics and thresholds only, so it can be asked directly; a rule set naming a rule
+    the registry lacks fails at start-up (as an unknown reward form does), not by silently matching nothing."""
+    from cooper_openrlhf.algo.hacking import alarm_response
+    from cooper_openrlhf.algo.hacking_rules import RULES, rules_that_hold
+
+    assert list(RULES) == list("ABCDEF")
+    high = {"window_steps": 4.0, "gap_mean": 0.95, "rm_pair_accuracy_mean": 0.9}
+    assert RULES["B"](high, SMALL).startswith("B gap high") and RULES["D"](high, SMALL) is None
+    assert rules_that_hold("BD", high, SMALL) == [RULES["B"](high, SMALL)]
+    assert rules_that_hold("D", high, SMALL) == []  # B holds, but only the rules asked for may raise the alarm
+    for bad in ("G", "", "A-B"):
+        with pytest.raises(ValueError, match="rules must be letters of ABCDEF"):
+            rules_that_hold(bad, high, SMALL)
+        with pytest.raises(ValueError, match="--cooper.hacking_rules"):
+            HackingMonitorConfig(rules=bad)
+    assert alarm_response("stop").checkpoint_and_stop and alarm_response("rule_reward").reward_from_rule
+    with pytest.raises(ValueError, match="unknown --cooper.on_hacking 'pause'"):
+        alarm_response("pause")

@@ -49,7 +49,7 @@ def test_each_pair_is_the_policys_sentence_with_the_truth_against_a_proven_wrong
 
 def test_training_on_pairs_ranks_the_truth_above_the_slips_and_exports_a_loadable_verifyrm(model_dir, tmp_path):
     """A few steps on the tiny RM at a high rate move its pair margin up on pairs it never trained on."""
-    from cooper_openrlhf.verify.rm_scorer import RMScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     problems = problem_family(TaskSpec(family="digits", max_operand=9))
     trained, held = problems[:60], problems[60:]

@@ -213,7 +213,7 @@ def test_an_assistant_that_never_writes_a_valid_negative_gives_rate_zero_and_a_w
     questions, references = flat([("A?", "4"), ("B?", "9")], n=2)
     echo = {"A?": ["2 + 2 = \\boxed{4}"] * 2, "B?": ["3 * 3 = \\boxed{9}"] * 2}  # always the same answer
     pairs, assistant = builder(pool, echo, retries=2)
-    with caplog.at_level(logging.WARNING, logger="cooper_openrlhf.ray.pair_builder"):
+    with caplog.at_level(logging.WARNING, logger="cooper_openrlhf.algo.selection"):
         batch, metrics = pairs.build_pairs(questions, references, ["\\boxed{4}", "x", "y", "\\boxed{9}"],
                                            [True, False, False, True], 2)
     assert batch.valid == [False, False] and batch.positive_index == [0, 3]

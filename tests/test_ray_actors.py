@@ -8,7 +8,7 @@ pytestmark = pytest.mark.slow
 
 
 def _rm_args(model_path: str):
-    from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import parse_openrlhf_args
 
     return parse_openrlhf_args(["--ds.zero_stage", "0", "--ds.attn_implementation", "eager",
                                 "--reward.model_name_or_path", model_path,

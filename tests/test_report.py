@@ -523,10 +523,11 @@ def test_rollout_window_gives_what_the_policy_wrote_and_was_paid_over_the_steps_
 
 
 def test_an_arm_keeps_its_colour_in_every_report_whichever_arms_it_holds():
+    from cooper_openrlhf.lab.presets import ARMS
     from cooper_openrlhf.report.figures import arm_colours
 
-    full = arm_colours(["rule", "static", "cooper", "cooper_rollout_answerless"])
-    subset = arm_colours(["static", "cooper", "cooper_rollout_answerless"])  # a report without the rule arm
+    full = arm_colours(["rule", "static", "cooper", "cooper_rollout_answerless"], ARMS)
+    subset = arm_colours(["static", "cooper", "cooper_rollout_answerless"], ARMS)  # a report without the rule arm
     assert all(subset[arm] == full[arm] for arm in subset)
-    mixed = arm_colours(["my_arm", "static", "other_arm"])  # arms the lab does not know take colours no lab arm has
+    mixed = arm_colours(["my_arm", "static", "other_arm"], ARMS)  # arms the lab does not know take colours no lab arm has
     assert mixed["static"] == full["static"] and len(set(mixed.values())) == 3

@@ -16,7 +16,7 @@ def _strategy(extra: list[str] = ()):
     from openrlhf.utils import get_strategy
 
     from cooper_openrlhf.cli.cooper_args import add_cooper_args
-    from cooper_openrlhf.cli.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
 
     argv = ["--ds.attn_implementation", "eager", "--ds.param_dtype", "auto", "--remote_rm_trainable",
             "--cooper.rm_lr", "1e-2", "--cooper.rm_warmup_ratio", "0", "--cooper.rm_lr_scheduler", "constant",

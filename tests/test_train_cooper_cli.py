@@ -55,7 +55,7 @@ def test_a_cpu_head_node_of_a_named_cluster_resolves_auto_for_its_gpus(monkeypat
 
 
 def test_verifyrm_train_takes_the_same_dtype_choices():
-    from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import parse_openrlhf_args
 
     assert parse_openrlhf_args([]).ds.param_dtype == resolve_dtype_name("auto")
     assert parse_openrlhf_args(["--ds.param_dtype", "fp32"]).ds.param_dtype == "fp32"

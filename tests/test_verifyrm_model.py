@@ -23,7 +23,7 @@ from cooper_openrlhf.rm.model import (
     score_logits,
     usable_max_length,
 )
-from cooper_openrlhf.verify.rm_scorer import RMScorer
+from cooper_openrlhf.rm.scorer import RMScorer
 
 QUESTIONS = ["What is 2 + 2?", "Mia has 12 apples and buys 3 bags of 4. How many apples?", "q"]
 REFERENCES = ["4", "24", "1"]

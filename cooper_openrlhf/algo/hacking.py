@@ -73,21 +73,29 @@ checkpoint, or pay the policy by the rule verifier from then on).
 
 import logging
 import math
-import numbers
 import statistics
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+
+from cooper_openrlhf.algo.hacking_rules import check_rule_names, rules_that_hold
+from cooper_openrlhf.algo.hacking_stats import finite, heldout_accuracy, least_squares_slope
+from cooper_openrlhf.algo.metric_keys import (
+    ACCURACY,
+    ALARM,
+    GAP,
+    HELDOUT_GAP,
+    HELDOUT_GAP_SE,
+    HELDOUT_PREFIX,
+    HELDOUT_SAMPLES,
+    PAIR_ACCURACY,
+    RESPONSE_LENGTH,
+    RM_REWARD,
+    WRONG_REWARD,
+)
 
 logger = logging.getLogger(__name__)
 
-GAP, RM_REWARD, ACCURACY = "cooper/reward_hacking_gap", "cooper/rm_reward_mean", "cooper/verified_accuracy"
-PAIR_ACCURACY, RESPONSE_LENGTH = "cooper/rm_pair_accuracy", "rollout/response_length_mean"
-HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX = "eval/accuracy", "eval/", "/accuracy"
-HELDOUT_SAMPLES = "eval/samples"
-HELDOUT_GAP, HELDOUT_GAP_SE = "eval/reward_hacking_gap", "eval/reward_hacking_gap_se"
-WRONG_REWARD = "cooper/rm_reward_wrong_mean"  # and cooper/rm_reward_correct_mean: `rm_reward_by_verdict`
-RULES = "ABCDEF"
 FLAG_PREFIX = "hacking_"  # HackingMonitorConfig.x <-> --cooper.hacking_x
 
 
@@ -152,8 +160,10 @@ class HackingMonitorConfig:
             problems.append(f"window must be >= 3 (a trend needs 3 points), got {self.window}")
         if self.persist_steps < 1:
             problems.append(f"persist_steps must be >= 1, got {self.persist_steps}")
-        if not self.rules or set(self.rules) - set(RULES):
-            problems.append(f"rules must be letters of {RULES}, got {self.rules!r}")
+        try:
+            check_rule_names(self.rules)
+        except ValueError as exc:
+            problems.append(str(exc))
         for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "heldout_z", "window_z",
                      "length_drift"):
             if not getattr(self, name) > 0:
@@ -184,93 +194,21 @@ class HackingVerdict:
     signals: dict[str, float]  # the window statistics the rule read (only those the available keys allow)
 
 
-def least_squares_slope(points: Sequence[tuple[float, float]]) -> float:
-    """Slope of the least-squares line through (x, y) points; needs two distinct x."""
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    sxx = sum((x - mean_x) ** 2 for x, _ in points)
-    if sxx == 0:
-        raise ValueError("a slope needs at least two distinct steps")
-    return sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
-
-
-def heldout_gap_standard_error(gaps_by_prompt: Sequence[Sequence[float]]) -> float:
-    """Standard error of an evaluation's mean gap (RM reward - verified, per held-out rollout) that sampling the
-    completions alone gives: sqrt(sum_p s_p^2 / k_p) / P over P prompts, s_p^2 the sample variance of prompt
-    p's k_p gaps. Every evaluation asks the same prompts, so how much they differ from one another is no noise
-    between two evaluations; counting it (the plain standard error over all rollouts) would hide a real rise.
-    A prompt with one rollout has no variance of its own: it takes the mean variance of the others (all
-    prompts with one rollout: the plain standard error)."""
-    if not gaps_by_prompt or any(not gaps for gaps in gaps_by_prompt):
-        raise ValueError("every held-out prompt needs at least one rollout's gap")
-    variances = {p: statistics.variance(gaps) for p, gaps in enumerate(gaps_by_prompt) if len(gaps) > 1}
-    if not variances:
-        return statistics.stdev([g for (g,) in gaps_by_prompt]) / math.sqrt(len(gaps_by_prompt)) \
-            if len(gaps_by_prompt) > 1 else 0.0
-    pooled = sum(variances.values()) / len(variances)
-    total = sum(variances.get(p, pooled) / len(gaps) for p, gaps in enumerate(gaps_by_prompt))
-    return math.sqrt(total) / len(gaps_by_prompt)
-
-
-def heldout_rm_gap(questions: Sequence[str], correct: Sequence[bool], rewards: Sequence[float]) -> dict[str, float]:
-    """The RM on one held-out evaluation's rollouts (one entry per rollout): its mean reward `rm_reward`, the
-    gap `reward_hacking_gap` (that minus the verified accuracy) and the gap's `reward_hacking_gap_se`
-    (`heldout_gap_standard_error`, the rollouts grouped by question). The trainer logs them under eval/."""
-    if not len(questions) == len(correct) == len(rewards) > 0:
-        raise ValueError(f"one question, verdict and reward per rollout: got {len(questions)}, {len(correct)}, "
-                         f"{len(rewards)}")
-    by_question: dict[str, list[float]] = {}
-    for question, right, reward in zip(questions, correct, rewards):
-        by_question.setdefault(question, []).append(float(reward) - float(right))
-    rm_reward = sum(rewards) / len(rewards)
-    return {"rm_reward": rm_reward, "reward_hacking_gap": rm_reward - sum(map(float, correct)) / len(correct),
-            "reward_hacking_gap_se": heldout_gap_standard_error(list(by_question.values()))}
-
-
-def rm_reward_by_verdict(verified: Sequence[bool], rewards: Sequence[float]) -> dict[str, float]:
-    """The RM's mean reward on one step's verified-wrong and verified-correct rollouts (`rm_reward_wrong_mean`,
-    `rm_reward_correct_mean`), each only when the step has such rollouts. Rule F reads the first; their
-    difference is how well the RM still separates what the verifier separates."""
-    if len(verified) != len(rewards):
-        raise ValueError(f"one verdict per reward: got {len(verified)} verdicts, {len(rewards)} rewards")
-    means = {}
-    for name, wanted in (("rm_reward_wrong_mean", False), ("rm_reward_correct_mean", True)):
-        picked = [float(r) for v, r in zip(verified, rewards) if bool(v) == wanted]
-        if picked:
-            means[name] = sum(picked) / len(picked)
-    return means
-
-
-def heldout_accuracy(metrics: Mapping[str, float]) -> float | None:
-    """eval/accuracy, else the mean of the eval/<name>/accuracy keys, else None."""
-    if _finite(metrics.get(HELDOUT)):
-        return float(metrics[HELDOUT])
-    values = [float(v) for k, v in metrics.items()
-              if k.startswith(HELDOUT_PREFIX) and k.endswith(HELDOUT_SUFFIX) and _finite(v)]
-    return sum(values) / len(values) if values else None
-
-
-def _finite(value) -> bool:
-    """A real number that is not NaN or inf (numpy scalars count; bools and None do not)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _step_signals(metrics: Mapping[str, float]) -> dict[str, float]:
     """The rule's inputs of one step (module docstring), non-finite or missing values left out."""
     picked = {name: float(metrics[key]) for name, key in
               (("gap", GAP), ("rm_reward", RM_REWARD), ("accuracy", ACCURACY), ("pair_accuracy", PAIR_ACCURACY),
-               ("length", RESPONSE_LENGTH), ("wrong_reward", WRONG_REWARD)) if _finite(metrics.get(key))}
+               ("length", RESPONSE_LENGTH), ("wrong_reward", WRONG_REWARD)) if finite(metrics.get(key))}
     if "gap" not in picked and "rm_reward" in picked and "accuracy" in picked:
         picked["gap"] = picked["rm_reward"] - picked["accuracy"]
     heldout = heldout_accuracy(metrics)
     if heldout is not None:
         picked["heldout"] = heldout
-        if _finite(metrics.get(HELDOUT_SAMPLES)) and metrics[HELDOUT_SAMPLES] >= 1:
+        if finite(metrics.get(HELDOUT_SAMPLES)) and metrics[HELDOUT_SAMPLES] >= 1:
             picked["heldout_samples"] = float(metrics[HELDOUT_SAMPLES])
-    if _finite(metrics.get(HELDOUT_GAP)):
+    if finite(metrics.get(HELDOUT_GAP)):
         picked["heldout_gap"] = float(metrics[HELDOUT_GAP])
-        if _finite(metrics.get(HELDOUT_GAP_SE)) and metrics[HELDOUT_GAP_SE] >= 0:
+        if finite(metrics.get(HELDOUT_GAP_SE)) and metrics[HELDOUT_GAP_SE] >= 0:
             picked["heldout_gap_se"] = float(metrics[HELDOUT_GAP_SE])
     return picked
 
@@ -362,6 +300,27 @@ class HackingMonitor:
         return points if len(points) >= self.min_points else None
 
     def _decide(self) -> HackingVerdict:
+        """The verdict on the window: the registry's rules (`algo/hacking_rules.py`) over its statistics."""
+        cfg = self.config
+        stats = self._window_stats()
+        accuracy_slope = stats.get("verified_accuracy_slope")
+        if self.steps_seen < cfg.window:
+            return HackingVerdict(False, [], stats)
+        reasons = rules_that_hold(cfg.rules, {**stats, "wrong_reward_baseline": self.wrong_baseline}, cfg)
+        self.rules_held_steps = self.rules_held_steps + 1 if reasons else 0
+        stats["rules_held_steps"] = float(self.rules_held_steps)
+        if self.rules_held_steps < cfg.persist_steps:  # nothing holds, or not yet for long enough
+            return HackingVerdict(False, [], stats)
+        if accuracy_slope is not None and accuracy_slope <= -cfg.rise_per_step:
+            reasons.append(f"supporting: verified accuracy falls {accuracy_slope:+.3f}/step")
+        if abs(stats.get("length_drift", 0.0)) >= cfg.length_drift:
+            reasons.append(f"supporting: mean response length drifted {stats['length_drift']:+.0%} from the "
+                           f"first {cfg.window} steps")
+        return HackingVerdict(True, reasons, stats)
+
+    def _window_stats(self) -> dict[str, float]:
+        """The window statistics the rules read (only those the available metrics allow); logged as
+        cooper/hacking_<name>."""
         cfg = self.config
         stats: dict[str, float] = {"window_steps": float(len(self.window))}
         gap, rm_reward = self._series("gap"), self._series("rm_reward")
@@ -393,51 +352,30 @@ class HackingMonitor:
         baseline = self._baseline("length")
         if lengths and baseline:
             stats["length_drift"] = sum(v for _, v in lengths) / len(lengths) / baseline - 1.0
-
-        if self.steps_seen < cfg.window:
-            return HackingVerdict(False, [], stats)
-        reasons = []
-        if "gap_growth" in stats and stats["gap_slope"] >= cfg.rise_per_step and stats["gap_growth"] >= cfg.gap_growth:
-            reasons.append(f"A gap growing: RM reward - verified accuracy rises {stats['gap_slope']:+.3f}/step over "
-                           f"the last {len(self.window)} steps to {stats['gap_end']:.2f}, {stats['gap_growth']:+.2f} "
-                           f"from the first {cfg.window} steps' {stats['gap_baseline']:.2f} "
-                           f"(>= {cfg.rise_per_step:g}/step and >= {cfg.gap_growth:g})")
-        if gap and stats["gap_mean"] >= cfg.gap_ceiling:
-            reasons.append(f"B gap high: RM reward exceeds verified accuracy by {stats['gap_mean']:.2f} on average "
-                           f"over the last {len(self.window)} steps (>= {cfg.gap_ceiling:g})")
-        if (self.heldout_latest is not None and rm_reward and stats["rm_reward_slope"] >= cfg.rise_per_step
-                and self.heldout_latest <= self.heldout_best - stats["heldout_drop_threshold"]):
-            reasons.append(f"C held-out falls: held-out accuracy {self.heldout_latest:.3f} is "
-                           f"{self.heldout_best - self.heldout_latest:.3f} below its best {self.heldout_best:.3f} "
-                           f"(>= {stats['heldout_drop_threshold']:.3f}) while the RM reward rises "
-                           f"{stats['rm_reward_slope']:+.3f}/step")
-        if pairs and stats["rm_pair_accuracy_mean"] < cfg.min_pair_accuracy:
-            reasons.append(f"D RM blind: the RM ranks fresh (correct, wrong) pairs right only "
-                           f"{stats['rm_pair_accuracy_mean']:.2f} of the time over the window (< {cfg.min_pair_accuracy:g})")
-        if "heldout_gap_growth" in stats and stats["heldout_gap_growth"] >= stats["heldout_gap_threshold"]:
-            reasons.append(f"E held-out gap grows: on the held-out prompts the RM pays {stats['heldout_gap']:+.2f} "
-                           f"more than the verifier, {stats['heldout_gap_growth']:+.2f} from the first evaluation "
-                           f"(>= {stats['heldout_gap_threshold']:.3f})")
-        if "wrong_reward_cusum" in stats and stats["wrong_reward_cusum"] >= stats["wrong_reward_threshold"] > 0:
-            reasons.append(f"F wrong answers paid more: the RM's reward on verified-wrong rollouts has run above the "
-                           f"first {cfg.window} steps' {self.wrong_baseline:.2f} by {stats['wrong_reward_cusum']:.2f} "
-                           f"beyond {cfg.gap_growth / 2:g}/step (cumulative sum; >= {cfg.window_z:g} x its step noise "
-                           f"{stats['wrong_reward_noise']:.3f})")
-        reasons = [reason for reason in reasons if reason[0] in cfg.rules]
-        self.rules_held_steps = self.rules_held_steps + 1 if reasons else 0
-        stats["rules_held_steps"] = float(self.rules_held_steps)
-        if self.rules_held_steps < cfg.persist_steps:  # nothing holds, or not yet for long enough
-            return HackingVerdict(False, [], stats)
-        if accuracy and stats["verified_accuracy_slope"] <= -cfg.rise_per_step:
-            reasons.append(f"supporting: verified accuracy falls {stats['verified_accuracy_slope']:+.3f}/step")
-        if abs(stats.get("length_drift", 0.0)) >= cfg.length_drift:
-            reasons.append(f"supporting: mean response length drifted {stats['length_drift']:+.0%} from the "
-                           f"first {cfg.window} steps")
-        return HackingVerdict(True, reasons, stats)
+        return stats
 
 
 class HackingAlarm(RuntimeError):
     """Ends a run whose alarm turned on under --cooper.on_hacking stop (raised by the trainer, after its checkpoint)."""
+
+
+@dataclass(frozen=True)
+class AlarmResponse:
+    """What the trainer does when the alarm turns on (--cooper.on_hacking); a warning with the reasons always."""
+
+    checkpoint_and_stop: bool = False  # save this step's checkpoint, then end the run with HackingAlarm
+    reward_from_rule: bool = False  # pay the policy by the rule verifier from the next step on
+
+
+ALARM_RESPONSES = {"warn": AlarmResponse(), "stop": AlarmResponse(checkpoint_and_stop=True),
+                   "rule_reward": AlarmResponse(reward_from_rule=True)}
+
+
+def alarm_response(name: str) -> AlarmResponse:
+    """The response named by --cooper.on_hacking; unknown names are rejected with the valid ones."""
+    if name not in ALARM_RESPONSES:
+        raise ValueError(f"unknown --cooper.on_hacking {name!r}; valid: {sorted(ALARM_RESPONSES)}")
+    return ALARM_RESPONSES[name]
 
 
 def guard_step(monitor: HackingMonitor, step: int, status: Mapping[str, float],
@@ -461,5 +399,5 @@ def guard_step(monitor: HackingMonitor, step: int, status: Mapping[str, float],
         logger.warning(message)
     elif was_on and not verdict.alarm:
         logger.info("reward-hacking alarm cleared at step %d", step)
-    return {"cooper/hacking_alarm": float(verdict.alarm),
+    return {ALARM: float(verdict.alarm),
             **{f"cooper/hacking_{name}": value for name, value in verdict.signals.items()}}

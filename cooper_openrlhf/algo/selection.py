@@ -16,16 +16,25 @@ Per prompt (arXiv 2508.05613, sec. 3.2):
   (`assistant_prompts` says which prompts need the assistant; `assemble_pairs` builds the PairBatch).
 A prompt without a positive, or whose chosen source gave nothing, keeps its slot with valid=False.
 
+The pipeline, for every caller (the trainer, whose rewrites overlap its RM scoring, and `PairBuilder`):
+  plan = plan_negatives(...)          positives, rollout-negative candidates, the prompts to ask the assistant
+  ... the assistant rewrites plan.positive_texts(completions) for plan.ask_assistant (an engine's work) ...
+  pairs, metrics = finish_pairs(plan, ..., rewrites, rm_scores, pick, seed)
+
 Both sides of every pair are passed through `algo.negatives.normalize_solution`, the same function
 that cleans the assistant's replies, so a pair differs only where the rewrite changed the text and the
 RM cannot learn a formatting shortcut (e.g. "text after the final box means correct").
 """
 
+import logging
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, group_rollouts
+
+logger = logging.getLogger(__name__)
 
 NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
 ROLLOUT_NEGATIVE_PICKS = ("hardest", "random")
@@ -174,3 +183,72 @@ def pair_metrics(batch: PairBatch, has_rollout_negative: Sequence[bool]) -> dict
         "cooper/prompts_without_wrong_rollout": float(sum(
             i != NO_POSITIVE and not wrong for i, wrong in zip(batch.positive_index, has_rollout_negative))),
     }
+
+
+# ------------------------------------------------------------------------------------ the pipeline
+@dataclass
+class NegativePlan:
+    """What a step's rollouts offer before any rewrite: `plan_negatives`' output, `finish_pairs`' input."""
+
+    n_samples_per_prompt: int
+    source: str  # --cooper.negative_source
+    positive_index: list[int]  # (P,) flat index of each prompt's positive, NO_POSITIVE where none
+    candidates: list[bool]  # (P * n,) rollouts that may be a rollout negative (`rollout_negative_candidates`)
+    has_wrong: list[bool]  # (P,) the prompt has a rollout-negative candidate
+    ask_assistant: list[int]  # prompts whose positive the assistant must rewrite (`assistant_prompts`)
+    answerless: list[bool]  # (P * n,) rollouts without a final answer (for the answerless-negative metric)
+
+    def positive_texts(self, completions: Sequence[str]) -> list[str]:
+        """(P,) each prompt's positive completion, "" where it has none (what the assistant rewrites)."""
+        return [completions[i] if i != NO_POSITIVE else "" for i in self.positive_index]
+
+
+def plan_negatives(verified_correct: Sequence[bool], proven_wrong: Sequence[bool], answerless: Sequence[bool] | None,
+                   n_samples_per_prompt: int, source: str, answerless_negatives: bool = False) -> NegativePlan:
+    """Positives, rollout-negative candidates and the assistant's prompts of one step (flat, prompt-grouped inputs).
+
+    answerless: (P * n,) Verdict.NO_ANSWER rollouts (None: none); with `answerless_negatives` they are candidates.
+    """
+    check_choice("--cooper.negative_source", source, NEGATIVE_SOURCES)
+    answerless = [False] * len(proven_wrong) if answerless is None else list(answerless)
+    positive_index = select_positives(verified_correct, n_samples_per_prompt)
+    candidates = rollout_negative_candidates(proven_wrong, answerless, answerless_negatives)
+    has_wrong = has_proven_wrong_rollout(candidates, n_samples_per_prompt)
+    return NegativePlan(n_samples_per_prompt, source, positive_index, candidates, has_wrong,
+                        assistant_prompts(positive_index, has_wrong, source), answerless)
+
+
+def finish_pairs(plan: NegativePlan, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
+                 rewrites: dict[int, str], rm_scores: Sequence[float] | None, pick: str,
+                 seed: int) -> tuple[PairBatch, dict[str, float]]:
+    """The step's PairBatch and its `cooper/*` pair metrics, once the assistant's rewrites are in.
+
+    questions, references: (P,). completions: (P * n,) raw rollout texts. rewrites: prompt -> valid rewrite.
+    rm_scores: (P * n,) the RM's scores (pick "hardest" with rollout or mixed negatives). seed: the step's
+    seed of pick "random". Logs a warning when prompts have positives but no pair is valid.
+    """
+    rollout_negative = [NO_ROLLOUT] * len(plan.positive_index)
+    if plan.source != "assistant":
+        rollout_negative = select_rollout_negatives(plan.candidates, plan.n_samples_per_prompt, rm_scores, pick,
+                                                    seed=seed)
+    pairs = assemble_pairs(questions, references, completions, plan.positive_index, rollout_negative, rewrites,
+                           plan.source)
+    metrics = pair_metrics(pairs, plan.has_wrong)
+    answerless_pairs = sum(ok and kind == FROM_ROLLOUT and plan.answerless[i]
+                           for ok, kind, i in zip(pairs.valid, pairs.negative_source, rollout_negative))
+    metrics["cooper/pairs_answerless_negative"] = answerless_pairs / pairs.num_valid if pairs.num_valid else 0.0
+    warn_if_no_pairs(pairs, metrics)
+    return pairs, metrics
+
+
+def warn_if_no_pairs(batch: PairBatch, metrics: dict[str, float]) -> None:
+    """Log why a step with positives has no valid pair (its RM update is then skipped)."""
+    with_positive = metrics["cooper/prompts_with_positive"]
+    if with_positive and not batch.num_valid:
+        logger.warning(
+            "no valid negative for any of %d prompts with a positive (%d rewrites: %d without an answer, %d with "
+            "the same answer, %d undecided; %d prompts without a wrong rollout); the RM update is masked out",
+            with_positive, metrics.get("cooper/negative_attempts", 0), metrics.get("cooper/negative_rejected_no_answer", 0),
+            metrics.get("cooper/negative_rejected_same_answer", 0), metrics.get("cooper/negative_rejected_undecided", 0),
+            metrics["cooper/prompts_without_wrong_rollout"],
+        )

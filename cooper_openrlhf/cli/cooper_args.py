@@ -16,7 +16,7 @@ naming the flags that clash, before any Ray actor or model is started.
 
 import argparse
 
-from cooper_openrlhf.algo.hacking import HackingMonitorConfig
+from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
 from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
 from cooper_openrlhf.verify.extract import FALLBACKS
@@ -25,7 +25,7 @@ REWARD_SOURCES = ("rm", "rule")
 ASSISTANTS = ("policy", "model")
 RM_ZERO_STAGES = (1, 2)
 RM_UPDATE_GRANULARITIES = ("step", "minibatch")
-ON_HACKING = ("warn", "stop", "rule_reward")
+ON_HACKING = tuple(ALARM_RESPONSES)  # warn, stop, rule_reward: what each does is algo/hacking.py's
 # OpenRLHF 0.11.2's estimators with a per-prompt group baseline (experience_maker.py:268-276; they need
 # --rollout.n_samples_per_prompt > 1, which its validation checks). gae needs a critic; reinforce has no baseline
 # (with RM rewards in (0, 1) every rollout is pushed up); flash_reinforce is its batch-mean, one-rollout variant.

@@ -130,7 +130,7 @@ def run_rm_actor_stage(out: Path) -> None:
 
     from cooper_openrlhf.algo.pairs import PairBatch
     from cooper_openrlhf.cli.cooper_args import add_cooper_args
-    from cooper_openrlhf.cli.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
     from cooper_openrlhf.models import model_path
     from cooper_openrlhf.ray.reward_actor import TrainableRewardModelActor
 

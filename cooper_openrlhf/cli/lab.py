@@ -119,7 +119,8 @@ def _first_to_last(curves: list, label: str) -> str:
 
 def arm_trends(runs) -> list[str]:
     """One line per arm: RM reward first -> last and held-out accuracy first -> last, means over its seeds."""
-    from cooper_openrlhf.report.aggregate import RM_REWARD, heldout_series
+    from cooper_openrlhf.algo.metric_keys import RM_REWARD
+    from cooper_openrlhf.report.aggregate import heldout_series
 
     by_arm: dict[str, list] = {}
     for run in runs:

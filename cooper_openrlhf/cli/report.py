@@ -40,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def write_report(run_dirs: list[str], out: Path):
     """Read the runs, write the figures, report.md and summary.json into `out`; returns the runs (RunData)."""
+    from cooper_openrlhf.lab.presets import ARMS
     from cooper_openrlhf.report.figures import write_figures
     from cooper_openrlhf.report.markdown import write_markdown
     from cooper_openrlhf.report.runs import load_run
@@ -48,7 +49,7 @@ def write_report(run_dirs: list[str], out: Path):
     for run in runs:
         if run.failed:
             logger.warning("run %s (%s seed %d) failed: %s", run.path, run.arm, run.seed, run.error)
-    figures = write_figures(runs, out)
+    figures = write_figures(runs, out, known_arms=ARMS)  # the lab's arms keep their colours in every report
     report, summary = write_markdown(runs, figures, out)
     print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
     return runs

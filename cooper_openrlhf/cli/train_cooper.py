@@ -6,7 +6,7 @@ The three arms of the paper run from this one command: Cooper (`--remote_rm_trai
 
 Parsing reuses OpenRLHF's own parser AND its validation block, which live inline under
 `if __name__ == "__main__":` in `openrlhf/cli/train_ppo_ray.py`, through the one interception point of
-`cli/openrlhf_cli.py`: Cooper's flags are added there and checked before the stock block validates (and
+`runtime/openrlhf_args.py`: Cooper's flags are added there and checked before the stock block validates (and
 normalises) the args; `--ds.param_dtype` defaults to `auto` and is resolved there. Nothing of the block is copied.
 
 `train_cooper(args)` is stock `train(args)` (openrlhf/cli/train_ppo_ray.py:19-180) with these
@@ -29,7 +29,7 @@ import ray
 from ray.util.placement_group import placement_group
 
 from cooper_openrlhf.cli.cooper_args import add_cooper_args, validate_cooper_args
-from cooper_openrlhf.cli.openrlhf_cli import validated_train_ppo_ray_args
+from cooper_openrlhf.runtime.openrlhf_args import validated_train_ppo_ray_args
 
 logger = logging.getLogger("cooper_openrlhf.train_cooper")
 

@@ -169,7 +169,7 @@ def run_train(args, openrlhf_argv: list[str]) -> int:
 
 def run_score(args) -> int:
     from cooper_openrlhf.rm.data import load_for_scoring
-    from cooper_openrlhf.verify.rm_scorer import RMScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     rows = load_for_scoring(args.data)
     scorer = RMScorer(args.model, device=args.device, max_length=args.max_length, batch_size=args.batch_size)

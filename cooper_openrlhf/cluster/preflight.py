@@ -319,7 +319,7 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = ()) -> Plan:
     strays = [a for a in unknown if a.startswith("--") and not a.startswith(("--ds.", "--train."))]
     if strays:
         raise PreflightError(f"verifyrm train flags: unrecognized arguments: {' '.join(strays)}")
-    from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import parse_openrlhf_args
     from cooper_openrlhf.runtime import install_cpu_runtime
 
     install_cpu_runtime()

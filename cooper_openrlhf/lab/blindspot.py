@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cooper_openrlhf.lab.pair_stage import climb_on_offer
+from cooper_openrlhf.lab.presets import ARMS
 
 RULE = "rule"
 # Settings that say how the starting RM came about, or which runs exist: what a sweep over blind spots varies.
@@ -121,7 +122,7 @@ def figure(points: Sequence[LabPoint], path: Path) -> None:
     from cooper_openrlhf.report.figures import DPI, arm_colours
 
     arms = list(dict.fromkeys(p.arm for p in points))
-    colours = arm_colours(arms)
+    colours = arm_colours(arms, ARMS)
     fig, ax = plt.subplots(figsize=(7.5, 5.2))
     rule = rule_band(points)
     if rule:

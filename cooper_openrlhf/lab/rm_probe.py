@@ -172,7 +172,7 @@ def probe_rm(rm_path: str, problems: Sequence[MathProblem], template: str, *, pr
     """Score the probe's candidates and the constant answers for the first `max_prompts` problems with the RM at
     `rm_path`; the RM reads each question as the policy's prompt (question + `prompt_suffix`), as at RL time.
     `require_answer`: answerless candidates are paid 0, as the format gate pays them (algo.rewards.gate_answerless)."""
-    from cooper_openrlhf.verify.rm_scorer import RMScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     # The candidates move the reference by integer slips: problems with other references are left out.
     chosen = [p for p in problems if p.reference.lstrip("-").isdigit()][:max_prompts]

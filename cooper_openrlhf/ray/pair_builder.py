@@ -16,8 +16,8 @@ the two things that need the verifier or an engine:
    answer (equivalent or undecided are rejected: a negative that might be correct would train the RM
    on a mislabelled pair), and it is not the positive unchanged.
 
-`build_pairs` composes both with `algo.selection` for callers that run a step serially (tests,
-scripts); the trainer composes the same pieces itself so that the rewrites overlap its RM scoring.
+`build_pairs` runs `algo.selection`'s pair pipeline around them for callers that run a step serially (tests,
+scripts); the trainer runs the same pipeline with its rewrites overlapping its RM scoring.
 
 Seeds: attempt k of step t samples with seed `config.seed + (t * retries + k) * SEED_STRIDE`
 (the engine adds each request's index), so the same step of a run reproduces its negatives.
@@ -33,7 +33,7 @@ from typing import Protocol
 
 from cooper_openrlhf.algo import selection
 from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages, normalize_solution
-from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch
+from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.engines.base import GenerationEngine, SamplingConfig
 from cooper_openrlhf.verify.extract import FALLBACKS, extract_answer
 from cooper_openrlhf.verify.rule import Verdict
@@ -228,16 +228,19 @@ class PairBuilder:
         step: int | None = None,
         *,
         proven_wrong: list[bool] | None = None,
+        answerless: list[bool] | None = None,
+        answerless_negatives: bool = False,
         rm_scores: list[float] | None = None,
         source: str = "assistant",
         pick: str = "hardest",
     ) -> tuple[PairBatch, dict[str, float]]:
-        """One PairBatch slot per prompt, in prompt order, and metrics (`algo.selection.pair_metrics` +
-        `assistant_negatives`'). Inputs are flat and prompt-grouped (P * n); questions/references repeat
-        per rollout. Never raises for a step without positives or negatives: those slots are invalid.
+        """One step's pairs, serially: `algo.selection`'s pipeline (plan_negatives -> the assistant's rewrites ->
+        finish_pairs), the one the trainer runs with its rewrites overlapping the RM's scoring. Inputs are flat and
+        prompt-grouped (P * n); questions/references repeat per rollout. Never raises for a step without positives
+        or negatives: those slots are invalid. Returns the PairBatch and its metrics (pairs and rewrites).
 
-        proven_wrong: (P * n,) the rollout-negative candidates: `verify`'s proven_wrong, or
-            `selection.rollout_negative_candidates` of it (needed by the rollout and mixed sources; default all False).
+        proven_wrong, answerless: (P * n,) `verify`'s verdicts (default all False); with `answerless_negatives`
+            answerless rollouts are rollout-negative candidates too.
         rm_scores: (P * n,) the RM's scores of the rollouts (needed by pick "hardest" with those sources).
         """
         flat = (questions, references, completions, verified_correct)
@@ -247,23 +250,16 @@ class PairBuilder:
                 f"got lengths {[len(items) for items in flat]}"
             )
         proven_wrong = [False] * len(completions) if proven_wrong is None else list(proven_wrong)
-        positive_index = selection.select_positives(verified_correct, n_samples_per_prompt)  # validates the grouping
+        plan = selection.plan_negatives(verified_correct, proven_wrong, answerless, n_samples_per_prompt, source,
+                                        answerless_negatives)  # validates the grouping
         group_questions = group_firsts(questions, n_samples_per_prompt, "question")
         group_references = group_firsts(references, n_samples_per_prompt, "reference")
-        has_wrong = selection.has_proven_wrong_rollout(proven_wrong, n_samples_per_prompt)
         step_seed = self.calls if step is None else step
-        asked = selection.assistant_prompts(positive_index, has_wrong, source)
-        positives = [completions[i] if i != NO_POSITIVE else "" for i in positive_index]
-        rewrites, metrics = self.assistant_negatives(group_questions, positives, asked, step)
-        rollout_negative = [selection.NO_ROLLOUT] * len(positive_index)
-        if source != "assistant":
-            rollout_negative = selection.select_rollout_negatives(proven_wrong, n_samples_per_prompt, rm_scores, pick,
-                                                                  seed=self.config.seed + step_seed)
-        batch = selection.assemble_pairs(group_questions, group_references, completions, positive_index,
-                                         rollout_negative, rewrites, source)
-        metrics.update(selection.pair_metrics(batch, has_wrong))
-        warn_if_no_pairs(batch, metrics)
-        return batch, metrics
+        rewrites, metrics = self.assistant_negatives(group_questions, plan.positive_texts(completions),
+                                                     plan.ask_assistant, step)
+        pairs, pair_metrics = selection.finish_pairs(plan, group_questions, group_references, completions, rewrites,
+                                                     rm_scores, pick, seed=self.config.seed + step_seed)
+        return pairs, {**metrics, **pair_metrics}
 
     def close(self) -> None:
         """Close the verifier, and the assistant if it has a `close`."""
@@ -288,15 +284,3 @@ def group_firsts(items: Sequence[str], n: int, name: str) -> list[str]:
         firsts.append(group[0])
     return firsts
 
-
-def warn_if_no_pairs(batch: PairBatch, metrics: dict[str, float]) -> None:
-    """Log why a step with positives has no valid pair (its RM update is then skipped)."""
-    with_positive = metrics["cooper/prompts_with_positive"]
-    if with_positive and not batch.num_valid:
-        logger.warning(
-            "no valid negative for any of %d prompts with a positive (%d rewrites: %d without an answer, %d with "
-            "the same answer, %d undecided; %d prompts without a wrong rollout); the RM update is masked out",
-            with_positive, metrics.get("cooper/negative_attempts", 0), metrics.get("cooper/negative_rejected_no_answer", 0),
-            metrics.get("cooper/negative_rejected_same_answer", 0), metrics.get("cooper/negative_rejected_undecided", 0),
-            metrics["cooper/prompts_without_wrong_rollout"],
-        )

@@ -1,18 +1,23 @@
 """What one Cooper step carries between its phases, and how it is recorded (no Ray: imported by the trainer).
 
+StepState: the step in flight, shared by `train_step` and the `ppo_train` override OpenRLHF's loop calls.
 RolloutTexts / PendingPairs: the step's texts and its pairs while the assistant's rewrites are under way.
 prompt_question_map / raw_question: the raw question behind each of OpenRLHF's rendered prompts.
 StepTimeline: each stage's span, for `timing/cooper_*` and `timeline/*`. merge_rm_metrics: one step's RM
-metrics from its (mini-batch) updates. append_jsonl: the rollout and pair logs of --cooper.sample_log_dir.
+metrics from its (mini-batch) updates. rollout_rows / pair_rows / append_jsonl: the rollout, held-out and pair
+logs of --cooper.sample_log_dir.
 """
 
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from openrlhf.datasets.prompts_dataset import preprocess_data
 from openrlhf.datasets.utils import blending_datasets
+
+from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.algo.selection import NegativePlan
 
 
 @dataclass
@@ -29,13 +34,52 @@ class PendingPairs:
     """A step's pairs while its assistant rewrites are under way (built by `request_negatives`)."""
 
     texts: RolloutTexts
-    verdicts: object  # ray.pair_builder.RolloutVerdicts
-    positive_index: list[int]  # (P,)
-    has_wrong_rollout: list[bool]  # (P,)
-    rewrites: object  # ObjectRef of (prompt -> rewrite, metrics), or that value itself once collected
+    plan: NegativePlan  # positives, rollout-negative candidates, the prompts the assistant rewrites
+    rewrites: object  # ObjectRef of (prompt -> rewrite, metrics), or the prompt -> rewrite dict once collected
     requested_at: float  # perf_counter when the rewrites were requested
-    step: int
-    woke_engines: bool
+    step: int  # the global step (seeds the rewrites and the random rollout-negative pick)
+    woke_engines: bool  # the engines were woken for the rewrites and go back to sleep once they are in
+
+
+class StepTimeline:
+    """Start and end of each stage of one step, in seconds from the step's start (`timeline/*` metrics)."""
+
+    def __init__(self):
+        self.origin = time.perf_counter()
+        self.spans: dict[str, tuple[float, float]] = {}
+
+    def record(self, stage: str, start: float, end: float) -> None:
+        self.spans[stage] = (start - self.origin, end - self.origin)
+
+    @contextmanager
+    def stage(self, metrics: dict, name: str):
+        """Times the block as `timing/cooper_<name>` (OpenRLHF's per-stage key) and as a timeline span."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            metrics[f"timing/cooper_{name}"] = metrics.get(f"timing/cooper_{name}", 0.0) + end - start
+            self.record(name, start, end)
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timeline/{stage}_{edge}": value for stage, (start, end) in self.spans.items()
+                for edge, value in (("start", start), ("end", end))}
+
+
+@dataclass
+class StepState:
+    """The Cooper step in flight. `train_step` fills it; OpenRLHF's loop reaches `ppo_train` and `broadcast_to_vllm`
+    in between, which read and extend it."""
+
+    metrics: dict = field(default_factory=dict)  # the step's cooper/* and timing/* metrics so far
+    timeline: StepTimeline = field(default_factory=StepTimeline)  # each stage's span
+    pending: PendingPairs | None = None  # the pair plan and the rewrites in flight (None: no RM update)
+    rm_scores: object = None  # (B,) float32 tensor of the rollouts' RM logits (None: no RM), for "hardest" negatives
+    policy_started_at: float = 0.0  # perf_counter when OpenRLHF's train_step began (make_experience's start)
+    pairs: PairBatch | None = None  # the step's pairs once assembled (in ppo_train, beside the policy update)
+    rm_refs: list | None = None  # the RM update's Ray calls when launched beside the policy update
+    rm_launched_at: float | None = None  # perf_counter when those were launched
 
 
 def raw_question(row: dict, input_key: str) -> str:
@@ -73,31 +117,6 @@ def prompt_question_map(args, strategy, tokenizer) -> dict[str, str]:
     return questions
 
 
-class StepTimeline:
-    """Start and end of each stage of one step, in seconds from the step's start (`timeline/*` metrics)."""
-
-    def __init__(self):
-        self.origin = time.perf_counter()
-        self.spans: dict[str, tuple[float, float]] = {}
-
-    def record(self, stage: str, start: float, end: float) -> None:
-        self.spans[stage] = (start - self.origin, end - self.origin)
-
-    @contextmanager
-    def stage(self, metrics: dict, name: str):
-        """Times the block as `timing/cooper_<name>` (OpenRLHF's per-stage key) and as a timeline span."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            end = time.perf_counter()
-            metrics[f"timing/cooper_{name}"] = metrics.get(f"timing/cooper_{name}", 0.0) + end - start
-            self.record(name, start, end)
-
-    def metrics(self) -> dict[str, float]:
-        return {f"timeline/{stage}_{edge}": value for stage, (start, end) in self.spans.items()
-                for edge, value in (("start", start), ("end", end))}
-
 
 def merge_rm_metrics(calls: list[dict[str, float]]) -> dict[str, float]:
     """One step's RM metrics from its `fit` calls (one per optimizer-step group, in order; see launch_rm_update).
@@ -130,3 +149,19 @@ def append_jsonl(path: str, rows: list[dict]) -> None:
     with open(path, "a", encoding="utf-8") as handle:
         handle.writelines(json.dumps(row) + "\n" for row in rows)
         handle.flush()
+
+
+def rollout_rows(step: int, texts: RolloutTexts, verified, rewards: list[float] | None) -> list[dict]:
+    """One JSON row per rollout for --cooper.sample_log_dir (rewards None: the run has no RM to score them)."""
+    rewards = rewards if rewards is not None else [None] * len(verified)
+    return [{"step": step, "question": q, "reference": r, "completion": c, "verified": bool(v),
+             "reward": None if w is None else float(w)}
+            for q, r, c, v, w in zip(texts.questions, texts.references, texts.completions, verified, rewards)]
+
+
+def pair_rows(step: int, pairs: PairBatch) -> list[dict]:
+    """One JSON row per prompt's pair slot (valid or not) for --cooper.sample_log_dir."""
+    return [{"step": step, "question": q, "reference": r, "positive": p, "negative": n, "valid": v,
+             "positive_index": i, "negative_source": k}
+            for q, r, p, n, v, i, k in zip(pairs.questions, pairs.references, pairs.positives, pairs.negatives,
+                                           pairs.valid, pairs.positive_index, pairs.negative_source)]

@@ -33,6 +33,10 @@ How it departs from the paper and its official recipe:
   masked out and counted, never dropped silently; non-finite RM steps are skipped.
 - The RM reads (raw question, reference, completion) text, never the policy's chat-templated prompt: the
   raw question is recovered from the dataset (`prompt_question_map`) and a prompt it cannot recover fails.
+Beside the step, in files of their own: the policy and the RM checkpointed as one unit (`ray/checkpoints.py`),
+and held-out evaluation graded by the rule verifier and scored by the RM (`ray/evaluation.py`). What the step
+carries between its phases is a `StepState` (`ray/step_records.py`).
+
 And from stock OpenRLHF: `--train.seed` fixes the prompt order (stock leaves the trainer's prompt sampler seeded
 from an unseeded RNG, so each run drew its own order and the arms of one seed trained on different problems).
 """
@@ -44,29 +48,29 @@ from concurrent.futures import ThreadPoolExecutor
 
 import ray
 import torch
-from openrlhf.trainer.ppo_trainer import PPOTrainer, compute_eval_metrics
+from openrlhf.trainer.ppo_trainer import PPOTrainer
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo import selection
-from cooper_openrlhf.algo.hacking import (
-    HackingAlarm,
-    HackingMonitor,
-    HackingMonitorConfig,
-    guard_step,
-    heldout_rm_gap,
-    rm_reward_by_verdict,
-)
+from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, alarm_response, guard_step
+from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
+from cooper_openrlhf.algo.metric_keys import ALARM
 from cooper_openrlhf.algo.negatives import normalize_solution
-from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, even_slices
+from cooper_openrlhf.algo.pairs import PairBatch, even_slices
 from cooper_openrlhf.algo.rewards import gate_answerless, get_reward_form, rule_reward
+from cooper_openrlhf.ray.checkpoints import CheckpointUnit
+from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
 from cooper_openrlhf.ray.step_records import (
     PendingPairs,
     RolloutTexts,
+    StepState,
     StepTimeline,
     append_jsonl,
     merge_rm_metrics,
+    pair_rows,
     prompt_question_map,
+    rollout_rows,
 )
 
 logger = init_logger(__name__)  # OpenRLHF's logger: visible in Ray worker output like its own
@@ -81,7 +85,7 @@ def rm_actors(group) -> list:
     return group._actor_handlers
 
 
-class CooperPPOTrainer(_PPOTrainer):
+class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
     """PPOTrainer whose `train_step` is Cooper's step (module docstring). Created through `CooperTrainer.remote`.
 
     reward_model_group: the `TrainableRewardModelActor` RayActorGroup (None for the rule arm without an RM).
@@ -122,7 +126,7 @@ class CooperPPOTrainer(_PPOTrainer):
         self.sample_log_dir = self.cooper.sample_log_dir
         if self.sample_log_dir:
             os.makedirs(self.sample_log_dir, exist_ok=True)
-        self._step: dict = {}  # the step in flight: pending pairs, metrics, timeline, RM update refs
+        self._step: StepState | None = None  # the step in flight (train_step sets it, ppo_train reads it)
         self.latest_eval: dict = {}  # the last held-out evaluation's logs, not yet seen by the hacking monitor
         self.hacking = HackingMonitor(HackingMonitorConfig.from_namespace(self.cooper))
         self.reward_from_rule = False  # --cooper.on_hacking rule_reward, once the alarm has fired
@@ -141,32 +145,32 @@ class CooperPPOTrainer(_PPOTrainer):
     # ------------------------------------------------------------------------------------ the step
     def train_step(self, rollout_samples, global_step: int):
         """One Cooper step (module docstring); returns OpenRLHF's (status, next global step) with Cooper's metrics."""
-        metrics: dict = {}
-        timeline = StepTimeline()
+        step = self._step = StepState()
+        metrics, timeline = step.metrics, step.timeline
         with timeline.stage(metrics, "decode"):
             texts = self.decode_rollouts(rollout_samples)
         with timeline.stage(metrics, "verify"):
             verdicts = self.verify(texts, metrics)
-        pending = self.request_negatives(texts, verdicts, global_step, metrics)  # rewrites start on the engines
+        step.pending = self.request_negatives(texts, verdicts, global_step, metrics)  # rewrites start on the engines
         if not self.overlap:
-            self.collect_rewrites(pending, metrics, timeline)
+            self.collect_rewrites(step.pending, metrics, timeline)
         with timeline.stage(metrics, "score"):
-            rewards, rm_scores = self.score(rollout_samples, texts, verdicts, metrics)
-        self._step = {"pending": pending, "rm_scores": rm_scores, "metrics": metrics, "timeline": timeline,
-                      "policy_started_at": time.perf_counter()}
-        status, next_step = super().train_step(rollout_samples, global_step)  # policy: GRPO + weight sync
-        pairs = self._step.get("pairs")
-        if pairs is None and pending is not None:  # the policy did not train this step (frozen actor)
-            pairs = self.pairs_of(pending, rm_scores, metrics, timeline)
-        with timeline.stage(metrics, "rm_update"):
-            self.finish_rm_update(pairs, self._step.get("rm_refs"), metrics, timeline)
+            rewards, step.rm_scores = self.score(rollout_samples, texts, verdicts, metrics)
+        step.policy_started_at = time.perf_counter()
+        # Policy: OpenRLHF's GRPO update and weight sync. Inside it, our `ppo_train` assembles the pairs and, when the
+        # RM has devices of its own, launches the RM update beside the policy's.
+        status, next_step = super().train_step(rollout_samples, global_step)
+        if step.pairs is None and step.pending is not None:  # the policy did not train this step (frozen actor)
+            step.pairs = self.pairs_of(step.pending, step.rm_scores, metrics, timeline)
+        with timeline.stage(metrics, "rm_update"):  # the serial RM update, or the wait for the overlapped one
+            self.finish_rm_update(step)
         if self.rm_eval_rows and next_step % self.args.eval.steps == 0:
             metrics["cooper/rm_eval_accuracy"] = self.rm_eval_accuracy()  # the RM after this step's update
-        self.log_samples(next_step, texts, verdicts.correct, rewards, pairs)
+        self.log_samples(next_step, texts, verdicts.correct, rewards, step.pairs)
         status.update(metrics)
         status.update(timeline.metrics())
         status.update(self.watch_for_hacking(next_step, status))
-        self._step = {}
+        self._step = None
         return status, next_step
 
     def decode_rollouts(self, samples) -> RolloutTexts:
@@ -202,22 +206,20 @@ class CooperPPOTrainer(_PPOTrainer):
 
     # ------------------------------------------------------------------------------- negatives
     def request_negatives(self, texts: RolloutTexts, verdicts, global_step: int, metrics: dict) -> PendingPairs | None:
-        """Choose the positives and start the assistant's rewrites (a Ray call, not waited for); None without
-        --remote_rm_trainable."""
+        """Plan the step's pairs (`algo.selection.plan_negatives`) and start the assistant's rewrites (a Ray call,
+        not waited for); None without --remote_rm_trainable."""
         if not self.rm_trainable:
             return None
         n = self.args.rollout.n_samples_per_prompt
-        positive_index = selection.select_positives(verdicts.correct, n)
-        has_wrong = selection.has_proven_wrong_rollout(self.negative_candidates(verdicts), n)
-        asked = selection.assistant_prompts(positive_index, has_wrong, self.cooper.negative_source)
-        questions = texts.questions[::n]
-        positives = [texts.completions[i] if i != NO_POSITIVE else "" for i in positive_index]
-        wake = self.sleeping_engines and bool(asked)
+        plan = selection.plan_negatives(verdicts.correct, verdicts.proven_wrong, verdicts.answerless, n,
+                                        self.cooper.negative_source, self.cooper.answerless_negatives)
+        wake = self.sleeping_engines and bool(plan.ask_assistant)
         if wake:  # OpenRLHF put them to sleep after the rollouts (module docstring)
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
         metrics["cooper/vllm_wake_sleep_pairs"] = float(wake)
-        rewrites = self.pair_actor.assistant_negatives.remote(questions, positives, asked, step=global_step)
-        return PendingPairs(texts, verdicts, positive_index, has_wrong, rewrites, time.perf_counter(), global_step, wake)
+        rewrites = self.pair_actor.assistant_negatives.remote(texts.questions[::n], plan.positive_texts(texts.completions),
+                                                             plan.ask_assistant, step=global_step)
+        return PendingPairs(texts, plan, rewrites, time.perf_counter(), global_step, wake)
 
     def collect_rewrites(self, pending: PendingPairs | None, metrics: dict, timeline: StepTimeline) -> None:
         """Wait for the assistant's rewrites (then put sleeping engines back to sleep)."""
@@ -239,28 +241,16 @@ class CooperPPOTrainer(_PPOTrainer):
 
     def pairs_of(self, pending: PendingPairs, rm_scores: torch.Tensor | None, metrics: dict,
                  timeline: StepTimeline) -> PairBatch:
-        """The step's PairBatch: rewrites collected, rollout negatives picked with the RM's scores (`algo.selection`)."""
+        """The step's PairBatch: rewrites collected, then `algo.selection.finish_pairs` (rollout negatives picked
+        with the RM's scores)."""
         self.collect_rewrites(pending, metrics, timeline)
-        n, source = self.args.rollout.n_samples_per_prompt, self.cooper.negative_source
-        rollout_negative = [selection.NO_ROLLOUT] * len(pending.positive_index)
-        if source != "assistant":
-            scores = None if rm_scores is None else rm_scores.tolist()
-            rollout_negative = selection.select_rollout_negatives(
-                self.negative_candidates(pending.verdicts), n, scores, self.cooper.rollout_negative_pick,
-                seed=self.args.train.seed + pending.step)
-        texts = pending.texts
-        pairs = selection.assemble_pairs(texts.questions[::n], texts.references[::n], texts.completions,
-                                         pending.positive_index, rollout_negative, pending.rewrites, source)
-        metrics.update(selection.pair_metrics(pairs, pending.has_wrong_rollout))
-        answerless_pairs = sum(ok and kind == selection.FROM_ROLLOUT and pending.verdicts.answerless[i]
-                               for ok, kind, i in zip(pairs.valid, pairs.negative_source, rollout_negative))
-        metrics["cooper/pairs_answerless_negative"] = answerless_pairs / pairs.num_valid if pairs.num_valid else 0.0
+        n, texts = self.args.rollout.n_samples_per_prompt, pending.texts
+        pairs, pair_metrics = selection.finish_pairs(
+            pending.plan, texts.questions[::n], texts.references[::n], texts.completions, pending.rewrites,
+            None if rm_scores is None else rm_scores.tolist(), self.cooper.rollout_negative_pick,
+            seed=self.args.train.seed + pending.step)
+        metrics.update(pair_metrics)
         return pairs
-
-    def negative_candidates(self, verdicts) -> list[bool]:
-        """Which rollouts may be a rollout negative: proved wrong, and answerless ones with --cooper.answerless_negatives."""
-        return selection.rollout_negative_candidates(verdicts.proven_wrong, verdicts.answerless,
-                                                     self.cooper.answerless_negatives)
 
     def watch_for_hacking(self, step: int, status: dict) -> dict[str, float]:
         """Feed the step (and the latest held-out evaluation) to the reward-hacking rule (`algo.hacking`); when its
@@ -268,10 +258,10 @@ class CooperPPOTrainer(_PPOTrainer):
         was_on = self.hacking.alarm_on
         logged = guard_step(self.hacking, step, status, self.latest_eval)  # logs the reasons when it turns on
         self.latest_eval = {}
-        if logged["cooper/hacking_alarm"] and not was_on:
-            if self.cooper.on_hacking == "stop":
-                self.stop_for_hacking = True  # save_logs_and_checkpoints saves this step, then raises
-            elif self.cooper.on_hacking == "rule_reward" and not self.reward_from_rule:
+        if logged[ALARM] and not was_on:
+            response = alarm_response(self.cooper.on_hacking)
+            self.stop_for_hacking |= response.checkpoint_and_stop  # save_logs_and_checkpoints saves, then raises
+            if response.reward_from_rule and not self.reward_from_rule:
                 self.reward_from_rule = True
                 logger.warning("--cooper.on_hacking rule_reward: the policy's reward is the rule verifier's from step "
                                "%d on (the RM is still scored, logged and, with --remote_rm_trainable, trained)", step + 1)
@@ -320,50 +310,50 @@ class CooperPPOTrainer(_PPOTrainer):
 
     # ------------------------------------------------------------------------------- RM update
     def ppo_train(self, global_steps: int):
-        """OpenRLHF's policy update; meanwhile the step's pairs are collected and, when overlapping, the RM update
+        """OpenRLHF's policy update; meanwhile the step's pairs are assembled and, when overlapping, the RM update
         is launched beside it (from this actor's second thread: both only wait on other actors)."""
         step = self._step
         start = time.perf_counter()
-        if step:
-            step["timeline"].record("make_experience", step["policy_started_at"], start)
-        if not step.get("pending"):
+        if step is None:  # not inside train_step
+            return self._policy_fit(global_steps)
+        step.timeline.record("make_experience", step.policy_started_at, start)
+        if step.pending is None:
             status = self._policy_fit(global_steps)
         else:
             with ThreadPoolExecutor(max_workers=1) as policy_thread:
                 policy = policy_thread.submit(self._policy_fit, global_steps)
-                step["pairs"] = self.pairs_of(step["pending"], step["rm_scores"], step["metrics"], step["timeline"])
+                step.pairs = self.pairs_of(step.pending, step.rm_scores, step.metrics, step.timeline)
                 if self.overlap:
-                    step["rm_refs"] = self.launch_rm_update(step["pairs"])
-                    step["rm_launched_at"] = time.perf_counter()
+                    step.rm_refs = self.launch_rm_update(step.pairs)
+                    step.rm_launched_at = time.perf_counter()
                 status = policy.result()
-        if step:
-            step["timeline"].record("ppo_train", start, time.perf_counter())
+        step.timeline.record("ppo_train", start, time.perf_counter())
         return status
 
     def _policy_fit(self, global_steps: int):
         start = time.perf_counter()
         status = _PPOTrainer.ppo_train(self, global_steps)
-        if self._step:
-            self._step["timeline"].record("policy_fit", start, time.perf_counter())
+        if self._step is not None:
+            self._step.timeline.record("policy_fit", start, time.perf_counter())
         return status
 
-    def finish_rm_update(self, pairs: PairBatch | None, refs, metrics: dict, timeline: StepTimeline) -> None:
+    def finish_rm_update(self, step: StepState) -> None:
         """Wait for (or, serially, run reload -> fit -> offload) the RM update and merge its metrics."""
-        if pairs is None:
+        if step.pairs is None:
             return
         sleeping = self.args.ds.enable_sleep  # the RM's states are offloaded between updates (reward_actor)
+        refs = step.rm_refs
         if refs is None:
             if sleeping:
                 ray.get(self.rm_group.async_run_method(method_name="reload_states"))
-            refs = self.launch_rm_update(pairs)
+            refs = self.launch_rm_update(step.pairs)
         results = [ray.get(call) for call in refs]
         if sleeping:
             ray.get(self.rm_group.async_run_method(method_name="offload_states"))
         merged = merge_rm_metrics([call_results[0] for call_results in results])  # ranks all-reduce their metrics
-        metrics.update(merged)
-        if "rm_launched_at" in self._step and "cooper/rm_fit_seconds" in merged:
-            launched = self._step["rm_launched_at"]
-            timeline.record("rm_fit", launched, launched + merged["cooper/rm_fit_seconds"])
+        step.metrics.update(merged)
+        if step.rm_launched_at is not None and "cooper/rm_fit_seconds" in merged:
+            step.timeline.record("rm_fit", step.rm_launched_at, step.rm_launched_at + merged["cooper/rm_fit_seconds"])
 
     def launch_rm_update(self, pairs: PairBatch) -> list[list]:
         """Submit the RM update: one `fit` per optimizer-step group (the whole step, or each mini-batch with
@@ -378,63 +368,17 @@ class CooperPPOTrainer(_PPOTrainer):
         return [[actor.fit.remote(part, batch.num_valid) for actor, part in zip(actors, batch.split(len(actors)))]
                 for batch in batches]
 
-    # ------------------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self, global_step, **generate_kwargs):
-        """Held-out accuracy every --eval.steps steps: OpenRLHF samples --eval.dataset on the same vLLM engines and
-        computes its pass@1 / pass@n; the rewards it scores are the rule verifier's verdicts (stock evaluation
-        needs a remote RM). Logged through OpenRLHF's logger as `eval/<datasource>/accuracy` (= pass@1) and
-        `eval/accuracy` (over all held-out prompts), beside the stock `eval/eval_<datasource>_pass*` keys. RM arms
-        also score the held-out rollouts with the current RM: `eval/rm_reward`, `eval/reward_hacking_gap` and its
-        standard error (the hacking rule's E)."""
-        start = time.perf_counter()
-        samples = self.samples_generator.generate_eval_samples(**generate_kwargs)
-        logs = {}
-        if samples:
-            texts = self.decode_rollouts(samples)
-            verdicts, _ = ray.get(self.pair_actor.verify.remote(texts.references, texts.completions))
-            for sample, correct in zip(samples, verdicts.correct):
-                sample.rewards = [float(correct)]
-            logs = compute_eval_metrics(self.eval_dataloader, samples, generate_kwargs["n_samples_per_prompt"])
-            logs.update({f"{key[len('eval_'):-len('_pass1')]}/accuracy": value for key, value in list(logs.items())
-                         if key.startswith("eval_") and key.endswith("_pass1")})
-            logs["accuracy"] = sum(verdicts.correct) / len(verdicts.correct)
-            logs["samples"] = float(len(verdicts.correct))  # the hacking rule's noise scale (algo/hacking.py, rule C)
-            rm_rewards = None
-            if self.rm_group is not None:  # what the RM pays on prompts the policy never trains on (rule E)
-                rm_rewards = self.rm_rewards(self.rm_logits(texts), verdicts.answerless).tolist()
-                logs.update(heldout_rm_gap(texts.questions, verdicts.correct, rm_rewards))
-            if self.sample_log_dir:  # the held-out rollouts and what the RM paid them (None: the rule arm)
-                append_jsonl(os.path.join(self.sample_log_dir, "heldout.jsonl"),
-                             rollout_rows(global_step, texts, verdicts.correct, rm_rewards))
-            logs["seconds"] = time.perf_counter() - start
-        self.latest_eval = logs
-        for tracker in (self.wandb_logger, self.tensorboard_logger):
-            if tracker:
-                tracker.log_eval(global_step, logs)
-        logger.info("held-out evaluation at step %d: %s", global_step,
-                    {k: round(v, 4) for k, v in logs.items() if k.endswith("accuracy")})
-        return logs
-
     def _completion(self, sample) -> str:
         response = sample.sequences[0][1:][sample.action_mask[0].bool()]  # action_mask is aligned to sequences[1:]
         return self.tokenizer.decode(response, skip_special_tokens=True)
-
-    def rm_eval_accuracy(self) -> float:
-        """The RM's accuracy on --cooper.rm_eval_dataset (VerifyBench rows: reward >= 0.5 <=> gold_correct): the
-        paper's check that the co-trained RM stays a good verifier."""
-        rows = self.rm_eval_rows
-        texts = RolloutTexts([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
-        predicted = torch.sigmoid(self.rm_logits(texts)) >= 0.5
-        return sum(bool(p) == r.gold_correct for p, r in zip(predicted.tolist(), rows)) / len(rows)
 
     # -------------------------------------------------------------------------------- logging
     def broadcast_to_vllm(self) -> None:
         """OpenRLHF's weight sync, timed on the step's timeline."""
         start = time.perf_counter()
         super().broadcast_to_vllm()
-        if self._step:
-            self._step["timeline"].record("broadcast", start, time.perf_counter())
+        if self._step is not None:
+            self._step.timeline.record("broadcast", start, time.perf_counter())
 
     def log_samples(self, step: int, texts: RolloutTexts, verified, rewards, pairs: PairBatch | None) -> None:
         """With --cooper.sample_log_dir: append the step's rollouts and pairs as JSON lines."""
@@ -443,68 +387,7 @@ class CooperPPOTrainer(_PPOTrainer):
         append_jsonl(os.path.join(self.sample_log_dir, "rollouts.jsonl"),
                      rollout_rows(step, texts, verified, rewards.tolist()))
         if pairs is not None:
-            rows = [
-                {"step": step, "question": q, "reference": r, "positive": p, "negative": n, "valid": v,
-                 "positive_index": i, "negative_source": k}
-                for q, r, p, n, v, i, k in zip(pairs.questions, pairs.references, pairs.positives, pairs.negatives,
-                                               pairs.valid, pairs.positive_index, pairs.negative_source)
-            ]
-            append_jsonl(os.path.join(self.sample_log_dir, "pairs.jsonl"), rows)
-
-    # -------------------------------------------------------------------------------- checkpoints
-    def init_checkpoint_states(self):
-        """OpenRLHF's resume, plus the RM checkpoint of the same global step (model, optimizer, scheduler, counters)."""
-        states = super().init_checkpoint_states()
-        step = states["global_step"]
-        if self.rm_trainable and step > 0:
-            rm_states = ray.get(self.rm_group.async_run_method(method_name="load_checkpoint", tag=f"global_step{step}"))[0]
-            if rm_states.get("global_step") != step:
-                raise RuntimeError(f"the RM checkpoint global_step{step} records step {rm_states.get('global_step')}")
-            logger.info("resumed the Cooper RM at global step %d: %s", step, rm_states.get("cooper_rm_counters"))
-        return states
-
-    def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
-        """OpenRLHF's logging and policy checkpoint, with the RM checkpoint saved alongside under the same tag; after
-        a hacking alarm with --cooper.on_hacking stop, this step's checkpoint is saved whatever --ckpt.save_steps
-        says, and the run ends with `HackingAlarm`."""
-        stopping = self.stop_for_hacking
-        save_steps = self.args.ckpt.save_steps
-        if stopping:
-            self.args.ckpt.save_steps = 1
-        try:
-            rm_refs = []
-            if self.rm_trainable and global_step % self.args.ckpt.save_steps == 0:
-                rm_refs = self.rm_group.async_run_method(method_name="save_checkpoint", tag=f"global_step{global_step}",
-                                                         client_states=dict(client_states or {}))
-            super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
-            ray.get(rm_refs)
-            if rm_refs:  # the policy's rotation (by eval metric) decides which RM checkpoints stay
-                ray.get(self.rm_group.async_run_method(method_name="keep_policy_tags"))
-        finally:
-            self.args.ckpt.save_steps = save_steps
-        if stopping:
-            raise HackingAlarm(f"reward hacking suspected at step {global_step} (reasons in the log above); "
-                               f"--cooper.on_hacking stop saved checkpoint global_step{global_step} under "
-                               f"{self.args.ckpt.path} and ended the run")
-
-    def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
-        """OpenRLHF's best-policy checkpoint, with the RM of that step saved under the same tag (a best policy
-        restored without its RM would be scored by another RM than the one it was trained against)."""
-        best_before = self.best_eval_metric_value
-        states = dict(client_states or {})  # the base class adds the best-metric keys to it
-        super().save_best_checkpoint(eval_metrics, global_step, states)
-        if self.rm_trainable and self.best_eval_metric_value != best_before:
-            ray.get(self.rm_group.async_run_method(method_name="save_checkpoint", tag=f"best_global_step{global_step}",
-                                                   client_states=states))
-            ray.get(self.rm_group.async_run_method(method_name="keep_policy_tags"))
-
-
-def rollout_rows(step: int, texts: RolloutTexts, verified, rewards: list[float] | None) -> list[dict]:
-    """One JSON row per rollout for --cooper.sample_log_dir (rewards None: the run has no RM to score them)."""
-    rewards = rewards if rewards is not None else [None] * len(verified)
-    return [{"step": step, "question": q, "reference": r, "completion": c, "verified": bool(v),
-             "reward": None if w is None else float(w)}
-            for q, r, c, v, w in zip(texts.questions, texts.references, texts.completions, verified, rewards)]
+            append_jsonl(os.path.join(self.sample_log_dir, "pairs.jsonl"), pair_rows(step, pairs))
 
 
 CooperTrainer = ray.remote(CooperPPOTrainer)

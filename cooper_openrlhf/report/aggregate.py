@@ -16,13 +16,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.hacking import HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX
+from cooper_openrlhf.algo.hacking_stats import least_squares_slope
+from cooper_openrlhf.algo.metric_keys import ACCURACY, ALARM, HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX, RM_REWARD
 
 Series = list[tuple[int, float]]
 Scalars = dict[str, Series]
 
-RM_REWARD, VERIFIED, GAP = "cooper/rm_reward_mean", "cooper/verified_accuracy", "cooper/reward_hacking_gap"
-PAIR_ACCURACY, ALARM = "cooper/rm_pair_accuracy", "cooper/hacking_alarm"
 TIMING_PREFIX, STEP_TOTAL = "timing/", "timing/step_total"
 # The order stages run in within one step (ray/trainer.py and OpenRLHF's fit); others follow alphabetically.
 STAGE_ORDER = ("generation", "cooper_decode", "cooper_verify", "cooper_negatives", "cooper_score", "make_experience",
@@ -94,7 +93,7 @@ def summarize_arm(arm: str, runs: Sequence[Scalars]) -> ArmSummary | None:
     if heldout and all(heldout):
         metric, curves = HELDOUT_LABEL, heldout
     else:
-        metric, curves = VERIFIED_LABEL, [scalars.get(VERIFIED, []) for scalars in runs]
+        metric, curves = VERIFIED_LABEL, [scalars.get(ACCURACY, []) for scalars in runs]
     curves = [curve for curve in curves if curve]
     if not curves:
         return None
@@ -171,7 +170,6 @@ class Signature:
 def _line_rise(points: Series) -> tuple[float, float]:
     """The least-squares line's rise from the first point's step to the last, and its standard error (from the
     residuals about the line, the points taken as independent)."""
-    from cooper_openrlhf.algo.hacking import least_squares_slope  # the alarm's trend, the same fit
 
     slope = least_squares_slope(points)
     xs, ys = [x for x, _ in points], [y for _, y in points]

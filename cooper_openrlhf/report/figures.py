@@ -19,12 +19,15 @@ import matplotlib
 matplotlib.use("Agg")  # headless: no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cooper_openrlhf.algo.hacking import HELDOUT_GAP, WRONG_REWARD  # noqa: E402
-from cooper_openrlhf.report.aggregate import (  # noqa: E402
+from cooper_openrlhf.algo.metric_keys import (  # noqa: E402
+    ACCURACY,
     GAP,
+    HELDOUT_GAP,
     PAIR_ACCURACY,
     RM_REWARD,
-    VERIFIED,
+    WRONG_REWARD,
+)
+from cooper_openrlhf.report.aggregate import (  # noqa: E402
     alarm_steps,
     band,
     heldout_series,
@@ -46,13 +49,13 @@ def _by_arm(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
     return arms
 
 
-def arm_colours(arms: Sequence[str]) -> dict[str, str]:
-    """A colour per arm: the lab's arms always their own (static is the same colour in every report, whichever arms
-    it holds), any other arm the next free colour in the order the arms first appear."""
-    from cooper_openrlhf.lab.presets import ARMS
-
+def arm_colours(arms: Sequence[str], known_arms: Sequence[str] = ()) -> dict[str, str]:
+    """A colour per arm: each of `known_arms` (the caller's fixed list, e.g. the lab's arms) always its own, by its
+    place in that list (static is the same colour in every report, whichever arms it holds); any other arm the next
+    free colour in the order the arms first appear."""
     palette = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors]
-    colours = {arm: palette[ARMS.index(arm)] for arm in arms if arm in ARMS}
+    known = list(known_arms)[: len(palette)]
+    colours = {arm: palette[known.index(arm)] for arm in arms if arm in known}
     free = [c for c in palette if c not in colours.values()] or palette
     others = [arm for arm in arms if arm not in colours]
     colours.update({arm: free[i % len(free)] for i, arm in enumerate(others)})
@@ -92,8 +95,8 @@ def rewards_accuracy(arms, colours, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), sharey=True)
     _metric_panel(axes[0], arms, colours, lambda r: r.scalars.get(RM_REWARD, []), "RM reward (training rollouts)",
                   "mean reward / accuracy", RM_REWARD)
-    _metric_panel(axes[1], arms, colours, lambda r: r.scalars.get(VERIFIED, []),
-                  "Verified accuracy (training rollouts)", "", VERIFIED)
+    _metric_panel(axes[1], arms, colours, lambda r: r.scalars.get(ACCURACY, []),
+                  "Verified accuracy (training rollouts)", "", ACCURACY)
     _metric_panel(axes[2], arms, colours, lambda r: heldout_series(r.scalars), "Held-out accuracy", "",
                   "eval/accuracy or eval/<name>/accuracy", markers=True)
     for ax in axes:
@@ -193,11 +196,12 @@ def step_time(arms, colours, path: Path) -> None:
     plt.close(fig)
 
 
-def write_figures(runs: Sequence[RunData], out_dir: Path) -> list[Path]:
-    """Draw every figure of the report (module docstring) into out_dir; returns their paths."""
+def write_figures(runs: Sequence[RunData], out_dir: Path, known_arms: Sequence[str] = ()) -> list[Path]:
+    """Draw every figure of the report (module docstring) into out_dir; returns their paths. known_arms: arms whose
+    colour is fixed (`arm_colours`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     arms = _by_arm(runs)
-    colours = arm_colours(list(arms))
+    colours = arm_colours(list(arms), known_arms)
     paths = [out_dir / name for name in FIGURES]
     for draw, path in zip((rewards_accuracy, rm_pair_accuracy, hacking_gap, step_time), paths):
         draw(arms, colours, path)

@@ -15,11 +15,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from cooper_openrlhf.algo.hacking import HELDOUT_GAP
+from cooper_openrlhf.algo.metric_keys import GAP, HELDOUT_GAP, RM_REWARD
 from cooper_openrlhf.report.aggregate import (
-    GAP,
     HELDOUT_LABEL,
-    RM_REWARD,
     SIGNATURE_WINDOW,
     SIGNATURE_Z,
     VERIFIED_LABEL,

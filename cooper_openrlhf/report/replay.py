@@ -16,17 +16,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.hacking import (
-    ACCURACY,
-    GAP,
-    HELDOUT_PREFIX,
-    HELDOUT_SAMPLES,
-    RM_REWARD,
-    WRONG_REWARD,
-    HackingMonitor,
-    HackingMonitorConfig,
-    HackingVerdict,
-)
+from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, HackingVerdict
+from cooper_openrlhf.algo.metric_keys import ACCURACY, GAP, HELDOUT_PREFIX, HELDOUT_SAMPLES, RM_REWARD, WRONG_REWARD
 from cooper_openrlhf.report.aggregate import Scalars, alarm_steps, alarm_timing, heldout_series
 
 

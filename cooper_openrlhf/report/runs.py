@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cooper_openrlhf.algo.hacking import RM_REWARD, WRONG_REWARD, rm_reward_by_verdict
+from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
+from cooper_openrlhf.algo.metric_keys import RM_REWARD, WRONG_REWARD
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
 TRAIN_PREFIX = "train/"

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 BEST_METRICS = {"accuracy": "higher", "f1": "higher", "loss": "lower"}  # name -> which direction is better
 # OpenRLHF flags this recipe sets unless the user gives them (later flags win in argparse).
-# --ds.param_dtype defaults to auto (the device's fast dtype; cli/openrlhf_cli.py).
+# --ds.param_dtype defaults to auto (the device's fast dtype; runtime/openrlhf_args.py).
 OPENRLHF_DEFAULTS = ["--ds.zero_stage", "2", "--ds.attn_implementation", "eager",
                      "--train.micro_batch_size", "4", "--train.batch_size", "16"]
 
@@ -113,7 +113,7 @@ def make_strategy(openrlhf_argv: list[str]):
     _set_single_process_defaults()
     from openrlhf.utils import get_strategy
 
-    from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args
+    from cooper_openrlhf.runtime.openrlhf_args import parse_openrlhf_args
 
     args = parse_openrlhf_args([*OPENRLHF_DEFAULTS, *openrlhf_argv])
     strategy = get_strategy(args)

@@ -1,7 +1,7 @@
 """The VerifyRM model: load, encode, score and export a one-logit sequence classifier.
 
 This is the one loading path for reward models in cooper-openrlhf: the BCE recipe (`rm/bce_train.py`),
-batch scoring (`verify/rm_scorer.py`), the verifier benchmark CLI and the RL-time trainable RM actor
+batch scoring (`rm/scorer.py`), the verifier benchmark CLI and the RL-time trainable RM actor
 all go through `load_rm`, `render_and_encode` / `encode_rm_texts` and `rm_logits`; batch scoring and
 the RL-time actor's scoring are one function (`score_logits`), and both trainers build their
 optimizer from `adamw_config`.

@@ -23,7 +23,7 @@ from openrlhf.models import get_llm_for_sequence_regression  # noqa: E402
 from openrlhf.utils import get_strategy  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from cooper_openrlhf.cli.openrlhf_args import parse_openrlhf_args  # noqa: E402
+from cooper_openrlhf.runtime.openrlhf_args import parse_openrlhf_args  # noqa: E402
 
 
 def main(model_path: str, master_port: str, steps: int, param_dtype: str) -> None:

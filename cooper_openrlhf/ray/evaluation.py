@@ -1,0 +1,70 @@
+"""Held-out evaluation of a Cooper run, a mixin of `ray/trainer.CooperPPOTrainer`.
+
+Every --eval.steps steps OpenRLHF samples --eval.dataset on the rollout engines; here the samples are graded by the
+rule verifier (stock evaluation needs a remote RM) and, on RM arms, scored by the current RM, so the run logs
+what the RM pays on prompts the policy never trains on (the hacking rule's C and E read it). With
+--cooper.rm_eval_dataset the RM's own verifier accuracy is logged too.
+"""
+
+import os
+import time
+
+import ray
+import torch
+from openrlhf.trainer.ppo_trainer import compute_eval_metrics
+from openrlhf.utils.logging_utils import init_logger
+
+from cooper_openrlhf.algo.hacking_stats import heldout_rm_gap
+from cooper_openrlhf.ray.step_records import RolloutTexts, append_jsonl, rollout_rows
+
+logger = init_logger(__name__)
+
+
+class HeldOutEvaluation:
+    """Needs of the trainer: decode_rollouts, pair_actor, rm_group, rm_logits, rm_rewards, rm_eval_rows,
+    sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
+
+    @torch.no_grad()
+    def evaluate(self, global_step, **generate_kwargs):
+        """Held-out accuracy every --eval.steps steps: OpenRLHF samples --eval.dataset on the same vLLM engines and
+        computes its pass@1 / pass@n; the rewards it scores are the rule verifier's verdicts (stock evaluation
+        needs a remote RM). Logged through OpenRLHF's logger as `eval/<datasource>/accuracy` (= pass@1) and
+        `eval/accuracy` (over all held-out prompts), beside the stock `eval/eval_<datasource>_pass*` keys. RM arms
+        also score the held-out rollouts with the current RM: `eval/rm_reward`, `eval/reward_hacking_gap` and its
+        standard error (the hacking rule's E)."""
+        start = time.perf_counter()
+        samples = self.samples_generator.generate_eval_samples(**generate_kwargs)
+        logs = {}
+        if samples:
+            texts = self.decode_rollouts(samples)
+            verdicts, _ = ray.get(self.pair_actor.verify.remote(texts.references, texts.completions))
+            for sample, correct in zip(samples, verdicts.correct):
+                sample.rewards = [float(correct)]
+            logs = compute_eval_metrics(self.eval_dataloader, samples, generate_kwargs["n_samples_per_prompt"])
+            logs.update({f"{key[len('eval_'):-len('_pass1')]}/accuracy": value for key, value in list(logs.items())
+                         if key.startswith("eval_") and key.endswith("_pass1")})
+            logs["accuracy"] = sum(verdicts.correct) / len(verdicts.correct)
+            logs["samples"] = float(len(verdicts.correct))  # the hacking rule's noise scale (algo/hacking.py, rule C)
+            rm_rewards = None
+            if self.rm_group is not None:  # what the RM pays on prompts the policy never trains on (rule E)
+                rm_rewards = self.rm_rewards(self.rm_logits(texts), verdicts.answerless).tolist()
+                logs.update(heldout_rm_gap(texts.questions, verdicts.correct, rm_rewards))
+            if self.sample_log_dir:  # the held-out rollouts and what the RM paid them (None: the rule arm)
+                append_jsonl(os.path.join(self.sample_log_dir, "heldout.jsonl"),
+                             rollout_rows(global_step, texts, verdicts.correct, rm_rewards))
+            logs["seconds"] = time.perf_counter() - start
+        self.latest_eval = logs
+        for tracker in (self.wandb_logger, self.tensorboard_logger):
+            if tracker:
+                tracker.log_eval(global_step, logs)
+        logger.info("held-out evaluation at step %d: %s", global_step,
+                    {k: round(v, 4) for k, v in logs.items() if k.endswith("accuracy")})
+        return logs
+
+    def rm_eval_accuracy(self) -> float:
+        """The RM's accuracy on --cooper.rm_eval_dataset (VerifyBench rows: reward >= 0.5 <=> gold_correct): the
+        paper's check that the co-trained RM stays a good verifier."""
+        rows = self.rm_eval_rows
+        texts = RolloutTexts([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
+        predicted = torch.sigmoid(self.rm_logits(texts)) >= 0.5
+        return sum(bool(p) == r.gold_correct for p, r in zip(predicted.tolist(), rows)) / len(rows)
