@@ -181,3 +181,17 @@ def test_gpu_annotation_judge_and_generator_fit_on_one_gpu_together(tmp_path, mo
     assert summary["total"]["generated"] == 4
     assert [path for path, _ in gpu.started] == [judge, generators[1]]  # the judge doubles as the first generator
     assert gpu.peak == pytest.approx(budget or 0.9)
+
+
+def test_annotation_shows_a_progress_bar_that_starts_where_a_resume_left_off(tmp_path, monkeypatch, model_dir, capsys):
+    import cooper_openrlhf.engines as engines
+
+    gpu = _OneGpu()
+    monkeypatch.setattr(engines, "make_engine", gpu.make_engine)
+    policy = model_dir("tiny-qwen2-policy")
+    config = AnnotateConfig(generators=(policy,), judge=policy, engine="vllm", samples_per_question=1, chunk_size=2)
+    annotate(synthetic_prompts(4), config, tmp_path / "data.jsonl")
+    shown = capsys.readouterr().err
+    assert "annotating: 100%" in shown and "2/2" in shown
+    annotate(synthetic_prompts(4), config, tmp_path / "data.jsonl")  # everything done: nothing to show
+    assert "annotating" not in capsys.readouterr().err

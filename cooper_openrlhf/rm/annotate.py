@@ -35,6 +35,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.engines.base import GenerationEngine, Prompt, SamplingConfig
 from cooper_openrlhf.verify.judge import JudgeVerdict, LLMJudge
@@ -410,7 +412,9 @@ def annotate(problems: list[MathProblem], config: AnnotateConfig, out: str | Pat
         judge_engine = _load_engine(make_engine, config, config.judge, "judge")
         judge = LLMJudge(judge_engine, SamplingConfig(max_new_tokens=config.judge_max_new_tokens))
         started = time.perf_counter()
-        with VerifierPool(num_workers=verifier_workers, deadline_s=config.verifier_timeout_s) as pool:
+        progress = tqdm(total=len(chunks), initial=len(chunks) - len(todo), desc="annotating", unit="chunk",
+                        dynamic_ncols=True)
+        with VerifierPool(num_workers=verifier_workers, deadline_s=config.verifier_timeout_s) as pool, progress:
             generator_index, engine = None, None
             for finished, chunk in enumerate(todo, start=1):
                 if chunk.generator_index != generator_index:
@@ -421,6 +425,9 @@ def annotate(problems: list[MathProblem], config: AnnotateConfig, out: str | Pat
                     engine = judge_engine if path == config.judge else _load_engine(make_engine, config, path, "generator")
                 kept, rejected, counts = _label_one_chunk(engine, judge, pool, problems[chunk.start : chunk.end], chunk, config)
                 done[chunk.key()] = _record_chunk(paths, chunk, kept, rejected, counts)
+                kept_so_far = sum(c["counts"].get("kept", 0) for c in done.values())
+                progress.set_postfix(generator=f"{chunk.generator_index + 1}/{len(config.generators)}", kept=kept_so_far)
+                progress.update()
                 elapsed = time.perf_counter() - started
                 logger.info(
                     "chunk %d/%d (generator %d/%d, questions %d-%d): kept %d of %d, empty %d; %.0f s elapsed, ~%.0f s left",
