@@ -531,3 +531,24 @@ def test_an_arm_keeps_its_colour_in_every_report_whichever_arms_it_holds():
     assert all(subset[arm] == full[arm] for arm in subset)
     mixed = arm_colours(["my_arm", "static", "other_arm"], ARMS)  # arms the lab does not know take colours no lab arm has
     assert mixed["static"] == full["static"] and len(set(mixed.values())) == 3
+
+
+def test_the_figures_curve_is_a_smoothed_seed_mean_with_a_standard_error_band():
+    from cooper_openrlhf.report.aggregate import smoothed_band, trailing_mean
+
+    assert trailing_mean([(1, 1.0), (2, 3.0), (3, 5.0)], 2) == [(1, 1.0), (2, 2.0), (3, 4.0)]
+    b = smoothed_band([[(1, 0.0), (2, 1.0)], [(1, 1.0), (2, 1.0)]], window=2)
+    assert b.steps == [1, 2] and b.mean == pytest.approx([0.5, 0.75])
+    # Seed values at step 2: 0.5 and 1.0 -> standard error 0.25 (std 0.354 over sqrt 2 seeds).
+    assert b.high[1] - b.mean[1] == pytest.approx(0.25) and b.mean[1] - b.low[1] == pytest.approx(0.25)
+    one = smoothed_band([[(1, 0.2), (2, 0.4)]], window=1)
+    assert one.low == one.mean == one.high == [0.2, 0.4]
+
+
+def test_every_figure_is_at_most_1600_px_wide(report):
+    from PIL import Image
+
+    out, _ = report
+    for name in ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png"):
+        with Image.open(Path(out) / name) as image:
+            assert image.width <= 1600, (name, image.size)

@@ -67,6 +67,28 @@ def band(series: Sequence[Series]) -> Band:
                 [max(by_step[s]) for s in steps], [len(by_step[s]) for s in steps])
 
 
+def trailing_mean(points: Series, window: int) -> Series:
+    """Each point replaced by the mean of it and the window - 1 logged points before it (fewer at the start)."""
+    values = [value for _, value in points]
+    return [(step, statistics.fmean(values[max(0, i - window + 1) : i + 1])) for i, (step, _) in enumerate(points)]
+
+
+def smoothed_band(series: Sequence[Series], window: int = 1) -> Band:
+    """The arm's curve as the figures draw it: each seed's series smoothed by a trailing mean over `window` logged
+    points, then the mean over seeds at each step and a band of one standard error over them (mean only with one
+    seed at a step). Per-step values of a few-prompt batch swing by several points; the smoothing shows the trend,
+    the standard error how far the seeds' mean can be trusted (a min-max band only grows with the seeds drawn)."""
+    by_step: dict[int, list[float]] = defaultdict(list)
+    for points in series:
+        for step, value in trailing_mean(sorted(points), window):
+            by_step[step].append(value)
+    steps = sorted(by_step)
+    means = [statistics.fmean(by_step[s]) for s in steps]
+    errors = [statistics.stdev(by_step[s]) / len(by_step[s]) ** 0.5 if len(by_step[s]) > 1 else 0.0 for s in steps]
+    return Band(steps, means, [m - e for m, e in zip(means, errors)], [m + e for m, e in zip(means, errors)],
+                [len(by_step[s]) for s in steps])
+
+
 def heldout_series(scalars: Scalars) -> Series:
     """Held-out accuracy per eval step: eval/accuracy, else the mean of the eval/<name>/accuracy keys there."""
     if scalars.get(HELDOUT):

@@ -1,8 +1,10 @@
 """The report's figures, drawn headless with matplotlib (Agg) into PNG files.
 
 Every figure is written even when no run logged its metric (the panel then says which key is missing), so
-a report always has the same files. One colour per arm; the line is the mean over the arm's seeds and the
-shaded band their min-max (report/aggregate.py `band`).
+a report always has the same files. One colour per arm; the line is the mean over the arm's seeds of each seed's
+trailing mean over SMOOTHING steps, the band one standard error over the seeds (report/aggregate.py
+`smoothed_band`; held-out evaluations are drawn unsmoothed, with markers). Legends sit outside the axes, alarms
+are a rug under the curves, and no figure is wider than 1600 px.
   rewards_accuracy.png  RM reward, verified accuracy (training rollouts) and held-out accuracy over steps
   rm_pair_accuracy.png  the RM's accuracy on each step's fresh pairs, before it trains on them
   hacking_gap.png       RM reward - verified accuracy on the training rollouts, with the steps the hacking
@@ -31,14 +33,17 @@ from cooper_openrlhf.report.aggregate import (  # noqa: E402
     alarm_steps,
     band,
     heldout_series,
+    smoothed_band,
     stage_seconds,
-    value_at,
 )
 from cooper_openrlhf.report.runs import RunData  # noqa: E402
 
 FIGURES = ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png")
 DPI = 100
-BAND_NOTE = "line: mean over seeds; band: min-max over seeds"
+MAX_WIDTH_INCHES = 16  # 1600 px at DPI: readable on a laptop screen without zooming
+SMOOTHING = 5  # steps of each seed's trailing mean (a training step's batch is a handful of prompts)
+BAND_NOTE = f"line: mean over seeds of a {SMOOTHING}-step trailing mean; band: \u00b11 standard error over seeds"
+plt.rcParams.update({"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 10})
 
 
 def _by_arm(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
@@ -63,11 +68,12 @@ def arm_colours(arms: Sequence[str], known_arms: Sequence[str] = ()) -> dict[str
 
 
 def _plot_band(ax, curves, colour: str, label: str, markers: bool = False) -> bool:
-    """Mean line and min-max band of the non-empty curves; False when there are none."""
+    """Smoothed mean line and standard-error band of the non-empty curves; False when there are none. Sparse
+    curves (markers: held-out evaluations, pair accuracy) are drawn unsmoothed."""
     curves = [c for c in curves if c]
     if not curves:
         return False
-    b = band(curves)
+    b = smoothed_band(curves, 1 if markers else SMOOTHING)
     ax.plot(b.steps, b.mean, color=colour, label=f"{label} (n={len(curves)})", marker="o" if markers else None,
             markersize=4)
     if len(curves) > 1:
@@ -81,10 +87,31 @@ def _metric_panel(ax, arms, colours, curves_of, title: str, ylabel: str, missing
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    if any(drawn):
-        ax.legend(fontsize="small")
-    else:
+    if not any(drawn):
         ax.text(0.5, 0.7, f"no run logged\n{missing}", ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def _legend_below(fig, axes, extra_rows: int = 0) -> None:
+    """One legend for the figure, under its panels (never over the data): the arms, and any rug's entry."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    rows = -(-len(seen) // 4) if seen else 0
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=min(4, len(seen)), frameon=False)
+    fig.tight_layout(rect=(0, 0.05 * (rows + extra_rows) + (0.02 if rows else 0), 1, 1))
+
+
+def _alarm_rug(ax, arms, colours) -> None:
+    """The steps at which each run's hacking alarm was on, as ticks under the curves (one row per arm)."""
+    labelled = False
+    for row, (arm, runs) in enumerate(arms.items()):
+        steps = sorted({s for run in runs for s in alarm_steps(run.scalars)})
+        if steps:
+            ax.plot(steps, [0.02 + 0.035 * row] * len(steps), "|", color=colours[arm], markersize=9,
+                    transform=ax.get_xaxis_transform(), label=None if labelled else "hacking alarm on (rug, per arm)")
+            labelled = True
 
 
 def _integer_steps(ax) -> None:
@@ -92,7 +119,7 @@ def _integer_steps(ax) -> None:
 
 
 def rewards_accuracy(arms, colours, path: Path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8), sharey=True)
     _metric_panel(axes[0], arms, colours, lambda r: r.scalars.get(RM_REWARD, []), "RM reward (training rollouts)",
                   "mean reward / accuracy", RM_REWARD)
     _metric_panel(axes[1], arms, colours, lambda r: r.scalars.get(ACCURACY, []),
@@ -104,64 +131,60 @@ def rewards_accuracy(arms, colours, path: Path) -> None:
         ax.set_ylim(-0.02, 1.02)  # rewards and accuracies share [0, 1]: the panels compare at a glance
         ax.tick_params(labelleft=True)
     fig.suptitle(f"RM reward vs rule-verified accuracy ({BAND_NOTE})")
-    fig.tight_layout()
+    _legend_below(fig, axes)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
 
 def rm_pair_accuracy(arms, colours, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    fig, ax = plt.subplots(figsize=(8, 4.8))
     _metric_panel(ax, arms, colours, lambda r: r.scalars.get(PAIR_ACCURACY, []),
-                  "RM pair accuracy on each step's fresh pairs (before its update)", "pair accuracy", PAIR_ACCURACY,
-                  markers=True)
+                  "RM pair accuracy on each step's fresh pairs (before its update)", "pair accuracy", PAIR_ACCURACY)
     ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
     ax.set_ylim(-0.02, 1.02)
     ax.annotate("chance", xy=(1.0, 0.5), xycoords=("axes fraction", "data"), xytext=(-4, 3),
                 textcoords="offset points", ha="right", color="grey", fontsize="small")
     _integer_steps(ax)
-    fig.tight_layout()
+    fig.suptitle(BAND_NOTE, fontsize="small")
+    _legend_below(fig, [ax])
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
 
 def hacking_gap(arms, colours, path: Path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(18, 4.4), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(MAX_WIDTH_INCHES, 4.8), sharey=True)
     ax, held_out, wrong_paid = axes
     _metric_panel(ax, arms, colours, lambda r: r.scalars.get(GAP, []),
-                  "Reward-hacking gap: RM reward - verified accuracy", "gap", GAP)
-    alarmed = False
-    for arm, runs in arms.items():
-        for run in runs:
-            gap = run.scalars.get(GAP, [])
-            points = [(s, value_at(gap, s)) for s in alarm_steps(run.scalars) if value_at(gap, s) is not None]
-            if points:
-                ax.scatter(*zip(*points), marker="v", s=60, color=colours[arm], edgecolor="black", zorder=3,
-                           label="hacking alarm" if not alarmed else None)
-                alarmed = True
-    if alarmed:
-        ax.legend(fontsize="small")
+                  "Gap: RM reward - verified accuracy", "gap", GAP)
+    _alarm_rug(ax, arms, colours)
     # The same gap on the held-out prompts: the same questions at every evaluation, so far less noisy (rule E).
     _metric_panel(held_out, arms, colours, lambda r: r.scalars.get(HELDOUT_GAP, []),
-                  "The same gap on the held-out rollouts", "", HELDOUT_GAP, markers=True)
+                  "The same gap on held-out rollouts", "", HELDOUT_GAP, markers=True)
     # Hacking itself: the RM paying what the verifier rejects. Cooper's RM learns such episodes away (rule F).
     _metric_panel(wrong_paid, arms, colours, lambda r: r.scalars.get(WRONG_REWARD, []),
-                  "RM reward on verified-wrong training rollouts", "", WRONG_REWARD)
+                  "RM reward on verified-wrong rollouts", "", WRONG_REWARD)
     for panel in axes:
         panel.axhline(0.0, color="grey", linewidth=1)
         panel.tick_params(labelleft=True)
         _integer_steps(panel)
     fig.suptitle(f"What the RM pays beyond the verifier ({BAND_NOTE})")
-    fig.tight_layout()
+    _legend_below(fig, axes)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
 
 def step_time(arms, colours, path: Path) -> None:
-    width = max(1, len(arms))
-    fig, axes = plt.subplots(1, width, figsize=(max(7.5, 4.6 * width), 5.0), sharey=True, squeeze=False)
+    """Stacked seconds per stage, one panel per arm (at most 3 a row). Step 1 carries the start-up (model loads,
+    compilation): it is drawn but left out of the y scale, so the later steps' stages stay visible."""
+    per_row = min(3, max(1, len(arms)))
+    rows = max(1, -(-len(arms) // per_row))
+    fig, axes = plt.subplots(rows, per_row, figsize=(min(MAX_WIDTH_INCHES, 5.2 * per_row), 4.2 * rows + 0.8),
+                             sharey=True, squeeze=False)
     stages_seen: dict[str, object] = {}
-    cmap = plt.get_cmap("Set3").colors  # pastel: stages must not look like the arms' line colours
-    for ax, (arm, runs) in zip(axes[0], arms.items()):
+    # Set2 then Dark2: saturated enough to read on white, hues apart from the arms' tab10 (used in the titles).
+    cmap = plt.get_cmap("Set2").colors + plt.get_cmap("Dark2").colors
+    highest_after_start = 0.0
+    for ax, (arm, runs) in zip(axes.flat, arms.items()):
         per_stage: dict[str, list] = {}
         for run in runs:
             for stage, points in stage_seconds(run.scalars).items():
@@ -173,25 +196,37 @@ def step_time(arms, colours, path: Path) -> None:
             b = band(curves)
             colour = stages_seen.setdefault(stage, cmap[len(stages_seen) % len(cmap)])
             ax.bar(b.steps, b.mean, bottom=[bottom.get(s, 0.0) for s in b.steps], color=colour, width=width,
-                   edgecolor="grey", linewidth=0.3 if len(steps) <= 60 else 0)
+                   edgecolor="white", linewidth=0.3 if len(steps) <= 60 else 0)
             for step, value in zip(b.steps, b.mean):
                 bottom[step] = bottom.get(step, 0.0) + value
+        later = [total for step, total in bottom.items() if step != min(bottom, default=0)]
+        highest_after_start = max([highest_after_start, *later])
+        if steps and bottom[steps[0]] > 1.15 * max(later, default=0.0) and later:
+            ax.annotate(f"step {steps[0]}: {bottom[steps[0]]:.0f} s\n(start-up, off scale)", xy=(steps[0], 1.0),
+                        xycoords=("data", "axes fraction"), xytext=(4, -4), textcoords="offset points", va="top",
+                        fontsize="small", color="dimgrey")
         ax.set_title(f"{arm} (n={len(runs)})", color=colours[arm])
         ax.set_xlabel("step")
         ax.grid(alpha=0.3, axis="y")
         _integer_steps(ax)
         if not per_stage:
             ax.text(0.5, 0.5, "no run logged\ntiming/*", ha="center", va="center", transform=ax.transAxes, color="grey")
+    for ax in list(axes.flat)[len(arms):]:
+        ax.set_visible(False)
     if not arms:
+        axes[0][0].set_visible(True)
         axes[0][0].text(0.5, 0.5, "no run to show", ha="center", va="center", transform=axes[0][0].transAxes)
-    axes[0][0].set_ylabel("seconds per step (mean over seeds)")
+    if highest_after_start > 0:
+        axes[0][0].set_ylim(0, 1.1 * highest_after_start)
+    for row in axes:
+        row[0].set_ylabel("seconds per step (mean over seeds)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in stages_seen.values()]
     if handles:
         fig.legend(handles, list(stages_seen), title="stage (timing/*), bottom to top", loc="lower center",
-                   ncol=min(len(handles), 5), fontsize="small")
+                   ncol=min(len(handles), 5), fontsize="small", frameon=False)
     fig.suptitle("Step time by stage, stacked")
-    rows = -(-len(handles) // 5) if handles else 0
-    fig.tight_layout(rect=(0, 0.06 + 0.06 * rows, 1, 1))  # room for the legend underneath
+    legend_rows = -(-len(handles) // 5) if handles else 0
+    fig.tight_layout(rect=(0, (0.06 + 0.05 * legend_rows) / rows, 1, 1))  # room for the legend underneath
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
