@@ -36,8 +36,9 @@ def test_annotate_train_score_compare_and_benchmark_an_exported_verifyrm(tmp_pat
 
     run = tmp_path / "run"
     trained = subprocess.run(
-        [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train", "--pretrain", minilm, "--init-head",
-         "--data", str(data), "--out", str(run), "--epochs", "3", "--lr", "1e-4", "--max-length", "256",
+        [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train", "--model.model_name_or_path", minilm,
+         "--init-head", "--data.dataset", str(data), "--ckpt.output_dir", str(run), "--train.max_epochs", "3",
+         "--adam.lr", "1e-4", "--data.max_len", "256",
          "--eval-fraction", "0.3", "--ds.zero_stage", "3", "--train.batch_size", "4", "--train.micro_batch_size", "2"],
         capture_output=True, text=True, timeout=600, env=ENV,
     )

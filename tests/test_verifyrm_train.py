@@ -48,9 +48,10 @@ def two_rank_run(tmp_path_factory, model_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu"}
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "cooper_openrlhf.cli.verifyrm", "train", "--pretrain", model_dir("tiny-qwen2-rm"), "--data", data,
-         "--out", str(out), "--epochs", str(EPOCHS), "--lr", "1e-3", "--max-length", "64", "--eval-fraction", "0.25",
-         "--best-metric", "loss", "--warmup-ratio", "0.3", "--ds.zero_stage", "2",
+         "-m", "cooper_openrlhf.cli.verifyrm", "train", "--model.model_name_or_path", model_dir("tiny-qwen2-rm"),
+         "--data.dataset", data, "--ckpt.output_dir", str(out), "--train.max_epochs", str(EPOCHS), "--adam.lr", "1e-3",
+         "--data.max_len", "64", "--eval-fraction", "0.25", "--best-metric", "loss", "--lr_warmup_ratio", "0.3",
+         "--ds.zero_stage", "2",
          "--train.batch_size", "8", "--train.micro_batch_size", "2"],
         capture_output=True, text=True, timeout=600, env=env,
     )
@@ -128,3 +129,42 @@ def test_training_refuses_bad_datasets_before_starting(tmp_path, capsys, rows, m
 def test_train_rejects_flags_it_cannot_forward(tmp_path):
     with pytest.raises(SystemExit):
         main(["train", "--pretrain", "p", "--data", "d", "--out", "o", "--learning-rate", "1"])
+
+
+def _parsed_train_config(monkeypatch, argv):
+    """The TrainConfig `verifyrm train` builds from argv (training itself stubbed out: only the CLI is under test)."""
+    import cooper_openrlhf.rm.bce_train as bce_train
+
+    seen = {}
+    monkeypatch.setattr(bce_train, "train", lambda config, openrlhf_argv: seen.update(config=config) or {})
+    monkeypatch.setattr("torch.distributed.get_rank", lambda: 1)
+    monkeypatch.setattr("torch.distributed.destroy_process_group", lambda: None)
+    assert main(["train", *argv]) == 0
+    return seen["config"]
+
+
+NEW_NAMES = ["--model.model_name_or_path", "m", "--data.dataset", "d.jsonl", "--ckpt.output_dir", "o",
+             "--train.max_epochs", "2", "--adam.lr", "3e-5", "--data.max_len", "512", "--lr_warmup_ratio", "0.05"]
+OLD_NAMES = ["--pretrain", "m", "--data", "d.jsonl", "--out", "o", "--epochs", "2", "--lr", "3e-5",
+             "--max-length", "512", "--warmup-ratio", "0.05"]
+
+
+def test_train_takes_openrlhf_train_rm_flag_names_and_the_old_ones_for_one_release(monkeypatch, capsys):
+    new = _parsed_train_config(monkeypatch, NEW_NAMES)
+    assert (new.pretrain, new.data, new.out, new.epochs, new.lr, new.max_length, new.warmup_ratio) == \
+        ("m", "d.jsonl", "o", 2, 3e-5, 512, 0.05)
+    assert "deprecated" not in capsys.readouterr().err
+    old = _parsed_train_config(monkeypatch, OLD_NAMES)
+    assert old == new
+    notes = [line for line in capsys.readouterr().err.splitlines() if "deprecated" in line]
+    assert len(notes) == 7 and notes[0] == ("verifyrm train: --pretrain is deprecated, use --model.model_name_or_path "
+                                            "(OpenRLHF train_rm's name); accepted for one release")
+
+
+def test_train_refuses_two_names_for_one_setting_and_names_a_missing_required_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", *NEW_NAMES, "--lr", "1e-4"])
+    assert "--lr and --adam.lr name the same setting; give only --adam.lr" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--data.dataset", "d.jsonl"])
+    assert "verifyrm train needs --model.model_name_or_path, --ckpt.output_dir" in capsys.readouterr().err

@@ -109,8 +109,9 @@ def stage_commands(out: Path, inputs: dict[str, Path], models) -> dict[str, list
     return {
         "rm_actor": [[python, "-m", "cooper_openrlhf.cli.gpu_smoke", "--stage", "rm_actor", "--out", str(out)]],
         "verifyrm_train": [["deepspeed", "--num_gpus", "1", "--module", "cooper_openrlhf.cli.verifyrm", "train",
-                            "--pretrain", rm, "--data", str(inputs["labelled"]), "--out", str(out / "verifyrm_train"),
-                            "--epochs", "1", "--max-length", "256", "--ds.zero_stage", "2", "--ds.param_dtype", "bf16",
+                            "--model.model_name_or_path", rm, "--data.dataset", str(inputs["labelled"]),
+                            "--ckpt.output_dir", str(out / "verifyrm_train"), "--train.max_epochs", "1",
+                            "--data.max_len", "256", "--ds.zero_stage", "2", "--ds.param_dtype", "bf16",
                             "--ds.attn_implementation", "flash_attention_2", "--train.batch_size", "8",
                             "--train.micro_batch_size", "4"]],
         "annotate": [[python, "-m", "cooper_openrlhf.cli.verifyrm", "annotate", "--synthetic", "8", "--engine", "vllm",

@@ -47,6 +47,37 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
                         help="extra engine argument, repeatable (vllm: e.g. gpu_memory_utilization=0.4, max_model_len=4096)")
 
 
+# verifyrm train's flags before they took OpenRLHF train_rm's names: (old, new, type). Accepted for one release
+# with a deprecation line; giving both names of one setting is an error.
+DEPRECATED_TRAIN_FLAGS = (
+    ("--pretrain", "--model.model_name_or_path", str), ("--data", "--data.dataset", str),
+    ("--eval-data", "--eval.dataset", str), ("--out", "--ckpt.output_dir", str), ("--epochs", "--train.max_epochs", int),
+    ("--lr", "--adam.lr", float), ("--weight-decay", "--adam.weight_decay", float),
+    ("--lr-scheduler", "--lr_scheduler", str), ("--warmup-ratio", "--lr_warmup_ratio", float),
+    ("--min-lr-ratio", "--min_lr_ratio", float), ("--max-norm", "--max_norm", float),
+    ("--max-length", "--data.max_len", int),
+)
+REQUIRED_TRAIN_FLAGS = ("--model.model_name_or_path", "--data.dataset", "--ckpt.output_dir")
+
+
+def resolve_train_flags(parser, args, argv: list[str]) -> None:
+    """Move deprecated names onto train_rm's (one stderr line each); both names of one setting, or a missing required
+    flag, end with the parser's usage error naming them."""
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    for old, new, _ in DEPRECATED_TRAIN_FLAGS:
+        value = getattr(args, f"deprecated:{old}")
+        if value is None:
+            continue
+        if new in given:
+            parser.error(f"{old} and {new} name the same setting; give only {new}")
+        print(f"verifyrm train: {old} is deprecated, use {new} (OpenRLHF train_rm's name); accepted for one release",
+              file=sys.stderr)
+        setattr(args, new.lstrip("-"), value)
+    missing = [flag for flag in REQUIRED_TRAIN_FLAGS if getattr(args, flag.lstrip("-")) is None]
+    if missing:
+        parser.error(f"verifyrm train needs {', '.join(missing)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cooper_openrlhf.cli.verifyrm", description=__doc__.split("\n\n")[0],
@@ -76,27 +107,36 @@ def build_parser() -> argparse.ArgumentParser:
     annotate.add_argument("--verifier-timeout", type=float, default=5.0, help="hard deadline per verification, seconds")
     _add_engine_flags(annotate)
 
-    train = commands.add_parser("train", help="BCE-train a VerifyRM (unknown --ds.*/--train.* flags go to OpenRLHF)")
-    train.add_argument("--pretrain", required=True, help="backbone or reward model folder")
+    train = commands.add_parser("train", help="BCE-train a VerifyRM (OpenRLHF train_rm's flag names; unknown "
+                                "--ds.*/--train.* flags go to OpenRLHF)")
+    train.add_argument("--model.model_name_or_path", help="backbone or reward model folder (required)")
     train.add_argument("--init-head", action="store_true",
                        help="the backbone has no one-logit classification head (causal LM, bare encoder): add a new one")
-    train.add_argument("--data", required=True, help="labelled JSON Lines (annotate output)")
-    train.add_argument("--eval-data", help="held-out labelled JSON Lines (default: split --data by question)")
+    train.add_argument("--data.dataset", help="labelled JSON Lines, annotate's output (required)")
+    train.add_argument("--eval.dataset", help="held-out labelled JSON Lines (default: split --data.dataset by question)")
     train.add_argument("--eval-fraction", type=float, default=0.2, help="share of questions held out when splitting")
     train.add_argument("--split-seed", type=int, default=0)
-    train.add_argument("--out", required=True, help="run folder: best/, metrics.jsonl, tensorboard/, train_summary.json")
-    train.add_argument("--epochs", type=int, default=3)
-    train.add_argument("--lr", type=float, default=2e-5)
-    train.add_argument("--lr-scheduler", default="cosine_with_min_lr", help="a transformers scheduler name")
-    train.add_argument("--warmup-ratio", type=float, default=0.1, help="share of optimizer steps spent warming up")
-    train.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine_with_min_lr: final lr / lr")
-    train.add_argument("--weight-decay", type=float, default=0.0)
-    train.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping")
-    train.add_argument("--max-length", type=int, default=1024, help="tokens per RM input (capped at the model's positions)")
+    train.add_argument("--ckpt.output_dir", help="run folder: best/, metrics.jsonl, tensorboard/, train_summary.json "
+                       "(required)")
+    train.add_argument("--train.max_epochs", type=int, default=3)
+    train.add_argument("--adam.lr", type=float, default=2e-5)
+    train.add_argument("--adam.weight_decay", type=float, default=0.0)
+    train.add_argument("--lr_scheduler", default="cosine_with_min_lr", help="a transformers scheduler name")
+    train.add_argument("--lr_warmup_ratio", type=float, default=0.1, help="share of optimizer steps spent warming up")
+    train.add_argument("--min_lr_ratio", type=float, default=0.1, help="cosine_with_min_lr: final lr / lr")
+    train.add_argument("--max_norm", type=float, default=1.0, help="gradient clipping")
+    train.add_argument("--data.max_len", type=int, default=1024,
+                       help="tokens per RM input (capped at the model's positions)")
     train.add_argument("--eval-batch-size", type=int, default=16)
     train.add_argument("--best-metric", default="accuracy", choices=["accuracy", "f1", "loss"],
                        help="eval metric that picks the exported epoch (ties: lower eval loss)")
+    train.add_argument("--logger.tensorboard_dir", help="tensorboard folder (default: <output_dir>/tensorboard)")
     train.add_argument("--no-tensorboard", action="store_true", help="write metrics.jsonl only")
+    train.add_argument("--logger.wandb.key", help="log to Weights & Biases too (the API key; WANDB_MODE applies)")
+    train.add_argument("--logger.wandb.project", default="cooper_verifyrm")
+    train.add_argument("--logger.wandb.run_name", default=None, help="default: the output folder's name")
+    for old, new, kind in DEPRECATED_TRAIN_FLAGS:  # the names before train_rm's, kept for one release
+        train.add_argument(old, dest=f"deprecated:{old}", type=kind, default=None, help=argparse.SUPPRESS)
 
     score = commands.add_parser("score", help="batch-score (question, reference, completion) rows")
     score.add_argument("--model", required=True, help="reward model folder (a VerifyRM export or any one-logit classifier)")
@@ -149,12 +189,16 @@ def run_annotate(args) -> int:
 def run_train(args, openrlhf_argv: list[str]) -> int:
     from cooper_openrlhf.rm.bce_train import TrainConfig, train
 
+    flag = vars(args)  # dotted names: OpenRLHF's
     config = TrainConfig(
-        pretrain=args.pretrain, data=args.data, out=args.out, eval_data=args.eval_data,
-        eval_fraction=args.eval_fraction, split_seed=args.split_seed, init_head=args.init_head, epochs=args.epochs,
-        lr=args.lr, lr_scheduler=args.lr_scheduler, warmup_ratio=args.warmup_ratio, min_lr_ratio=args.min_lr_ratio,
-        weight_decay=args.weight_decay, max_norm=args.max_norm, max_length=args.max_length,
-        eval_batch_size=args.eval_batch_size, best_metric=args.best_metric, tensorboard=not args.no_tensorboard,
+        pretrain=flag["model.model_name_or_path"], data=flag["data.dataset"], out=flag["ckpt.output_dir"],
+        eval_data=flag["eval.dataset"], eval_fraction=args.eval_fraction, split_seed=args.split_seed,
+        init_head=args.init_head, epochs=flag["train.max_epochs"], lr=flag["adam.lr"], lr_scheduler=args.lr_scheduler,
+        warmup_ratio=args.lr_warmup_ratio, min_lr_ratio=args.min_lr_ratio, weight_decay=flag["adam.weight_decay"],
+        max_norm=args.max_norm, max_length=flag["data.max_len"], eval_batch_size=args.eval_batch_size,
+        best_metric=args.best_metric, tensorboard=not args.no_tensorboard,
+        tensorboard_dir=flag["logger.tensorboard_dir"], wandb_key=flag["logger.wandb.key"],
+        wandb_project=flag["logger.wandb.project"], wandb_run_name=flag["logger.wandb.run_name"],
     )
     summary = train(config, openrlhf_argv)
     import torch.distributed as dist
@@ -213,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     openrlhf_argv = []
     if args.command == "train":
+        resolve_train_flags(parser, args, list(argv if argv is not None else sys.argv[1:]))
         openrlhf_argv = unknown
         strays = [a for a in unknown if a.startswith("--") and not a.startswith(("--ds.", "--train.", "--local_rank"))]
         if strays:

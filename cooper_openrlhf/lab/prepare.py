@@ -85,13 +85,15 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
         return Path(preset.starting_rm)
     if (folder / "train_summary.json").is_file() and (folder / "best").is_dir():
         return folder / "best"
-    argv = [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train", "--pretrain", str(_resolve_model(preset.rm_backbone)),
-            *(("--init-head",) if preset.rm_init_head else ()), "--data", str(data), "--out", str(folder),
-            "--epochs", str(preset.rm_epochs), "--lr", str(preset.rm_lr_pretrain), "--max-length", str(preset.rm_max_length),
+    argv = [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train",
+            "--model.model_name_or_path", str(_resolve_model(preset.rm_backbone)),
+            *(("--init-head",) if preset.rm_init_head else ()), "--data.dataset", str(data),
+            "--ckpt.output_dir", str(folder), "--train.max_epochs", str(preset.rm_epochs),
+            "--adam.lr", str(preset.rm_lr_pretrain), "--data.max_len", str(preset.rm_max_length),
             "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8"]
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.parent / f"{folder.name}.log"
-    logger.info("starting VerifyRM: verifyrm train --pretrain %s (log %s)", argv[5], log)
+    logger.info("starting VerifyRM: verifyrm train --model.model_name_or_path %s (log %s)", argv[5], log)
     with open(log, "w", encoding="utf-8") as out:
         status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()}).returncode
     if status != 0:

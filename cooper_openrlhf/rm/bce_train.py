@@ -69,6 +69,10 @@ class TrainConfig:
     eval_batch_size: int = 16
     best_metric: str = "accuracy"
     tensorboard: bool = True
+    tensorboard_dir: str | None = None  # default: <out>/tensorboard
+    wandb_key: str | None = None  # log to Weights & Biases too (OpenRLHF's --logger.wandb.key)
+    wandb_project: str = "cooper_verifyrm"
+    wandb_run_name: str | None = None  # default: the output folder's name
 
     def __post_init__(self) -> None:
         if self.best_metric not in BEST_METRICS:
@@ -124,35 +128,46 @@ def make_strategy(openrlhf_argv: list[str]):
 class _MetricsLog:
     """metrics.jsonl (+ tensorboard) on rank 0, fresh per run; lines are flushed so a crash keeps what was logged."""
 
-    def __init__(self, out: Path, rank: int, tensorboard: bool):
-        self.rank, self.writer, self.handle = rank, None, None
+    def __init__(self, out: Path, rank: int, config: TrainConfig):
+        self.rank, self.writer, self.handle, self.wandb = rank, None, None, None
         if rank != 0:
             return
         self.handle = open(out / "metrics.jsonl", "w", encoding="utf-8")
-        if tensorboard:
+        if config.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
                 logger.warning("tensorboard is not installed; metrics go to metrics.jsonl only")
             else:
-                self.writer = SummaryWriter(str(out / "tensorboard"))
+                self.writer = SummaryWriter(config.tensorboard_dir or str(out / "tensorboard"))
+        if config.wandb_key:
+            import wandb  # an OpenRLHF dependency
+
+            wandb.login(key=config.wandb_key, relogin=True)
+            self.wandb = wandb.init(project=config.wandb_project, name=config.wandb_run_name or out.name,
+                                    dir=str(out), config=asdict(config) | {"wandb_key": "(set)"})
 
     def log(self, kind: str, step: int, values: dict) -> None:
         if self.rank != 0:
             return
         self.handle.write(json.dumps({"kind": kind, "step": step, **values}) + "\n")
         self.handle.flush()
+        scalars = {f"{kind}/{key}": value for key, value in values.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
         if self.writer is not None:
-            for key, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.writer.add_scalar(f"{kind}/{key}", value, step)
+            for key, value in scalars.items():
+                self.writer.add_scalar(key, value, step)
             self.writer.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
 
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
         if self.writer is not None:
             self.writer.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 def _collate(tokenizer, max_length: int, template_version: str):
@@ -250,7 +265,7 @@ def train(config: TrainConfig, openrlhf_argv: list[str] = ()) -> dict:
                 label_counts(train_rows), len(eval_rows), label_counts(eval_rows), world, micro, accumulation,
                 len(loader), optimizer_steps, strategy.stage, ds_args.param_dtype)
 
-    log = _MetricsLog(out, rank, config.tensorboard)
+    log = _MetricsLog(out, rank, config)
     history, best, started = [], None, time.perf_counter()
     window_loss, window_accuracy = [], []
     try:
