@@ -64,7 +64,7 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.require_answer", action="store_true", default=False,
         help="A format gate (not the paper's): the RM's reward of a rollout with no final answer (the rule verifier's "
         "no_answer) is 0, as the rule reward pays it. Closes the answerless exploit a frozen RM may leave open "
-        "(docs/lab.md, run 17); every RM metric (cooper/rm_reward_*, eval/rm_reward) is then the gated reward.")
+        "(docs/lab_notebook.md, run 17); every RM metric (cooper/rm_reward_*, eval/rm_reward) is then the gated reward.")
     # RM optimisation (DeepSpeed, like the actor's --actor.adam.* but the RM's own)
     add("--cooper.rm_lr", type=float, default=1e-5,
         help="RM learning rate (AdamW, betas (0.9, 0.95)); the official Cooper recipe uses 1e-5.")
@@ -115,7 +115,7 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="Rollout / mixed sources: a rollout with no final answer (the verifier's no_answer; never a timeout or an "
         "error) may also be a prompt's negative against its verified-correct positive. Off by default, as in the paper, "
         "whose negatives always carry a wrong answer; but then a policy that drifts to answerless text is never shown "
-        "to the RM as wrong and escapes co-training (docs/lab.md, run 2). Metric: cooper/pairs_answerless_negative.")
+        "to the RM as wrong and escapes co-training (docs/lab_notebook.md, run 2). Metric: cooper/pairs_answerless_negative.")
     add("--cooper.negative_retries", type=int, default=3,
         help="Rewrite attempts per prompt; a negative is kept only if its answer is verified different from the positive's.")
     add("--cooper.negative_max_new_tokens", type=int, default=512, help="Max new tokens of one rewrite.")

@@ -50,20 +50,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "is; default: the preset's). Ignored with --rm")
     parser.add_argument("--rm-pair-candidates", type=int, default=None,
                         help="how many pair-stage seeds to train and probe before choosing the blindest (a wider "
-                             "search for a blind spot; default: the preset's; docs/lab.md, run 19)")
+                             "search for a blind spot; default: the preset's; docs/lab_notebook.md, run 19)")
     parser.add_argument("--rm-candidate", type=int, default=None,
                         help="start the RM arms from this pair-stage candidate (a seed, 0..rm_pair_candidates-1) "
-                             "instead of the blindest one (docs/lab.md, run 11)")
+                             "instead of the blindest one (docs/lab_notebook.md, run 11)")
     parser.add_argument("--rm-lr", type=float, default=None,
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
                         help="the policy's learning rate, shared by every arm (default: the preset's)")
     parser.add_argument("--rm-answerless-data", action=argparse.BooleanOptionalAction, default=None,
                         help="the starting RM's triples include right completions cut off before their answer, "
-                             "labelled 0 (lab/task.py; default: the preset's; docs/lab.md, run 18)")
+                             "labelled 0 (lab/task.py; default: the preset's; docs/lab_notebook.md, run 18)")
     parser.add_argument("--require-answer", action="store_true", default=None,
                         help="a format gate on every RM arm: text with no final answer is paid 0 (--cooper.require_answer; "
-                             "not the paper's; docs/lab.md, run 17)")
+                             "not the paper's; docs/lab_notebook.md, run 17)")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
     parser.add_argument("--publish", type=Path, default=None, metavar="DEST",
                         help="also copy the report and lab.json into DEST to commit (docs/results/<name>): every figure "

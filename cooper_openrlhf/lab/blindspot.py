@@ -1,6 +1,6 @@
 """The lab's result against the size of its starting RM's blind spot: one point per lab folder and arm.
 
-Runs 4-10 of docs/lab.md say that whether Cooper holds depends on a race -- the policy finding the starting RM's
+Runs 4-10 of docs/lab_notebook.md say that whether Cooper holds depends on a race -- the policy finding the starting RM's
 blind spot against the co-trained RM closing it -- and so on how large the blind spot is. Its size, as one number,
 is the **climb on offer** (lab/pair_stage.py): what writing the starting RM's best-paid text that is the same for
 every prompt (answerless, or, in probes since version 3, one constant answer) earns a policy at the warm start's

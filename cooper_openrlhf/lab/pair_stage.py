@@ -3,7 +3,7 @@
 Why. The static arm shows the paper's signature only if its RM has a blind spot the policy can reach: some
 wrong output paid more than the policy earns now (lab/rm_probe.py). The lab's BCE recipe does not give one:
 MiniLM trained on rule-labelled triples is either flat or compares the answer with the reference and pays text
-without an answer like a wrong one (docs/lab.md, "After run 3"). The blind spot of run 4's RM came from
+without an answer like a wrong one (docs/lab_notebook.md, "After run 3"). The blind spot of run 4's RM came from
 co-training on the paper's pairs, whose positive and negative both carry an answer: the pairwise loss fixes
 only their difference, so what the RM pays text with no answer drifts where the updates happen to push it.
 
@@ -12,7 +12,7 @@ at the Cooper arms' RM learning rate and prompts per step -- on pairs of the pol
 reference answer against a slip of it (the assistant's rewrite, lab/warm_start.py). This is what the RM of a
 Cooper run would learn from 40 steps of pairs without the policy moving. Where the answerless pay lands
 depends on the seed (of run 10's 8, three pay answerless text about as much as the truth and three
-pay it less than answering earns a policy right on 42%; docs/lab.md, run 10), so the lab trains
+pay it less than answering earns a policy right on 42%; docs/lab_notebook.md, run 10), so the lab trains
 `rm_pair_candidates` seeds (lab/presets.py), probes each and keeps the one that pays the warm-started policy
 most for not answering, or for one answer everywhere (`climb_on_offer`): a worst case among RMs this procedure
 gives, chosen before any arm runs, and the same RM for every arm. Once the BCE data hold answerless completions

@@ -216,7 +216,7 @@ def starting_rm_problem(summary: dict) -> str | None:
     """A warning when the starting VerifyRM's held-out accuracy is at chance, else None.
 
     Such an RM pays every completion about the same, so the static and Cooper arms train on noise-level rewards
-    and the lab compares nothing (docs/lab.md: the smollm2 preset's first run). The arms still run: a flat RM is
+    and the lab compares nothing (docs/lab_notebook.md: the smollm2 preset's first run). The arms still run: a flat RM is
     a legitimate (harsh) starting point, but the reader must know.
     """
     best = summary.get("best") or {}

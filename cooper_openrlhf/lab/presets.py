@@ -21,7 +21,7 @@ ARM_FLAGS: dict[str, tuple[str, ...]] = {
     "static": _RM,
     "cooper": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant"),
     "cooper_rollout": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout"),
-    # Not the paper's: answerless rollouts may be negatives too (docs/lab.md, run 2: a policy drifting to
+    # Not the paper's: answerless rollouts may be negatives too (docs/lab_notebook.md, run 2: a policy drifting to
     # answerless text escapes the paper's pairs, which always carry a wrong answer).
     "cooper_rollout_answerless": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout",
                                   "--cooper.answerless_negatives"),
@@ -48,34 +48,34 @@ class LabPreset:
     kl_coef: float = 0.0
     eval_every: int = 2
     eval_samples: int = 4
-    rm_epochs: int = 1  # 2 made an RM the tiny policy could not fool (docs/lab.md, "What the lab showed")
+    rm_epochs: int = 1  # 2 made an RM the tiny policy could not fool (docs/lab_notebook.md, "What the lab showed")
     rm_lr_pretrain: float = 2e-4
     rm_max_length: int = 128
     # The starting RM's triples include each right completion cut off before its answer, labelled 0 by the
     # verifier (lab/task.py), as the paper's VerifyRM data would: sampled completions, graded by math-verify.
-    # On in the full preset since run 19 (docs/lab.md): with it the answerless exploit of runs 2-16 is gone, and the
+    # On in the full preset since run 19 (docs/lab_notebook.md): with it the answerless exploit of runs 2-16 is gone, and the
     # pair stage's wider search (32 candidates) still finds a blind spot with an answer. Runs 1-17 ran without it.
     rm_answerless_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
     # the probe keeps the one that pays the warm-started policy most for not answering or for one answer everywhere
-    # (`climb_on_offer`). 0: the BCE recipe's RM as it is (runs 1-3 and 7 of docs/lab.md).
+    # (`climb_on_offer`). 0: the BCE recipe's RM as it is (runs 1-3 and 7 of docs/lab_notebook.md).
     rm_pair_steps: int = 40
     rm_pair_lr: float = 1e-4
     rm_pair_candidates: int = 8
     # Which candidate every RM arm starts from: None, the blindest (largest climb on offer); a seed, that
-    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab.md, run 11).
+    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab_notebook.md, run 11).
     rm_pair_candidate: int | None = None
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
     # F alone (what the RM pays verified-wrong rollouts, against its own noise): on run 14, judged by the rule
-    # docs/lab.md set before it ("Rule F"), it alarmed on fewer Cooper runs that held than A-D (which runs 10-13
+    # docs/lab_notebook.md set before it ("Rule F"), it alarmed on fewer Cooper runs that held than A-D (which runs 10-13
     # used) and early on as many falls; run 15 (candidate 3) kept it by the same rule. E was quieter on Cooper but
     # later on static ("The alarm").
     hacking_rules: str = "F"
     # A format gate on every RM arm (`--cooper.require_answer`: answerless text paid 0, as the rule arm pays it).
     # Off, as in the paper; on, the answerless exploit is closed and only blind spots with an answer remain
-    # (`--require-answer`, docs/lab.md, run 17).
+    # (`--require-answer`, docs/lab_notebook.md, run 17).
     require_answer: bool = False
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
@@ -96,19 +96,19 @@ PRESETS: dict[str, LabPreset] = {
     "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=40,
                        task=_DIGITS, rm_pair_candidates=4, budget_minutes=15),
     # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds. The
-    # policy at half the quick preset's rate for twice its steps (docs/lab.md, run 6): the co-trained RM, whose
+    # policy at half the quick preset's rate for twice its steps (docs/lab_notebook.md, run 6): the co-trained RM, whose
     # rate is unchanged, gets twice the updates per unit of policy drift. Runs 1-5 used 3e-4 for 40 steps.
     # Its starting RM is trained the paper's way (completions cut off before their answer labelled wrong), and the
-    # pair stage searches 32 seeds for the blindest (docs/lab.md, run 19: with 8, as in run 18, the blindest
+    # pair stage searches 32 seeds for the blindest (docs/lab_notebook.md, run 19: with 8, as in run 18, the blindest
     # offered +0.02 and static held 5 of 6; with 32, "The answer is 0." was paid as the truth and static fell).
     # Runs 10-17: `--no-rm-answerless-data --rm-pair-candidates 8`; run 18: `--rm-pair-candidates 8`.
     "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4,
                       rm_answerless_data=True, rm_pair_candidates=32),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
-    # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes").
+    # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "Sizes").
     # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
-    # gradient) and 19-25% of its digit sums, at the low edge of RL's useful band (docs/lab.md, "The smollm2
+    # gradient) and 19-25% of its digit sums, at the low edge of RL's useful band (docs/lab_notebook.md, "The smollm2
     # preset"). The instruction is the evaluation's (`eval.prompts`): asked for "\\boxed{N}", SmolLM2 wrote the
     # letter N. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps (run v3). Its RM learns
     # at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair stage

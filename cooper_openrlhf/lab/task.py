@@ -102,7 +102,7 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
     """Right and wrong templated completions per problem, labelled by the rule verifier. `answerless`: each right
     completion also cut off before its answer, kept where the verifier finds no answer in it (the paper's VerifyRM
     data are sampled completions labelled by math-verify, and a completion with no answer is labelled wrong; without
-    them, what the RM pays text with no answer is wherever its training left it: docs/lab.md, run 18)."""
+    them, what the RM pays text with no answer is wherever its training left it: docs/lab_notebook.md, run 18)."""
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
     # The cuts draw from their own stream, so the answering rows are the same with `answerless` as without.
