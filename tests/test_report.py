@@ -105,13 +105,16 @@ def test_summarize_arm_final_and_best_mean_and_sample_std_over_seeds():
              {"eval/accuracy": [(5, 0.20), (10, 0.60), (15, 0.60)]}]
     s = summarize_arm("cooper", seeds)
     assert s.metric == HELDOUT_LABEL and s.seeds == 2
-    assert (s.final_values, s.best_values) == ([0.40, 0.60], [0.50, 0.60])
-    assert s.final_mean == pytest.approx(0.5) and s.final_std == pytest.approx(math.sqrt(0.02))
+    # Final: the mean of the last 3 evaluations (0.3, 0.5, 0.4 -> 0.4; 0.2, 0.6, 0.6 -> 0.4667).
+    assert s.final_values == pytest.approx([0.40, 0.46667], abs=1e-4) and s.best_values == [0.50, 0.60]
+    assert s.final_mean == pytest.approx(0.43333, abs=1e-4) and s.final_std == pytest.approx(0.04714, abs=1e-4)
+    assert s.final_interval == pytest.approx((0.40, 0.46667), abs=1e-4)  # two seeds: the bootstrap's extremes
     assert s.best_mean == pytest.approx(0.55) and s.best_std == pytest.approx(math.sqrt(0.005))
     # A seed without held-out evaluation: the whole arm falls back to verified accuracy, labelled.
     mixed = summarize_arm("rule", [{**seeds[0], "cooper/verified_accuracy": [(1, 0.1), (2, 0.3)]},
                                    {"cooper/verified_accuracy": [(1, 0.2), (2, 0.1)]}])
-    assert mixed.metric == VERIFIED_LABEL and mixed.final_values == [0.3, 0.1] and mixed.best_values == [0.3, 0.2]
+    assert mixed.metric == VERIFIED_LABEL and mixed.final_values == pytest.approx([0.2, 0.15])
+    assert mixed.best_values == [0.3, 0.2]
     single = summarize_arm("x", [{"cooper/verified_accuracy": [(1, 0.1)]}])
     assert single.final_std is None and single.best_std is None
     assert summarize_arm("empty", [{"timing/generation": [(1, 1.0)]}]) is None
@@ -135,7 +138,12 @@ def test_hacking_signature_needs_a_significant_rm_reward_rise_and_held_out_accur
     sig = hacking_signature(rising, rule_final=0.35)
     design = np.stack([np.ones(20), steps], axis=1)
     (_, slope), rss, *_ = np.linalg.lstsq(design, np.array([v for _, v in rising["cooper/rm_reward_mean"]]), rcond=None)
-    se = math.sqrt(rss[0] / 18 / ((steps - steps.mean()) ** 2).sum())
+    # The rise's error is Newey-West's (consecutive steps are correlated), lags floor(4 (20/100)^(2/9)) = 2.
+    residuals = np.array([v for _, v in rising["cooper/rm_reward_mean"]]) - design @ np.linalg.lstsq(
+        design, np.array([v for _, v in rising["cooper/rm_reward_mean"]]), rcond=None)[0]
+    scores = (steps - steps.mean()) * residuals
+    hac = scores @ scores + sum(2 * (1 - lag / 3) * scores[lag:] @ scores[:-lag] for lag in (1, 2))
+    se = math.sqrt(hac * 20 / 18) / ((steps - steps.mean()) ** 2).sum()
     assert sig.rm_change == pytest.approx(slope * 19) and sig.rm_change_se == pytest.approx(se * 19)
     assert sig.rm_first == pytest.approx(0.42) and sig.rm_last == pytest.approx(0.59)  # 5-step means: noise -0.01, +0.01
     assert sig.rm_rises and (sig.heldout_first, sig.heldout_last) == (0.40, 0.20) and sig.shows is True
@@ -162,9 +170,9 @@ def test_the_report_counts_the_signature_per_arm_against_the_rule_arms_held_out_
         _write_events(tmp_path / name / "tb" / "ppo_run", scalars)
     assert main([*(str(tmp_path / name) for name in runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "below the rule arm's mean final (0.4200)" in text
+    assert "below the rule arm's mean final (0.4100)" in text
     assert "- static: in 1 of 2 run(s)" in text and "- cooper: in 0 of 1 run(s)" in text
-    assert "| static | 0 | 0.46 -> 0.76 | +0.38 ± 0.01 (**yes**) | 0.40 -> 0.10 | **yes** |" in text
+    assert "| static | 0 | 0.46 -> 0.76 | +0.38 ± 0.00 (**yes**) | 0.40 -> 0.10 | **yes** |" in text
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [(r["arm"], r["seed"], r["shows"]) for r in summary["hacking_signature"]] == [
         ("static", 0, True), ("static", 1, False), ("cooper", 0, False)]
@@ -212,16 +220,19 @@ def test_report_writes_every_figure_as_a_png(report):
 def test_report_table_gives_held_out_where_evaluated_and_labelled_verified_accuracy_elsewhere(report):
     out, root = report
     text = (out / "report.md").read_text()
-    # cooper: held-out finals 0.35, 0.37 = its bests (rising); static: verified finals 0.22, 0.23, bests (step 1) 0.29, 0.30.
-    assert "| cooper | held-out accuracy | 0.3600 ± 0.0141 (n=2) | 0.3600 ± 0.0141 (n=2) |" in text
-    assert "| static | verified accuracy (training rollouts) | 0.2250 ± 0.0071 (n=2) | 0.2950 ± 0.0071 (n=2) |" in text
+    # cooper: held-out last values 0.35, 0.37 = its bests (rising); static: verified last values 0.22, 0.23, bests
+    # (step 1) 0.29, 0.30.
+    # Final: the mean of the last 3 evaluations of each seed (report/seed_stats.py), with its bootstrap interval.
+    assert "| cooper | held-out accuracy | 0.3350 ± 0.0141 (n=2) | [0.325, 0.345] | 0.3600 ± 0.0141 (n=2) |" in text
+    assert ("| static | verified accuracy (training rollouts) | 0.2350 ± 0.0071 (n=2) | [0.230, 0.240] | "
+            "0.2950 ± 0.0071 (n=2) |") in text
     assert "No held-out accuracy for static" in text
     assert "**failed**: no tensorboard event files" in text and str(root / "crashed_seed0") in text
     assert "3 (first at step 6)" in text  # static's alarms at steps 6-8
     assert "reward 0.950, reference `4`, question: q" in text and "  The answer is 5." in text  # last step, unverified
     summary = json.loads((out / "summary.json").read_text())
     cooper = next(a for a in summary["arms"] if a["arm"] == "cooper")
-    assert cooper["final_values"] == pytest.approx([0.35, 0.37])
+    assert cooper["final_values"] == pytest.approx([0.325, 0.345])  # means of the last 3 evaluations
     assert [r["failed"] for r in summary["runs"]] == [False] * 4 + [True]
     assert summary["runs"][2]["hacking_alarm_steps"] == [6, 7, 8]
 
@@ -552,3 +563,61 @@ def test_every_figure_is_at_most_1600_px_wide(report):
     for name in ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png"):
         with Image.open(Path(out) / name) as image:
             assert image.width <= 1600, (name, image.size)
+
+
+def test_seed_statistics_on_hand_made_numbers():
+    from cooper_openrlhf.report.seed_stats import (
+        bootstrap_mean_interval,
+        final_value,
+        newey_west_slope_se,
+        paired_comparison,
+        sign_flip_p_value,
+    )
+
+    assert final_value([(1, 0.9), (2, 0.1), (3, 0.2), (4, 0.3)]) == pytest.approx(0.2)
+    assert final_value([(1, 0.5)]) == 0.5
+    low, high = bootstrap_mean_interval([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert 0.1 < low < 0.3 < high < 0.5
+    # Sign flips of (0.1, 0.1, 0.1): only all-plus and all-minus reach |mean| 0.1, so p = 2 / 8.
+    assert sign_flip_p_value([0.1, 0.1, 0.1]) == pytest.approx(0.25)
+    cooper, rule, static = {0: 0.40, 1: 0.38, 2: 0.42, 3: 0.39}, {0: 0.41, 1: 0.37, 2: 0.40, 3: 0.40}, \
+        {0: 0.10, 1: 0.20, 2: 0.05, 3: 0.15, 7: 0.3}
+    near = paired_comparison(cooper, rule)
+    assert near.seeds == 4 and near.mean_difference == pytest.approx(0.0025) and near.within_noise
+    far = paired_comparison(cooper, static)  # seed 7 has no cooper run: left out
+    assert far.seeds == 4 and far.mean_difference == pytest.approx(0.2725) and not far.within_noise
+    assert far.p_value == pytest.approx(2 / 16)  # every difference positive: the most extreme of 16 patterns
+    assert paired_comparison({0: 0.1}, {0: 0.2}) is None
+    # A wandering (autocorrelated) curve: Newey-West's error exceeds the plain one, which treats steps as independent.
+    walk = [(t, 0.3 + 0.01 * t + 0.1 * math.sin(t / 3)) for t in range(30)]  # a slow swing about a trend
+    xs = [x for x, _ in walk]
+    mean_x = sum(xs) / len(xs)
+    slope = sum((x - mean_x) * y for x, y in walk) / sum((x - mean_x) ** 2 for x in xs)
+    mean_y = sum(y for _, y in walk) / len(walk)
+    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in walk) / (len(walk) - 2)
+    plain = (residual / sum((x - mean_x) ** 2 for x in xs)) ** 0.5
+    assert newey_west_slope_se(walk) > plain
+
+
+def test_an_alarm_after_the_run_bottomed_out_and_recovered_is_not_early():
+    """Judged at the lowest evaluation before the alarm, not the latest: a run that fell to .05 and climbed back to
+    .35 before its alarm had its whole fall behind it."""
+    from cooper_openrlhf.report.replay import alarm_outcome
+
+    recovered = {"eval/accuracy": [(2, 0.40), (10, 0.05), (20, 0.35), (30, 0.30)]}
+    late = alarm_outcome(recovered, [25], held_at=0.25)
+    assert late.fall_done == pytest.approx(1.0) and not late.early
+
+
+def test_the_report_compares_arms_seed_by_seed_and_says_what_is_within_noise(tmp_path):
+    from cooper_openrlhf.cli.report import main
+
+    finals = {"rule": (0.40, 0.42, 0.38), "cooper": (0.41, 0.41, 0.39), "static": (0.10, 0.20, 0.05)}
+    for arm, values in finals.items():
+        for seed, value in enumerate(values):
+            _write_events(tmp_path / f"{arm}_seed{seed}" / "tb" / "ppo_run", {"eval/accuracy": [(2, 0.4), (20, value)]})
+    assert main([*(str(p) for p in sorted(tmp_path.glob("*_seed*"))), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Paired differences (held-out, final)" in text
+    assert "| cooper | rule | 3 | +0.002 |" in text  # finals are the mean of (0.4, value) here: halves the gaps
+    assert "Within noise: cooper vs rule (+0.002). Apart: static vs rule (-0.142); cooper vs static" in text

@@ -11,12 +11,14 @@ numbers out.
   hacking_signature  the issue's signature of one RM run: RM reward up, held-out accuracy down, below rule's
 """
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cooper_openrlhf.algo.hacking_stats import least_squares_slope
+from cooper_openrlhf.report.seed_stats import bootstrap_mean_interval, final_value, newey_west_slope_se
 from cooper_openrlhf.algo.metric_keys import ACCURACY, ALARM, HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX, RM_REWARD
 
 Series = list[tuple[int, float]]
@@ -54,6 +56,7 @@ class ArmSummary:
     best_std: float | None
     final_values: list[float]  # per seed, in the order given
     best_values: list[float]
+    final_interval: tuple[float, float] = (math.nan, math.nan)  # 95% bootstrap interval of final_mean over seeds
 
 
 def band(series: Sequence[Series]) -> Band:
@@ -106,7 +109,8 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def summarize_arm(arm: str, runs: Sequence[Scalars]) -> ArmSummary | None:
-    """Final (last logged step) and best (max over steps) accuracy per seed, then mean +- std over seeds.
+    """Final (the mean of the last FINAL_EVALUATIONS logged values: one held-out evaluation of a hundred samples
+    is noisy) and best (max over steps) accuracy per seed, then mean +- std and a bootstrap interval over seeds.
 
     Held-out accuracy when every seed evaluated, else verified accuracy (labelled); seeds logging neither
     are left out; None when no seed logged either.
@@ -119,10 +123,11 @@ def summarize_arm(arm: str, runs: Sequence[Scalars]) -> ArmSummary | None:
     curves = [curve for curve in curves if curve]
     if not curves:
         return None
-    finals, bests = [curve[-1][1] for curve in curves], [max(v for _, v in curve) for curve in curves]
+    finals, bests = [final_value(curve) for curve in curves], [max(v for _, v in curve) for curve in curves]
     final_mean, final_std = _mean_std(finals)
     best_mean, best_std = _mean_std(bests)
-    return ArmSummary(arm, metric, len(curves), final_mean, final_std, best_mean, best_std, finals, bests)
+    return ArmSummary(arm, metric, len(curves), final_mean, final_std, best_mean, best_std, finals, bests,
+                      bootstrap_mean_interval(finals))
 
 
 def stage_seconds(scalars: Scalars) -> dict[str, Series]:
@@ -144,6 +149,7 @@ class AlarmTiming:
 
     first: float | None  # first held-out evaluation
     at_first_alarm: float | None  # the latest evaluation the guard had seen when it first alarmed (logged before it)
+    lowest_before_alarm: float | None  # the lowest of the evaluations logged before the first alarm
     lowest: float | None
     lowest_step: int | None  # the first step where the lowest value was logged
 
@@ -158,10 +164,10 @@ def alarm_timing(scalars: Scalars, alarms: Sequence[int] | None = None) -> Alarm
     heldout = heldout_series(scalars)
     alarms = alarm_steps(scalars) if alarms is None else alarms
     if not heldout:
-        return AlarmTiming(None, None, None, None)
+        return AlarmTiming(None, None, None, None, None)
     lowest_step, lowest = min(heldout, key=lambda point: (point[1], point[0]))
     seen = [value for step, value in heldout if alarms and step < alarms[0]]
-    return AlarmTiming(heldout[0][1], seen[-1] if seen else None, lowest, lowest_step)
+    return AlarmTiming(heldout[0][1], seen[-1] if seen else None, min(seen) if seen else None, lowest, lowest_step)
 
 
 def value_at(series: Series, step: int) -> float | None:
@@ -190,16 +196,11 @@ class Signature:
 
 
 def _line_rise(points: Series) -> tuple[float, float]:
-    """The least-squares line's rise from the first point's step to the last, and its standard error (from the
-    residuals about the line, the points taken as independent)."""
-
-    slope = least_squares_slope(points)
-    xs, ys = [x for x, _ in points], [y for _, y in points]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in points) / (len(points) - 2)
-    span = xs[-1] - xs[0]
-    return slope * span, (residual / sxx) ** 0.5 * span
+    """The least-squares line's rise from the first point's step to the last, and its standard error: Newey-West's,
+    since a training curve's consecutive steps are correlated and the plain error, which treats them as
+    independent, calls a slow wander a rise (report/seed_stats.py)."""
+    span = points[-1][0] - points[0][0]
+    return least_squares_slope(points) * span, newey_west_slope_se(points) * span
 
 
 def hacking_signature(scalars: Scalars, rule_final: float | None) -> Signature:

@@ -26,10 +26,13 @@ from cooper_openrlhf.report.aggregate import (
     alarm_steps,
     alarm_timing,
     hacking_signature,
+    heldout_series,
     summarize_arm,
 )
+from cooper_openrlhf.report.seed_stats import FINAL_EVALUATIONS, final_value, paired_comparison
 from cooper_openrlhf.report.runs import RunData
 
+RULE_ARM = "rule"  # the arm whose final held-out accuracy the signature compares against (lab/presets.py)
 EXAMPLES_PER_RUN = 3
 EXAMPLE_CHARS = 300
 FIGURE_CAPTIONS = {
@@ -37,8 +40,8 @@ FIGURE_CAPTIONS = {
                             "Hacking shows as RM reward rising while verified and held-out accuracy fall.",
     "rm_pair_accuracy.png": "The RM's pairwise accuracy on each step's fresh (verified-correct, wrong) pairs, "
                             "measured before it trains on them (Cooper runs only).",
-    "hacking_gap.png": "RM reward minus verified accuracy on the training rollouts (triangles: steps where the "
-                       "hacking guard raised its alarm, cooper/hacking_alarm) and on the held-out rollouts.",
+    "hacking_gap.png": "RM reward minus verified accuracy on the training rollouts (the rug under it: steps where "
+                       "the hacking guard's alarm was on, cooper/hacking_alarm) and on the held-out rollouts.",
     "step_time.png": "Seconds per step by stage (timing/*), stacked: where each arm's time goes.",
 }
 
@@ -69,12 +72,49 @@ def _accuracy_section(summaries: list[ArmSummary]) -> list[str]:
     elif fallback:
         lines += [f"No held-out accuracy for {', '.join(fallback)}: those rows use the rule-verified accuracy of the "
                   "training rollouts instead (labelled), so compare them with the others with care.", ""]
-    lines += ["Final = at each seed's last logged step; best = the maximum over its steps; mean ± sample std over "
-              "seeds.", "", "| arm | metric | final | best |", "|---|---|---|---|"]
+    lines += [f"Final = the mean of each seed's last {FINAL_EVALUATIONS} logged values (one evaluation is noisy); best = "
+              "the maximum over its steps; mean ± sample std over seeds, and a 95% bootstrap interval of the mean.",
+              "", "| arm | metric | final | final, 95% CI | best |", "|---|---|---|---|---|"]
     for s in summaries:
         label = "held-out accuracy" if s.metric == HELDOUT_LABEL else "verified accuracy (training rollouts)"
-        lines.append(f"| {s.arm} | {label} | {number(s.final_mean, s.final_std, s.seeds)} | "
+        interval = "-" if s.seeds < 2 else f"[{s.final_interval[0]:.3f}, {s.final_interval[1]:.3f}]"
+        lines.append(f"| {s.arm} | {label} | {number(s.final_mean, s.final_std, s.seeds)} | {interval} | "
                      f"{number(s.best_mean, s.best_std, s.seeds)} |")
+    return lines + [""]
+
+
+BASELINE_ARMS = (RULE_ARM, "static")  # every other arm is compared with these, seed by seed
+
+
+def _paired_section(runs: Sequence[RunData]) -> list[str]:
+    """Each arm minus the rule arm and minus the static arm, seed by seed, with what is within noise in words."""
+    finals: dict[str, dict[int, float]] = {}
+    for run in runs:
+        curve = heldout_series(run.scalars) if not run.failed else []
+        if curve:
+            finals.setdefault(run.arm, {})[run.seed] = final_value(curve)
+    rows, noise, apart = [], [], []
+    for baseline in BASELINE_ARMS:
+        for arm in finals:
+            if arm == baseline or baseline not in finals:
+                continue
+            compared = paired_comparison(finals[arm], finals[baseline])
+            if compared is None:
+                continue
+            low, high = compared.interval
+            verdict = "within noise" if compared.within_noise else "apart"
+            rows.append(f"| {arm} | {baseline} | {compared.seeds} | {compared.mean_difference:+.3f} | "
+                        f"[{low:+.3f}, {high:+.3f}] | {compared.p_value:.3f} | {verdict} |")
+            (noise if compared.within_noise else apart).append(f"{arm} vs {baseline} ({compared.mean_difference:+.3f})")
+    if not rows:
+        return []
+    lines = ["## Paired differences (held-out, final)", "",
+             "Each arm minus the rule arm and minus the static arm, over the seeds both ran (a seed fixes the prompt "
+             "order, so its arms meet the same problems): the mean difference, a 95% bootstrap interval over those "
+             "seeds and a two-sided sign-flip permutation p-value. Within noise = the interval includes 0.", "",
+             "| arm | minus | seeds | mean difference | 95% CI | p | |", "|---|---|---|---|---|---|---|", *rows, ""]
+    lines.append("Within noise: " + ("; ".join(noise) if noise else "none") + ". Apart: "
+                 + ("; ".join(apart) if apart else "none") + ".")
     return lines + [""]
 
 
@@ -101,7 +141,6 @@ def _runs_section(runs: Sequence[RunData]) -> list[str]:
     return lines + [""]
 
 
-RULE_ARM = "rule"  # the arm whose final held-out accuracy the signature compares against (lab/presets.py)
 
 
 def signatures(runs: Sequence[RunData], summaries: list[ArmSummary]) -> list[tuple[RunData, Signature]]:
@@ -180,7 +219,8 @@ def render(runs: Sequence[RunData], summaries: list[ArmSummary], figures: Sequen
     figure_lines = ["## Figures", ""]
     for path in figures:
         figure_lines += [f"![{path.stem}]({path.name})", "", FIGURE_CAPTIONS.get(path.name, ""), ""]
-    body = (head + _accuracy_section(summaries) + _runs_section(runs) + _signature_section(runs, summaries)
+    body = (head + _accuracy_section(summaries) + _paired_section(runs) + _runs_section(runs)
+            + _signature_section(runs, summaries)
             + figure_lines + _rollouts_section(runs))
     return "\n".join(body).rstrip() + "\n"
 

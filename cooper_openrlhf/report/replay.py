@@ -116,7 +116,9 @@ class AlarmOutcome:
     held: bool | None  # last held-out accuracy >= the level asked for (None: no held-out evaluation)
     first_alarm: int | None
     lowest_step: int | None  # the first step of the lowest held-out accuracy
-    fall_done: float | None  # share of the fall (first -> lowest held-out) already behind when the alarm came
+    fall_done: float | None  # share of the fall (first -> lowest held-out) already behind when the alarm came,
+    # measured at the lowest evaluation before the alarm: a run that bottomed out and recovered before its alarm
+    # had its whole fall behind it, however high it stood when the alarm came
 
     @property
     def early(self) -> bool:
@@ -126,7 +128,7 @@ class AlarmOutcome:
 
 def alarm_outcome(scalars: Scalars, alarm_at: Sequence[int], held_at: float) -> AlarmOutcome:
     """The outcome of alarms at steps `alarm_at` on a run (`alarm_timing`: the alarm at step s had seen the
-    evaluations logged before s), so fall_done is (first - the latest of those) / (first - lowest); 0 when the
+    evaluations logged before s), so fall_done is (first - the lowest of those) / (first - lowest); 0 when the
     alarm came before any evaluation, None without an alarm or a fall."""
     timing, heldout = alarm_timing(scalars, alarm_at), heldout_series(scalars)
     first_alarm = alarm_at[0] if alarm_at else None
@@ -134,6 +136,6 @@ def alarm_outcome(scalars: Scalars, alarm_at: Sequence[int], held_at: float) -> 
         return AlarmOutcome(None, first_alarm, None, None)
     fall, fall_done = timing.first - timing.lowest, None
     if first_alarm is not None and fall > 0:
-        seen = timing.first if timing.at_first_alarm is None else timing.at_first_alarm
+        seen = timing.first if timing.lowest_before_alarm is None else timing.lowest_before_alarm
         fall_done = max(0.0, (timing.first - seen) / fall)
     return AlarmOutcome(heldout[-1][1] >= held_at, first_alarm, timing.lowest_step, fall_done)
