@@ -16,7 +16,19 @@
 #   launchers (GPUS_PER_NODE, SHARDS, N_SAMPLES, ...), which they read from the environment. SBATCH_ARGS is added
 #   to every sbatch (e.g. "--partition=gpu --account=x").
 set -euo pipefail
-COOPER_LAUNCH_DIR=${COOPER_LAUNCH_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
+# The kit: this script's folder, unless this is slurmd's spool copy of it (plain `sbatch launch_scripts/X.sbatch`):
+# then COOPER_LAUNCH_DIR, or the folder sbatch ran in (SLURM_SUBMIT_DIR: the checkout or its launch_scripts/).
+if [[ -z "${COOPER_LAUNCH_DIR:-}" ]]; then
+  for COOPER_LAUNCH_DIR in "$(dirname "${BASH_SOURCE[0]}")" "${SLURM_SUBMIT_DIR:-.}/launch_scripts" "${SLURM_SUBMIT_DIR:-.}"; do
+    [[ -f "$COOPER_LAUNCH_DIR/common.sh" ]] && break
+  done
+fi
+if [[ ! -f "$COOPER_LAUNCH_DIR/common.sh" ]]; then
+  echo "error: COOPER_LAUNCH_DIR=$COOPER_LAUNCH_DIR: no common.sh there; cannot find the launch kit. Submit from the" \
+       "cooper-openrlhf checkout (sbatch launch_scripts/$(basename "$0")), or export COOPER_LAUNCH_DIR=/path/to/launch_scripts" >&2
+  exit 2
+fi
+COOPER_LAUNCH_DIR=$(cd "$COOPER_LAUNCH_DIR" && pwd)
 export COOPER_LAUNCH_DIR
 # shellcheck source=launch_scripts/common.sh
 source "$COOPER_LAUNCH_DIR/common.sh"

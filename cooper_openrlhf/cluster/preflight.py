@@ -58,13 +58,42 @@ def _parse_or_fail(what: str, parse) -> object:
 
 
 # --------------------------------------------------------------------------------------------- RL
+CPU_SLOTS_PER_NODE = 2  # CPU mode: logical "GPUs" per node that Ray declares (scheduling tokens, not devices)
+
+
+def cpu_mode(env: Env) -> bool:
+    """GPUS_PER_NODE=0: every role on CPU (tiny models; the local Slurm cluster of scripts/local_slurm.sh)."""
+    return env.int("GPUS_PER_NODE", 8, minimum=0) == 0
+
+
+def ray_slots_per_node(env: Env) -> int:
+    """What `ray start --num-gpus` declares per node: the node's GPUs, or CPU_SLOTS_PER_NODE logical ones in CPU mode."""
+    if cpu_mode(env):
+        return env.int("CPU_SLOTS_PER_NODE", CPU_SLOTS_PER_NODE)
+    return env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
+
+
+def _rl_nodes(env: Env) -> int:
+    """NODES, checked against the allocation inside the job (a job never silently runs on fewer nodes than asked)."""
+    allocated = env.int("SLURM_JOB_NUM_NODES", None) if env.get("SLURM_JOB_ID") else None
+    nodes = env.int("NODES", allocated or 1, minimum=1)
+    if allocated is not None and nodes != allocated:
+        raise PreflightError(f"NODES={nodes}: the job's allocation has {allocated} node(s) (SLURM_JOB_NUM_NODES); "
+                             f"submit with --nodes={nodes} (bash launch_scripts/cooper_slurm.sbatch does) or set NODES="
+                             f"{allocated}")
+    return nodes
+
+
 def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
-    nodes = env.int("NODES", env.int("SLURM_JOB_NUM_NODES", 1), minimum=1)
-    gpus = env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
+    nodes = _rl_nodes(env)
+    slots = ray_slots_per_node(env)
+    # CPU mode: one slot per role (actor+ref, RM, one engine): the smallest run that still spans the nodes.
+    small = cpu_mode(env)
     try:
-        return plan_placement(nodes, gpus, arm=arm, assistant_model=assistant_model,
-                              actor_gpus=env.int("ACTOR_GPUS", None), rm_gpus=env.int("RM_GPUS", None, minimum=0),
-                              vllm_engines=env.int("VLLM_ENGINES", None), vllm_tp=env.int("VLLM_TP", 1),
+        return plan_placement(nodes, slots, arm=arm, assistant_model=assistant_model,
+                              actor_gpus=env.int("ACTOR_GPUS", 1 if small else None),
+                              rm_gpus=env.int("RM_GPUS", (0 if arm == "rule" else 1) if small else None, minimum=0),
+                              vllm_engines=env.int("VLLM_ENGINES", 1 if small else None), vllm_tp=env.int("VLLM_TP", 1),
                               colocate_all=env.flag("COLOCATE_ALL"))
     except PlacementError as exc:
         raise PreflightError(str(exc)) from None
@@ -131,6 +160,13 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
                              f"N_SAMPLES={n} = {rollout_batch * n} samples of one rollout step")
     warmup = _warmup_ratio(env, len(rows), n, rollout_batch, train_batch, episodes)
     job = env.get("SLURM_JOB_ID", "dryrun")
+    if cpu_mode(env):  # the CPU runtime's routes (docs/cluster.md): gloo weight sync, eager attention, dtype auto
+        device_flags = ["--vllm.sync_backend", "gloo", "--vllm.enforce_eager", "--ds.attn_implementation", "eager"]
+    else:
+        device_flags = ["--vllm.sync_backend", "nccl", "--ds.param_dtype", "bf16",
+                        "--ds.attn_implementation", "flash_attention_2"]
+    eval_flags = _eval_flags(env, input_key, label_key)
+    max_samples = env.int("MAX_SAMPLES", None)
     argv = [
         "python", "-m", "cooper_openrlhf.cli.train_cooper",
         "--actor.model_name_or_path", policy,
@@ -147,14 +183,16 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         "--actor.lr_warmup_ratio", repr(warmup),
         *placement.openrlhf_flags(),
         "--vllm.gpu_memory_utilization", str(env.float("VLLM_GPU_MEMORY_UTILIZATION", 0.5 if placement.colocate_all else 0.8)),
-        "--vllm.sync_backend", "nccl",
-        "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
-        "--actor.gradient_checkpointing_enable",
+        *device_flags,
+        "--ds.zero_stage", "2", "--actor.gradient_checkpointing_enable",
         "--cooper.verifier_workers", str(env.int("VERIFIER_WORKERS", 16)), "--cooper.verifier_deadline_s", "10",
-        "--train.seed", str(env.int("SEED", 42, minimum=0)), "--ckpt.save_steps", str(env.int("SAVE_STEPS", 20)),
+        "--train.seed", str(env.int("SEED", 42, minimum=0)),
+        # A requeued or resubmitted job (time limit, preemption) continues from the last periodic checkpoint.
+        "--ckpt.save_steps", str(env.int("SAVE_STEPS", 20)), "--ckpt.load_enable",
         "--ckpt.path", os.path.join(out, "ckpt"), "--ckpt.output_dir", os.path.join(out, "final"),
         "--logger.tensorboard_dir", os.path.join(out, "tensorboard"), "--logger.wandb.run_name", f"cooper-{arm}-{job}",
         "--cooper.sample_log_dir", os.path.join(out, "samples"),
+        *eval_flags, *(["--data.max_samples", str(max_samples)] if max_samples else []),
     ]
     if arm == "rule":
         argv += ["--cooper.reward_source", "rule"]
@@ -169,9 +207,91 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
             argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
     argv += list(extra_args)
     validate_train_cooper_argv(argv[3:])
+    check_resumable(out, argv)
     runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": env.get("NCCL_DEBUG", "WARN"),
                                 "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1")}}
+    if cpu_mode(env):
+        runtime_env = cpu_runtime_env(env, runtime_env)
     return Plan("rl", [argv], notes, placement, runtime_env)
+
+
+def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
+    """Held-out evaluation every EVAL_STEPS rollout steps on EVAL_PROMPTS (`cluster.prompts --heldout`'s split)."""
+    eval_prompts = env.get("EVAL_PROMPTS")
+    if eval_prompts is None:
+        return []
+    if not env.is_pending(eval_prompts):
+        rows = read_rows("EVAL_PROMPTS", eval_prompts)
+        check_rows_have_keys("EVAL_PROMPTS", eval_prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    return ["--eval.dataset", eval_prompts, "--eval.steps", str(env.int("EVAL_STEPS", 10)),
+            "--eval.n_samples_per_prompt", str(env.int("EVAL_N_SAMPLES", 1))]
+
+
+def cpu_runtime_env(env: Env, runtime_env: dict) -> dict:
+    """CPU mode: what `runtime.ray_cluster.init_local_ray` gives its workers, for a cluster started by `ray start`
+    (the job joins it through RAY_ADDRESS, so train_cooper's local start-up does not run): the CPU shims in every
+    worker process, DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache."""
+    from cooper_openrlhf.runtime import cpu
+
+    env_vars = {**runtime_env["env_vars"], "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+                "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"), cpu.CPU_RUNTIME_ENV: "1"}
+    for name in ("PYTHONPATH", "COOPER_MODELS_DIR"):
+        if env.get(name):
+            env_vars[name] = env.get(name)
+    return {"env_vars": env_vars, "worker_process_setup_hook": "cooper_openrlhf.runtime.cpu.install"}
+
+
+# ------------------------------------------------------------------------- resume from checkpoints
+LAUNCH_RECORD = "launch.json"
+# Words of the command that change between attempts of the same run (not its configuration).
+_PER_ATTEMPT_FLAGS = ("--logger.wandb.run_name",)
+
+
+def run_configuration(argv: list[str]) -> list[str]:
+    """The command minus what differs between attempts of one run: what a checkpoint must have been written by."""
+    words = list(argv[3:])
+    for flag in _PER_ATTEMPT_FLAGS:
+        if flag in words:
+            index = words.index(flag)
+            del words[index:index + 2]
+    return words
+
+
+def _first_difference(old: list[str], new: list[str]) -> str:
+    def flags(words):
+        table, key = {}, None
+        for word in words:
+            if word.startswith("--"):
+                key = word
+                table[key] = ""
+            elif key is not None:
+                table[key] = (table[key] + " " + word).strip()
+        return table
+
+    before, now = flags(old), flags(new)
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            return f"{key}: {before.get(key, '(absent)')!r} then, {now.get(key, '(absent)')!r} now"
+    return "the order of the flags"
+
+
+def check_resumable(out: str, argv: list[str]) -> None:
+    """A run folder with checkpoints is resumed (`--ckpt.load_enable`) only by the configuration that wrote them."""
+    ckpt = os.path.join(out, "ckpt")
+    if not (os.path.isdir(ckpt) and os.listdir(ckpt)):
+        return
+    record = os.path.join(out, LAUNCH_RECORD)
+    try:
+        with open(record, encoding="utf-8") as handle:
+            before = json.load(handle)["configuration"]
+    except (OSError, ValueError, KeyError):
+        raise PreflightError(f"OUT={out}: its checkpoint folder {ckpt} has no {LAUNCH_RECORD} saying which "
+                             "configuration wrote it; resuming could load another run's state: use a new OUT, or "
+                             "remove the folder") from None
+    if before != run_configuration(argv):
+        raise PreflightError(f"OUT={out}: its checkpoint folder {ckpt} was written by another configuration "
+                             f"({_first_difference(before, run_configuration(argv))}); a resumed job would continue "
+                             "that run: use a new OUT, or remove the folder to start afresh")
 
 
 def validate_train_cooper_argv(argv: list[str]) -> None:
