@@ -32,12 +32,15 @@ if [[ -z "${COOPER_RAY:-}" ]]; then
 fi
 export COOPER_PYTHON COOPER_RAY
 
+cpu_mode() { [[ "${GPUS_PER_NODE:-}" == 0 ]]; }
+if cpu_mode; then  # DeepSpeed's CPU accelerator and one thread per process (many processes share few cores)
+  export DS_ACCELERATOR=cpu OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fi
+
 # True inside a Slurm job (the submit side has no SLURM_JOB_ID).
 in_job() { [[ -n "${SLURM_JOB_ID:-}" ]]; }
 
 dry_run() { [[ "${DRY_RUN:-0}" == 1 ]]; }
-
-cpu_mode() { [[ "${GPUS_PER_NODE:-}" == 0 ]]; }
 
 preflight() { "$COOPER_PYTHON" -m cooper_openrlhf.cli.preflight "$@"; }
 
@@ -54,6 +57,12 @@ run() {
 with_python() {
   if [[ $1 == python ]]; then shift; set -- "$COOPER_PYTHON" "$@"; fi
   printf '%s\0' "$@"
+}
+
+# CPU mode's sbatch options: no GPU, a core and a little memory, nodes shared (overriding the #SBATCH lines).
+cpu_sbatch_args() {
+  CPUS_PER_TASK=${CPUS_PER_TASK:-1} MEM=${MEM:-1G}
+  SBATCH_ARGS="${SBATCH_ARGS:-} --oversubscribe"
 }
 
 # sbatch this launcher with the environment exported (the variables are its configuration); extra sbatch options
@@ -83,6 +92,13 @@ requeue_self() {
 }
 
 requeue_on_signal() { trap requeue_self USR1; }
+
+# Run a plan's command (NUL-separated words in a file; a leading `python` is COOPER_PYTHON) as the main command.
+run_argv_file() {
+  local words
+  mapfile -d '' words < <(mapfile -d '' raw < "$1"; with_python "${raw[@]}")
+  if dry_run; then run "${words[@]}"; else run_main "${words[@]}"; fi
+}
 
 # Run the job's main command; its exit status. `wait` returns early when a trapped signal arrives: wait again.
 MAIN_PID=""

@@ -61,13 +61,14 @@ node_ports() {  # node index -> `ray start` port flags
 STEP=(srun --nodes=1 --ntasks=1 --overlap)
 [[ -z "${SLURM_CPUS_PER_TASK:-}" ]] || STEP+=("--cpus-per-task=$SLURM_CPUS_PER_TASK")
 [[ -z "${CONTAINER_IMAGE:-}" ]] || STEP+=("--container-image=$CONTAINER_IMAGE")
-node_step() {  # node, command...
+step_argv() {  # node, command... -> STEP_ARGV (an array: started with `&`, its pid is srun's own)
   local node=$1; shift
   if [[ -n "${COOPER_SETUP:-}" ]]; then
     set -- bash -c 'source "$COOPER_SETUP" && exec "$@"' cooper-setup "$@"
   fi
-  "${STEP[@]}" --nodelist="$node" "$@"
+  STEP_ARGV=("${STEP[@]}" --nodelist="$node" "$@")
 }
+node_step() { step_argv "$@"; "${STEP_ARGV[@]}"; }
 
 pick_ipv4() {  # words -> the first non-loopback IPv4, else the first IPv4
   local word first=""
@@ -98,13 +99,13 @@ start_node() {  # node index, ray start arguments...
   local node=${NODE_NAMES[$index]}
   local log="$LOG_DIR/ray-$node.log" ports
   read -r -a ports <<< "$(node_ports "$index" | tr '\n' ' ')"
-  local argv=("$COOPER_RAY" start "$@" "${ports[@]}" --num-gpus="$SLOTS" ${CPUS:+--num-cpus="$CPUS"}
-              ${RAY_OBJECT_STORE_BYTES:+--object-store-memory="$RAY_OBJECT_STORE_BYTES"} --disable-usage-stats --block)
+  step_argv "$node" "$COOPER_RAY" start "$@" "${ports[@]}" --num-gpus="$SLOTS" ${CPUS:+--num-cpus="$CPUS"} \
+    ${RAY_OBJECT_STORE_BYTES:+--object-store-memory="$RAY_OBJECT_STORE_BYTES"} --disable-usage-stats --block
   if dry_run; then
-    printf '+ [%s, log %s]' "$node" "$log"; printf ' %q' "${STEP[@]}" --nodelist="$node" "${argv[@]}"; printf ' &\n'
+    printf '+ [%s, log %s]' "$node" "$log"; printf ' %q' "${STEP_ARGV[@]}"; printf ' &\n'
     return
   fi
-  node_step "$node" "${argv[@]}" > "$log" 2>&1 &
+  "${STEP_ARGV[@]}" > "$log" 2>&1 &
   STEP_PIDS+=("$!")
   WATCH+=(--watch "$node=$!=$log")
 }
@@ -119,7 +120,8 @@ stop_cluster() {
   for pid in "${STEP_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${STEP_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   for node in "${NODE_NAMES[@]}"; do
-    timeout 60 "${STEP[@]}" --nodelist="$node" "${STOP[@]}" >> "$LOG_DIR/ray-stop.log" 2>&1 \
+    step_argv "$node" "${STOP[@]}"
+    timeout 60 "${STEP_ARGV[@]}" >> "$LOG_DIR/ray-stop.log" 2>&1 \
       || "${STOP[@]}" >> "$LOG_DIR/ray-stop.log" 2>&1 || echo "ray_stop failed on $node" >&2
   done
   exit "$status"
@@ -149,7 +151,7 @@ SUBMIT=("$COOPER_RAY" job submit --address="http://$DASHBOARD:$RAY_DASHBOARD_POR
 if dry_run; then
   run "${SUBMIT[@]}"
   echo "at exit (trap, also when the job fails): end the ray start steps, then on every node:"
-  for node in "${NODE_NAMES[@]}"; do run "${STEP[@]}" --nodelist="$node" "${STOP[@]}"; done
+  for node in "${NODE_NAMES[@]}"; do step_argv "$node" "${STOP[@]}"; run "${STEP_ARGV[@]}"; done
   exit 0
 fi
 

@@ -9,6 +9,7 @@ model folders, data rows and output folders (`cluster/checks.py`). `cli/prefligh
   plan_annotate(env)        VerifyRM annotation, one shard of the prompts per array task (resumable per shard)
   plan_verifyrm_train(env)  VerifyRM BCE training on the GPUs of one node under the deepspeed launcher
   plan_evaluate(env)        benchmark evaluation, one checkpoint per array task
+  plan_report(env)          cli.report over the arms' run folders (the chain's last stage)
 
 The RL defaults are the official Cooper recipe's (ZJU-REAL/Cooper `recipe/cooper/`) where the paper is
 silent; docs/cluster.md lists every value, its source, and where this package departs.
@@ -208,8 +209,10 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     argv += list(extra_args)
     validate_train_cooper_argv(argv[3:])
     check_resumable(out, argv)
+    # RAY_OVERRIDE_JOB_RUNTIME_ENV: train_cooper's `ray.init(runtime_env=...)` names some of these variables too, and
+    # Ray refuses to start a submitted job's driver on such a conflict unless told to merge (the driver's win).
     runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": env.get("NCCL_DEBUG", "WARN"),
-                                "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1")}}
+                                "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"), "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}
     if cpu_mode(env):
         runtime_env = cpu_runtime_env(env, runtime_env)
     return Plan("rl", [argv], notes, placement, runtime_env)
@@ -361,12 +364,13 @@ def plan_annotate(env: Env, extra_args: list[str] = ()) -> Plan:
                 if handle.read() != text:
                     raise PreflightError(f"OUT={out}: {shard_files[k]} holds other prompts than PROMPTS={prompts} now "
                                          "gives; a resumed annotation must see the same prompts: use a new OUT")
-        else:
-            with open(shard_files[k], "w", encoding="utf-8") as handle:
+        else:  # whole or absent: array tasks of a plain `sbatch` write the shards at once
+            with open(f"{shard_files[k]}.{os.getpid()}.tmp", "w", encoding="utf-8") as handle:
                 handle.write(text)
+            os.replace(handle.name, shard_files[k])
         argv = ["python", "-m", "cooper_openrlhf.cli.verifyrm", "annotate", "--prompts", shard_files[k],
                 "--out", part_files[k], *[a for g in generators for a in ("--generator", g)], "--judge", judge,
-                "--engine", "vllm", "--engine-option", f"tensor_parallel_size={tp}",
+                *(["--engine", "hf"] if cpu_mode(env) else ["--engine", "vllm", "--engine-option", f"tensor_parallel_size={tp}"]),
                 "--samples-per-question", str(env.int("SAMPLES_PER_QUESTION", 4)),
                 "--max-new-tokens", str(env.int("GEN_MAX_NEW_TOKENS", 1024)),
                 "--verifier-workers", str(env.int("ANNOTATE_VERIFIER_WORKERS", 4)), *extra_args]
@@ -420,18 +424,25 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = ()) -> Plan:
             raise PreflightError(f"DATA={data}: {exc}") from None
     check_model_dir(env, "PRETRAIN", pretrain)
     check_writable_dir("OUT", out)
-    gpus = env.int("GPUS", env.int("SLURM_GPUS_ON_NODE", 8))
+    cpu = cpu_mode(env)
+    # CPU mode: CPU_RANKS processes under torch.distributed.run (DeepSpeed's CPU accelerator), eager attention.
+    gpus = env.int("CPU_RANKS", 1) if cpu else env.int("GPUS", env.int("SLURM_GPUS_ON_NODE", 8))
     # RM_-prefixed: reproduce_paper.sh passes one environment to every stage, and the RL arms have their own.
     batch, micro = env.int("RM_TRAIN_BATCH_SIZE", 16384), env.int("RM_MICRO_BATCH_SIZE", 4)
     if batch % (micro * gpus):
         raise PreflightError(f"RM_TRAIN_BATCH_SIZE={batch}: must be a multiple of RM_MICRO_BATCH_SIZE={micro} x GPUS={gpus}")
-    argv = ["deepspeed", "--num_gpus", str(gpus), "--module", "cooper_openrlhf.cli.verifyrm", "train",
+    launcher = (["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)] if cpu else
+                ["deepspeed", "--num_gpus", str(gpus)])
+    argv = [*launcher, "--module" if not cpu else "-m", "cooper_openrlhf.cli.verifyrm", "train",
             "--pretrain", pretrain, *(["--init-head"] if env.flag("INIT_HEAD") else []), "--data", data, "--out", out,
             "--epochs", str(env.int("EPOCHS", 3)), "--lr", str(env.float("LR", 2e-5)), "--lr-scheduler", "linear",
             "--warmup-ratio", "0", "--weight-decay", "0.01", "--max-length", str(env.int("MAX_LENGTH", 2048)),
-            "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
+            "--ds.zero_stage", "2",
+            *(["--ds.attn_implementation", "eager"] if cpu else
+              ["--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2"]),
             "--train.batch_size", str(batch), "--train.micro_batch_size", str(micro), *extra_args]
-    args, unknown = _parse_or_fail("verifyrm train flags", lambda: build_parser().parse_known_args(argv[5:]))
+    train_at = argv.index("train")
+    args, unknown = _parse_or_fail("verifyrm train flags", lambda: build_parser().parse_known_args(argv[train_at:]))
     strays = [a for a in unknown if a.startswith("--") and not a.startswith(("--ds.", "--train."))]
     if strays:
         raise PreflightError(f"verifyrm train flags: unrecognized arguments: {' '.join(strays)}")
@@ -490,7 +501,7 @@ def plan_evaluate(env: Env, extra_args: list[str] = ()) -> Plan:
     for index, path in enumerate(checkpoints):
         argv = ["python", "-m", "cooper_openrlhf.cli.evaluate", "--model", path, "--benchmarks", benchmarks,
                 "--data-dir", data_dir, "--out", os.path.join(out, result_name(index, path)),
-                "--engine", env.choice("ENGINE", "vllm", ("vllm", "hf")),
+                "--engine", env.choice("ENGINE", "hf" if cpu_mode(env) else "vllm", ("vllm", "hf")),
                 "--protocol", env.choice("PROTOCOL", "paper", ("paper", "greedy"))]
         limit = env.int("LIMIT", None)
         argv += ["--limit", str(limit)] if limit else []
@@ -500,7 +511,20 @@ def plan_evaluate(env: Env, extra_args: list[str] = ()) -> Plan:
     return Plan("evaluate", commands)
 
 
-STAGES = {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train, "evaluate": plan_evaluate}
+# ------------------------------------------------------------------------------------------ report
+def plan_report(env: Env, extra_args: list[str] = ()) -> Plan:
+    """`cli.report` over the arms' run folders (RUN_DIRS, comma-separated): figures, report.md, summary.json in OUT."""
+    runs = [r for r in env.require("RUN_DIRS", "the arms' run folders (comma-separated OUT of each RL job)").split(",") if r]
+    out = env.require("OUT", "the report folder (figures, report.md, summary.json)")
+    for index, run in enumerate(runs):
+        if not env.is_pending(run) and not os.path.isdir(run):
+            raise PreflightError(f"RUN_DIRS (item {index + 1})={run}: run folder does not exist")
+    check_writable_dir("OUT", out)
+    return Plan("report", [["python", "-m", "cooper_openrlhf.cli.report", *runs, "--out", out, *extra_args]])
+
+
+STAGES = {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train, "evaluate": plan_evaluate,
+          "report": plan_report}
 
 
 def plan_stage(stage: str, env: Env, extra_args: list[str] = ()) -> Plan:
