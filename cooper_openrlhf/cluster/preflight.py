@@ -59,19 +59,9 @@ def _parse_or_fail(what: str, parse) -> object:
 
 
 # --------------------------------------------------------------------------------------------- RL
-CPU_SLOTS_PER_NODE = 2  # CPU mode: logical "GPUs" per node that Ray declares (scheduling tokens, not devices)
-
-
 def cpu_mode(env: Env) -> bool:
     """GPUS_PER_NODE=0: every role on CPU (tiny models; the local Slurm cluster of scripts/local_slurm.sh)."""
     return env.int("GPUS_PER_NODE", 8, minimum=0) == 0
-
-
-def ray_slots_per_node(env: Env) -> int:
-    """What `ray start --num-gpus` declares per node: the node's GPUs, or CPU_SLOTS_PER_NODE logical ones in CPU mode."""
-    if cpu_mode(env):
-        return env.int("CPU_SLOTS_PER_NODE", CPU_SLOTS_PER_NODE)
-    return env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
 
 
 def _rl_nodes(env: Env) -> int:
@@ -86,18 +76,40 @@ def _rl_nodes(env: Env) -> int:
 
 
 def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
+    """The placement of one arm. CPU mode: one logical slot per role (actor+ref, RM, one engine, the assistant),
+    CPU_SLOTS_PER_NODE per node (default: the roles spread evenly over the nodes, so a 2-node run uses both)."""
     nodes = _rl_nodes(env)
-    slots = ray_slots_per_node(env)
-    # CPU mode: one slot per role (actor+ref, RM, one engine): the smallest run that still spans the nodes.
     small = cpu_mode(env)
+    actor = env.int("ACTOR_GPUS", 1 if small else None)
+    rm = env.int("RM_GPUS", (0 if arm == "rule" else 1) if small else None, minimum=0)
+    engines = env.int("VLLM_ENGINES", 1 if small else None)
+    if small:
+        roles = actor + rm + engines * env.int("VLLM_TP", 1) + (1 if assistant_model and arm == "cooper" else 0)
+        slots = env.int("CPU_SLOTS_PER_NODE", -(-roles // nodes))
+    else:
+        slots = env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
     try:
-        return plan_placement(nodes, slots, arm=arm, assistant_model=assistant_model,
-                              actor_gpus=env.int("ACTOR_GPUS", 1 if small else None),
-                              rm_gpus=env.int("RM_GPUS", (0 if arm == "rule" else 1) if small else None, minimum=0),
-                              vllm_engines=env.int("VLLM_ENGINES", 1 if small else None), vllm_tp=env.int("VLLM_TP", 1),
-                              colocate_all=env.flag("COLOCATE_ALL"))
+        return plan_placement(nodes, slots, arm=arm, assistant_model=assistant_model, actor_gpus=actor, rm_gpus=rm,
+                              vllm_engines=engines, vllm_tp=env.int("VLLM_TP", 1), colocate_all=env.flag("COLOCATE_ALL"))
     except PlacementError as exc:
         raise PreflightError(str(exc)) from None
+
+
+def rl_arm(env: Env) -> tuple[str, str | None]:
+    """(ARM, the assistant: a model folder, 'policy', or None when the arm writes no negatives with one)."""
+    arm = env.choice("ARM", "cooper", ARMS)
+    negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
+    assistant = None
+    if arm == "cooper" and negative_source != "rollout":
+        assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
+                                "(a folder, or 'policy' for the policy on its own engines)")
+    return arm, assistant
+
+
+def rl_placement(env: Env) -> Placement:
+    """The RL launcher's placement from its variables alone (ray_cluster.sh's slots per node come from it)."""
+    arm, assistant = rl_arm(env)
+    return _rl_placement(env, arm, assistant_model=assistant not in (None, "policy"))
 
 
 def _warmup_ratio(env: Env, prompts: int, n: int, rollout_batch: int, train_batch: int, episodes: int) -> float:
@@ -120,16 +132,12 @@ def _warmup_ratio(env: Env, prompts: int, n: int, rollout_batch: int, train_batc
 
 def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     """The train_cooper command of one arm, with its placement; every flag parsed by train_cooper itself."""
-    arm = env.choice("ARM", "cooper", ARMS)
+    arm, assistant = rl_arm(env)
+    negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
     policy = env.require("POLICY", "the policy model folder (the paper: Qwen2.5-1.5B-Instruct)")
     prompts = env.require("PROMPTS", "a prompt file written by `python -m cooper_openrlhf.cluster.prompts` "
                           "(question with the answer-format instruction, reference answer)")
     out = env.require("OUT", "the run folder (checkpoints, final policy, tensorboard, samples)")
-    negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
-    assistant = None
-    if arm == "cooper" and negative_source != "rollout":
-        assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
-                                "(a folder, or 'policy' for the policy on its own engines)")
     verify_rm = env.require("VERIFY_RM", "a VerifyRM export (verifyrm train's best/)") if arm != "rule" else None
     input_key, label_key = env.get("INPUT_KEY", "question"), env.get("LABEL_KEY", "answer")
 
