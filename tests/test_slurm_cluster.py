@@ -3,7 +3,8 @@
 Nothing is faked: real sbatch/srun/scontrol/scancel, the real scripts submitted as a user would (plain `sbatch
 launch_scripts/X.sbatch` and `bash launch_scripts/X.sbatch`), a two-node Ray cluster started by ray_cluster.sh,
 train_cooper with tiny models on CPU (GPUS_PER_NODE=0). Skipped, with the reason, where the cluster cannot run
-(not root, no apt). Job states come from Slurm's job-completion log (`sacct -c`: this cluster has no slurmdbd).
+(not root, no apt). Final job states come from `scontrol show job` (this cluster has no slurmdbd for sacct; the
+controller keeps finished jobs for MinJobAge = 600 s).
 """
 
 import json
@@ -69,13 +70,13 @@ class Kit:
                         str(Path(os.path.relpath(LAUNCH / script, cwd))), *args], env, cwd=cwd).stdout.strip().split(";")[0]
 
     def states(self, job: str) -> dict[str, str]:
-        """{job id (array: ID_TASK): state} of every finished record of the job, from the completion log."""
-        out = self.sh(["sacct", "-c", "-n", "-P", "-j", job, "-o", "JobID,State"], check=False).stdout
+        """{job id (array task: ID_TASK): final state}, from `scontrol show job` (kept MinJobAge=600 s after the end)."""
+        out = self.sh(["scontrol", "-o", "show", "job", job], check=False).stdout
         records = {}
         for line in out.splitlines():
-            if "|" in line:
-                key, state = line.split("|", 1)
-                records[key] = state.split()[0]
+            fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            key = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}" if "ArrayTaskId" in fields else fields["JobId"]
+            records[key] = fields["JobState"]
         return records
 
     def wait(self, *jobs: str, timeout=JOB_TIMEOUT_S) -> dict[str, str]:
@@ -329,7 +330,7 @@ def test_plain_sbatch_of_the_annotate_train_evaluate_and_report_launchers(kit, t
     with SummaryWriter(str(run / "tensorboard")) as writer:
         for step in (1, 2):
             writer.add_scalar("eval/accuracy", 0.25 * step, step)
-    report = kit.sbatch(["--gpus=0", "--cpus-per-task=1", "--mem=1G"], "report.sbatch",
+    report = kit.sbatch(["--gpus=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"], "report.sbatch",
                         {"RUN_DIRS": str(run), "OUT": str(tmp_path / "report")})
     states = kit.wait(annotate, train, evaluate, report)
     expected = {f"{annotate}_0", f"{annotate}_1", train, f"{evaluate}_0", f"{evaluate}_1", report}
