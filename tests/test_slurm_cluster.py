@@ -341,3 +341,48 @@ def test_plain_sbatch_of_the_annotate_train_evaluate_and_report_launchers(kit, t
     assert all((p / "results.json").is_file() for p in (tmp_path / "eval").iterdir())
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert "rule" in json.dumps(summary)
+
+
+# ------------------------------------------------------------------------------ the whole chain
+def _job_times(kit: Kit, job: str) -> list[tuple[str, str, str, str]]:
+    """(id, state, start, end) of a job and its array tasks, from `scontrol show job`."""
+    rows = []
+    for line in kit.sh(["scontrol", "-o", "show", "job", job], check=False).stdout.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        rows.append((fields["JobId"], fields["JobState"], fields["StartTime"], fields["EndTime"]))
+    return rows
+
+
+def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_every_job_completed_in_order(kit, tmp_path):
+    """annotate (array) -> VerifyRM training -> two arms -> evaluation (array) and report, chained by afterok."""
+    policy, rm = kit.models["tiny-qwen2-policy"], kit.models["tiny-qwen2-rm"]
+    raw = tmp_path / "train.jsonl"
+    raw.write_text("".join(json.dumps({"question": f"What is {i} + {i + 1}?", "answer": f"#### {2 * i + 1}"}) + "\n"
+                           for i in range(12)))
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"What is {i} + 2?", "reference": str(i + 2)}) + "\n"
+                                 for i in range(4)))
+    work = tmp_path / "work"
+    env = {"WORKDIR": str(work), "POLICY": policy, "ASSISTANT_MODEL": "policy", "TRAIN_DATA": str(raw), "HELDOUT": "4",
+           "EVAL_DATA_DIR": _benchmarks(tmp_path / "bench"), "BENCHMARKS": "gsm8k", "LIMIT": "2", "PROTOCOL": "greedy",
+           "RM_BASE": rm, "INIT_HEAD": "0", "GENERATORS": policy, "JUDGE": policy, "ANNOTATE_PROMPTS": str(questions),
+           "SHARDS": "2", "SAMPLES_PER_QUESTION": "2", "GEN_MAX_NEW_TOKENS": "8", "ANNOTATE_VERIFIER_WORKERS": "1",
+           "RM_TRAIN_BATCH_SIZE": "4", "RM_MICRO_BATCH_SIZE": "2", "EPOCHS": "1", "MAX_LENGTH": "64",
+           "ARMS": "cooper rule", "RL_NODES": "1", "EVAL_STEPS": "1", **TINY_RL,
+           "SBATCH_ARGS": f"--output={tmp_path}/slurm-%x-%A_%a.log"}
+    result = kit.sh(["bash", str(LAUNCH / "reproduce_paper.sh")], env, timeout=600)
+    jobs = re.findall(r"^(\d+)$", result.stderr, flags=re.MULTILINE)
+    assert len(jobs) == 6, result.stderr  # annotate, train, 2 arms, evaluate, report
+    annotate, train, cooper, rule, evaluate, report = jobs
+    states = kit.wait(*jobs, timeout=3 * JOB_TIMEOUT_S)
+    assert set(states.values()) == {"COMPLETED"} and len(states) == 8, f"{states}\n{kit.logs()}"  # + 1 array task each
+
+    times = {job: _job_times(kit, job) for job in jobs}
+    start = {job: min(row[2] for row in rows) for job, rows in times.items()}
+    end = {job: max(row[3] for row in rows) for job, rows in times.items()}
+    assert end[annotate] <= start[train] and end[train] <= min(start[cooper], start[rule])
+    assert max(end[cooper], end[rule]) <= min(start[evaluate], start[report])
+    summary = json.loads((work / "report" / "summary.json").read_text())
+    assert "cooper" in json.dumps(summary) and "rule" in json.dumps(summary)
+    assert (work / "report" / "report.md").is_file()
+    assert len(list((work / "eval").glob("*/results.json"))) == 3  # the base policy and both arms
