@@ -257,8 +257,9 @@ def test_bad_input_is_refused_before_anything_starts_naming_the_variable_or_fold
     from cooper_openrlhf.cluster.launch_record import record_attempt
     from cooper_openrlhf.cluster.preflight import plan_rl
 
-    plan = plan_rl(Env({**kit.env, **env}))
-    record_attempt(str(out / "launch.json"), plan, plan.commands[0], Env({**kit.env, **env, "SLURM_JOB_ID": "1"}))
+    planned = Env({**kit.env, **env, "SLURM_JOB_ID": "1"})
+    plan = plan_rl(planned)
+    record_attempt(str(out / "launch.json"), plan, plan.commands[0], planned)
     (out / "ckpt" / "_actor" / "global_step1").mkdir(parents=True)
     again = kit.sh(["bash", str(LAUNCH / "cooper_slurm.sbatch")], env, check=False)
     assert again.returncode == 0, again.stderr  # the same configuration resumes
