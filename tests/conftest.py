@@ -1,6 +1,7 @@
 """Shared fixtures. tests/ is not a package (the openrlhf wheel owns a top-level `tests`)."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ install_cpu_runtime()
 announce_run_dtype(resolve_dtype_name("auto"))
 
 REPO = Path(__file__).resolve().parent.parent
+# Test helpers beside the tests (fake_cuda.py, ...) import by name; tests/ stays a plain folder (docstring above).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

@@ -164,3 +164,28 @@ def test_the_step_benchmark_uses_only_flags_train_cooper_knows():
     argv = bench.train_cooper_argv(SimpleNamespace(policy="p", rm="r", max_new_tokens=8, temperature=0.3, n_samples=8,
                                                    policy_lr=0.0, dtype="auto", extra=[]), Path("x"), Path("y"))
     assert {a for a in argv if a.startswith("--")} - known == set()
+
+
+RM_TRAINABLE = ["--reward.model_name_or_path", "rm", "--remote_rm_trainable"]
+
+
+def test_a_gpu_run_refuses_the_cpu_only_options_naming_the_flag(parse):
+    """Checked as on a GPU machine (cuda=True): the gloo weight sync and fp32 params are this package's CPU path."""
+    from cooper_openrlhf.cli.cooper_args import device_problems
+
+    gloo = parse([*BASE, *RM_TRAINABLE, "--vllm.sync_backend", "gloo"])
+    assert any("--vllm.sync_backend gloo" in p for p in device_problems(gloo, cuda=True))
+    assert device_problems(gloo, cuda=False) == []  # the CPU's own weight sync
+    fp32 = parse([*BASE, *RM_TRAINABLE])
+    fp32.ds.param_dtype = "fp32"  # what auto resolves to on a CPU without bf16 units
+    assert any(p.startswith("--ds.param_dtype fp32") for p in device_problems(fp32, cuda=True))
+
+
+def test_an_rm_optimizer_that_cannot_skip_a_non_finite_step_is_refused_at_start(parse):
+    """RM ZeRO-1 + bf16 + fp32 gradient accumulation selects DeepSpeed's BF16_Optimizer, which asserts on the
+    non-finite gradients the RM update relies on being skipped."""
+    argv = [*BASE, *RM_TRAINABLE, "--cooper.rm_zero_stage", "1", "--ds.param_dtype", "bf16",
+            "--ds.grad_accum_dtype", "fp32"]
+    assert "--cooper.rm_zero_stage 1 with bf16 params and --ds.grad_accum_dtype fp32" in _errors(parse(argv))
+    argv[argv.index("--cooper.rm_zero_stage") + 1] = "2"
+    assert validate_cooper_args(parse(argv)) is None

@@ -148,6 +148,15 @@ class FakeRM:
     def offload_states(self):
         return None
 
+    def empty_cache(self):
+        return None
+
+    def save_checkpoint(self, tag, client_states=None):
+        self.saved = getattr(self, "saved", []) + [tag]
+
+    def keep_policy_tags(self):
+        return []
+
 
 class FakeEngine:
     """A vLLM engine's sleep API (the rollouts are made before the step)."""
@@ -363,6 +372,17 @@ def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(ma
     assert "timing/cooper_negatives" not in status  # it overlapped: not summed into OpenRLHF's step total
 
 
+@pytest.mark.parametrize("colocated", [False, True])
+def test_colocated_rm_hands_its_cached_memory_back_after_scoring(make_trainer, colocated):
+    """As stock OpenRLHF does after its reward forwards: on shared GPUs the RM's cache is emptied before the
+    policy's turn; on GPUs of its own it is left alone."""
+    trainer, events, _ = make_trainer((*COOPER, "--train.colocate_all") if colocated else COOPER)
+    trainer.train_step(samples(), 1)
+    assert events.count("rm.empty_cache") == (1 if colocated else 0)
+    if colocated:
+        assert events.span("rm.score")[1] <= events.span("rm.empty_cache")[0] <= events.span("policy.fit")[0]
+
+
 def test_colocated_steps_stay_serial(make_trainer):
     trainer, events, _ = make_trainer((*COOPER, "--train.colocate_all"), assistant_seconds=0.3)
     trainer.train_step(samples(), 1)
@@ -435,6 +455,31 @@ def test_the_hacking_alarm_with_stop_checkpoints_the_step_then_ends_the_run(make
     with pytest.raises(HackingAlarm, match="saved checkpoint global_step3"):
         trainer.save_logs_and_checkpoints(next_step, status, {})
     assert trainer.policy.saved == "global_step3"
+
+
+def test_the_rm_checkpoint_follows_the_policys_including_its_best_and_its_rotation(make_trainer):
+    """RM and policy checkpoints are one unit: the RM saves under the policy's tag (the best one too), then keeps
+    exactly the tags the policy's metric-ordered rotation kept."""
+    trainer, events, rm = make_trainer((*COOPER, "--ckpt.save_steps", "1"))
+    trainer.save_logs_and_checkpoints(1, {}, {"global_step": 1})
+    assert rm.saved == ["global_step1"] and trainer.policy.saved == "global_step1"
+    assert events.span("rm.keep_policy_tags")[0] >= events.span("policy.save_checkpoint")[1]
+    trainer.best_eval_metric_key = "eval_pass1"
+    trainer.save_best_checkpoint({"eval_pass1": 0.5}, 2, {"global_step": 2})
+    assert rm.saved[-1] == trainer.policy.saved == "best_global_step2"
+    assert events.count("rm.keep_policy_tags") == 2
+
+
+def test_stale_rm_checkpoints_are_the_tags_the_policy_no_longer_has(tmp_path):
+    from cooper_openrlhf.ray.reward_actor import stale_rm_checkpoints
+
+    for side, tags in (("_actor", ["global_step4", "best_global_step2"]),
+                       ("_rm", ["global_step2", "global_step4", "best_global_step2", "best_global_step1"])):
+        for tag in tags:
+            (tmp_path / side / tag).mkdir(parents=True)
+    (tmp_path / "_rm" / "latest").write_text("global_step4")  # DeepSpeed's pointer file is not a checkpoint
+    assert stale_rm_checkpoints(str(tmp_path / "_rm"), str(tmp_path / "_actor")) == ["best_global_step1",
+                                                                                       "global_step2"]
 
 
 def test_a_healthy_run_never_alarms(make_trainer):

@@ -129,3 +129,55 @@ def test_a_gsm8k_slice_with_smollm2_and_the_tiny_policy(tmp_path, model_dir, sha
         assert row["reference"] == references[row["question"]] and row["source"] == "gsm8k"
         assert row["generator"] in (smol, tiny) and row["rule_verdict"] and row["judge_verdict"]
         assert ("label" in row) != ("reason" in row)
+
+
+class _OneGpu:
+    """vLLM's start-up check at the GPU boundary: an engine claims `gpu_memory_utilization` of the GPU and vLLM
+    refuses to start it when less than that is free; a collected engine gives its share back."""
+
+    def __init__(self):
+        self.claimed, self.peak, self.started = 0.0, 0.0, []
+
+    def make_engine(self, kind, path, gpu_memory_utilization=0.9, **options):
+        import weakref
+
+        assert kind == "vllm"
+        free = 1.0 - self.claimed
+        if gpu_memory_utilization > free + 1e-9:
+            raise ValueError(f"Free memory on device ({free:.2f}) is less than desired GPU memory utilization "
+                             f"({gpu_memory_utilization:.2f})")
+        self.claimed += gpu_memory_utilization
+        self.peak = max(self.peak, self.claimed)
+        self.started.append((path, gpu_memory_utilization))
+        engine = _ScriptedEngine(path)
+        weakref.finalize(engine, self._release, gpu_memory_utilization)
+        return engine
+
+    def _release(self, share):
+        self.claimed -= share
+
+
+class _ScriptedEngine:
+    def __init__(self, path):
+        self.path = path
+
+    def generate(self, prompts, sampling):
+        return ["The answer is 4. Yes"] * (len(prompts) * sampling.n)
+
+
+@pytest.mark.parametrize("budget", [None, 0.8])
+def test_gpu_annotation_judge_and_generator_fit_on_one_gpu_together(tmp_path, monkeypatch, model_dir, budget):
+    """GPU annotation kept the judge's vLLM engine while a generator's started, both at vLLM's default 0.9: vLLM
+    refused the second. Their shares now add up to the configured budget (default vLLM's 0.9)."""
+    import cooper_openrlhf.engines as engines
+
+    gpu = _OneGpu()
+    monkeypatch.setattr(engines, "make_engine", gpu.make_engine)
+    judge, generators = model_dir("tiny-qwen2-policy"), (model_dir("tiny-qwen2-policy"), model_dir("smollm2-135m-instruct"))
+    options = {} if budget is None else {"gpu_memory_utilization": budget}
+    config = AnnotateConfig(generators=generators, judge=judge, engine="vllm", samples_per_question=1,
+                            chunk_size=2, engine_options=options)
+    summary = annotate(synthetic_prompts(2), config, tmp_path / "data.jsonl")
+    assert summary["total"]["generated"] == 4
+    assert [path for path, _ in gpu.started] == [judge, generators[1]]  # the judge doubles as the first generator
+    assert gpu.peak == pytest.approx(budget or 0.9)

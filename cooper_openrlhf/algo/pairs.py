@@ -55,9 +55,9 @@ class PairBatch:
     def num_valid(self) -> int:
         return sum(self.valid)
 
-    def valid_mask(self) -> torch.Tensor:
-        """(P,) bool tensor of `valid`."""
-        return torch.tensor(self.valid, dtype=torch.bool)
+    def valid_mask(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """(P,) bool tensor of `valid` on `device` (that of the logits it will mask)."""
+        return torch.tensor(self.valid, dtype=torch.bool, device=device)
 
     def select(self, indices) -> "PairBatch":
         """The slots at `indices`, in that order."""

@@ -51,5 +51,5 @@ def gate_answerless(rewards: torch.Tensor, answerless: Sequence[bool]) -> torch.
     verdict that is a timeout or an error is not answerless (Verdict.NO_ANSWER only), so it is not gated."""
     if len(answerless) != rewards.shape[0]:
         raise ValueError(f"gate_answerless: {rewards.shape[0]} rewards but {len(answerless)} verdicts")
-    keep = torch.tensor([not none for none in answerless], dtype=torch.bool)
+    keep = torch.tensor([not none for none in answerless], dtype=torch.bool, device=rewards.device)
     return torch.where(keep, rewards, torch.zeros_like(rewards))

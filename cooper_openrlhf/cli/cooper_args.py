@@ -238,4 +238,31 @@ def validate_cooper_args(args) -> None:
                         f"{cooper.max_unparseable_reference_share}")
     if cooper.rm_save_path and not args.remote_rm_trainable:
         problems.append("--cooper.rm_save_path is only used with --remote_rm_trainable (a static RM is not re-saved)")
+    problems += device_problems(args)
     _fail(problems)
+
+
+def device_problems(args, cuda: bool | None = None) -> list[str]:
+    """Flags the device cannot serve: CPU-only options on a GPU run, and the RM optimizer DeepSpeed would pick
+    that cannot skip a non-finite step. cuda: whether this run's actors have CUDA (default: this process's)."""
+    from cooper_openrlhf.runtime import cuda_available
+    from cooper_openrlhf.runtime.dtype import DtypeError, resolve_dtype_name
+
+    cuda = cuda_available() if cuda is None else cuda
+    problems = []
+    if cuda and args.vllm.sync_backend == "gloo":
+        problems.append("--vllm.sync_backend gloo is this package's CPU weight sync; on GPU use nccl (OpenRLHF's "
+                        "default)")
+    try:
+        dtype = resolve_dtype_name(args.ds.param_dtype, cuda)
+    except DtypeError as exc:
+        problems.append(f"--ds.param_dtype {args.ds.param_dtype}: {exc}")
+        dtype = None
+    if (args.remote_rm_trainable and args.cooper.rm_zero_stage == 1 and dtype == "bf16"
+            and args.ds.grad_accum_dtype == "fp32" and not args.ds.adam_offload):
+        # deepspeed/runtime/engine.py `_do_optimizer_sanity_check`: this combination selects BF16_Optimizer,
+        # which asserts on non-finite gradients where ZeRO's optimizer skips the step (reward_actor.py relies on it).
+        problems.append("--cooper.rm_zero_stage 1 with bf16 params and --ds.grad_accum_dtype fp32 makes DeepSpeed "
+                        "use its BF16_Optimizer for the RM, which fails instead of skipping a step with non-finite "
+                        "gradients; use --cooper.rm_zero_stage 2, or drop --ds.grad_accum_dtype fp32")
+    return problems

@@ -134,20 +134,21 @@ def start_ray() -> None:
     CUDA exists; a local cluster with the CPU runtime otherwise.
 
     The address comes first: the driver of a GPU cluster may be a CPU-only head node, whose own missing CUDA
-    says nothing about where the actors run (and `ray.init(num_cpus=...)` is refused when joining a cluster)."""
-    from cooper_openrlhf.runtime import cuda_available
+    says nothing about where the actors run (and `ray.init(num_cpus=...)` is refused when joining a cluster).
+    A joined cluster is a CPU one when the submitted job says so (the launchers' CPU mode sets the CPU runtime in
+    the job's env). The runtime env is `runtime.ray_env`'s, less what the submitted job already set: Ray refuses
+    a driver env that repeats a job's field or variable."""
+    from cooper_openrlhf.runtime import cpu, cuda_available
     from cooper_openrlhf.runtime.ray_cluster import init_local_ray, ray_cluster_address
+    from cooper_openrlhf.runtime.ray_env import driver_runtime_env, submitted_job_runtime_env
 
     if ray.is_initialized():
         return
     if ray_cluster_address() is None and not cuda_available():
         init_local_ray()
         return
-    ray.init(runtime_env={"env_vars": {
-        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
-        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
-        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
-    }})
+    job_env = (submitted_job_runtime_env() or {}).get("env_vars") or {}
+    ray.init(runtime_env=driver_runtime_env(on_cpu=job_env.get(cpu.CPU_RUNTIME_ENV) == "1"))
 
 
 def model_group(role, actor_class, pg, args):

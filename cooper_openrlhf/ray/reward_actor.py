@@ -22,6 +22,7 @@ One `fit` call is Cooper's RM update (arXiv 2508.05613, Eq. 5) on one data-paral
 
 import math
 import os
+import shutil
 import time
 
 import ray
@@ -65,6 +66,14 @@ def rm_schedule_steps(cooper, rollout_steps: int, prompts_per_step: int) -> int:
     if cooper.rm_update_granularity == "minibatch":
         per_pass = math.ceil(prompts_per_step / cooper.rm_mini_batch_size)
     return rollout_steps * cooper.rm_updates_per_step * per_pass
+
+
+def stale_rm_checkpoints(rm_dir: str, policy_dir: str) -> list[str]:
+    """Tags of checkpoint folders under `rm_dir` with no policy checkpoint of the same tag under `policy_dir`."""
+    if not os.path.isdir(rm_dir):
+        return []
+    policy = set(os.listdir(policy_dir)) if os.path.isdir(policy_dir) else set()
+    return sorted(tag for tag in os.listdir(rm_dir) if os.path.isdir(os.path.join(rm_dir, tag)) and tag not in policy)
 
 
 @ray.remote(num_gpus=1)
@@ -162,7 +171,18 @@ class TrainableRewardModelActor(BaseModelActor):
         applied = [p["grad_norm"] for p in passes if not p["skipped"]]
         if applied:
             metrics["cooper/rm_grad_norm"] = applied[-1]
+        metrics["cooper/rm_rank_weight_spread"] = self.rank_weight_spread()
         return metrics
+
+    @torch.no_grad()
+    def rank_weight_spread(self) -> float:
+        """How far the data-parallel ranks' RM weights are apart (0.0 when they agree, as they must: every rank
+        applies the same reduced gradient). Compared as (sum, sum of squares) of all weights in float64,
+        gathered through the strategy; any difference means the ranks trained different models."""
+        weights = [p.detach() for p in self.model.module.parameters()]
+        mine = torch.stack([sum(w.double().sum() for w in weights), sum(w.double().square().sum() for w in weights)])
+        every = self.strategy.all_gather(mine.cpu()).view(-1, 2)
+        return float((every - every[0]).abs().max())
 
     def _pass(self, pairs: PairBatch, chunks: list[list[int]], micro_steps: int, global_valid: int, world_size: int):
         """One pass over the valid pairs: `micro_steps` forward/backward, then one (possibly skipped) step."""
@@ -203,7 +223,8 @@ class TrainableRewardModelActor(BaseModelActor):
         batch = render_and_encode(self.tokenizer, questions * 2, references * 2, completions, self.max_length,
                                   self.template_version)
         logits = rm_logits(self.model, batch)
-        loss, metrics = pairwise_rm_loss(logits[:k], logits[k:], torch.ones(k, dtype=torch.bool))
+        every_pair = torch.ones(k, dtype=torch.bool, device=logits.device)  # all valid; on the logits' device
+        loss, metrics = pairwise_rm_loss(logits[:k], logits[k:], every_pair)
         sums[:3] += torch.tensor([metrics["loss"] * k, metrics["pair_accuracy"] * k, metrics["margin"] * k],
                                  dtype=torch.float64)
         correct = (logits[:k] > logits[k:]).tolist()
@@ -221,15 +242,29 @@ class TrainableRewardModelActor(BaseModelActor):
         return os.path.join(self.strategy.args.ckpt.path, CHECKPOINT_SUBDIR)
 
     def save_checkpoint(self, tag: str, client_states: dict | None = None) -> None:
-        """Model, optimizer, scheduler and counters under {ckpt.path}/_rm/{tag} (OpenRLHF's save_ckpt rotation)."""
+        """Model, optimizer, scheduler and counters under {ckpt.path}/_rm/{tag}.
+
+        The RM does not rotate its checkpoints on its own: the policy's rotate by eval metric, so the RM keeps
+        whatever tags the policy kept (`keep_policy_tags`, called after both saved) and a resume always finds
+        the RM of the policy checkpoint it loads."""
         args = self.strategy.args
         states = {**(client_states or {}), COUNTERS_KEY: dict(self.counters)}
         if not args.ckpt.disable_ds:
-            self.strategy.save_ckpt(self.model, self._checkpoint_dir(), tag, args.ckpt.max_num, args.ckpt.max_mem,
-                                    states)
+            self.strategy.save_ckpt(self.model, self._checkpoint_dir(), tag, max_num=math.inf, max_mem=math.inf,
+                                    client_state=states)
         if args.ckpt.save_hf:
             self.save_model(os.path.join(args.ckpt.path, f"{tag}_rm_hf"))
         torch_dist_barrier_and_cuda_sync()
+
+    def keep_policy_tags(self) -> list[str]:
+        """Remove the RM checkpoints whose policy checkpoint ({ckpt.path}/_actor/{tag}) rotation removed; returns
+        the removed tags (rank 0 removes; every rank returns the same list)."""
+        removed = stale_rm_checkpoints(self._checkpoint_dir(), os.path.join(self.strategy.args.ckpt.path, "_actor"))
+        if self.strategy.is_rank_0():
+            for tag in removed:
+                shutil.rmtree(os.path.join(self._checkpoint_dir(), tag), ignore_errors=True)
+        torch_dist_barrier_and_cuda_sync()
+        return removed
 
     def load_checkpoint(self, tag: str | None = None) -> dict:
         """Restore model, optimizer, scheduler and counters from {ckpt.path}/_rm/{tag} ("latest" if None).

@@ -121,6 +121,8 @@ def merge_rm_metrics(calls: list[dict[str, float]]) -> dict[str, float]:
         if any(key in call for call in calls):
             merged[key] = sum(call.get(key, 0.0) for call in calls)
     merged["cooper/rm_updated"] = max(call.get("cooper/rm_updated", 0.0) for call in calls)
+    if any("cooper/rm_rank_weight_spread" in call for call in calls):
+        merged["cooper/rm_rank_weight_spread"] = max(call.get("cooper/rm_rank_weight_spread", 0.0) for call in calls)
     return merged
 
 

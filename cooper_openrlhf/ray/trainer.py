@@ -311,7 +311,12 @@ class CooperPPOTrainer(_PPOTrainer):
         actors = rm_actors(self.rm_group)
         refs = [actor.score.remote(texts.questions[part], texts.references[part], completions[part])
                 for actor, part in zip(actors, even_slices(len(completions), len(actors)))]
-        return torch.tensor([logit for chunk in ray.get(refs) for logit in chunk], dtype=torch.float32)
+        logits = torch.tensor([logit for chunk in ray.get(refs) for logit in chunk], dtype=torch.float32)
+        if self.args.train.colocate_all:
+            # As stock OpenRLHF after its reward forwards: the RM's cached blocks go back to the shared GPUs
+            # before the policy's forward and update need them.
+            ray.get(self.rm_group.async_run_method(method_name="empty_cache"))
+        return logits
 
     # ------------------------------------------------------------------------------- RM update
     def ppo_train(self, global_steps: int):
@@ -473,12 +478,25 @@ class CooperPPOTrainer(_PPOTrainer):
                                                          client_states=dict(client_states or {}))
             super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
             ray.get(rm_refs)
+            if rm_refs:  # the policy's rotation (by eval metric) decides which RM checkpoints stay
+                ray.get(self.rm_group.async_run_method(method_name="keep_policy_tags"))
         finally:
             self.args.ckpt.save_steps = save_steps
         if stopping:
             raise HackingAlarm(f"reward hacking suspected at step {global_step} (reasons in the log above); "
                                f"--cooper.on_hacking stop saved checkpoint global_step{global_step} under "
                                f"{self.args.ckpt.path} and ended the run")
+
+    def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+        """OpenRLHF's best-policy checkpoint, with the RM of that step saved under the same tag (a best policy
+        restored without its RM would be scored by another RM than the one it was trained against)."""
+        best_before = self.best_eval_metric_value
+        states = dict(client_states or {})  # the base class adds the best-metric keys to it
+        super().save_best_checkpoint(eval_metrics, global_step, states)
+        if self.rm_trainable and self.best_eval_metric_value != best_before:
+            ray.get(self.rm_group.async_run_method(method_name="save_checkpoint", tag=f"best_global_step{global_step}",
+                                                   client_states=states))
+            ray.get(self.rm_group.async_run_method(method_name="keep_policy_tags"))
 
 
 def rollout_rows(step: int, texts: RolloutTexts, verified, rewards: list[float] | None) -> list[dict]:

@@ -319,10 +319,30 @@ def check_model_paths(paths: list[str]) -> None:
             raise AnnotateError(f"model {path!r} does not load: {type(exc).__name__}: {exc}") from exc
 
 
+VLLM_DEFAULT_MEMORY_SHARE = 0.9  # vLLM's own default gpu_memory_utilization
+
+
+def engine_options_by_role(config: AnnotateConfig) -> dict[str, dict]:
+    """`make_engine` keywords of the judge and of a generator.
+
+    The judge stays loaded while each generator runs beside it. Two vLLM engines on one GPU at vLLM's default
+    share (0.9 each) cannot both start: vLLM refuses the second when less memory is free than its share asks for.
+    So when a generator other than the judge exists, the vLLM budget (`gpu_memory_utilization`, default 0.9) is
+    split in halves; the shares of engines alive at once add up to the budget.
+    """
+    options = dict(config.engine_options)
+    separate_generator = any(path != config.judge for path in config.generators)
+    if config.engine != "vllm" or not separate_generator:
+        return {"judge": options, "generator": options}
+    budget = float(options.get("gpu_memory_utilization", VLLM_DEFAULT_MEMORY_SHARE))
+    half = {**options, "gpu_memory_utilization": budget / 2}
+    return {"judge": half, "generator": half}
+
+
 def _load_engine(make_engine, config: AnnotateConfig, path: str, role: str) -> GenerationEngine:
     started = time.perf_counter()
     try:
-        engine = make_engine(config.engine, path, **config.engine_options)
+        engine = make_engine(config.engine, path, **engine_options_by_role(config)[role])
     except Exception as exc:  # noqa: BLE001 -- re-raised naming the model and its role
         raise AnnotateError(
             f"{role} model {path!r} does not load ({config.engine} engine): {type(exc).__name__}: {exc}"

@@ -200,13 +200,12 @@ def _is_better(metric: str, new: dict, old: dict) -> bool:
     return new["loss"] < old["loss"]
 
 
-def _mean_over_ranks(values: list[float]) -> float:
+def _mean_over_ranks(strategy, values: list[float]) -> float:
+    """Mean of every rank's `values`. Through the strategy, which moves the sums to the collective's device
+    (NCCL takes CUDA tensors only) and back."""
     import torch
-    import torch.distributed as dist
 
-    total = torch.tensor([sum(values), float(len(values))], dtype=torch.float64)
-    if dist.is_initialized():
-        dist.all_reduce(total)
+    total = strategy.all_reduce(torch.tensor([sum(values), float(len(values))], dtype=torch.float64), op="sum")
     return float(total[0] / total[1]) if total[1] else float("nan")
 
 
@@ -271,8 +270,8 @@ def train(config: TrainConfig, openrlhf_argv: list[str] = ()) -> dict:
                 window_accuracy.append(metrics["accuracy"])
                 if engine.global_steps != step_before:  # an optimizer step happened (accumulation boundary)
                     log.log("train", engine.global_steps, {
-                        "epoch": epoch, "loss": _mean_over_ranks(window_loss),
-                        "accuracy": _mean_over_ranks(window_accuracy), "lr": lr,
+                        "epoch": epoch, "loss": _mean_over_ranks(strategy, window_loss),
+                        "accuracy": _mean_over_ranks(strategy, window_accuracy), "lr": lr,
                         "grad_norm": strategy.get_grad_norm(engine), "seconds": time.perf_counter() - started,
                     })
                     window_loss, window_accuracy = [], []

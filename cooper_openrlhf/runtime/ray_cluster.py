@@ -12,7 +12,7 @@ import os
 import ray
 
 from cooper_openrlhf.runtime import cpu
-from cooper_openrlhf.runtime.dtype import RUN_DTYPE_ENV
+from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
 
 logger = logging.getLogger(__name__)
 
@@ -20,10 +20,6 @@ logger = logging.getLogger(__name__)
 # actors and two vLLM engines at one "GPU" each.
 CPU_LOGICAL_CPUS = 16
 CPU_LOGICAL_GPUS = 8
-
-# Passed to every Ray worker. OMP_NUM_THREADS=1 stops each of many processes from spawning a thread per
-# core on a machine that has two.
-_CPU_WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
 
 
 def ray_cluster_address() -> str | None:
@@ -38,17 +34,15 @@ def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = None, **r
     """
     if ray.is_initialized():
         return
-    runtime_env = dict(ray_init_kwargs.pop("runtime_env", None) or {})
-    if not cpu.cuda_available():
+    extra = dict(ray_init_kwargs.pop("runtime_env", None) or {})
+    on_cpu = not cpu.cuda_available()
+    runtime_env = cooper_runtime_env(on_cpu=on_cpu)  # the caller's fields and env vars over Cooper's
+    runtime_env.update({key: value for key, value in extra.items() if key != "env_vars"})
+    runtime_env["env_vars"].update(extra.get("env_vars") or {})
+    if on_cpu:
         cpu.install()
         num_cpus = num_cpus if num_cpus is not None else CPU_LOGICAL_CPUS
         num_gpus = num_gpus if num_gpus is not None else CPU_LOGICAL_GPUS
-        env_vars = {**_CPU_WORKER_ENV, cpu.CPU_RUNTIME_ENV: "1", **runtime_env.get("env_vars", {})}
-        for key in ("HF_HUB_OFFLINE", "COOPER_MODELS_DIR", "VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH", RUN_DTYPE_ENV):
-            if key in os.environ:
-                env_vars.setdefault(key, os.environ[key])
-        runtime_env["env_vars"] = env_vars
-        runtime_env.setdefault("worker_process_setup_hook", "cooper_openrlhf.runtime.cpu.install")
     ray_init_kwargs.setdefault("include_dashboard", False)
     ray_init_kwargs.setdefault("log_to_driver", True)
     # A new cluster of this process's own: without an address, `ray.init()` joins any cluster `ray start` left
@@ -56,3 +50,20 @@ def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = None, **r
     ray_init_kwargs.setdefault("address", "local")
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env, **ray_init_kwargs)
     logger.info("local Ray cluster: %s", ray.cluster_resources())
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def bundle_has_cuda(placement_group, bundle_index: int = 0) -> bool:
+    """Whether CUDA is visible where a bundle of `placement_group` lands, asked there: a process that holds no
+    GPU (a CPU-only actor, a head node) sees none whatever the cluster has. On the CPU runtime's logical GPUs: False."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    where = PlacementGroupSchedulingStrategy(placement_group, placement_group_bundle_index=bundle_index)
+    # A sliver of the bundle's GPU: enough to be given the device, never enough to block what is placed there next.
+    probe = ray.remote(num_cpus=0, num_gpus=0.01)(_cuda_visible)
+    return ray.get(probe.options(scheduling_strategy=where).remote())

@@ -1,0 +1,102 @@
+"""Device discipline, read from the source: the code that runs inside GPU actors makes no tensor without saying
+where, and calls no raw torch.distributed collective.
+
+On CPU every tensor lands on the one device, so `torch.ones(k)` beside CUDA logits passes every CPU test and crashes
+the first GPU run; NCCL takes CUDA tensors only, which OpenRLHF's `strategy.all_reduce` / `all_gather` handle (they
+move a CPU tensor to the device and back). This test makes both mistakes fail here. A CPU tensor that is meant
+(an accumulator read back with .tolist(), a tensor handed to the strategy) goes in ALLOWED with its reason.
+"""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "cooper_openrlhf"
+GPU_SIDE = ("ray", "rm", "algo", "engines", "eval")  # the packages whose code runs inside GPU actors
+FACTORIES = {"tensor", "as_tensor", "ones", "zeros", "full", "empty", "arange", "linspace", "eye", "rand", "randn",
+             "randint", "randperm"}
+COLLECTIVES = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+               "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "gather",
+               "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv"}
+
+# (file under cooper_openrlhf/, enclosing function, torch call) -> why a CPU tensor is meant there.
+ALLOWED = {
+    ("algo/rewards.py", "rule_reward", "torch.tensor"):
+        "rewards are attached to OpenRLHF's samples, which keep them on the CPU (experience_maker)",
+    ("ray/trainer.py", "rm_logits", "torch.tensor"):
+        "the trainer actor holds no GPU; the RM ranks return their logits as Python floats",
+    ("ray/reward_actor.py", "_pass", "torch.zeros"):
+        "a CPU accumulator of Python floats, reduced by strategy.all_reduce (which moves it to the device and back)",
+    ("ray/reward_actor.py", "_micro_loss", "torch.tensor"):
+        "added to the CPU accumulator of _pass, from floats already read off the logits",
+    ("rm/bce_train.py", "collate", "torch.tensor"):
+        "a DataLoader collate builds CPU batches; rm_logits moves them to the model's device",
+    ("rm/bce_train.py", "_mean_over_ranks", "torch.tensor"):
+        "handed to strategy.all_reduce, which moves it to the collective's device and back",
+}
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def findings(package: Path = PACKAGE) -> list[tuple[str, str, str, int]]:
+    """(file, enclosing function, offending call, line) for every factory without a device and raw collective."""
+    found = []
+    for path in sorted(p for name in GPU_SIDE for p in (package / name).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        relative = str(path.relative_to(package))
+        moved = set()  # factory calls whose result goes straight into .to(...)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to"
+                    and isinstance(node.func.value, ast.Call)):
+                moved.add(id(node.func.value))
+
+        def visit(node, function):
+            for child in ast.iter_child_nodes(node):
+                name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+                if isinstance(child, ast.Call):
+                    called = _dotted(child.func)
+                    head, _, last = called.rpartition(".")
+                    if head == "torch" and last in FACTORIES and id(child) not in moved:
+                        if not any(k.arg == "device" for k in child.keywords):
+                            found.append((relative, function, called, child.lineno))
+                    if head in ("dist", "torch.distributed") and last in COLLECTIVES:
+                        found.append((relative, function, called, child.lineno))
+                visit(child, name)
+
+        visit(tree, "<module>")
+    return found
+
+
+def test_gpu_side_code_makes_tensors_on_a_named_device_and_reduces_through_the_strategy():
+    unexplained = [f"{file}:{line} in {function}: {call}" for file, function, call, line in findings()
+                   if (file, function, call) not in ALLOWED]
+    assert not unexplained, ("tensors made without device= (add device=, use *_like or .to(other)) or raw "
+                             "torch.distributed collectives (use strategy.all_reduce / all_gather), or allow-list "
+                             "them with a reason:\n  " + "\n  ".join(unexplained))
+
+
+def test_every_allow_list_entry_still_matches_code_and_has_a_reason():
+    present = {(file, function, call) for file, function, call, _ in findings()}
+    assert set(ALLOWED) <= present, f"stale entries: {set(ALLOWED) - present}"
+    assert all(len(reason) > 20 for reason in ALLOWED.values())
+
+
+def test_the_lint_catches_the_defects_it_was_written_for(tmp_path):
+    """The pair mask of the RM update (torch.ones without a device) and a raw all_reduce are both found."""
+    package = tmp_path / "cooper_openrlhf"
+    (package / "ray").mkdir(parents=True)
+    (package / "ray" / "x.py").write_text(
+        "import torch\nimport torch.distributed as dist\n"
+        "def loss(logits, k):\n    mask = torch.ones(k, dtype=torch.bool)\n    ok = torch.ones(k, device=logits.device)\n"
+        "    moved = torch.tensor([1.0]).to(logits)\n    dist.all_reduce(mask)\n")
+    for package_name in GPU_SIDE[1:]:
+        (package / package_name).mkdir()
+    assert [(f, fn, c) for f, fn, c, _ in findings(package)] == [("ray/x.py", "loss", "torch.ones"),
+                                                          ("ray/x.py", "loss", "dist.all_reduce")]
