@@ -109,11 +109,11 @@ start_munge() {
     || unavailable "munged did not start; see $DIR/log/munged.log"
 }
 
-wait_idle() {
-  local deadline=$((SECONDS + UP_TIMEOUT)) states
+wait_idle() {  # both nodes up: idle on a fresh start; running jobs (mixed, allocated) when it was up already
+  local deadline=$((SECONDS + UP_TIMEOUT)) states ready='(idle|mixed|allocated|completing)'
   while ((SECONDS < deadline)); do
     states=$(SLURM_CONF=$CONF sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | tr '\n' ' ') || true
-    if [[ $states == *"n1 idle"* && $states == *"n2 idle"* ]]; then
+    if [[ $states =~ n1\ $ready && $states =~ n2\ $ready ]]; then
       log "up: $states(SLURM_CONF=$CONF)"
       return 0
     fi

@@ -349,7 +349,7 @@ def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(
            "TRAIN_DATA": str(train), "EVAL_DATA_DIR": str(data), "BENCHMARKS": "gsm8k", "RM_BASE": _model(tmp_path / "base"),
            "GENERATORS": _model(tmp_path / "gen"), "JUDGE": _model(tmp_path / "judge"), "ANNOTATE_PROMPTS": str(questions),
            "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32", "SHARDS": "4", "RM_TRAIN_BATCH_SIZE": "64",
-           "ARMS": "cooper rule"}
+           "ARMS": "cooper rule", "HELDOUT": "8"}
     bad = shell.run("reproduce_paper.sh", {**env, "JUDGE": str(tmp_path / "nope")}, timeout=300)
     assert bad.returncode != 0 and "JUDGE=" in bad.stderr and not shell.calls("sbatch")
 
@@ -358,8 +358,11 @@ def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(
     jobs = shell.calls("sbatch")
     scripts = [Path(call[-1]).name for call in jobs]
     assert scripts == ["verifyrm_annotate.sbatch", "verifyrm_train.sbatch", "cooper_slurm.sbatch",
-                       "cooper_slurm.sbatch", "evaluate.sbatch"]
+                       "cooper_slurm.sbatch", "evaluate.sbatch", "report.sbatch"]
     ids = [str(4201 + i) for i in range(len(jobs))]
     assert f"--dependency=afterok:{ids[0]}" in jobs[1] and "--array=0-3" in jobs[0]
     assert all(f"--dependency=afterok:{ids[1]}" in job for job in jobs[2:4])
     assert f"--dependency=afterok:{ids[2]}:{ids[3]}" in jobs[4] and "--array=0-2" in jobs[4]  # base + 2 arms
+    assert f"--dependency=afterok:{ids[2]}:{ids[3]}" in jobs[5]  # the report reads the arms' run folders
+    held = [json.loads(line) for line in (tmp_path / "work" / "heldout.jsonl").read_text().splitlines()]
+    assert len(held) == 8 and len((tmp_path / "work" / "prompts.jsonl").read_text().splitlines()) == 56

@@ -214,7 +214,11 @@ def test_an_arm_signalled_before_its_time_limit_requeues_itself_and_resumes_from
     (scontrol requeue), keeps its id, and the next attempt loads the last checkpoint: its steps continue."""
     out = tmp_path / "rl-rule"
     job = kit.launch("cooper_slurm.sbatch", kit.rl_env(out, arm="rule", NUM_EPISODES="2"))  # 4 steps
-    wait_for(lambda: (out / "ckpt" / "_actor" / "global_step1").is_dir(), JOB_TIMEOUT_S, "a first checkpoint", kit)
+    try:
+        wait_for(lambda: (out / "ckpt" / "_actor" / "global_step1").is_dir(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit)
+    except BaseException:
+        kit.sh(["scancel", job], check=False)
+        raise
     kit.sh(["scancel", "--batch", "--signal=USR1", job])
     states = kit.wait(job, timeout=2 * JOB_TIMEOUT_S)
     assert states.get(job) == "COMPLETED", f"{states}\n{kit.logs()}"
