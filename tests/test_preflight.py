@@ -311,3 +311,24 @@ def test_ray_stop_recognises_only_its_own_clusters_processes():
     assert belongs_to(["ray", "start", "--address", "10.0.0.1:16000"], 16000)
     assert not belongs_to(["raylet", "--gcs-address=10.0.0.1:160001"], 16000)
     assert not belongs_to(["raylet", "--gcs-address=10.0.0.1:6379"], 16000)
+
+
+def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
+    from cooper_openrlhf.cluster.launch_record import record_attempt
+
+    out = rl_env["OUT"]
+    env = Env({**rl_env, "SLURM_JOB_ID": "7"})
+    plan = plan_rl(env)
+    record_attempt(os.path.join(out, "launch.json"), plan, plan.commands[0], env)
+    for model in ("_actor", "_rm"):
+        for step in (1, 2):
+            os.makedirs(os.path.join(out, "ckpt", model, f"global_step{step}"))
+            open(os.path.join(out, "ckpt", model, f"global_step{step}", "mp_rank_00_model_states.pt"), "w").close()
+        open(os.path.join(out, "ckpt", model, "latest"), "w").write("global_step2")
+    plan_rl(Env(rl_env))  # whole: resumes
+    os.remove(os.path.join(out, "ckpt", "_rm", "global_step2", "mp_rank_00_model_states.pt"))
+    with pytest.raises(PreflightError, match=r"the last checkpoint .*_rm/global_step2 \(named by .*_rm/latest\) is damaged"):
+        plan_rl(Env(rl_env))
+    open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
+    with pytest.raises(PreflightError, match="different steps"):
+        plan_rl(Env(rl_env))

@@ -215,7 +215,8 @@ def test_an_arm_signalled_before_its_time_limit_requeues_itself_and_resumes_from
     out = tmp_path / "rl-rule"
     job = kit.launch("cooper_slurm.sbatch", kit.rl_env(out, arm="rule", NUM_EPISODES="2"))  # 4 steps
     try:
-        wait_for(lambda: (out / "ckpt" / "_actor" / "global_step1").is_dir(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit)
+        # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
+        wait_for(lambda: (out / "ckpt" / "_actor" / "latest").is_file(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit)
     except BaseException:
         kit.sh(["scancel", job], check=False)
         raise

@@ -290,6 +290,35 @@ def check_resumable(out: str, argv: list[str]) -> None:
         raise PreflightError(f"OUT={out}: its checkpoint folder {ckpt} was written by another configuration "
                              f"({_first_difference(before, run_configuration(argv))}); a resumed job would continue "
                              "that run: use a new OUT, or remove the folder to start afresh")
+    check_last_checkpoint(ckpt)
+
+
+# What DeepSpeed writes per rank into a checkpoint tag folder (a save cut off by a kill leaves some missing).
+_CHECKPOINT_FILES = ("mp_rank_00_model_states.pt",)
+
+
+def check_last_checkpoint(ckpt: str) -> None:
+    """The checkpoint `--ckpt.load_enable` would load (each model's `latest` tag) is whole, and the policy's and the
+    RM's name the same step; otherwise refuse, naming the folder, instead of loading half a state or overwriting it."""
+    tags = {}
+    for model in sorted(os.listdir(ckpt)):
+        latest = os.path.join(ckpt, model, "latest")
+        if not os.path.isfile(latest):
+            continue
+        with open(latest, encoding="utf-8") as handle:
+            tag = handle.read().strip()
+        folder = os.path.join(ckpt, model, tag)
+        missing = [name for name in _CHECKPOINT_FILES if not os.path.isfile(os.path.join(folder, name))]
+        if not os.path.isdir(folder) or missing:
+            raise PreflightError(f"OUT={os.path.dirname(ckpt)}: the last checkpoint {folder} (named by {latest}) is "
+                                 f"damaged ({'missing' if not os.path.isdir(folder) else 'no ' + ', '.join(missing)}); "
+                                 f"a resumed job would fail to load it. Point {latest} at an earlier whole tag "
+                                 "(each model's), or remove the folder to start afresh")
+        tags[model] = tag
+    if len(set(tags.values())) > 1:
+        raise PreflightError(f"OUT={os.path.dirname(ckpt)}: the models' last checkpoints are of different steps "
+                             f"({', '.join(f'{m}: {t}' for m, t in tags.items())}): a save was cut off between them; "
+                             "point every model's `latest` at the same whole tag, or remove the folder")
 
 
 def validate_train_cooper_argv(argv: list[str]) -> None:
