@@ -7,9 +7,35 @@
 #                                                 sbatch this same script; with DRY_RUN=1, print what each node
 #                                                 would run instead of submitting
 #   inside the job (SLURM_JOB_ID set)             check again, then run
-# `sbatch launch_scripts/X.sbatch` directly also works; it only skips the check before the queue.
+# `sbatch launch_scripts/X.sbatch` directly works too (it skips the check before the queue): the job runs a copy
+# of the script in slurmd's spool folder, so each launcher finds this kit through COOPER_LAUNCH_DIR (exported by
+# the first mode) or SLURM_SUBMIT_DIR (the folder sbatch ran in: the checkout or its launch_scripts/).
+#
+# Environment for every launcher: COOPER_PYTHON (python; its folder's `ray` is used too), COOPER_SETUP (a file
+# sourced in the job and on every node before anything starts: modules, conda, venv), CONTAINER_IMAGE (pyxis:
+# every srun step runs in it), GPUS_PER_NODE=0 (CPU mode: every role on CPU, for tiny models and the local
+# cluster of scripts/local_slurm.sh), CPUS_PER_TASK / MEM (sbatch --cpus-per-task / --mem at submission),
+# SIGNAL_MARGIN (seconds before the time limit at which the job requeues itself; default 600).
+
+if [[ -n "${COOPER_SETUP:-}" ]]; then
+  [[ -f "$COOPER_SETUP" ]] || { echo "error: COOPER_SETUP=$COOPER_SETUP: no such file" >&2; exit 2; }
+  # shellcheck source=/dev/null
+  source "$COOPER_SETUP"
+fi
 
 COOPER_PYTHON=${COOPER_PYTHON:-python}
+# The `ray` beside the interpreter (a venv's), else PATH's: the CLI must be the Ray the job imports.
+if [[ -z "${COOPER_RAY:-}" ]]; then
+  COOPER_RAY=ray
+  python_path=$(command -v "$COOPER_PYTHON" 2>/dev/null || true)
+  [[ -n "$python_path" && -x "$(dirname "$python_path")/ray" ]] && COOPER_RAY="$(dirname "$python_path")/ray"
+fi
+export COOPER_PYTHON COOPER_RAY
+
+cpu_mode() { [[ "${GPUS_PER_NODE:-}" == 0 ]]; }
+if cpu_mode; then  # DeepSpeed's CPU accelerator and one thread per process (many processes share few cores)
+  export DS_ACCELERATOR=cpu OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fi
 
 # True inside a Slurm job (the submit side has no SLURM_JOB_ID).
 in_job() { [[ -n "${SLURM_JOB_ID:-}" ]]; }
@@ -27,10 +53,65 @@ run() {
   fi
 }
 
+# The plan's commands start with `python`: the job runs them with COOPER_PYTHON.
+with_python() {
+  if [[ $1 == python ]]; then shift; set -- "$COOPER_PYTHON" "$@"; fi
+  printf '%s\0' "$@"
+}
+
+# CPU mode's sbatch options: no GPU, a core and a little memory, nodes shared (overriding the #SBATCH lines).
+cpu_sbatch_args() {
+  CPUS_PER_TASK=${CPUS_PER_TASK:-1} MEM=${MEM:-1G}
+  SBATCH_ARGS="${SBATCH_ARGS:-} --oversubscribe"
+}
+
 # sbatch this launcher with the environment exported (the variables are its configuration); extra sbatch options
 # from SBATCH_ARGS (e.g. "--dependency=afterok:123 --partition=gpu"). Prints the job id as the last line.
 submit() {
   local extra=()
   read -r -a extra <<< "${SBATCH_ARGS:-}"
+  [[ -z "${CPUS_PER_TASK:-}" ]] || extra+=("--cpus-per-task=$CPUS_PER_TASK")
+  [[ -z "${MEM:-}" ]] || extra+=("--mem=$MEM")
+  [[ -z "${SIGNAL_MARGIN:-}" ]] || extra+=("--signal=B:USR1@$SIGNAL_MARGIN")
   run sbatch --parsable --export=ALL "${extra[@]}" "$@"
 }
+
+# ---------------------------------------------------------------- in the job: time limits and preemption
+# The launchers ask for `--requeue --signal=B:USR1@600`: Slurm sends USR1 to this shell 10 minutes before the
+# time limit (or at preemption with a grace time), the job requeues itself and the next attempt resumes (RL:
+# --ckpt.load_enable from the last periodic checkpoint; annotate and evaluate: from their caches). The main
+# command runs in the background so that the signal is handled at once (bash runs traps between commands).
+job_ref() {
+  if [[ -n "${SLURM_ARRAY_JOB_ID:-}" ]]; then echo "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"; else echo "$SLURM_JOB_ID"; fi
+}
+
+requeue_self() {
+  echo "[$(date -u +%FT%TZ)] USR1 (time limit or preemption ahead): requeueing job $(job_ref); the next attempt" \
+       "resumes from the last checkpoint" >&2
+  scontrol requeue "$(job_ref)" || echo "error: scontrol requeue $(job_ref) failed; the job ends here" >&2
+}
+
+requeue_on_signal() { trap requeue_self USR1; }
+
+# Run a plan's command (NUL-separated words in a file; a leading `python` is COOPER_PYTHON) as the main command.
+run_argv_file() {
+  local words
+  mapfile -d '' words < <(mapfile -d '' raw < "$1"; with_python "${raw[@]}")
+  if dry_run; then run "${words[@]}"; else run_main "${words[@]}"; fi
+}
+
+# Run the job's main command; its exit status. `wait` returns early when a trapped signal arrives: wait again.
+MAIN_PID=""
+run_main() {
+  "$@" &
+  MAIN_PID=$!
+  local status
+  while true; do
+    if wait "$MAIN_PID"; then status=0; else status=$?; fi
+    kill -0 "$MAIN_PID" 2>/dev/null || return "$status"
+  done
+}
+
+# scancel, requeue, time limit: Slurm sends SIGTERM to every process of the job, then SIGKILL after KillWait.
+# Wait for the main command's own clean-up (ray_cluster.sh stops Ray) before this shell ends the job.
+stop_on_term() { trap 'trap - TERM INT; [[ -z "$MAIN_PID" ]] || wait "$MAIN_PID" 2>/dev/null; exit 143' TERM INT; }

@@ -1,8 +1,11 @@
 #!/bin/bash
 # The paper's pipeline as one chain of Slurm jobs, every stage checked before anything is submitted:
 #   prompts (here, seconds) -> VerifyRM annotation (array) -> VerifyRM training -> RL arms (cooper, static, rule)
-#   -> evaluation of the base policy and every arm's final policy (array), each stage `--dependency=afterok` on
-#   the one before.
+#   -> evaluation of the base policy and every arm's final policy (array) and the report (cli.report over the arms:
+#   figures, report.md, summary.json in WORKDIR/report), each stage `--dependency=afterok` on the one before. A
+#   requeued job (time limit, preemption) keeps its id and is not "ok" until its last attempt completes, so the
+#   later stages wait for the final completion. The RL prompts lose HELDOUT (128) rows to WORKDIR/heldout.jsonl,
+#   every arm's held-out evaluation (EVAL_STEPS).
 #
 #   WORKDIR=... POLICY=... ASSISTANT_MODEL=... TRAIN_DATA=gsm8k/train.jsonl EVAL_DATA_DIR=... \
 #   RM_BASE=... GENERATORS=g1,g2 JUDGE=... ANNOTATE_PROMPTS=... bash launch_scripts/reproduce_paper.sh
@@ -12,11 +15,24 @@
 #   here with the answer-format instruction), EVAL_DATA_DIR, ASSISTANT_MODEL (cooper arm; 'policy' allowed), and
 #   either VERIFY_RM (an existing VerifyRM export: annotation and RM training are skipped) or RM_BASE, GENERATORS,
 #   JUDGE, ANNOTATE_PROMPTS (+ ANNOTATE_FORMAT, default plain).
-# Optional: RL_NODES (1), ARMS ("cooper static rule"), INSTRUCTION (gsm8k-verl), and every variable of the single
+# Optional: RL_NODES (1), ARMS ("cooper static rule"), INSTRUCTION (gsm8k-verl), HELDOUT (128), GPUS_PER_NODE=0
+#   (CPU mode: every stage on CPU, for tiny models and the local cluster), and every variable of the single
 #   launchers (GPUS_PER_NODE, SHARDS, N_SAMPLES, ...), which they read from the environment. SBATCH_ARGS is added
 #   to every sbatch (e.g. "--partition=gpu --account=x").
 set -euo pipefail
-COOPER_LAUNCH_DIR=${COOPER_LAUNCH_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
+# The kit: this script's folder, unless this is slurmd's spool copy of it (plain `sbatch launch_scripts/X.sbatch`):
+# then COOPER_LAUNCH_DIR, or the folder sbatch ran in (SLURM_SUBMIT_DIR: the checkout or its launch_scripts/).
+if [[ -z "${COOPER_LAUNCH_DIR:-}" ]]; then
+  for COOPER_LAUNCH_DIR in "$(dirname "${BASH_SOURCE[0]}")" "${SLURM_SUBMIT_DIR:-.}/launch_scripts" "${SLURM_SUBMIT_DIR:-.}"; do
+    [[ -f "$COOPER_LAUNCH_DIR/common.sh" ]] && break
+  done
+fi
+if [[ ! -f "$COOPER_LAUNCH_DIR/common.sh" ]]; then
+  echo "error: COOPER_LAUNCH_DIR=$COOPER_LAUNCH_DIR: no common.sh there; cannot find the launch kit. Submit from the" \
+       "cooper-openrlhf checkout (sbatch launch_scripts/$(basename "$0")), or export COOPER_LAUNCH_DIR=/path/to/launch_scripts" >&2
+  exit 2
+fi
+COOPER_LAUNCH_DIR=$(cd "$COOPER_LAUNCH_DIR" && pwd)
 export COOPER_LAUNCH_DIR
 # shellcheck source=launch_scripts/common.sh
 source "$COOPER_LAUNCH_DIR/common.sh"
@@ -34,7 +50,7 @@ export POLICY
 RM_EXPORT=${VERIFY_RM:-$WORKDIR/verifyrm/best}
 PENDING=()
 [[ -n "${VERIFY_RM:-}" ]] || PENDING+=("$WORKDIR/annotate" "$RM_EXPORT")
-for arm in "${ARM_LIST[@]}"; do PENDING+=("$WORKDIR/rl-$arm/final"); done
+for arm in "${ARM_LIST[@]}"; do PENDING+=("$WORKDIR/rl-$arm/final" "$WORKDIR/rl-$arm"); done
 PENDING_PATHS=$(IFS=:; echo "${PENDING[*]}")
 export PENDING_PATHS
 
@@ -51,9 +67,10 @@ stage() {  # name, dependency ids (space-separated, may be empty), launcher, env
   if dry_run; then echo "$name-job"; else tail -n1 <<< "$output"; fi
 }
 
-echo "== prompts: $TRAIN_DATA -> $WORKDIR/prompts.jsonl" >&2
+echo "== prompts: $TRAIN_DATA -> $WORKDIR/prompts.jsonl, held-out $WORKDIR/heldout.jsonl" >&2
 "$COOPER_PYTHON" -m cooper_openrlhf.cluster.prompts --input "$TRAIN_DATA" --format "${TRAIN_FORMAT:-gsm8k}" \
-  --instruction "${INSTRUCTION:-gsm8k-verl}" --out "$WORKDIR/prompts.jsonl" >&2
+  --instruction "${INSTRUCTION:-gsm8k-verl}" --out "$WORKDIR/prompts.jsonl" \
+  --heldout "${HELDOUT:-128}" --heldout-out "$WORKDIR/heldout.jsonl" >&2
 
 # Checks first, for every stage (DRY_RUN=1), so that a bad variable of the last stage fails before the first
 # stage is queued; then the submissions.
@@ -69,14 +86,18 @@ for pass in check submit; do
   fi
   arm_jobs=()
   checkpoints=$POLICY
+  run_dirs=""
   for arm in "${ARM_LIST[@]}"; do
     arm_jobs+=("$(stage "rl-$arm" "$rm_job" cooper_slurm.sbatch ARM="$arm" NODES="${RL_NODES:-1}" \
-      OUT="$WORKDIR/rl-$arm" PROMPTS="$WORKDIR/prompts.jsonl" VERIFY_RM="$RM_EXPORT" \
-      ASSISTANT_MODEL="${ASSISTANT_MODEL:-}")")
+      OUT="$WORKDIR/rl-$arm" PROMPTS="$WORKDIR/prompts.jsonl" EVAL_PROMPTS="$WORKDIR/heldout.jsonl" \
+      VERIFY_RM="$RM_EXPORT" ASSISTANT_MODEL="${ASSISTANT_MODEL:-}")")
     checkpoints="$checkpoints,$WORKDIR/rl-$arm/final"
+    run_dirs="${run_dirs:+$run_dirs,}$WORKDIR/rl-$arm"
   done
-  stage evaluate "${arm_jobs[*]}" evaluate.sbatch OUT="$WORKDIR/eval" CHECKPOINTS="$checkpoints" \
-    DATA_DIR="$EVAL_DATA_DIR" > /dev/null
+  eval_job=$(stage evaluate "${arm_jobs[*]}" evaluate.sbatch OUT="$WORKDIR/eval" CHECKPOINTS="$checkpoints" \
+    DATA_DIR="$EVAL_DATA_DIR")
+  stage report "${arm_jobs[*]}" report.sbatch OUT="$WORKDIR/report" RUN_DIRS="$run_dirs" > /dev/null
+  echo "evaluation: job $eval_job" >&2
 done
 if [[ $USER_DRY_RUN == 1 ]]; then
   echo "all stages checked (DRY_RUN=1: nothing submitted)" >&2

@@ -35,6 +35,7 @@ class Shell:
         self.env = {
             "PATH": f"{SHIMS}:{Path(sys.executable).parent}:{os.environ['PATH']}",
             "PYTHONPATH": str(REPO), "COOPER_PYTHON": sys.executable, "SHIM_PYTHON": sys.executable,
+            "COOPER_RAY": "ray",  # PATH's: the shim (else the launchers take the `ray` beside COOPER_PYTHON)
             "SHIM_LOG": str(self.log), "FAKE_RAY_STATE": str(self.state), "HOME": os.environ.get("HOME", "/tmp"),
             "PYTHONWARNINGS": "ignore",
         }
@@ -50,6 +51,11 @@ class Shell:
         if not self.log.exists():
             return []
         return [call for call in map(json.loads, self.log.read_text().splitlines()) if call[0] == tool]
+
+    def stopped_nodes(self) -> list[str]:
+        """Nodes on which the launcher ran cluster/ray_stop.py (as `@node`, sorted)."""
+        return sorted("@" + next(a.split("=", 1)[1] for a in call if a.startswith("--nodelist="))
+                      for call in self.calls("srun") if "cooper_openrlhf.cluster.ray_stop" in call)
 
     def leftover_steps(self) -> list[int]:
         """Fake `ray start --block` processes still running (each would hold a node's GPUs)."""
@@ -97,10 +103,10 @@ def test_one_head_and_workers_join_then_the_job_is_submitted_and_every_node_stop
     submit = [call for call in shell.calls("ray") if call[2:4] == ["job", "submit"]]
     assert len(submit) == 1
     entry = submit[0][submit[0].index("--") + 1:]
-    assert entry == ["python", "-m", "cooper_openrlhf.cli.train_cooper", "--arg with space"]
+    assert entry == [sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", "--arg with space"]  # COOPER_PYTHON
     assert "--runtime-env-json={\"env_vars\": {\"NCCL_DEBUG\": \"WARN\"}}" in submit[0]
-    stops = [call[1] for call in shell.calls("ray") if call[2] == "stop"]
-    assert sorted(stops) == ["@n0", "@n1", "@n2"]
+    assert shell.stopped_nodes() == ["@n0", "@n1", "@n2"]
+    assert not [call for call in shell.calls("ray") if call[2] == "stop"], "never `ray stop`: it ends every Ray of the user"
     assert all((shell.tmp / "logs" / f"ray-n{i}.log").exists() for i in range(3))
     assert shell.leftover_steps() == []
 
@@ -109,7 +115,7 @@ def test_a_failed_job_still_stops_ray_on_every_node_and_fails_the_sbatch(shell):
     (shell.tmp / "logs").mkdir()
     result = _cluster(shell, 2, 4, FAKE_JOB_RC="1")
     assert result.returncode != 0
-    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@n0", "@n1"]
+    assert shell.stopped_nodes() == ["@n0", "@n1"]
     assert shell.leftover_steps() == []
 
 
@@ -125,7 +131,7 @@ def test_a_node_that_does_not_come_up_fails_fast_naming_its_log_and_frees_every_
     assert message in result.stderr and str(shell.tmp / "logs" / log) in result.stderr
     assert result.seconds < 30
     assert not [call for call in shell.calls("ray") if call[2:4] == ["job", "submit"]]
-    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@n0", "@n1", "@n2"]
+    assert shell.stopped_nodes() == ["@n0", "@n1", "@n2"]
     assert shell.leftover_steps() == []
 
 
@@ -147,7 +153,7 @@ def test_scancel_stops_ray_on_every_node(shell):
     os.killpg(process.pid, signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode != 0
-    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@n0", "@n1"]
+    assert shell.stopped_nodes() == ["@n0", "@n1"]
     assert shell.leftover_steps() == []
 
 
@@ -169,7 +175,7 @@ def test_rl_dry_run_prints_every_node_command_and_submit_mode_sbatches_itself(sh
     assert out.count("ray start --head") == 1 and out.count("ray start --address=IP-OF-node0:6379") == 1
     assert "ray_wait --address IP-OF-node0:6379 --nodes 2 --gpus 16" in out
     assert "ray job submit" in out and "--cooper.negative_retries 5" in out
-    assert out.count("ray stop --force") == 2
+    assert out.count("cooper_openrlhf.cluster.ray_stop --port 6379") == 2 and "ray stop" not in out
     assert not shell.calls("sbatch") and not shell.calls("srun")  # nothing ran, nothing was submitted
 
     result = shell.run("cooper_slurm.sbatch", {**rl_env, "NODES": "2", "SBATCH_ARGS": "--partition=gpu"})
@@ -186,10 +192,10 @@ def test_rl_job_on_the_allocation_runs_the_checked_command_across_the_nodes(shel
     assert result.returncode == 0, result.stderr
     submit = next(call for call in shell.calls("ray") if call[2:4] == ["job", "submit"])
     entry = submit[submit.index("--") + 1:]
-    assert entry[:3] == ["python", "-m", "cooper_openrlhf.cli.train_cooper"] and "--cooper.reward_source" in entry
+    assert entry[:3] == [sys.executable, "-m", "cooper_openrlhf.cli.train_cooper"] and "--cooper.reward_source" in entry
     assert entry[entry.index("--vllm.num_engines") + 1] == "4"  # 2 x 4 GPUs: actor 4, rule arm: 4 engines
-    assert "--submission-id=cooper-rule-77" in submit
-    assert sorted(call[1] for call in shell.calls("ray") if call[2] == "stop") == ["@gpu-a", "@gpu-b"]
+    assert "--submission-id=cooper-rule-77-0" in submit  # job id, restart count
+    assert shell.stopped_nodes() == ["@gpu-a", "@gpu-b"]
     assert (Path(rl_env["OUT"]) / "logs" / "ray-gpu-b.log").exists()
 
 
@@ -343,7 +349,7 @@ def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(
            "TRAIN_DATA": str(train), "EVAL_DATA_DIR": str(data), "BENCHMARKS": "gsm8k", "RM_BASE": _model(tmp_path / "base"),
            "GENERATORS": _model(tmp_path / "gen"), "JUDGE": _model(tmp_path / "judge"), "ANNOTATE_PROMPTS": str(questions),
            "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32", "SHARDS": "4", "RM_TRAIN_BATCH_SIZE": "64",
-           "ARMS": "cooper rule"}
+           "ARMS": "cooper rule", "HELDOUT": "8"}
     bad = shell.run("reproduce_paper.sh", {**env, "JUDGE": str(tmp_path / "nope")}, timeout=300)
     assert bad.returncode != 0 and "JUDGE=" in bad.stderr and not shell.calls("sbatch")
 
@@ -352,8 +358,11 @@ def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(
     jobs = shell.calls("sbatch")
     scripts = [Path(call[-1]).name for call in jobs]
     assert scripts == ["verifyrm_annotate.sbatch", "verifyrm_train.sbatch", "cooper_slurm.sbatch",
-                       "cooper_slurm.sbatch", "evaluate.sbatch"]
+                       "cooper_slurm.sbatch", "evaluate.sbatch", "report.sbatch"]
     ids = [str(4201 + i) for i in range(len(jobs))]
     assert f"--dependency=afterok:{ids[0]}" in jobs[1] and "--array=0-3" in jobs[0]
     assert all(f"--dependency=afterok:{ids[1]}" in job for job in jobs[2:4])
     assert f"--dependency=afterok:{ids[2]}:{ids[3]}" in jobs[4] and "--array=0-2" in jobs[4]  # base + 2 arms
+    assert f"--dependency=afterok:{ids[2]}:{ids[3]}" in jobs[5]  # the report reads the arms' run folders
+    held = [json.loads(line) for line in (tmp_path / "work" / "heldout.jsonl").read_text().splitlines()]
+    assert len(held) == 8 and len((tmp_path / "work" / "prompts.jsonl").read_text().splitlines()) == 56

@@ -39,6 +39,7 @@ class HandedOver(Exception):
 
 def cooper(args):
     raise HandedOver({"to": "cooper", "rm_lr": args.cooper.rm_lr, "reward_form": args.cooper.reward_form,
+                      "eval_dataset": args.eval.dataset, "eval_steps": args.eval.steps,
                       "vllm_generate_batch_size": args.rollout.vllm_generate_batch_size,
                       "eps_clip_low_high": list(args.actor.eps_clip_low_high)})
 
@@ -84,18 +85,24 @@ def test_the_patch_applies_to_the_pinned_openrlhf_and_dispatches_remote_rm_train
         [*BASE, "--reward.model_name_or_path", "rm", "--cooper.rm_lr", "2e-6"],  # a Cooper flag, no --remote_rm_trainable
         [*BASE, "--remote_rm_trainable"],  # no RM to train: Cooper's start-up check
         ["--help"],
+        # Held-out evaluation on the Cooper route (graded by the rule verifier): stock asserts a remote RM for it.
+        [*BASE, "--reward.model_name_or_path", "rm", "--remote_rm_trainable", "--eval.dataset", "held.jsonl",
+         "--eval.steps", "3"],
+        [*BASE, "--reward.model_name_or_path", "rm", "--eval.dataset", "held.jsonl"],  # stock: still its assertion
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path), json.dumps(commands)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     results = [json.loads(line[len("RESULT "):]) for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(results) == 5, run.stdout[-4000:]
-    cooper, stock, ignored, invalid, help_ = results
+    assert len(results) == 7, run.stdout[-4000:]
+    cooper, stock, ignored, invalid, help_, cooper_eval, stock_eval = results
 
     # Cooper flags parsed, then OpenRLHF's own validation block ran before the hand-over.
     assert cooper == {"to": "cooper", "rm_lr": 2e-6, "reward_form": "discrete", "vllm_generate_batch_size": 8,
-                      "eps_clip_low_high": [0.2, 0.2]}
+                      "eps_clip_low_high": [0.2, 0.2], "eval_dataset": None, "eval_steps": -1}
+    assert (cooper_eval["to"], cooper_eval["eval_dataset"], cooper_eval["eval_steps"]) == ("cooper", "held.jsonl", 3)
+    assert stock_eval["error"] == "AssertionError" and "--eval_dataset" in stock_eval["message"]
     assert stock == {"to": "stock", "remote_rm_trainable": False, "rm_lr": 1e-5}
     # Stock training would ignore the Cooper flag: it stops at start-up naming the missing flag.
     assert ignored["error"] == "CooperArgsError"

@@ -238,3 +238,97 @@ def test_wait_returns_when_every_gpu_joined_and_fails_naming_the_node_and_log():
     with pytest.raises(ClusterNotReady, match=r"only 1 of 2 nodes \(8 of 16 GPUs\) joined .* /logs/ray-node1.log"):
         wait_for_cluster("h:6379", 2, 16, [head, Watched("node1", os.getpid(), "/logs/ray-node1.log")], 10, 0,
                          poll_s=0, list_nodes=lambda address: [node])
+
+
+# ------------------------------------------------------------------------ cluster path (issue 31)
+def test_every_rl_plan_resumes_from_checkpoints_and_cpu_mode_changes_only_the_device_routes(rl_env, tmp_path):
+    from cooper_openrlhf.cli.train_cooper import parse_args
+
+    held = tmp_path / "held.jsonl"
+    held.write_text(json.dumps({"question": "1 + 1?", "answer": "2"}) + "\n")
+    gpu = plan_rl(Env({**rl_env, "EVAL_PROMPTS": str(held), "EVAL_STEPS": "5"}))
+    cpu = plan_rl(Env({**rl_env, "EVAL_PROMPTS": str(held), "EVAL_STEPS": "5", "GPUS_PER_NODE": "0", "NODES": "2"}))
+    for plan in (gpu, cpu):
+        args = parse_args(plan.commands[0][3:])
+        assert args.ckpt.load_enable and args.ckpt.save_steps == 20
+        assert (args.eval.dataset, args.eval.steps) == (str(held), 5)
+    assert parse_args(gpu.commands[0][3:]).vllm.sync_backend == "nccl"
+    cpu_args = parse_args(cpu.commands[0][3:])
+    assert cpu_args.vllm.sync_backend == "gloo" and cpu_args.ds.attn_implementation == "eager"
+    # One slot per role (actor+ref, RM, engine, assistant), spread over the 2 nodes: 2 per node.
+    assert (cpu.placement.gpus_per_node, cpu.placement.actor_gpus, cpu.placement.rm_gpus, cpu.placement.vllm_engines) == (2, 1, 1, 1)
+    assert cpu.runtime_env["worker_process_setup_hook"] == "cooper_openrlhf.runtime.cpu.install"
+    assert cpu.runtime_env["env_vars"]["DS_ACCELERATOR"] == "cpu"
+
+
+def test_a_checkpoint_folder_resumes_only_under_the_configuration_that_wrote_it(rl_env):
+    from cooper_openrlhf.cluster.launch_record import record_attempt, record_end
+    from cooper_openrlhf.cluster.preflight import check_resumable
+
+    out = rl_env["OUT"]
+    job = {**rl_env, "SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", "ARM": "static"}
+    env = Env(job)  # the CLI records with the Env it planned with: the variables it read
+    plan = plan_rl(env)
+    record_attempt(os.path.join(out, "launch.json"), plan, plan.commands[0], env)
+    os.makedirs(os.path.join(out, "ckpt", "_actor"))
+    check_resumable(out, plan_rl(Env({**job, "SLURM_JOB_ID": "8"})).commands[0])  # another attempt: same configuration
+    with pytest.raises(PreflightError, match=r"--train.seed: '42' then, '3' now"):
+        plan_rl(Env({**job, "SEED": "3"}))
+    record_end(out, 0)
+    record = json.loads(open(os.path.join(out, "launch.json")).read())
+    (attempt,) = record["attempts"]
+    assert (attempt["job_id"], attempt["restart_count"], attempt["exit"]) == ("7", 1, 0)
+    assert attempt["env"]["ARM"] == "static" and "PROMPTS" in attempt["env"]
+    info = json.loads(open(os.path.join(out, "run_info.json")).read())
+    assert (info["arm"], info["seed"], info["status"]) == ("static", 42, "done")
+    os.remove(os.path.join(out, "launch.json"))
+    with pytest.raises(PreflightError, match="has no launch.json"):
+        plan_rl(Env(job))
+
+
+def test_nodes_must_match_the_allocation_inside_the_job(rl_env):
+    with pytest.raises(PreflightError, match=r"NODES=2: the job's allocation has 1 node\(s\)"):
+        plan_rl(Env({**rl_env, "NODES": "2", "SLURM_JOB_ID": "5", "SLURM_JOB_NUM_NODES": "1"}))
+
+
+def test_the_prompt_split_keeps_held_out_rows_out_of_training(tmp_path):
+    source = tmp_path / "gsm8k.jsonl"
+    source.write_text("".join(json.dumps({"question": f"{i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(10)))
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    assert prompts_main(["--input", str(source), "--format", "gsm8k", "--out", str(train), "--heldout", "3",
+                         "--heldout-out", str(held)]) == 0
+    train_rows = [json.loads(line) for line in train.read_text().splitlines()]
+    held_rows = [json.loads(line) for line in held.read_text().splitlines()]
+    assert len(train_rows) == 7 and len(held_rows) == 3
+    assert not {r["index"] for r in train_rows} & {r["index"] for r in held_rows}
+
+
+def test_ray_stop_recognises_only_its_own_clusters_processes():
+    from cooper_openrlhf.cluster.ray_stop import belongs_to
+
+    assert belongs_to(["raylet", "--gcs-address=10.0.0.1:16000"], 16000)
+    assert belongs_to(["gcs_server", "--gcs_server_port=16000"], 16000)
+    assert belongs_to(["ray", "start", "--address", "10.0.0.1:16000"], 16000)
+    assert not belongs_to(["raylet", "--gcs-address=10.0.0.1:160001"], 16000)
+    assert not belongs_to(["raylet", "--gcs-address=10.0.0.1:6379"], 16000)
+
+
+def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
+    from cooper_openrlhf.cluster.launch_record import record_attempt
+
+    out = rl_env["OUT"]
+    env = Env({**rl_env, "SLURM_JOB_ID": "7"})
+    plan = plan_rl(env)
+    record_attempt(os.path.join(out, "launch.json"), plan, plan.commands[0], env)
+    for model in ("_actor", "_rm"):
+        for step in (1, 2):
+            os.makedirs(os.path.join(out, "ckpt", model, f"global_step{step}"))
+            open(os.path.join(out, "ckpt", model, f"global_step{step}", "mp_rank_00_model_states.pt"), "w").close()
+        open(os.path.join(out, "ckpt", model, "latest"), "w").write("global_step2")
+    plan_rl(Env(rl_env))  # whole: resumes
+    os.remove(os.path.join(out, "ckpt", "_rm", "global_step2", "mp_rank_00_model_states.pt"))
+    with pytest.raises(PreflightError, match=r"the last checkpoint .*_rm/global_step2 \(named by .*_rm/latest\) is damaged"):
+        plan_rl(Env(rl_env))
+    open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
+    with pytest.raises(PreflightError, match="different steps"):
+        plan_rl(Env(rl_env))

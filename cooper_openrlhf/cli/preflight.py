@@ -10,7 +10,10 @@ exits with status 2, in seconds.
   --argv-out FILE   write the command as NUL-separated words (bash: mapfile -d '' CMD < FILE)
   --runtime-env-out FILE   rl: write the Ray job's runtime environment (JSON)
   --count           print only the number of tasks (for sbatch --array=0-(count-1))
+  --record FILE     inside a job: append this attempt (Slurm job ids, resolved command, the variables read) to
+                    FILE (the run folder's launch.json; rl also writes run_info.json with the arm, as the lab does)
   merge-annotations: concatenate finished annotate shards (ANNOTATED, SHARDS) into OUT/verifyrm_data.jsonl
+  run-end STATUS:   rl: record how the attempt ended in OUT/launch.json and OUT/run_info.json (done | failed)
 """
 
 import argparse
@@ -27,11 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.preflight", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("stage", choices=[*STAGES, "merge-annotations"])
+    parser.add_argument("stage", choices=[*STAGES, "merge-annotations", "run-end"])
+    parser.add_argument("status", nargs="?", type=int, help="run-end: the exit status of the attempt")
     parser.add_argument("--task", type=int, help="only this task's command (array stages)")
     parser.add_argument("--argv-out", help="write the command as NUL-separated words")
     parser.add_argument("--runtime-env-out", help="rl: write the Ray job runtime environment as JSON")
     parser.add_argument("--count", action="store_true", help="print only the number of tasks")
+    parser.add_argument("--record", help="inside a job: append this attempt to this launch.json")
     return parser
 
 
@@ -45,6 +50,11 @@ def _run(args, extra: list[str]) -> int:
         merged = os.path.join(out, "verifyrm_data.jsonl")
         rows = merge_annotations(env.require("ANNOTATED", "the annotate folder"), env.int("SHARDS", 8), merged)
         print(f"merged {rows} labelled rows -> {merged}")
+        return 0
+    if args.stage == "run-end":
+        from cooper_openrlhf.cluster.launch_record import record_end
+
+        record_end(env.require("OUT", "the run folder"), args.status if args.status is not None else 1)
         return 0
     plan = plan_stage(args.stage, env, extra)
     if args.count:
@@ -67,6 +77,10 @@ def _run(args, extra: list[str]) -> int:
             raise PreflightError(f"--argv-out needs one command; the {args.stage} stage has {len(commands)}: pass --task")
         with open(args.argv_out, "wb") as handle:
             handle.write(b"".join(word.encode() + b"\0" for word in commands[0]))
+    if args.record:
+        from cooper_openrlhf.cluster.launch_record import record_attempt
+
+        record_attempt(args.record, plan, commands[0], env)
     if args.runtime_env_out and plan.runtime_env is not None:
         with open(args.runtime_env_out, "w", encoding="utf-8") as handle:
             json.dump(plan.runtime_env, handle)

@@ -23,11 +23,13 @@ class Env:
 
     def __init__(self, values: Mapping[str, str]):
         self.values = values
+        self.read: set[str] = set()  # every variable asked for: launch.json records their values
         # Inside a job every upstream output must exist: PENDING_PATHS only counts on the submit side.
         pending = "" if values.get("SLURM_JOB_ID") else values.get("PENDING_PATHS", "")
         self.pending = {os.path.abspath(p) for p in pending.split(":") if p}
 
     def get(self, name: str, default: str | None = None) -> str | None:
+        self.read.add(name)
         value = self.values.get(name, "")
         return value if value != "" else default
 

@@ -9,6 +9,7 @@ model folders, data rows and output folders (`cluster/checks.py`). `cli/prefligh
   plan_annotate(env)        VerifyRM annotation, one shard of the prompts per array task (resumable per shard)
   plan_verifyrm_train(env)  VerifyRM BCE training on the GPUs of one node under the deepspeed launcher
   plan_evaluate(env)        benchmark evaluation, one checkpoint per array task
+  plan_report(env)          cli.report over the arms' run folders (the chain's last stage)
 
 The RL defaults are the official Cooper recipe's (ZJU-REAL/Cooper `recipe/cooper/`) where the paper is
 silent; docs/cluster.md lists every value, its source, and where this package departs.
@@ -59,16 +60,57 @@ def _parse_or_fail(what: str, parse) -> object:
 
 
 # --------------------------------------------------------------------------------------------- RL
+def cpu_mode(env: Env) -> bool:
+    """GPUS_PER_NODE=0: every role on CPU (tiny models; the local Slurm cluster of scripts/local_slurm.sh)."""
+    return env.int("GPUS_PER_NODE", 8, minimum=0) == 0
+
+
+def _rl_nodes(env: Env) -> int:
+    """NODES, checked against the allocation inside the job (a job never silently runs on fewer nodes than asked)."""
+    allocated = env.int("SLURM_JOB_NUM_NODES", None) if env.get("SLURM_JOB_ID") else None
+    nodes = env.int("NODES", allocated or 1, minimum=1)
+    if allocated is not None and nodes != allocated:
+        raise PreflightError(f"NODES={nodes}: the job's allocation has {allocated} node(s) (SLURM_JOB_NUM_NODES); "
+                             f"submit with --nodes={nodes} (bash launch_scripts/cooper_slurm.sbatch does) or set NODES="
+                             f"{allocated}")
+    return nodes
+
+
 def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
-    nodes = env.int("NODES", env.int("SLURM_JOB_NUM_NODES", 1), minimum=1)
-    gpus = env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
+    """The placement of one arm. CPU mode: one logical slot per role (actor+ref, RM, one engine, the assistant),
+    CPU_SLOTS_PER_NODE per node (default: the roles spread evenly over the nodes, so a 2-node run uses both)."""
+    nodes = _rl_nodes(env)
+    small = cpu_mode(env)
+    actor = env.int("ACTOR_GPUS", 1 if small else None)
+    rm = env.int("RM_GPUS", (0 if arm == "rule" else 1) if small else None, minimum=0)
+    engines = env.int("VLLM_ENGINES", 1 if small else None)
+    if small:
+        roles = actor + rm + engines * env.int("VLLM_TP", 1) + (1 if assistant_model and arm == "cooper" else 0)
+        slots = env.int("CPU_SLOTS_PER_NODE", -(-roles // nodes))
+    else:
+        slots = env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
     try:
-        return plan_placement(nodes, gpus, arm=arm, assistant_model=assistant_model,
-                              actor_gpus=env.int("ACTOR_GPUS", None), rm_gpus=env.int("RM_GPUS", None, minimum=0),
-                              vllm_engines=env.int("VLLM_ENGINES", None), vllm_tp=env.int("VLLM_TP", 1),
-                              colocate_all=env.flag("COLOCATE_ALL"))
+        return plan_placement(nodes, slots, arm=arm, assistant_model=assistant_model, actor_gpus=actor, rm_gpus=rm,
+                              vllm_engines=engines, vllm_tp=env.int("VLLM_TP", 1), colocate_all=env.flag("COLOCATE_ALL"))
     except PlacementError as exc:
         raise PreflightError(str(exc)) from None
+
+
+def rl_arm(env: Env) -> tuple[str, str | None]:
+    """(ARM, the assistant: a model folder, 'policy', or None when the arm writes no negatives with one)."""
+    arm = env.choice("ARM", "cooper", ARMS)
+    negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
+    assistant = None
+    if arm == "cooper" and negative_source != "rollout":
+        assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
+                                "(a folder, or 'policy' for the policy on its own engines)")
+    return arm, assistant
+
+
+def rl_placement(env: Env) -> Placement:
+    """The RL launcher's placement from its variables alone (ray_cluster.sh's slots per node come from it)."""
+    arm, assistant = rl_arm(env)
+    return _rl_placement(env, arm, assistant_model=assistant not in (None, "policy"))
 
 
 def _warmup_ratio(env: Env, prompts: int, n: int, rollout_batch: int, train_batch: int, episodes: int) -> float:
@@ -91,16 +133,12 @@ def _warmup_ratio(env: Env, prompts: int, n: int, rollout_batch: int, train_batc
 
 def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     """The train_cooper command of one arm, with its placement; every flag parsed by train_cooper itself."""
-    arm = env.choice("ARM", "cooper", ARMS)
+    arm, assistant = rl_arm(env)
+    negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
     policy = env.require("POLICY", "the policy model folder (the paper: Qwen2.5-1.5B-Instruct)")
     prompts = env.require("PROMPTS", "a prompt file written by `python -m cooper_openrlhf.cluster.prompts` "
                           "(question with the answer-format instruction, reference answer)")
     out = env.require("OUT", "the run folder (checkpoints, final policy, tensorboard, samples)")
-    negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
-    assistant = None
-    if arm == "cooper" and negative_source != "rollout":
-        assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
-                                "(a folder, or 'policy' for the policy on its own engines)")
     verify_rm = env.require("VERIFY_RM", "a VerifyRM export (verifyrm train's best/)") if arm != "rule" else None
     input_key, label_key = env.get("INPUT_KEY", "question"), env.get("LABEL_KEY", "answer")
 
@@ -132,6 +170,13 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
                              f"N_SAMPLES={n} = {rollout_batch * n} samples of one rollout step")
     warmup = _warmup_ratio(env, len(rows), n, rollout_batch, train_batch, episodes)
     job = env.get("SLURM_JOB_ID", "dryrun")
+    if cpu_mode(env):  # the CPU runtime's routes (docs/cluster.md): gloo weight sync, eager attention, dtype auto
+        device_flags = ["--vllm.sync_backend", "gloo", "--vllm.enforce_eager", "--ds.attn_implementation", "eager"]
+    else:
+        device_flags = ["--vllm.sync_backend", "nccl", "--ds.param_dtype", "bf16",
+                        "--ds.attn_implementation", "flash_attention_2"]
+    eval_flags = _eval_flags(env, input_key, label_key)
+    max_samples = env.int("MAX_SAMPLES", None)
     argv = [
         "python", "-m", "cooper_openrlhf.cli.train_cooper",
         "--actor.model_name_or_path", policy,
@@ -148,14 +193,16 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         "--actor.lr_warmup_ratio", repr(warmup),
         *placement.openrlhf_flags(),
         "--vllm.gpu_memory_utilization", str(env.float("VLLM_GPU_MEMORY_UTILIZATION", 0.5 if placement.colocate_all else 0.8)),
-        "--vllm.sync_backend", "nccl",
-        "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
-        "--actor.gradient_checkpointing_enable",
+        *device_flags,
+        "--ds.zero_stage", "2", "--actor.gradient_checkpointing_enable",
         "--cooper.verifier_workers", str(env.int("VERIFIER_WORKERS", 16)), "--cooper.verifier_deadline_s", "10",
-        "--train.seed", str(env.int("SEED", 42, minimum=0)), "--ckpt.save_steps", str(env.int("SAVE_STEPS", 20)),
+        "--train.seed", str(env.int("SEED", 42, minimum=0)),
+        # A requeued or resubmitted job (time limit, preemption) continues from the last periodic checkpoint.
+        "--ckpt.save_steps", str(env.int("SAVE_STEPS", 20)), "--ckpt.load_enable",
         "--ckpt.path", os.path.join(out, "ckpt"), "--ckpt.output_dir", os.path.join(out, "final"),
         "--logger.tensorboard_dir", os.path.join(out, "tensorboard"), "--logger.wandb.run_name", f"cooper-{arm}-{job}",
         "--cooper.sample_log_dir", os.path.join(out, "samples"),
+        *eval_flags, *(["--data.max_samples", str(max_samples)] if max_samples else []),
     ]
     if arm == "rule":
         argv += ["--cooper.reward_source", "rule"]
@@ -170,12 +217,108 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
             argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
     argv += list(extra_args)
     validate_train_cooper_argv(argv[3:])
+    check_resumable(out, argv)
     # The job's runtime env comes from the one place that builds it; train_cooper's ray.init adds only what is
-    # missing from it (runtime/ray_env.py says why).
-    launcher_defaults = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    # missing from it (runtime/ray_env.py says why). CPU mode: the CPU runtime in every worker, a small KV cache.
+    launcher_defaults = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+                         **({"VLLM_CPU_KVCACHE_SPACE": "1"} if cpu_mode(env) else {})}
     runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
-                                     on_cpu=False)
+                                     on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
+
+
+def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
+    """Held-out evaluation every EVAL_STEPS rollout steps on EVAL_PROMPTS (`cluster.prompts --heldout`'s split)."""
+    eval_prompts = env.get("EVAL_PROMPTS")
+    if eval_prompts is None:
+        return []
+    if not env.is_pending(eval_prompts):
+        rows = read_rows("EVAL_PROMPTS", eval_prompts)
+        check_rows_have_keys("EVAL_PROMPTS", eval_prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    return ["--eval.dataset", eval_prompts, "--eval.steps", str(env.int("EVAL_STEPS", 10)),
+            "--eval.n_samples_per_prompt", str(env.int("EVAL_N_SAMPLES", 1))]
+
+
+# ------------------------------------------------------------------------- resume from checkpoints
+LAUNCH_RECORD = "launch.json"
+# Words of the command that change between attempts of the same run (not its configuration).
+_PER_ATTEMPT_FLAGS = ("--logger.wandb.run_name",)
+
+
+def run_configuration(argv: list[str]) -> list[str]:
+    """The command minus what differs between attempts of one run: what a checkpoint must have been written by."""
+    words = list(argv[3:])
+    for flag in _PER_ATTEMPT_FLAGS:
+        if flag in words:
+            index = words.index(flag)
+            del words[index:index + 2]
+    return words
+
+
+def _first_difference(old: list[str], new: list[str]) -> str:
+    def flags(words):
+        table, key = {}, None
+        for word in words:
+            if word.startswith("--"):
+                key = word
+                table[key] = ""
+            elif key is not None:
+                table[key] = (table[key] + " " + word).strip()
+        return table
+
+    before, now = flags(old), flags(new)
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            return f"{key}: {before.get(key, '(absent)')!r} then, {now.get(key, '(absent)')!r} now"
+    return "the order of the flags"
+
+
+def check_resumable(out: str, argv: list[str]) -> None:
+    """A run folder with checkpoints is resumed (`--ckpt.load_enable`) only by the configuration that wrote them."""
+    ckpt = os.path.join(out, "ckpt")
+    if not (os.path.isdir(ckpt) and os.listdir(ckpt)):
+        return
+    record = os.path.join(out, LAUNCH_RECORD)
+    try:
+        with open(record, encoding="utf-8") as handle:
+            before = json.load(handle)["configuration"]
+    except (OSError, ValueError, KeyError):
+        raise PreflightError(f"OUT={out}: its checkpoint folder {ckpt} has no {LAUNCH_RECORD} saying which "
+                             "configuration wrote it; resuming could load another run's state: use a new OUT, or "
+                             "remove the folder") from None
+    if before != run_configuration(argv):
+        raise PreflightError(f"OUT={out}: its checkpoint folder {ckpt} was written by another configuration "
+                             f"({_first_difference(before, run_configuration(argv))}); a resumed job would continue "
+                             "that run: use a new OUT, or remove the folder to start afresh")
+    check_last_checkpoint(ckpt)
+
+
+# What DeepSpeed writes per rank into a checkpoint tag folder (a save cut off by a kill leaves some missing).
+_CHECKPOINT_FILES = ("mp_rank_00_model_states.pt",)
+
+
+def check_last_checkpoint(ckpt: str) -> None:
+    """The checkpoint `--ckpt.load_enable` would load (each model's `latest` tag) is whole, and the policy's and the
+    RM's name the same step; otherwise refuse, naming the folder, instead of loading half a state or overwriting it."""
+    tags = {}
+    for model in sorted(os.listdir(ckpt)):
+        latest = os.path.join(ckpt, model, "latest")
+        if not os.path.isfile(latest):
+            continue
+        with open(latest, encoding="utf-8") as handle:
+            tag = handle.read().strip()
+        folder = os.path.join(ckpt, model, tag)
+        missing = [name for name in _CHECKPOINT_FILES if not os.path.isfile(os.path.join(folder, name))]
+        if not os.path.isdir(folder) or missing:
+            raise PreflightError(f"OUT={os.path.dirname(ckpt)}: the last checkpoint {folder} (named by {latest}) is "
+                                 f"damaged ({'missing' if not os.path.isdir(folder) else 'no ' + ', '.join(missing)}); "
+                                 f"a resumed job would fail to load it. Point {latest} at an earlier whole tag "
+                                 "(each model's), or remove the folder to start afresh")
+        tags[model] = tag
+    if len(set(tags.values())) > 1:
+        raise PreflightError(f"OUT={os.path.dirname(ckpt)}: the models' last checkpoints are of different steps "
+                             f"({', '.join(f'{m}: {t}' for m, t in tags.items())}): a save was cut off between them; "
+                             "point every model's `latest` at the same whole tag, or remove the folder")
 
 
 def validate_train_cooper_argv(argv: list[str]) -> None:
@@ -245,12 +388,13 @@ def plan_annotate(env: Env, extra_args: list[str] = ()) -> Plan:
                 if handle.read() != text:
                     raise PreflightError(f"OUT={out}: {shard_files[k]} holds other prompts than PROMPTS={prompts} now "
                                          "gives; a resumed annotation must see the same prompts: use a new OUT")
-        else:
-            with open(shard_files[k], "w", encoding="utf-8") as handle:
+        else:  # whole or absent: array tasks of a plain `sbatch` write the shards at once
+            with open(f"{shard_files[k]}.{os.getpid()}.tmp", "w", encoding="utf-8") as handle:
                 handle.write(text)
+            os.replace(handle.name, shard_files[k])
         argv = ["python", "-m", "cooper_openrlhf.cli.verifyrm", "annotate", "--prompts", shard_files[k],
                 "--out", part_files[k], *[a for g in generators for a in ("--generator", g)], "--judge", judge,
-                "--engine", "vllm", "--engine-option", f"tensor_parallel_size={tp}",
+                *(["--engine", "hf"] if cpu_mode(env) else ["--engine", "vllm", "--engine-option", f"tensor_parallel_size={tp}"]),
                 "--samples-per-question", str(env.int("SAMPLES_PER_QUESTION", 4)),
                 "--max-new-tokens", str(env.int("GEN_MAX_NEW_TOKENS", 1024)),
                 "--verifier-workers", str(env.int("ANNOTATE_VERIFIER_WORKERS", 4)), *extra_args]
@@ -304,18 +448,25 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = ()) -> Plan:
             raise PreflightError(f"DATA={data}: {exc}") from None
     check_model_dir(env, "PRETRAIN", pretrain)
     check_writable_dir("OUT", out)
-    gpus = env.int("GPUS", env.int("SLURM_GPUS_ON_NODE", 8))
+    cpu = cpu_mode(env)
+    # CPU mode: CPU_RANKS processes under torch.distributed.run (DeepSpeed's CPU accelerator), eager attention.
+    gpus = env.int("CPU_RANKS", 1) if cpu else env.int("GPUS", env.int("SLURM_GPUS_ON_NODE", 8))
     # RM_-prefixed: reproduce_paper.sh passes one environment to every stage, and the RL arms have their own.
     batch, micro = env.int("RM_TRAIN_BATCH_SIZE", 16384), env.int("RM_MICRO_BATCH_SIZE", 4)
     if batch % (micro * gpus):
         raise PreflightError(f"RM_TRAIN_BATCH_SIZE={batch}: must be a multiple of RM_MICRO_BATCH_SIZE={micro} x GPUS={gpus}")
-    argv = ["deepspeed", "--num_gpus", str(gpus), "--module", "cooper_openrlhf.cli.verifyrm", "train",
+    launcher = (["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)] if cpu else
+                ["deepspeed", "--num_gpus", str(gpus)])
+    argv = [*launcher, "--module" if not cpu else "-m", "cooper_openrlhf.cli.verifyrm", "train",
             "--pretrain", pretrain, *(["--init-head"] if env.flag("INIT_HEAD") else []), "--data", data, "--out", out,
             "--epochs", str(env.int("EPOCHS", 3)), "--lr", str(env.float("LR", 2e-5)), "--lr-scheduler", "linear",
             "--warmup-ratio", "0", "--weight-decay", "0.01", "--max-length", str(env.int("MAX_LENGTH", 2048)),
-            "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
+            "--ds.zero_stage", "2",
+            *(["--ds.attn_implementation", "eager"] if cpu else
+              ["--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2"]),
             "--train.batch_size", str(batch), "--train.micro_batch_size", str(micro), *extra_args]
-    args, unknown = _parse_or_fail("verifyrm train flags", lambda: build_parser().parse_known_args(argv[5:]))
+    train_at = argv.index("train")
+    args, unknown = _parse_or_fail("verifyrm train flags", lambda: build_parser().parse_known_args(argv[train_at:]))
     strays = [a for a in unknown if a.startswith("--") and not a.startswith(("--ds.", "--train."))]
     if strays:
         raise PreflightError(f"verifyrm train flags: unrecognized arguments: {' '.join(strays)}")
@@ -374,7 +525,7 @@ def plan_evaluate(env: Env, extra_args: list[str] = ()) -> Plan:
     for index, path in enumerate(checkpoints):
         argv = ["python", "-m", "cooper_openrlhf.cli.evaluate", "--model", path, "--benchmarks", benchmarks,
                 "--data-dir", data_dir, "--out", os.path.join(out, result_name(index, path)),
-                "--engine", env.choice("ENGINE", "vllm", ("vllm", "hf")),
+                "--engine", env.choice("ENGINE", "hf" if cpu_mode(env) else "vllm", ("vllm", "hf")),
                 "--protocol", env.choice("PROTOCOL", "paper", ("paper", "greedy"))]
         limit = env.int("LIMIT", None)
         argv += ["--limit", str(limit)] if limit else []
@@ -384,7 +535,20 @@ def plan_evaluate(env: Env, extra_args: list[str] = ()) -> Plan:
     return Plan("evaluate", commands)
 
 
-STAGES = {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train, "evaluate": plan_evaluate}
+# ------------------------------------------------------------------------------------------ report
+def plan_report(env: Env, extra_args: list[str] = ()) -> Plan:
+    """`cli.report` over the arms' run folders (RUN_DIRS, comma-separated): figures, report.md, summary.json in OUT."""
+    runs = [r for r in env.require("RUN_DIRS", "the arms' run folders (comma-separated OUT of each RL job)").split(",") if r]
+    out = env.require("OUT", "the report folder (figures, report.md, summary.json)")
+    for index, run in enumerate(runs):
+        if not env.is_pending(run) and not os.path.isdir(run):
+            raise PreflightError(f"RUN_DIRS (item {index + 1})={run}: run folder does not exist")
+    check_writable_dir("OUT", out)
+    return Plan("report", [["python", "-m", "cooper_openrlhf.cli.report", *runs, "--out", out, *extra_args]])
+
+
+STAGES = {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train, "evaluate": plan_evaluate,
+          "report": plan_report}
 
 
 def plan_stage(stage: str, env: Env, extra_args: list[str] = ()) -> Plan:

@@ -12,10 +12,15 @@ Instructions (`--instruction`): `gsm8k-verl` (default, the official recipe's) as
 "####"; `boxed` is the evaluation's (cli/evaluate, Qwen2.5-Math's) \\boxed{} instruction; `--instruction-text`
 gives any other. Rows written: {"question": text + instruction, "answer": reference, "instruction": name,
 "source": input file, "index": row}; the `instruction` field tells the launcher's check the file is prepared.
+
+Held-out split (`--heldout N --heldout-out FILE`): N rows drawn with a fixed seed (`--split-seed`) go to FILE, in
+the same format, and never into --out: the RL launcher's EVAL_PROMPTS (`--eval.dataset`), whose accuracy every
+EVAL_STEPS steps is the held-out curve of the report and of the hacking alarm's held-out rule.
 """
 
 import argparse
 import json
+import random
 import sys
 
 INSTRUCTIONS = {
@@ -38,6 +43,12 @@ def prepare_rows(problems, instruction_name: str, instruction: str) -> list[dict
              "instruction": instruction_name, "source": p.source, "index": p.index} for p in problems]
 
 
+def write_rows(path: str, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.rm.data import PROMPT_FORMATS, RecipeDataError, load_prompts
 
@@ -50,17 +61,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="answer-format instruction appended to every question")
     parser.add_argument("--instruction-text", help="a custom instruction (overrides --instruction)")
     parser.add_argument("--limit", type=int, help="only the first N rows")
+    parser.add_argument("--heldout", type=int, default=0, help="rows kept out of --out for held-out evaluation")
+    parser.add_argument("--heldout-out", help="where the held-out rows go (needed with --heldout)")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the held-out draw")
     args = parser.parse_args(argv)
+    if args.heldout and not args.heldout_out:
+        parser.error("--heldout needs --heldout-out FILE")
     name, text = ("custom", args.instruction_text) if args.instruction_text else (args.instruction, INSTRUCTIONS[args.instruction])
     try:
         problems = load_prompts(args.input, args.format, args.limit)
     except RecipeDataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    with open(args.out, "w", encoding="utf-8") as handle:
-        for row in prepare_rows(problems, name, text):
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"wrote {len(problems)} prompts with the {name!r} instruction to {args.out} "
+    rows = prepare_rows(problems, name, text)
+    if args.heldout:
+        if not 0 < args.heldout < len(rows):
+            print(f"error: --heldout {args.heldout}: must leave at least one of the {len(rows)} rows for training",
+                  file=sys.stderr)
+            return 2
+        held = set(random.Random(args.split_seed).sample(range(len(rows)), args.heldout))
+        write_rows(args.heldout_out, [row for i, row in enumerate(rows) if i in held])
+        rows = [row for i, row in enumerate(rows) if i not in held]
+        print(f"wrote {len(held)} held-out prompts to {args.heldout_out} (EVAL_PROMPTS)")
+    write_rows(args.out, rows)
+    print(f"wrote {len(rows)} prompts with the {name!r} instruction to {args.out} "
           "(RL launcher: PROMPTS=that file INPUT_KEY=question LABEL_KEY=answer)")
     return 0
 

@@ -54,10 +54,13 @@ def _alive(pid: int) -> bool:
             return True
 
 
+RAY = os.environ.get("COOPER_RAY", "ray")  # the launcher's `ray` (next to COOPER_PYTHON), else PATH's
+
+
 def list_nodes(address: str, timeout: float = 30.0) -> list[dict] | None:
     """Alive nodes as Ray reports them, or None while the head does not answer."""
     try:
-        result = subprocess.run(["ray", "list", "nodes", "--address", address, "--format", "json", "--limit", "10000"],
+        result = subprocess.run([RAY, "list", "nodes", "--address", address, "--format", "json", "--limit", "10000"],
                                 capture_output=True, text=True, timeout=timeout)
     except (subprocess.TimeoutExpired, FileNotFoundError):
         return None

@@ -1,0 +1,394 @@
+"""The launchers on a real two-node Slurm cluster (scripts/local_slurm.sh: two slurmd on this host), CPU mode.
+
+Nothing is faked: real sbatch/srun/scontrol/scancel, the real scripts submitted as a user would (plain `sbatch
+launch_scripts/X.sbatch` and `bash launch_scripts/X.sbatch`), a two-node Ray cluster started by ray_cluster.sh,
+train_cooper with tiny models on CPU (GPUS_PER_NODE=0). Skipped, with the reason, where the cluster cannot run
+(not root, no apt). Final job states come from `scontrol show job` (this cluster has no slurmdbd for sacct; the
+controller keeps finished jobs for MinJobAge = 600 s).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCH = REPO / "launch_scripts"
+LOCAL_SLURM = REPO / "scripts" / "local_slurm.sh"
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+JOB_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The local cluster's environment (SLURM_CONF); started here unless already up, stopped after if started here."""
+    was_up = subprocess.run(["bash", str(LOCAL_SLURM), "status"], capture_output=True).returncode == 0
+    result = subprocess.run(["bash", str(LOCAL_SLURM), "up"], capture_output=True, text=True, timeout=900)
+    if result.returncode == 3:
+        pytest.skip(result.stderr.strip().splitlines()[-1])
+    assert result.returncode == 0, result.stderr
+    conf = result.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    yield {"SLURM_CONF": conf}
+    if not was_up:
+        subprocess.run(["bash", str(LOCAL_SLURM), "down"], capture_output=True, timeout=120)
+
+
+class Kit:
+    """Runs Slurm commands and the launchers with the package's Python, on the local cluster, in CPU mode."""
+
+    def __init__(self, slurm_env: dict, tmp: Path, model_dir):
+        self.tmp = tmp
+        self.models = {name: model_dir(name) for name in ("tiny-qwen2-policy", "tiny-qwen2-rm")}
+        self.env = {**os.environ, **slurm_env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                    "PYTHONPATH": str(REPO), "COOPER_PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
+                    "GPUS_PER_NODE": "0", "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}
+        for name in ("SLURM_JOB_ID", "SLURM_JOBID", "COOPER_LAUNCH_DIR", "RAY_ADDRESS"):
+            self.env.pop(name, None)
+
+    def sh(self, argv, env=None, cwd=REPO, timeout=300, check=True) -> subprocess.CompletedProcess:
+        result = subprocess.run(argv, env={**self.env, **(env or {})}, cwd=cwd, capture_output=True, text=True,
+                                timeout=timeout)
+        if check:
+            assert result.returncode == 0, f"{argv}: {result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        return result
+
+    def launch(self, script: str, env: dict, *args, timeout=300) -> str:
+        """`bash launch_scripts/SCRIPT` (check, then sbatch itself): the job id."""
+        env = {"SBATCH_ARGS": f"--output={self.tmp}/slurm-%x-%A_%a.log " + env.pop("SBATCH_ARGS", ""), **env}
+        return self.sh(["bash", str(LAUNCH / script), *args], env, timeout=timeout).stdout.strip().splitlines()[-1]
+
+    def sbatch(self, options: list[str], script: str, env: dict, *args: str, cwd=REPO) -> str:
+        """Plain `sbatch OPTIONS launch_scripts/SCRIPT ARGS`, as a user types it (the environment is exported)."""
+        return self.sh(["sbatch", "--parsable", f"--output={self.tmp}/slurm-%x-%A_%a.log", *options,
+                        str(Path(os.path.relpath(LAUNCH / script, cwd))), *args], env, cwd=cwd).stdout.strip().split(";")[0]
+
+    def states(self, job: str) -> dict[str, str]:
+        """{job id (array task: ID_TASK): final state}, from `scontrol show job` (kept MinJobAge=600 s after the end)."""
+        out = self.sh(["scontrol", "-o", "show", "job", job], check=False).stdout
+        records = {}
+        for line in out.splitlines():
+            fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            key = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}" if "ArrayTaskId" in fields else fields["JobId"]
+            records[key] = fields["JobState"]
+        return records
+
+    def wait(self, *jobs: str, timeout=JOB_TIMEOUT_S) -> dict[str, str]:
+        """Wait until no job is queued or running; their final states."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            queued = self.sh(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], check=False).stdout.split()
+            if not queued:
+                break
+            time.sleep(3)
+        else:
+            self.sh(["scancel", *jobs], check=False)
+            pytest.fail(f"jobs {jobs} still queued or running after {timeout} s: {self.logs()}")
+        return {job_id: state for job in jobs for job_id, state in self.states(job).items()}
+
+    def state_now(self, job: str) -> str:
+        return self.sh(["squeue", "-h", "-o", "%T", "-j", job], check=False).stdout.strip()
+
+    def logs(self) -> str:
+        return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.tmp.glob("slurm-*.log")))
+
+    # ---------------------------------------------------------------------------------- data
+    def prompts(self, rows: int = 12, heldout: int = 4) -> tuple[str, str]:
+        raw = self.tmp / "train.jsonl"
+        raw.write_text("".join(json.dumps({"question": f"What is {i} + {i + 1}?", "answer": f"{i} + {i + 1} = {2 * i + 1}"
+                                           f"\n#### {2 * i + 1}"}) + "\n" for i in range(rows)))
+        prompts, held = self.tmp / "prompts.jsonl", self.tmp / "heldout.jsonl"
+        self.sh([sys.executable, "-m", "cooper_openrlhf.cluster.prompts", "--input", str(raw), "--format", "gsm8k",
+                 "--out", str(prompts), "--heldout", str(heldout), "--heldout-out", str(held)])
+        return str(prompts), str(held)
+
+    def rl_env(self, out: Path, arm: str = "cooper", **extra) -> dict:
+        prompts, held = self.prompts()
+        return {"ARM": arm, "POLICY": self.models["tiny-qwen2-policy"], "VERIFY_RM": self.models["tiny-qwen2-rm"],
+                "ASSISTANT_MODEL": "policy", "PROMPTS": prompts, "EVAL_PROMPTS": held, "EVAL_STEPS": "1",
+                "OUT": str(out), **TINY_RL, **extra}
+
+
+# Two rollout steps of 4 prompts x 2 samples; a checkpoint every step; 16 new tokens.
+TINY_RL = {"N_SAMPLES": "2", "ROLLOUT_BATCH_SIZE": "4", "TRAIN_BATCH_SIZE": "8", "MICRO_BATCH_SIZE": "1",
+           "ROLLOUT_MICRO_BATCH_SIZE": "2", "NUM_EPISODES": "1", "MAX_LEN": "256", "MAX_NEW_TOKENS": "16",
+           "WARMUP_ROLLOUT_STEPS": "0", "SAVE_STEPS": "1", "VERIFIER_WORKERS": "1"}
+
+
+@pytest.fixture
+def kit(slurm, tmp_path, model_dir):
+    return Kit(slurm, tmp_path, model_dir)
+
+
+def scalars(run: Path) -> dict:
+    from cooper_openrlhf.report.runs import read_scalars
+
+    return read_scalars(run)
+
+
+def cluster_processes(port: int) -> list[int]:
+    from cooper_openrlhf.cluster.ray_stop import cluster_processes as find
+
+    return [p.pid for p in find(port)]
+
+
+def ray_port(job: str) -> int:
+    """The GCS port of a CPU-mode job's Ray cluster (cooper_slurm.sbatch: RAY_PORT_BASE from the job id)."""
+    return 10000 + int(job) % 20 * 1000
+
+
+def job_processes(job: str) -> list[int]:
+    """Processes on this host started by the job (Slurm puts SLURM_JOB_ID in every step's environment; Ray's
+    raylets and workers inherit it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                environ = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"SLURM_JOB_ID={job}".encode() in environ:
+                found.append(int(proc.name))
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str, kit: "Kit"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(2)
+    pytest.fail(f"{what} did not happen within {timeout} s\n{kit.logs()}")
+
+
+def attempts_steps(log: Path) -> list[list[int]]:
+    """The global steps each attempt of a run logged, from its job.log (attempts split at ray job submit's start)."""
+    attempts = []
+    for line in log.read_text(errors="replace").splitlines():
+        if "Running entrypoint for job" in line:
+            attempts.append([])
+        match = re.search(r"Global step (\d+):", line)
+        if match and attempts and (not attempts[-1] or attempts[-1][-1] != int(match[1])):
+            attempts[-1].append(int(match[1]))
+    return attempts
+
+
+def launch_record(out: Path) -> dict:
+    return json.loads((out / "launch.json").read_text())
+
+
+# ------------------------------------------------------------------------------------------ RL
+def test_an_rl_arm_submitted_by_plain_sbatch_runs_across_both_nodes_and_completes(kit, tmp_path):
+    out = tmp_path / "rl-cooper"
+    env = kit.rl_env(out, NODES="2")
+    job = kit.sbatch(["--nodes=2", "--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"],
+                     "cooper_slurm.sbatch", env)
+    states = kit.wait(job)
+    assert states.get(job) == "COMPLETED", f"{states}\n{kit.logs()}"
+    # Both nodes ran a Ray node of one cluster; the job used them.
+    assert (out / "logs" / "ray-n1.log").is_file() and (out / "logs" / "ray-n2.log").is_file()
+    attempt = launch_record(out)["attempts"][-1]
+    assert attempt["nodes"] == "n[1-2]" and attempt["exit"] == 0 and "--ckpt.load_enable" in attempt["command"]
+    assert attempt["env"]["ARM"] == "cooper" and attempt["env"]["GPUS_PER_NODE"] == "0"
+    info = json.loads((out / "run_info.json").read_text())
+    assert (info["arm"], info["status"]) == ("cooper", "done")
+    assert (out / "final" / "rm" / "config.json").is_file(), "the co-trained RM export"
+    values = scalars(out)
+    assert "eval/accuracy" in values, sorted(values)
+    assert [step for step, _ in values["eval/accuracy"]], "a held-out evaluation was logged"
+    # The arm is named as in a lab run.
+    report = kit.sh([sys.executable, "-m", "cooper_openrlhf.cli.report", str(out), "--out", str(tmp_path / "report")])
+    assert "cooper" in json.dumps(json.loads((tmp_path / "report" / "summary.json").read_text()))
+    assert report.returncode == 0
+    assert job_processes(job) == [] and cluster_processes(ray_port(job)) == [], "a process of the job outlived it"
+
+
+def test_an_arm_signalled_before_its_time_limit_requeues_itself_and_resumes_from_its_last_checkpoint(kit, tmp_path):
+    """USR1 is what Slurm sends SIGNAL_MARGIN before the time limit (--signal=B:USR1@600): the job requeues itself
+    (scontrol requeue), keeps its id, and the next attempt loads the last checkpoint: its steps continue."""
+    out = tmp_path / "rl-rule"
+    job = kit.launch("cooper_slurm.sbatch", kit.rl_env(out, arm="rule", NUM_EPISODES="2"))  # 4 steps
+    try:
+        # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
+        wait_for(lambda: (out / "ckpt" / "_actor" / "latest").is_file(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit)
+    except BaseException:
+        kit.sh(["scancel", job], check=False)
+        raise
+    kit.sh(["scancel", "--batch", "--signal=USR1", job])
+    states = kit.wait(job, timeout=2 * JOB_TIMEOUT_S)
+    assert states.get(job) == "COMPLETED", f"{states}\n{kit.logs()}"
+    attempts = launch_record(out)["attempts"]
+    assert [a["restart_count"] for a in attempts] == [0, 1] and {a["job_id"] for a in attempts} == {job}
+    assert attempts[0]["exit"] != 0 and attempts[1]["exit"] == 0
+    first, second = attempts_steps(out / "logs" / "job.log")
+    assert first and second and second[0] > 1, f"the requeued attempt restarted at step 1: {first} then {second}"
+    assert second[-1] == 4 and second[0] <= first[-1] + 1
+    assert "requeueing job" in kit.logs()
+    assert json.loads((out / "run_info.json").read_text())["status"] == "done"
+
+
+def test_scancel_of_a_running_arm_leaves_no_ray_process_and_no_step(kit, tmp_path):
+    out = tmp_path / "rl-static"
+    job = kit.launch("cooper_slurm.sbatch", kit.rl_env(out, arm="static"))
+    log = out / "logs" / "job.log"
+    wait_for(lambda: log.is_file() and "Running entrypoint" in log.read_text(errors="replace"), JOB_TIMEOUT_S,
+             "the job's driver start", kit)
+    assert job_processes(job), "the job runs processes here"
+    kit.sh(["scancel", job])
+    kit.wait(job)
+    wait_for(lambda: not job_processes(job), 60, "the end of every process of the job", kit)
+    assert cluster_processes(ray_port(job)) == []
+    assert kit.sh(["squeue", "-h", "-s", "-j", job], check=False).stdout.strip() == ""
+
+
+# ------------------------------------------------------------------------------------- bad input
+def test_bad_input_is_refused_before_anything_starts_naming_the_variable_or_folder(kit, tmp_path):
+    queued_before = kit.sh(["squeue", "-h", "-o", "%i"]).stdout.split()
+    env = kit.rl_env(tmp_path / "rl")
+    missing = kit.sh(["bash", str(LAUNCH / "cooper_slurm.sbatch")], {**env, "PROMPTS": ""}, check=False)
+    assert missing.returncode == 2 and "PROMPTS is not set" in missing.stderr
+    wrong = kit.sh(["bash", str(LAUNCH / "cooper_slurm.sbatch")], {**env, "N_SAMPLES": "two"}, check=False)
+    assert wrong.returncode == 2 and "N_SAMPLES='two': must be an integer" in wrong.stderr
+
+    # A checkpoint folder written by another configuration (here: 2 samples per prompt, now 4).
+    out = tmp_path / "rl"
+    from cooper_openrlhf.cluster.checks import Env
+    from cooper_openrlhf.cluster.launch_record import record_attempt
+    from cooper_openrlhf.cluster.preflight import plan_rl
+
+    planned = Env({**kit.env, **env, "SLURM_JOB_ID": "1"})
+    plan = plan_rl(planned)
+    record_attempt(str(out / "launch.json"), plan, plan.commands[0], planned)
+    (out / "ckpt" / "_actor" / "global_step1").mkdir(parents=True)
+    again = kit.sh(["bash", str(LAUNCH / "cooper_slurm.sbatch")], env, check=False)
+    assert again.returncode == 0, again.stderr  # the same configuration resumes
+    kit.sh(["scancel", again.stdout.strip().splitlines()[-1]])
+    other = kit.sh(["bash", str(LAUNCH / "cooper_slurm.sbatch")], {**env, "N_SAMPLES": "4", "TRAIN_BATCH_SIZE": "16"},
+                   check=False)
+    assert other.returncode == 2, other.stderr
+    assert f"OUT={out}: its checkpoint folder {out / 'ckpt'} was written by another configuration" in other.stderr
+    assert "--rollout.n_samples_per_prompt: '2' then, '4' now" in other.stderr
+    assert sorted(kit.sh(["squeue", "-h", "-o", "%i"]).stdout.split()) == sorted(queued_before)
+
+    # More nodes asked than the job was given: the job refuses before Ray starts, naming NODES.
+    out = tmp_path / "rl-nodes"
+    job = kit.sbatch(["--nodes=1", "--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"],
+                     "cooper_slurm.sbatch", {**kit.rl_env(out), "NODES": "2"})
+    assert kit.wait(job, timeout=300).get(job) == "FAILED"
+    assert "NODES=2: the job's allocation has 1 node(s)" in kit.logs()
+    assert not (out / "logs").exists(), "nothing started"
+
+    # Outside a checkout, without COOPER_LAUNCH_DIR: the job cannot find the kit and says how to fix it.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(LAUNCH / "report.sbatch", elsewhere / "report.sbatch")
+    job = kit.sh(["sbatch", "--parsable", f"--output={kit.tmp}/slurm-lost-%j.log", "report.sbatch"], cwd=elsewhere,
+                 env={"RUN_DIRS": str(tmp_path), "OUT": str(tmp_path / "r")}).stdout.strip()
+    assert kit.wait(job, timeout=120).get(job) == "FAILED"
+    assert "cannot find the launch kit" in kit.logs() and "COOPER_LAUNCH_DIR" in kit.logs()
+
+
+# --------------------------------------------------------------------------- the other launchers
+def _labelled(path: Path, questions: int = 8) -> str:
+    rows = []
+    for i in range(questions):
+        rows.append({"question": f"What is {i} + 2?", "reference": str(i + 2), "completion": f"It is {i + 2}.", "label": 1})
+        rows.append({"question": f"What is {i} + 2?", "reference": str(i + 2), "completion": "I do not know.", "label": 0})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _benchmarks(root: Path) -> str:
+    (root / "gsm8k").mkdir(parents=True)
+    (root / "gsm8k" / "test.jsonl").write_text("".join(
+        json.dumps({"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}) + "\n" for i in range(2)))
+    return str(root)
+
+
+CPU_ARRAY = ["--gpus=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"]
+
+
+def test_plain_sbatch_of_the_annotate_train_evaluate_and_report_launchers(kit, tmp_path):
+    policy, rm = kit.models["tiny-qwen2-policy"], kit.models["tiny-qwen2-rm"]
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"What is {i} + 2?", "reference": str(i + 2)}) + "\n"
+                                 for i in range(4)))
+    annotate = kit.sbatch(["--array=0-1", *CPU_ARRAY], "verifyrm_annotate.sbatch", {
+        "PROMPTS": str(questions), "GENERATORS": policy, "JUDGE": policy, "OUT": str(tmp_path / "annotate"),
+        "SHARDS": "2", "SAMPLES_PER_QUESTION": "1", "GEN_MAX_NEW_TOKENS": "8", "ANNOTATE_VERIFIER_WORKERS": "1"})
+    train = kit.sbatch(["--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"], "verifyrm_train.sbatch", {
+        "PRETRAIN": rm, "DATA": _labelled(tmp_path / "labelled.jsonl"), "OUT": str(tmp_path / "verifyrm"), "EPOCHS": "1",
+        "RM_TRAIN_BATCH_SIZE": "4", "RM_MICRO_BATCH_SIZE": "2", "MAX_LENGTH": "64"})
+    evaluate = kit.sbatch(["--array=0-1", *CPU_ARRAY], "evaluate.sbatch", {
+        "CHECKPOINTS": f"{policy},{policy}", "DATA_DIR": _benchmarks(tmp_path / "bench"), "BENCHMARKS": "gsm8k",
+        "OUT": str(tmp_path / "eval"), "PROTOCOL": "greedy", "LIMIT": "2"}, "--max-new-tokens", "8")
+    run = tmp_path / "runs" / "some-arm"
+    run.mkdir(parents=True)
+    (run / "run_info.json").write_text(json.dumps({"arm": "rule", "seed": 3}))
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(run / "tensorboard")) as writer:
+        for step in (1, 2):
+            writer.add_scalar("eval/accuracy", 0.25 * step, step)
+    report = kit.sbatch(["--gpus=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"], "report.sbatch",
+                        {"RUN_DIRS": str(run), "OUT": str(tmp_path / "report")})
+    states = kit.wait(annotate, train, evaluate, report)
+    expected = {f"{annotate}_0", f"{annotate}_1", train, f"{evaluate}_0", f"{evaluate}_1", report}
+    assert set(states) == expected and set(states.values()) == {"COMPLETED"}, f"{states}\n{kit.logs()}"
+    assert len(list((tmp_path / "annotate" / "annotated").glob("part-*-of-002.jsonl"))) == 2
+    assert (tmp_path / "verifyrm" / "best" / "config.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == ["00-models-tiny-qwen2-policy", "01-models-tiny-qwen2-policy"]
+    assert all((p / "results.json").is_file() for p in (tmp_path / "eval").iterdir())
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert "rule" in json.dumps(summary)
+
+
+# ------------------------------------------------------------------------------ the whole chain
+def _job_times(kit: Kit, job: str) -> list[tuple[str, str, str, str]]:
+    """(id, state, start, end) of a job and its array tasks, from `scontrol show job`."""
+    rows = []
+    for line in kit.sh(["scontrol", "-o", "show", "job", job], check=False).stdout.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        rows.append((fields["JobId"], fields["JobState"], fields["StartTime"], fields["EndTime"]))
+    return rows
+
+
+def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_every_job_completed_in_order(kit, tmp_path):
+    """annotate (array) -> VerifyRM training -> two arms -> evaluation (array) and report, chained by afterok."""
+    policy, rm = kit.models["tiny-qwen2-policy"], kit.models["tiny-qwen2-rm"]
+    raw = tmp_path / "train.jsonl"
+    raw.write_text("".join(json.dumps({"question": f"What is {i} + {i + 1}?", "answer": f"#### {2 * i + 1}"}) + "\n"
+                           for i in range(12)))
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"What is {i} + 2?", "reference": str(i + 2)}) + "\n"
+                                 for i in range(4)))
+    work = tmp_path / "work"
+    env = {"WORKDIR": str(work), "POLICY": policy, "ASSISTANT_MODEL": "policy", "TRAIN_DATA": str(raw), "HELDOUT": "4",
+           "EVAL_DATA_DIR": _benchmarks(tmp_path / "bench"), "BENCHMARKS": "gsm8k", "LIMIT": "2", "PROTOCOL": "greedy",
+           "RM_BASE": rm, "INIT_HEAD": "0", "GENERATORS": policy, "JUDGE": policy, "ANNOTATE_PROMPTS": str(questions),
+           "SHARDS": "2", "SAMPLES_PER_QUESTION": "2", "GEN_MAX_NEW_TOKENS": "8", "ANNOTATE_VERIFIER_WORKERS": "1",
+           "RM_TRAIN_BATCH_SIZE": "4", "RM_MICRO_BATCH_SIZE": "2", "EPOCHS": "1", "MAX_LENGTH": "64",
+           "ARMS": "cooper rule", "RL_NODES": "1", "EVAL_STEPS": "1", **TINY_RL,
+           "SBATCH_ARGS": f"--output={tmp_path}/slurm-%x-%A_%a.log"}
+    result = kit.sh(["bash", str(LAUNCH / "reproduce_paper.sh")], env, timeout=600)
+    jobs = re.findall(r"^(\d+)$", result.stderr, flags=re.MULTILINE)
+    assert len(jobs) == 6, result.stderr  # annotate, train, 2 arms, evaluate, report
+    annotate, train, cooper, rule, evaluate, report = jobs
+    states = kit.wait(*jobs, timeout=3 * JOB_TIMEOUT_S)
+    assert set(states.values()) == {"COMPLETED"} and len(states) == 8, f"{states}\n{kit.logs()}"  # + 1 array task each
+
+    times = {job: _job_times(kit, job) for job in jobs}
+    start = {job: min(row[2] for row in rows) for job, rows in times.items()}
+    end = {job: max(row[3] for row in rows) for job, rows in times.items()}
+    assert end[annotate] <= start[train] and end[train] <= min(start[cooper], start[rule])
+    assert max(end[cooper], end[rule]) <= min(start[evaluate], start[report])
+    summary = json.loads((work / "report" / "summary.json").read_text())
+    assert "cooper" in json.dumps(summary) and "rule" in json.dumps(summary)
+    assert (work / "report" / "report.md").is_file()
+    assert len(list((work / "eval").glob("*/results.json"))) == 3  # the base policy and both arms
