@@ -181,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf import __version__
-    from cooper_openrlhf.cli.report import write_report
     from cooper_openrlhf.lab.prepare import prepare
     from cooper_openrlhf.lab.runner import read_info, run_arm, stop_runs_on_sigterm, with_earlier_runs
+    from cooper_openrlhf.report.build import write_report
 
     stop_runs_on_sigterm()
     preset, out = args.preset_obj, args.out
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     # more seeds or arms is reported whole (check_same_setup keeps a folder to one configuration).
     reported = with_earlier_runs(files, plan, ARMS)
     report_dir = out / "report"
-    runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in reported], report_dir)
+    runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in reported], report_dir, known_arms=ARMS)
     wall = time.perf_counter() - started
     record = {"preset": preset.name, "version": __version__, "command": " ".join(["python -m cooper_openrlhf.cli.lab",
               *(argv if argv is not None else sys.argv[1:])]), "wall_seconds": round(wall, 1), "setup": setup,

@@ -14,8 +14,6 @@ import logging
 import sys
 from pathlib import Path
 
-from tqdm import tqdm
-
 logger = logging.getLogger("cooper_openrlhf.report")
 
 
@@ -39,20 +37,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_report(run_dirs: list[str], out: Path):
-    """Read the runs, write the figures, report.md and summary.json into `out`; returns the runs (RunData)."""
+    """`report.build.write_report` with the lab's arms keeping their colours in every report."""
     from cooper_openrlhf.lab.presets import ARMS
-    from cooper_openrlhf.report.figures import write_figures
-    from cooper_openrlhf.report.markdown import write_markdown
-    from cooper_openrlhf.report.runs import load_run
+    from cooper_openrlhf.report.build import write_report as build
 
-    runs = [load_run(path) for path in tqdm(run_dirs, desc="reading runs", unit="run")]
-    for run in runs:
-        if run.failed:
-            logger.warning("run %s (%s seed %d) failed: %s", run.path, run.arm, run.seed, run.error)
-    figures = write_figures(runs, out, known_arms=ARMS)  # the lab's arms keep their colours in every report
-    report, summary = write_markdown(runs, figures, out)
-    print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
-    return runs
+    return build(run_dirs, out, known_arms=ARMS)
 
 
 def main(argv: list[str] | None = None) -> int:

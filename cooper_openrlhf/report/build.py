@@ -1,0 +1,29 @@
+"""One report from run folders: read the runs, draw the figures, write report.md and summary.json.
+
+The library behind `cli.report` and the lab's own report (`cli.lab`); neither CLI calls the other.
+"""
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cooper_openrlhf.report.figures import write_figures
+from cooper_openrlhf.report.markdown import write_markdown
+from cooper_openrlhf.report.runs import RunData, load_run
+
+logger = logging.getLogger("cooper_openrlhf.report")
+
+
+def write_report(run_dirs: Sequence[str], out: Path, known_arms: Sequence[str] = ()) -> list[RunData]:
+    """Read the runs, write the figures, report.md and summary.json into `out`; returns the runs. known_arms: arms
+    whose colour is fixed in every report (the lab's)."""
+    runs = [load_run(path) for path in tqdm(run_dirs, desc="reading runs", unit="run")]
+    for run in runs:
+        if run.failed:
+            logger.warning("run %s (%s seed %d) failed: %s", run.path, run.arm, run.seed, run.error)
+    figures = write_figures(runs, out, known_arms=known_arms)
+    report, summary = write_markdown(runs, figures, out)
+    print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
+    return runs
