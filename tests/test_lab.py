@@ -473,3 +473,20 @@ def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tm
     # a result (it is started afresh when asked for), and a planned run is not listed twice.
     assert with_earlier_runs(files, [("static", 2), ("rule", 2)], ARMS) == [
         ("static", 2), ("rule", 2), ("rule", 0), ("static", 1), ("cooper", 1)]
+
+
+def test_the_labs_last_lines_read_the_curves_against_the_papers_claim():
+    from cooper_openrlhf.lab.reading import FULL_LAB_FIGURE, reading
+
+    rm = {"static": [(1, 0.36), (40, 0.64)], "cooper": [(1, 0.38), (40, 0.92)]}
+    heldout = {"static": [(2, 0.42), (40, 0.02)], "cooper": [(2, 0.41), (40, 0.26)], "rule": [(2, 0.37), (40, 0.30)]}
+    one_seed = reading(rm, heldout, {"static": 1, "cooper": 1, "rule": 1})
+    assert one_seed[0].endswith("hacked, as the paper's static RM is.")
+    assert "level with the rule reward" in one_seed[1]
+    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run, which the paper's do not.")
+    assert "One seed per arm cannot show this reliably" in one_seed[2] and FULL_LAB_FIGURE in one_seed[2]
+    held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
+    three = reading(rm, held, {"static": 3, "cooper": 3, "rule": 3})
+    assert "not hacked in this run" in three[0] and three[1].endswith("level with the rule reward, as in the paper.")
+    assert len(three) == 2  # enough seeds: no caveat
+    assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare

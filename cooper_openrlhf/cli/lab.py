@@ -132,6 +132,26 @@ def arm_trends(runs) -> list[str]:
             for arm, scalars in by_arm.items()]
 
 
+def paper_reading(runs) -> list[str]:
+    """`lab.reading`'s sentences on the arms' seed-mean curves: what the figure shows next to the paper's claim."""
+    from cooper_openrlhf.algo.metric_keys import RM_REWARD
+    from cooper_openrlhf.lab.reading import reading
+    from cooper_openrlhf.report.aggregate import band, heldout_series
+
+    by_arm: dict[str, list] = {}
+    for run in runs:
+        if not run.failed:
+            by_arm.setdefault(run.arm, []).append(run.scalars)
+
+    def mean_curve(curves):
+        curve = band([c for c in curves if c])
+        return list(zip(curve.steps, curve.mean))
+
+    return reading({arm: mean_curve([s.get(RM_REWARD, []) for s in runs]) for arm, runs in by_arm.items()},
+                   {arm: mean_curve([heldout_series(s) for s in runs]) for arm, runs in by_arm.items()},
+                   {arm: len(runs) for arm, runs in by_arm.items()})
+
+
 # What may change between invocations on one lab folder: which runs there are. Anything else (the task, the
 # models, the step budget, learning rates...) would mix runs of two configurations in one report.
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
@@ -222,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
     print("\n".join(arm_trends(runs)))
     print("\n".join(starting_rm_lines(setup)))
+    print("\n".join(paper_reading(runs)))
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
     return 1 if failed else 0
