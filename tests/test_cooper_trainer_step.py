@@ -467,3 +467,20 @@ def test_a_window_of_steps_without_a_correct_rollout_warns_once_naming_the_likel
         warned_at += [step] * (len(warnings()) - len(warned_at))
     assert warned_at == [1 + NO_CORRECT_ROLLOUT_WINDOW]  # the window'th empty step after the reset, and only then
     assert "--data.label_key holds whole solutions" in warnings()[0] and "--rollout.max_new_tokens" in warnings()[0]
+
+
+def test_offline_pairs_replace_only_where_the_rm_updates_pairs_come_from(make_trainer, tmp_path):
+    """--cooper.offline_pairs (the lab's offline_pairs control): no rewrite is requested, and each step's RM update
+    trains on that step's group of the file; rollouts, scoring and the policy update are Cooper's."""
+    import json
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "question": f"Q{s}?", "reference": str(s), "positive": f"is {s}",
+                                        "negative": f"is {s + 1}"}) + "\n" for s in range(3) for _ in range(2)))
+    trainer, events, rm = make_trainer((*COOPER, "--cooper.offline_pairs", str(path)))
+    status, _ = trainer.train_step(samples(), 1)
+    assert "assistant.generate" not in events.names()
+    (pairs, global_valid), = rm.fits
+    assert pairs.questions == ["Q1?", "Q1?"] and pairs.negatives == ["is 2", "is 2"] and global_valid == 2
+    assert status["cooper/offline_pairs"] == 2.0 and status["cooper/rm_updated"] == 1.0
+    assert "cooper/rm_reward_mean" in status  # the policy is still paid by the RM

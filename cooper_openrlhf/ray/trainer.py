@@ -127,6 +127,11 @@ class CooperPPOTrainer(_PPOTrainer):
         self.hacking = HackingMonitor(HackingMonitorConfig.from_namespace(self.cooper))
         self.reward_from_rule = False  # --cooper.on_hacking rule_reward, once the alarm has fired
         self.stop_for_hacking = False  # --cooper.on_hacking stop: checkpoint this step, then end the run
+        self.offline_pairs = None  # --cooper.offline_pairs: the RM's pairs come from a file (algo/offline_pairs.py)
+        if getattr(self.cooper, "offline_pairs", None):
+            from cooper_openrlhf.algo.offline_pairs import load_offline_pairs
+
+            self.offline_pairs = load_offline_pairs(self.cooper.offline_pairs)
         self.rm_eval_rows = []
         if self.cooper.rm_eval_dataset:
             from cooper_openrlhf.data.benchmarks import load_benchmark
@@ -210,6 +215,8 @@ class CooperPPOTrainer(_PPOTrainer):
         positive_index = selection.select_positives(verdicts.correct, n)
         has_wrong = selection.has_proven_wrong_rollout(self.negative_candidates(verdicts), n)
         asked = selection.assistant_prompts(positive_index, has_wrong, self.cooper.negative_source)
+        if self.offline_pairs is not None:  # the RM's pairs come from the file: no rewrites
+            asked = []
         questions = texts.questions[::n]
         positives = [texts.completions[i] if i != NO_POSITIVE else "" for i in positive_index]
         wake = self.sleeping_engines and bool(asked)
@@ -241,6 +248,12 @@ class CooperPPOTrainer(_PPOTrainer):
                  timeline: StepTimeline) -> PairBatch:
         """The step's PairBatch: rewrites collected, rollout negatives picked with the RM's scores (`algo.selection`)."""
         self.collect_rewrites(pending, metrics, timeline)
+        if self.offline_pairs is not None:
+            from cooper_openrlhf.algo.offline_pairs import offline_batch
+
+            pairs = offline_batch(self.offline_pairs, pending.step)
+            metrics["cooper/offline_pairs"] = float(pairs.num_valid)
+            return pairs
         n, source = self.args.rollout.n_samples_per_prompt, self.cooper.negative_source
         rollout_negative = [selection.NO_ROLLOUT] * len(pending.positive_index)
         if source != "assistant":
