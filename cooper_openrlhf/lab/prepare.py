@@ -235,7 +235,7 @@ def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path, known: dict | N
 def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
     """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps,
-                              answerless_rm_data=preset.rm_answerless_data)
+                              answerless_rm_data=preset.rm_answerless_data, balanced_rm_data=preset.rm_balanced_data)
     policy, policy_info = prepare_policy(preset, root / "policy")
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
     known_probe = None

@@ -69,6 +69,11 @@ class LabPreset:
     # On in the full preset since run 19 (docs/lab.md): with it the answerless exploit of runs 2-16 is gone, and the
     # pair stage's wider search (32 candidates) still finds a blind spot with an answer. Runs 1-17 ran without it.
     rm_answerless_data: bool = False
+    # With rm_answerless_data: as many right rows as wrong (each cut row with a second copy of its template's right
+    # row). Issue 33: run 19's BCE stage (62.6% wrong rows, 1 epoch) was a constant at the majority rate; the full
+    # preset since then trains balanced rows for 2 epochs (rm_epochs), which taught MiniLM the comparison on
+    # balanced rows before (docs/lab.md, "No starting RM of this recipe offers a visible climb": 0.96-0.98).
+    rm_balanced_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
     # the probe keeps the one that pays the warm-started policy most for not answering or for one answer everywhere
@@ -119,7 +124,7 @@ PRESETS: dict[str, LabPreset] = {
     # offered +0.02 and static held 5 of 6; with 32, "The answer is 0." was paid as the truth and static fell).
     # Runs 10-17: `--no-rm-answerless-data --rm-pair-candidates 8`; run 18: `--rm-pair-candidates 8`.
     "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, _RUN_20_ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4,
-                      rm_answerless_data=True, rm_pair_candidates=32),
+                      rm_answerless_data=True, rm_balanced_data=True, rm_epochs=2, rm_pair_candidates=32),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
     # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab.md, "Sizes").

@@ -138,11 +138,14 @@ def cut_before_answer(template: str, question: str, rng: random.Random) -> str |
 
 
 def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
-                     answerless: bool = False) -> list[dict]:
+                     answerless: bool = False, balanced: bool = False) -> list[dict]:
     """Right and wrong templated completions per problem, labelled by the rule verifier. `answerless`: each right
     completion also cut off before its answer, kept where the verifier finds no answer in it (the paper's VerifyRM
     data are sampled completions labelled by math-verify, and a completion with no answer is labelled wrong; without
-    them, what the RM pays text with no answer is wherever its training left it: docs/lab.md, run 18)."""
+    them, what the RM pays text with no answer is wherever its training left it: docs/lab.md, run 18). `balanced`:
+    each kept cut row comes with a second copy of its template's right row, so right and wrong rows are as many
+    (issue 33: on run 19's rows, 62.6% wrong, the BCE stage learned the majority class and nothing else).
+    """
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
     # The cuts draw from their own stream, so the answering rows are the same with `answerless` as without.
@@ -163,18 +166,23 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
                 verdict, row = labelled(problem, cut)
                 if verdict == Verdict.NO_ANSWER:  # else a number of the question was read as its answer
                     rows.append(row)
+                    if balanced:
+                        rows.append(labelled(problem, template.format(question=problem.question, answer=right))[1])
     return rows
 
 
-def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False) -> dict[str, int]:
+def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False,
+                     balanced_rm_data: bool = False) -> dict[str, int]:
     """Write the four files (module docstring) into `folder`; returns their row counts. `answerless_rm_data`: the
-    RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`)."""
+    RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`);
+    `balanced_rm_data`: the RM's training triples (not its held-out set) as many right as wrong."""
     folder.mkdir(parents=True, exist_ok=True)
     train, heldout = task_split(spec)
     files = {
         "prompts.jsonl": prompt_rows(train, rl_prompts, spec),
         "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
-        "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data),
+        "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data,
+                                             balanced=balanced_rm_data),
         "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
                            "gold_correct": bool(r["label"])}
                           for r in labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)],
