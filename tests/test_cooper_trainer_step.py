@@ -540,3 +540,20 @@ def test_the_trainer_and_pair_builder_run_one_pair_pipeline(make_trainer, source
     compared = {k for k in built_metrics if not k.startswith("timing/")}  # the assistant's seconds differ
     assert {k: metrics[k] for k in compared} == {k: built_metrics[k] for k in compared}
     assert "cooper/pairs_answerless_negative" in compared  # the metric once only the trainer logged
+
+
+def test_offline_pairs_replace_only_where_the_rm_updates_pairs_come_from(make_trainer, tmp_path):
+    """--cooper.offline_pairs (the lab's offline_pairs control): no rewrite is requested, and each step's RM update
+    trains on that step's group of the file; rollouts, scoring and the policy update are Cooper's."""
+    import json
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "question": f"Q{s}?", "reference": str(s), "positive": f"is {s}",
+                                        "negative": f"is {s + 1}"}) + "\n" for s in range(3) for _ in range(2)))
+    trainer, events, rm = make_trainer((*COOPER, "--cooper.offline_pairs", str(path)))
+    status, _ = trainer.train_step(samples(), 1)
+    assert "assistant.generate" not in events.names()
+    (pairs, global_valid), = rm.fits
+    assert pairs.questions == ["Q1?", "Q1?"] and pairs.negatives == ["is 2", "is 2"] and global_valid == 2
+    assert status["cooper/offline_pairs"] == 2.0 and status["cooper/rm_updated"] == 1.0
+    assert "cooper/rm_reward_mean" in status  # the policy is still paid by the RM

@@ -70,19 +70,24 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
     files, shared = _files(tmp_path), None
     for arm in ARMS:
         argv = train_cooper_argv(PRESETS[preset], files, arm, seed=0)
+        files.offline_pairs(0).parent.mkdir(parents=True, exist_ok=True)
+        files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
         args = parse_args(argv[3:])  # OpenRLHF's parser and validation, plus Cooper's checks
-        flags = arm_flags(arm, str(files.rm), str(files.rm_eval))
+        flags = arm_flags(arm, str(files.rm), str(files.rm_eval), str(files.offline_pairs(0)))
         assert argv[3:3 + len(flags)] == flags
         rest = [a.replace(f"{arm}_seed0", "RUN") for a in argv[3 + len(flags):]]
         assert shared is None or rest == shared, arm  # same policy, data, seeds, budget, lengths, learning rates
         shared = rest
-        assert args.remote_rm_trainable == (arm.startswith("cooper"))
+        assert args.remote_rm_trainable == (arm.startswith("cooper") or arm == "offline_pairs")
         assert args.cooper.reward_source == ("rule" if arm == "rule" else "rm")
         assert args.eval.dataset == str(files.held_out)
         assert args.cooper.rm_eval_dataset == (None if arm == "rule" else str(files.rm_eval))
         assert args.data.max_samples == PRESETS[preset].steps * PRESETS[preset].prompts_per_step
         assert args.cooper.answerless_negatives == (arm == "cooper_rollout_answerless")
-    assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless"}
+        assert args.cooper.negative_validity == ("official" if arm == "cooper_official" else "strict")
+        assert (args.cooper.offline_pairs is not None) == (arm == "offline_pairs")
+    assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless",
+                              "cooper_official", "offline_pairs"}
 
 
 def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):
@@ -274,7 +279,7 @@ def test_only_a_lost_master_port_race_is_started_once_more(first_output, status,
 
 def test_presets_are_sized_in_the_documented_order():
     assert PRESETS["quick"].arms == ("rule", "static", "cooper") and PRESETS["quick"].seeds == 1
-    assert PRESETS["full"].arms == ARMS and PRESETS["full"].seeds >= 3
+    assert PRESETS["full"].arms == ARMS[:5] and PRESETS["full"].seeds >= 3  # issue 33's arms are asked for by name
     # The full preset's policy moves at half the quick one's rate for twice the steps (docs/lab.md, run 6), so
     # the co-trained RM, at the same rate in both, gets twice the updates per unit of policy drift.
     full, quick = PRESETS["full"], PRESETS["quick"]
@@ -307,11 +312,13 @@ def test_a_lab_folder_refuses_other_settings_but_takes_more_seeds_and_arms(tmp_p
 
 
 def test_a_starting_rm_at_chance_is_named_before_the_arms_run():
-    from cooper_openrlhf.lab.prepare import starting_rm_problem
+    from cooper_openrlhf.lab.prepare import starting_rm_problem, verifier_quality
 
-    at_chance = {"best": {"accuracy": 0.5, "n": 680, "loss": 0.6932}}  # the smollm2 preset's first RM
-    assert "at chance" in starting_rm_problem(at_chance) and "680 rows" in starting_rm_problem(at_chance)
-    assert starting_rm_problem({"best": {"accuracy": 0.61, "n": 140, "loss": 0.68}}) is None
+    at_chance = verifier_quality([True, False] * 340, [0.1, -0.1] * 170 + [-0.1, 0.1] * 170)  # the smollm2 preset's first RM
+    assert at_chance["accuracy"] == pytest.approx(0.5) and at_chance["auc"] == pytest.approx(0.5)
+    assert "no verifier" in starting_rm_problem(at_chance) and "680 rows" in starting_rm_problem(at_chance)
+    ranks = verifier_quality([True, False, True, False], [2.0, -1.0, 0.5, -0.2])
+    assert ranks["auc"] == 1.0 and starting_rm_problem(ranks) is None
     assert starting_rm_problem({}) is None  # nothing recorded: nothing to say
 
 
@@ -384,6 +391,8 @@ def test_require_answer_gates_every_arm_alike_and_a_folder_without_it_refuses_it
     gated = lab_cli.parse_args(["--preset", "full", "--require-answer"]).preset_obj
     assert gated.require_answer and gated.with_overrides(require_answer=False) == PRESETS["full"]
     files = _files(tmp_path)
+    files.offline_pairs(0).parent.mkdir(parents=True)
+    files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
     for arm in ARMS:
         assert parse_args(train_cooper_argv(gated, files, arm, 0)[3:]).cooper.require_answer
         assert not parse_args(train_cooper_argv(PRESETS["full"], files, arm, 0)[3:]).cooper.require_answer

@@ -259,3 +259,20 @@ def test_a_short_assistant_reply_list_is_an_error_not_a_silent_gap(pool):
     pairs = PairBuilder(pool, Truncating({"A?": ["\\boxed{1}"], "B?": ["\\boxed{1}"]}), NegativeConfig())
     with pytest.raises(RuntimeError, match="1 replies for 2 prompts"):
         pairs.build_pairs(["A?", "B?"], ["2", "3"], ["\\boxed{2}", "\\boxed{3}"], [True, True], 1)
+
+
+def test_the_official_rule_keeps_every_rewrite_not_proved_equal_answerless_and_undecided_ones_included(pool):
+    """--cooper.negative_validity official (the Cooper recipe's rule) against the strict default, on one script."""
+    questions, references = flat([("A?", "12"), ("B?", "7"), ("C?", "5")], n=1)
+    script = {"A?": ["I cannot help with that."], "B?": ["7 + 0 = \\boxed{7.0}"], "C?": ["\\boxed{9^{9^{9^{9}}}}"]}
+    completions = ["\\boxed{12}", "\\boxed{7}", "\\boxed{5}"]
+    strict, _ = builder(pool, script, retries=1)
+    batch, metrics = strict.build_pairs(questions, references, completions, [True] * 3, 1)
+    assert batch.valid == [False, False, False] and metrics["cooper/negative_accepted_answerless"] == 0.0
+    official, _ = builder(pool, script, retries=1, validity="official")
+    batch, metrics = official.build_pairs(questions, references, completions, [True] * 3, 1)
+    assert batch.valid == [True, False, True]  # answerless and undecided kept; the same answer (7.0) never
+    assert batch.negatives[0] == "I cannot help with that."
+    assert metrics["cooper/negative_accepted_answerless"] == pytest.approx(1.0)
+    assert metrics["cooper/negative_accepted_undecided"] == pytest.approx(1.0)
+    assert metrics["cooper/negative_rejected_same_answer"] == pytest.approx(1.0)

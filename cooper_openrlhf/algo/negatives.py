@@ -6,8 +6,8 @@ prompt below is ours: it asks for one believable mistake carried through to a di
 answer in ``\\boxed{}``, in the positive's own style, with no hint that anything is wrong (a
 negative that announces its error teaches the RM to look for the announcement, not the error).
 
-Whether a reply is a usable negative is decided elsewhere (`ray.pair_builder`): its answer must
-be verified different from the positive's. Here the text is only normalised (`normalize_solution`),
+Whether a reply is a usable negative is decided elsewhere (`ray.pair_builder` with
+`algo.selection.negative_is_valid`): by default its answer must be verified different from the positive's. Here the text is only normalised (`normalize_solution`),
 and the same normalisation is applied to BOTH sides of every pair and to every completion the RM
 scores (`algo.selection`, `ray.trainer`): a normalisation of one side only would let the RM learn
 the formatting difference (e.g. "text after the final box means correct") instead of correctness.
@@ -71,8 +71,12 @@ class NegativeConfig:
     top_p: float = 1.0
     seed: int = 0
     answer_fallback: str = "none"
+    validity: str = "strict"  # which rewrites count as negatives: `algo.selection.negative_is_valid`
 
     def __post_init__(self) -> None:
+        from cooper_openrlhf.algo.selection import NEGATIVE_VALIDITIES, check_choice
+
+        check_choice("NegativeConfig.validity", self.validity, NEGATIVE_VALIDITIES)
         for name in ("retries", "max_new_tokens", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):

@@ -7,7 +7,8 @@ actor supplies the verdicts and the assistant's rewrites, the trainer the RM sco
 Per prompt (arXiv 2508.05613, sec. 3.2):
 - positive: the first verified-correct rollout in batch order (`select_positives`);
 - negative, by `--cooper.negative_source`:
-    assistant  an assistant's rewrite of the positive whose final answer is proved different (the paper's)
+    assistant  an assistant's rewrite of the positive (the paper's); `--cooper.negative_validity` says which count:
+               strict, a final answer proved different; official (the recipe's), not proved equal (`negative_is_valid`)
     rollout    one of the prompt's own rollouts whose answer is proved different from the reference
                (`select_rollout_negatives`); "hardest" = the one the RM scores highest, "random" = seeded;
                with --cooper.answerless_negatives a rollout with no final answer is a candidate too
@@ -37,6 +38,8 @@ from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, group_rollouts
 logger = logging.getLogger(__name__)
 
 NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
+# Which assistant rewrites count as negatives (`negative_is_valid`).
+NEGATIVE_VALIDITIES = ("strict", "official")
 ROLLOUT_NEGATIVE_PICKS = ("hardest", "random")
 NO_ROLLOUT = -1
 # PairBatch.negative_source values.
@@ -48,6 +51,24 @@ def check_choice(flag: str, value: str, valid: Sequence[str]) -> str:
     if value not in valid:
         raise ValueError(f"unknown {flag} {value!r}; valid: {list(valid)}")
     return value
+
+
+def negative_is_valid(validity: str, has_answer: bool, equivalent: bool | None) -> bool:
+    """Whether an assistant's rewrite of a positive is a negative, by `--cooper.negative_validity`.
+
+    has_answer: a final answer could be extracted from the rewrite. equivalent: the verifier's proof that the
+    rewrite's answer equals the positive's (True), differs from it (False), or undecided (None); ignored without
+    an answer.
+    strict    the rewrite's answer is proved different from the positive's (an answerless or undecided rewrite is
+              rejected: a negative that might be correct would mislabel the pair). This package's default.
+    official  the official Cooper recipe's rule (github.com/ZJU-REAL/Cooper, recipe/cooper): any rewrite that
+              math-verify does not prove equal to the positive, so an answerless or undecided rewrite counts.
+    (A rewrite identical to the positive is never a negative, under either rule: `assemble_pairs`.)
+    """
+    check_choice("--cooper.negative_validity", validity, NEGATIVE_VALIDITIES)
+    if validity == "strict":
+        return has_answer and equivalent is False
+    return not (has_answer and equivalent is True)
 
 
 def select_positives(verified_correct: Sequence[bool], n_samples_per_prompt: int) -> list[int]:

@@ -18,7 +18,7 @@ import argparse
 
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
-from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
+from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
 from cooper_openrlhf.verify.extract import FALLBACKS
 
 REWARD_SOURCES = ("rm", "rule")
@@ -116,6 +116,17 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "error) may also be a prompt's negative against its verified-correct positive. Off by default, as in the paper, "
         "whose negatives always carry a wrong answer; but then a policy that drifts to answerless text is never shown "
         "to the RM as wrong and escapes co-training (docs/lab_notebook.md, run 2). Metric: cooper/pairs_answerless_negative.")
+    add("--cooper.offline_pairs", type=str, default=None,
+        help="A control, not Cooper: the RM update trains on this JSONL file's pairs ({step, question, reference, "
+        "positive, negative}; one group per step, fresh each step) instead of pairs from the policy's rollouts; "
+        "loss, learning rate, schedule and one update per step are unchanged and no rewrites are requested "
+        "(algo/offline_pairs.py; the lab's offline_pairs arm). Needs --remote_rm_trainable.")
+    add("--cooper.negative_validity", type=str, default="strict", choices=NEGATIVE_VALIDITIES,
+        help="Which assistant rewrites count as negatives: 'strict' = the rewrite's final answer is proved different "
+        "from the positive's (an answerless or undecided rewrite is rejected; this package's default, so a pair never "
+        "holds a negative that might be right); 'official' = the official Cooper recipe's rule (github.com/ZJU-REAL/"
+        "Cooper, recipe/cooper): any rewrite math-verify does not prove equal to the positive, an answerless one "
+        "included. Metrics: cooper/negative_accepted_answerless, cooper/negative_accepted_undecided.")
     add("--cooper.negative_retries", type=int, default=3,
         help="Rewrite attempts per prompt; a negative is kept only if its answer is verified different from the positive's.")
     add("--cooper.negative_max_new_tokens", type=int, default=512, help="Max new tokens of one rewrite.")
@@ -205,6 +216,16 @@ def validate_cooper_args(args) -> None:
     if cooper.negative_source == "rollout" and cooper.assistant == "model":
         problems.append("--cooper.assistant model is never used with --cooper.negative_source rollout (negatives are "
                         "the policy's own wrong rollouts); drop it or use --cooper.negative_source mixed")
+    if cooper.offline_pairs is not None:
+        import os
+
+        if not getattr(args, "remote_rm_trainable", False):
+            problems.append("--cooper.offline_pairs feeds the RM update, which needs --remote_rm_trainable")
+        if not os.path.isfile(cooper.offline_pairs):
+            problems.append(f"--cooper.offline_pairs {cooper.offline_pairs}: no such file")
+    if cooper.negative_validity != "strict" and cooper.negative_source == "rollout":
+        problems.append(f"--cooper.negative_validity {cooper.negative_validity} judges the assistant's rewrites, and "
+                        "--cooper.negative_source rollout asks for none; use assistant or mixed")
     if cooper.answerless_negatives and cooper.negative_source == "assistant":
         problems.append("--cooper.answerless_negatives picks among the policy's own rollouts and is never used with "
                         "--cooper.negative_source assistant; use rollout or mixed")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cooper_openrlhf.lab.presets import ARMS, PRESETS, parse_arms
+from cooper_openrlhf.lab.presets import ARMS, NEEDS_PAIR_SOURCE, PRESETS, parse_arms
 
 logger = logging.getLogger("cooper_openrlhf.lab")
 
@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rm-candidate", type=int, default=None,
                         help="start the RM arms from this pair-stage candidate (a seed, 0..rm_pair_candidates-1) "
                              "instead of the blindest one (docs/lab_notebook.md, run 11)")
+    parser.add_argument("--rm-choice", choices=("blindest", "between", "median"), default=None,
+                        help="which pair-stage candidate the RM arms start from, by its climb on offer: the blindest "
+                             "(default), the median, or the one half-way between (issue 33: blind-spot dependence)")
     parser.add_argument("--rm-lr", type=float, default=None,
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
@@ -86,6 +89,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, value in (("--rm-lr", args.rm_lr), ("--actor-lr", args.actor_lr)):
         if value is not None and not value > 0:
             parser.error(f"{flag} must be > 0, got {value}")
+    pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
+    needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
+    if needing and (args.rm is not None or pair_steps == 0):
+        parser.error(f"--arms {','.join(needing)} trains the RM on pairs of the pair stage's kind, and this lab has no "
+                     f"pair source ({'--rm' if args.rm is not None else '--rm-pair-steps 0'}): run it with the "
+                     "preset's pair stage")
+    if args.rm_choice is not None and (args.rm_candidate is not None or args.rm is not None or pair_steps == 0):
+        parser.error("--rm-choice chooses among the pair stage's candidates; not with --rm-candidate, --rm or "
+                     "--rm-pair-steps 0")
     if args.rm is not None and not (args.rm / "config.json").is_file():
         parser.error(f"--rm {args.rm}: not a model folder (no config.json)")
     if args.rm_candidate is not None:
@@ -100,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
                                             actor_lr=args.actor_lr, rm_pair_candidate=args.rm_candidate,
+                                            rm_pair_choice=args.rm_choice,
                                             rm_pair_candidates=args.rm_pair_candidates,
                                             require_answer=args.require_answer,
                                             rm_answerless_data=args.rm_answerless_data,
@@ -158,8 +171,8 @@ RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
-                  "rm_answerless_data": False}
-PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate")  # meaningless without the stage (rm_pair_steps 0)
+                  "rm_answerless_data": False, "rm_pair_choice": "blindest", "rm_balanced_data": False}
+PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate", "rm_pair_choice")  # meaningless without the stage (rm_pair_steps 0)
 
 
 def _comparable(settings: dict) -> dict:
@@ -191,9 +204,18 @@ def starting_rm_lines(setup: dict) -> list[str]:
     if stage:
         climbs = ", ".join(f"{c['climb']:+.3f}" for c in stage["candidates"])
         why = ("as asked (--rm-candidate)" if stage.get("choice") == "given"
-               else f"the largest climb on offer to a policy right on {stage['policy_accuracy']:.0%}")
+               else f"the {stage.get('choice', 'blindest')} by climb on offer to a policy right on "
+                    f"{stage['policy_accuracy']:.0%}")
         lines.append(f"  chosen by the pair stage: seed {stage['seed']} of {len(stage['candidates'])}, {why} (climbs at "
                      f"{stage['policy_accuracy']:.0%}: {climbs}); before the stage: {stage['bce_probe']['verdict']}")
+    quality = setup["rm"].get("quality")
+    if quality:
+        lines.append(f"  BCE stage on its held-out triples: accuracy {quality['accuracy']:.3f} (majority-class rate "
+                     f"{quality['majority_rate']:.3f}), ROC-AUC {quality['auc'] if quality['auc'] is None else round(quality['auc'], 3)}")
+    continuation = setup["rm"].get("offline_continuation")
+    if continuation:
+        lines.append(f"  offline continuation ({continuation['steps']} more pair-stage steps, no policy): "
+                     f"{continuation['probe']['verdict']} ({continuation['command']})")
     return lines
 
 

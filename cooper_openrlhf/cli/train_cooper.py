@@ -168,7 +168,7 @@ def pair_construction_actor(args, vllm_engines):
     cooper = args.cooper
     config = NegativeConfig(retries=cooper.negative_retries, max_new_tokens=cooper.negative_max_new_tokens,
                             temperature=cooper.negative_temperature, seed=args.train.seed,
-                            answer_fallback=cooper.negative_answer_fallback)
+                            answer_fallback=cooper.negative_answer_fallback, validity=cooper.negative_validity)
     own_engine = cooper.assistant == "model"
     return PairConstructionActor.remote(
         config,

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from cooper_openrlhf.lab.presets import WARM_START, LabPreset
 from cooper_openrlhf.lab.runner import LabFiles, run_environment
-from cooper_openrlhf.lab.task import problem_family, split, warm_start_problems, write_task_files
+from cooper_openrlhf.lab.task import task_split, warm_start_problems, write_task_files
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
     if not result.reached_target:
         logger.warning("warm start: accuracy %.2f after %d steps, below the target %.2f; the arms start from it",
                        result.probe_accuracy, result.steps, config.target_accuracy)
-    train, heldout = split(problem_family(preset.task), preset.task.heldout)
+    train, heldout = task_split(preset.task)
     info = {
         "policy": WARM_START, **asdict(config), **asdict(result),
         # Sampled at the RL temperature, as the arms' first rollouts and evaluations are.
@@ -105,9 +105,9 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     """lab/pair_stage.py: `rm_pair_candidates` seeds of the pair stage from `bce_rm`, each probed; the starting RM
     is the candidate with the largest climb on offer to a policy right on `policy_accuracy` of the prompts, or the
     preset's `rm_pair_candidate` where it names one."""
-    from cooper_openrlhf.lab.pair_stage import blindest, climb_on_offer, train_on_pairs
+    from cooper_openrlhf.lab.pair_stage import candidate_by_rank, climb_on_offer, train_on_pairs
 
-    choice = "blindest" if preset.rm_pair_candidate is None else "given"
+    choice = preset.rm_pair_choice if preset.rm_pair_candidate is None else "given"
     chosen = folder / "chosen.json"
     cached = json.loads(chosen.read_text(encoding="utf-8")) if chosen.is_file() else None
     # A folder prepared with another choice, or fewer candidates (copied in to share them), keeps them, trains
@@ -117,7 +117,7 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
             and searched in (None, preset.rm_pair_candidates):
         return folder / f"seed{cached['seed']}", cached
     folder.mkdir(parents=True, exist_ok=True)
-    train, _ = split(problem_family(preset.task), preset.task.heldout)
+    train, _ = task_split(preset.task)
     candidates = []
     for seed in tqdm(range(preset.rm_pair_candidates), desc="starting RM: pair-stage candidates", unit="RM"):
         marker = folder / f"seed{seed}.json"
@@ -132,7 +132,8 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
             candidate["probe"] = probe_preset_rm(preset, folder / f"seed{seed}")
             marker.write_text(json.dumps(candidate, indent=2) + "\n", encoding="utf-8")
         candidates.append(candidate)
-    best = blindest([c["probe"] for c in candidates], policy_accuracy) if choice == "blindest" else preset.rm_pair_candidate
+    best = preset.rm_pair_candidate if choice == "given" else \
+        candidate_by_rank([c["probe"] for c in candidates], policy_accuracy, choice)
     record = {"seed": best, "choice": choice, "policy_accuracy": policy_accuracy, "bce_rm": str(bce_rm),
               "bce_probe": cached["bce_probe"] if cached else probe_preset_rm(preset, bce_rm),
               "candidates": [{"seed": c["seed"], "climb": round(climb_on_offer(c["probe"], policy_accuracy), 4),
@@ -141,6 +142,55 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     logger.info("starting RM: pair-stage seed %d of %d (%s), climb on offer %.3f at accuracy %.2f", best,
                 len(candidates), choice, record["candidates"][best]["climb"], policy_accuracy)
     return folder / f"seed{best}", record
+
+
+OFFLINE_STEPS_SPARE = 8  # groups beyond the step budget, so a run never cycles back to its first pairs
+
+
+def write_offline_pairs(preset: LabPreset, path: Path, seed: int) -> int:
+    """The offline_pairs arm's pairs for one seed (algo/offline_pairs.py's file): `prompts_per_step` answer pairs of
+    the pair stage's kind (`pair_stage.answer_pairs`: the policy's answer sentence, the reference answer against a
+    slip of it) on train problems per step, fresh each step, from a stream of their own (not a candidate's)."""
+    import random
+
+    from cooper_openrlhf.lab.pair_stage import answer_pairs
+
+    train, _ = task_split(preset.task)
+    rng, rows = random.Random(f"offline pairs {seed}"), []
+    for step in range(preset.steps + OFFLINE_STEPS_SPARE):
+        for pair in answer_pairs(train, answer_sentence(preset), preset.prompts_per_step, rng,
+                                 preset.task.prompt_suffix):
+            rows.append({"step": step, "question": pair.question, "reference": pair.reference,
+                         "positive": pair.right, "negative": pair.wrong})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    tmp.replace(path)
+    return len(rows)
+
+
+def offline_continuation(preset: LabPreset, rm: Path, folder: Path) -> dict:
+    """The starting RM after as many more pair-stage steps as an arm has RL steps, with no policy at all (issue 33:
+    does a blind spot wash out by training alone?), and its probe (what `cli.probe_rm` prints); cached in
+    `folder`.json."""
+    from cooper_openrlhf.lab.pair_stage import train_on_pairs
+
+    marker = folder.with_suffix(".json")
+    if marker.is_file():
+        record = json.loads(marker.read_text(encoding="utf-8"))
+        if record.get("from") == str(rm) and probe_is_current(record.get("probe"), preset, folder):
+            return record
+    train, _ = task_split(preset.task)
+    seed = 1000  # not a candidate's seed: fresh pairs
+    metrics = train_on_pairs(rm, folder, train, answer_sentence(preset), steps=preset.steps, lr=preset.rm_pair_lr,
+                             pairs_per_step=preset.prompts_per_step, seed=seed, prompt_suffix=preset.task.prompt_suffix,
+                             max_length=preset.rm_max_length)
+    record = {"from": str(rm), "rm": str(folder), "steps": preset.steps, "seed": seed, "last_step": metrics,
+              "probe": probe_preset_rm(preset, folder),
+              "command": f"python -m cooper_openrlhf.cli.probe_rm {folder} --preset {preset.name}"}
+    marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    logger.info("offline continuation (%d more pair-stage steps, no policy): %s", preset.steps,
+                record["probe"]["verdict"])
+    return record
 
 
 # A cached probe of another version is redone (1 had no break-even accuracy, 2 no constant answers), as is
@@ -161,7 +211,7 @@ def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
     from cooper_openrlhf.lab.rm_probe import probe_rm
 
     sentence = answer_sentence(preset)
-    train, _ = split(problem_family(preset.task), preset.task.heldout)
+    train, _ = task_split(preset.task)
     probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix,
                      require_answer=preset.require_answer)
     return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, "require_answer": preset.require_answer,
@@ -187,7 +237,7 @@ def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path, known: dict | N
 def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
     """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps,
-                              answerless_rm_data=preset.rm_answerless_data)
+                              answerless_rm_data=preset.rm_answerless_data, balanced_rm_data=preset.rm_balanced_data)
     policy, policy_info = prepare_policy(preset, root / "policy")
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
     known_probe = None
@@ -195,7 +245,9 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
         rm_summary = {"given": preset.starting_rm}
     else:
         rm_summary = json.loads((rm.parent / "train_summary.json").read_text(encoding="utf-8"))
-        problem = starting_rm_problem(rm_summary)
+        rm_summary["quality"] = rm_eval_quality(rm, root / "data" / "rm_eval.jsonl", preset.rm_max_length)
+        logger.info("starting VerifyRM (BCE stage) on its held-out triples: %s", rm_summary["quality"])
+        problem = starting_rm_problem(rm_summary["quality"])
         if problem:
             logger.warning(problem)
         if preset.rm_pair_steps > 0:
@@ -204,25 +256,73 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
             known_probe = json.loads(rm.with_suffix(".json").read_text(encoding="utf-8"))["probe"]
     (root / "verifyrm").mkdir(parents=True, exist_ok=True)
     probe = probe_starting_rm(preset, rm, root / "verifyrm" / "probe.json", known_probe)
+    if preset.rm_pair_steps > 0 and not preset.starting_rm:
+        for seed in range(preset.seeds):  # deterministic: rewritten on every invocation, as the task files are
+            write_offline_pairs(preset, root / "data" / f"offline_pairs_seed{seed}.jsonl", seed)
+        rm_summary["offline_continuation"] = offline_continuation(preset, rm, root / "verifyrm" / "offline_continuation")
     logger.info("starting VerifyRM probe: %s", probe["verdict"])
     return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary,
                                                        "rm_probe": probe}
 
 
-CHANCE_MARGIN = 0.05  # an RM within this of 0.5 accuracy on its held-out triples tells right from wrong by luck
+AUC_FLOOR = 0.6  # an RM whose held-out ROC-AUC is below this does not rank right above wrong (issue 33)
 
 
-def starting_rm_problem(summary: dict) -> str | None:
-    """A warning when the starting VerifyRM's held-out accuracy is at chance, else None.
+def roc_auc(labels: list[bool], scores: list[float]) -> float | None:
+    """The probability that a random right row scores above a random wrong one (ties count half); None without
+    both classes. O(n^2) on the lab's few hundred rows."""
+    right = [s for s, y in zip(scores, labels) if y]
+    wrong = [s for s, y in zip(scores, labels) if not y]
+    if not right or not wrong:
+        return None
+    wins = sum((r > w) + 0.5 * (r == w) for r in right for w in wrong)
+    return wins / (len(right) * len(wrong))
+
+
+def verifier_quality(labels: list[bool], scores: list[float], threshold: float = 0.0) -> dict:
+    """What an RM's logits `scores` say of rows with gold `labels`: accuracy at `threshold` (logit 0 = reward 0.5),
+    the majority-class rate (the accuracy of a constant RM), and ROC-AUC (ranking, whatever the threshold)."""
+    if len(labels) != len(scores) or not labels:
+        raise ValueError(f"need as many labels as scores, and some: {len(labels)} vs {len(scores)}")
+    accuracy = sum((s >= threshold) == bool(y) for s, y in zip(scores, labels)) / len(labels)
+    right_share = sum(map(bool, labels)) / len(labels)
+    return {"n": len(labels), "accuracy": accuracy, "majority_rate": max(right_share, 1 - right_share),
+            "auc": roc_auc([bool(y) for y in labels], scores)}
+
+
+def rm_eval_quality(rm: str | Path, rm_eval: Path, max_length: int) -> dict:
+    """`verifier_quality` of the RM at `rm` on the lab's labelled held-out triples (data/rm_eval.jsonl)."""
+    from cooper_openrlhf.rm.model import load_rm, score_logits
+
+    rows = [json.loads(line) for line in rm_eval.read_text(encoding="utf-8").splitlines() if line.strip()]
+    model, tokenizer, template_version = load_rm(str(rm))
+    logits = score_logits(model, tokenizer, [r["question"] for r in rows], [r["answer"] for r in rows],
+                          [r["completion"] for r in rows], max_length=max_length, template_version=template_version,
+                          batch_size=32)
+    return verifier_quality([r["gold_correct"] for r in rows], logits)
+
+
+CHANCE_MARGIN = 0.05  # an RM within this of the majority-class rate tells right from wrong by luck
+
+
+def starting_rm_problem(quality: dict) -> str | None:
+    """A warning when the starting VerifyRM is no verifier on its held-out triples, else None: its accuracy within
+    CHANCE_MARGIN of the majority-class rate (a constant RM's; 0.5 only on balanced rows), or its ROC-AUC below
+    AUC_FLOOR (it does not rank right completions above wrong ones).
 
     Such an RM pays every completion about the same, so the static and Cooper arms train on noise-level rewards
-    and the lab compares nothing (docs/lab_notebook.md: the smollm2 preset's first run). The arms still run: a flat RM is
-    a legitimate (harsh) starting point, but the reader must know.
+    and the lab compares nothing (docs/lab_notebook.md: the smollm2 preset's first run; issue 33: run 19's BCE stage was a
+    constant at the majority rate 0.626, which the old check, against 0.5, let pass). The arms still run: a flat
+    RM is a legitimate (harsh) starting point, but the reader must know.
     """
-    best = summary.get("best") or {}
-    accuracy = best.get("accuracy")
-    if accuracy is None or abs(accuracy - 0.5) > CHANCE_MARGIN:
+    accuracy, majority, auc = quality.get("accuracy"), quality.get("majority_rate", 0.5), quality.get("auc")
+    if accuracy is None:
         return None
-    return (f"the starting VerifyRM is at chance on its held-out triples (accuracy {accuracy:.3f} on {best.get('n', '?')} "
-            f"rows, loss {best.get('loss', float('nan')):.3f}): the static and Cooper arms will train on noise-level "
-            "rewards. Train it longer (the preset's rm_epochs) or from a larger backbone to compare the arms.")
+    near_majority = accuracy - majority <= CHANCE_MARGIN
+    low_auc = auc is not None and auc < AUC_FLOOR
+    if not (near_majority or low_auc):
+        return None
+    return (f"the starting VerifyRM is no verifier on its held-out triples (accuracy {accuracy:.3f} on "
+            f"{quality.get('n', '?')} rows against the majority-class rate {majority:.3f}; ROC-AUC "
+            f"{'-' if auc is None else f'{auc:.3f}'}): the static and Cooper arms will train on noise-level rewards. "
+            "Train it longer (the preset's rm_epochs) or from a larger backbone to compare the arms.")

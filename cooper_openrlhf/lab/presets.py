@@ -10,7 +10,7 @@ from cooper_openrlhf.eval.prompts import ANSWER_INSTRUCTION
 from cooper_openrlhf.lab.task import TaskSpec
 
 WARM_START = "warm-start"  # the policy: the tiny Qwen2, fine-tuned by the lab (lab/warm_start.py)
-RM_PLACEHOLDER, RM_EVAL_PLACEHOLDER = "{rm}", "{rm_eval}"
+RM_PLACEHOLDER, RM_EVAL_PLACEHOLDER, OFFLINE_PAIRS_PLACEHOLDER = "{rm}", "{rm_eval}", "{offline_pairs}"
 # An RM arm scores with the starting VerifyRM and logs its accuracy on the labelled held-out set as it goes.
 _RM = ("--reward.model_name_or_path", RM_PLACEHOLDER, "--cooper.rm_eval_dataset", RM_EVAL_PLACEHOLDER)
 
@@ -25,8 +25,21 @@ ARM_FLAGS: dict[str, tuple[str, ...]] = {
     # answerless text escapes the paper's pairs, which always carry a wrong answer).
     "cooper_rollout_answerless": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout",
                                   "--cooper.answerless_negatives"),
+    # The paper's arm with the official recipe's negative rule: a rewrite counts unless proved equal to the
+    # positive, answerless ones included (`cooper` keeps the strict rule: a proved-different answer).
+    "cooper_official": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
+                        "--cooper.negative_validity", "official"),
+    # A control (issue 33): Cooper's RM update, step for step, on fresh pairs of the pair stage's kind from a file
+    # (the lab writes one per seed, lab/prepare.py) instead of pairs from the policy's rollouts. Its command is
+    # Cooper's plus the one flag that says where the pairs come from.
+    "offline_pairs": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
+                      "--cooper.offline_pairs", OFFLINE_PAIRS_PLACEHOLDER),
 }
 ARMS = tuple(ARM_FLAGS)
+# Arms that need pairs of the pair stage's kind (a preset with rm_pair_steps > 0 and no --rm).
+NEEDS_PAIR_SOURCE = ("offline_pairs",)
+# The full preset's arms before issue 33 (runs 10-20): the new arms are asked for by name.
+_RUN_20_ARMS = ("rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless")
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,11 @@ class LabPreset:
     # On in the full preset since run 19 (docs/lab_notebook.md): with it the answerless exploit of runs 2-16 is gone, and the
     # pair stage's wider search (32 candidates) still finds a blind spot with an answer. Runs 1-17 ran without it.
     rm_answerless_data: bool = False
+    # With rm_answerless_data: as many right rows as wrong (each cut row with a second copy of its template's right
+    # row). Issue 33: run 19's BCE stage (62.6% wrong rows, 1 epoch) was a constant at the majority rate; the full
+    # preset since then trains balanced rows for 2 epochs (rm_epochs), which taught MiniLM the comparison on
+    # balanced rows before (docs/lab.md, "No starting RM of this recipe offers a visible climb": 0.96-0.98).
+    rm_balanced_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
     # the probe keeps the one that pays the warm-started policy most for not answering or for one answer everywhere
@@ -66,6 +84,9 @@ class LabPreset:
     # Which candidate every RM arm starts from: None, the blindest (largest climb on offer); a seed, that
     # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab_notebook.md, run 11).
     rm_pair_candidate: int | None = None
+    # Without rm_pair_candidate: which candidate by its climb on offer (`pair_stage.candidate_by_rank`): the
+    # blindest (runs 10-20), the median, or one between them (`--rm-choice`; issue 33's blind-spot dependence).
+    rm_pair_choice: str = "blindest"
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
     # F alone (what the RM pays verified-wrong rollouts, against its own noise): on run 14, judged by the rule
@@ -102,8 +123,8 @@ PRESETS: dict[str, LabPreset] = {
     # pair stage searches 32 seeds for the blindest (docs/lab_notebook.md, run 19: with 8, as in run 18, the blindest
     # offered +0.02 and static held 5 of 6; with 32, "The answer is 0." was paid as the truth and static fell).
     # Runs 10-17: `--no-rm-answerless-data --rm-pair-candidates 8`; run 18: `--rm-pair-candidates 8`.
-    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4,
-                      rm_answerless_data=True, rm_pair_candidates=32),
+    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, _RUN_20_ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4,
+                      rm_answerless_data=True, rm_balanced_data=True, rm_epochs=2, rm_pair_candidates=32),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
     # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "Sizes").
@@ -124,8 +145,10 @@ PRESETS: dict[str, LabPreset] = {
 }
 
 
-def arm_flags(arm: str, rm_folder: str, rm_eval: str) -> list[str]:
-    fill = {RM_PLACEHOLDER: rm_folder, RM_EVAL_PLACEHOLDER: rm_eval}
+
+
+def arm_flags(arm: str, rm_folder: str, rm_eval: str, offline_pairs: str = "") -> list[str]:
+    fill = {RM_PLACEHOLDER: rm_folder, RM_EVAL_PLACEHOLDER: rm_eval, OFFLINE_PAIRS_PLACEHOLDER: offline_pairs}
     return [fill.get(flag, flag) for flag in ARM_FLAGS[arm]]
 
 

@@ -42,6 +42,11 @@ class TaskSpec:
     pool: int = 400  # "words" only: how many problems are drawn before the split
     heldout: int = 32
     prompt_suffix: str = ""  # appended to each question (an answer-format instruction for instruct models)
+    # True (issue 33): the held-out split takes whole classes of trivially equivalent problems (`equivalence_key`:
+    # a + b with b + a, every a - a), so no held-out problem has a twin among the RL or warm-start prompts, and the
+    # warm start fine-tunes on the train split only. False: runs 1-20's split (problems shuffled one by one, warm
+    # start on the whole family; 9 of 20 held-out additions had their commuted twin among the RL prompts).
+    clean_heldout: bool = True
 
     def __post_init__(self):
         if self.family not in ("digits", "words"):
@@ -63,13 +68,48 @@ def problem_family(spec: TaskSpec) -> list[MathProblem]:
     return [MathProblem(question=q, reference=str(r), source="lab", index=i) for i, (q, r) in enumerate(adds + subtracts)]
 
 
-def split(problems: list[MathProblem], heldout: int, seed: int = 0) -> tuple[list[MathProblem], list[MathProblem]]:
-    """(train, held-out): a seeded shuffle, the last `heldout` problems held out; the two never share a question."""
+_BINARY = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
+_TWO_STEP = re.compile(r"\w+ has (\d+) (\w+)\. \w+ buys (\d+) bags with (\d+) \w+ in each bag\.")
+
+
+def equivalence_key(question: str) -> tuple:
+    """Problems with the same key are trivially equivalent: a + b and b + a (a * b and b * a), every a - a (all 0),
+    a two-step word problem and the one with its bag count and bag size swapped (names and items aside)."""
+    binary = _BINARY.fullmatch(question.strip())
+    if binary:
+        a, op, b = int(binary.group(1)), binary.group(2), int(binary.group(3))
+        if op == "-":
+            return ("-", "x - x") if a == b else ("-", a, b)
+        return (op, min(a, b), max(a, b))
+    two_step = _TWO_STEP.match(question.strip())
+    if two_step:
+        start, item, bags, per_bag = two_step.groups()
+        return ("two_step", int(start), item, *sorted((int(bags), int(per_bag))))
+    return ("question", question.strip())
+
+
+def split(problems: list[MathProblem], heldout: int, seed: int = 0,
+          clean: bool = True) -> tuple[list[MathProblem], list[MathProblem]]:
+    """(train, held-out), seeded, `heldout` problems held out; the two never share a question. `clean`: whole
+    classes of `equivalence_key` go to one side (classes in a seeded order, each held out while it fits), so no
+    held-out problem has a trivially equivalent twin in train. Not clean: runs 1-20's split (problems shuffled one
+    by one, the last `heldout` held out)."""
     if not 0 < heldout < len(problems):
         raise ValueError(f"held-out size must be in (0, {len(problems)}), got {heldout}")
     order = list(problems)
     random.Random(seed).shuffle(order)
-    return order[:-heldout], order[-heldout:]
+    if not clean:
+        return order[:-heldout], order[-heldout:]
+    classes: dict[tuple, list[MathProblem]] = {}
+    for problem in order:
+        classes.setdefault(equivalence_key(problem.question), []).append(problem)
+    held, train = [], []
+    for members in reversed(list(classes.values())):  # the shuffle's last classes first, as the old split held out
+        (held if len(held) + len(members) <= heldout else train).extend(members)
+    if len(held) != heldout or not train:
+        raise ValueError(f"no split of {len(problems)} problems holds out exactly {heldout} whole equivalence classes")
+    held_ids = {id(p) for p in held}
+    return [p for p in order if id(p) not in held_ids], [p for p in order if id(p) in held_ids]
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -98,11 +138,14 @@ def cut_before_answer(template: str, question: str, rng: random.Random) -> str |
 
 
 def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
-                     answerless: bool = False) -> list[dict]:
+                     answerless: bool = False, balanced: bool = False) -> list[dict]:
     """Right and wrong templated completions per problem, labelled by the rule verifier. `answerless`: each right
     completion also cut off before its answer, kept where the verifier finds no answer in it (the paper's VerifyRM
     data are sampled completions labelled by math-verify, and a completion with no answer is labelled wrong; without
-    them, what the RM pays text with no answer is wherever its training left it: docs/lab_notebook.md, run 18)."""
+    them, what the RM pays text with no answer is wherever its training left it: docs/lab_notebook.md, run 18). `balanced`:
+    each kept cut row comes with a second copy of its template's right row, so right and wrong rows are as many
+    (issue 33: on run 19's rows, 62.6% wrong, the BCE stage learned the majority class and nothing else).
+    """
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
     # The cuts draw from their own stream, so the answering rows are the same with `answerless` as without.
@@ -123,18 +166,23 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
                 verdict, row = labelled(problem, cut)
                 if verdict == Verdict.NO_ANSWER:  # else a number of the question was read as its answer
                     rows.append(row)
+                    if balanced:
+                        rows.append(labelled(problem, template.format(question=problem.question, answer=right))[1])
     return rows
 
 
-def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False) -> dict[str, int]:
+def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False,
+                     balanced_rm_data: bool = False) -> dict[str, int]:
     """Write the four files (module docstring) into `folder`; returns their row counts. `answerless_rm_data`: the
-    RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`)."""
+    RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`);
+    `balanced_rm_data`: the RM's training triples (not its held-out set) as many right as wrong."""
     folder.mkdir(parents=True, exist_ok=True)
-    train, heldout = split(problem_family(spec), spec.heldout)
+    train, heldout = task_split(spec)
     files = {
         "prompts.jsonl": prompt_rows(train, rl_prompts, spec),
         "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
-        "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data),
+        "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data,
+                                             balanced=balanced_rm_data),
         "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
                            "gold_correct": bool(r["label"])}
                           for r in labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)],
@@ -144,7 +192,12 @@ def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_r
     return {name: len(rows) for name, rows in files.items()}
 
 
+def task_split(spec: TaskSpec) -> tuple[list[MathProblem], list[MathProblem]]:
+    """The (train, held-out) split of the spec's family that every stage of the lab uses."""
+    return split(problem_family(spec), spec.heldout, clean=spec.clean_heldout)
+
+
 def warm_start_problems(spec: TaskSpec) -> list[MathProblem]:
-    """What the starting policy is fine-tuned on: the whole family, as pretraining covers a benchmark's domain.
-    RL then trains on the train split only, and the held-out split measures what RL did to the rest."""
-    return problem_family(spec)
+    """What the starting policy is fine-tuned on: the train split (clean_heldout), so held-out accuracy measures
+    problems neither the warm start nor RL saw; runs 1-20 (not clean_heldout) fine-tuned on the whole family."""
+    return task_split(spec)[0] if spec.clean_heldout else problem_family(spec)

@@ -11,10 +11,12 @@ the two things that need the verifier or an engine:
    reference in both directions (`equivalence_batch` is False), the same proof a rewrite needs.
 2. `assistant_negatives`: the assistant rewrites the (normalised) positives of the prompts it is asked
    for (`algo.negatives`); attempt k sends the prompts still without a valid negative in ONE
-   `engine.generate` call, up to `NegativeConfig.retries` attempts. A rewrite is a valid negative only
-   when an answer can be extracted from it AND the verifier proves it different from the positive's
-   answer (equivalent or undecided are rejected: a negative that might be correct would train the RM
-   on a mislabelled pair), and it is not the positive unchanged.
+   `engine.generate` call, up to `NegativeConfig.retries` attempts. A rewrite is a valid negative by
+   `NegativeConfig.validity` (`algo.selection.negative_is_valid`): strict (the default), only when an
+   answer can be extracted from it AND the verifier proves it different from the positive's answer
+   (equivalent or undecided are rejected: a negative that might be correct would train the RM on a
+   mislabelled pair); official (the Cooper recipe's), unless its answer is proved equal to the positive's.
+   Never the positive unchanged, nor empty.
 
 `build_pairs` runs `algo.selection`'s pair pipeline around them for callers that run a step serially (tests,
 scripts); the trainer runs the same pipeline with its rewrites overlapping its RM scoring.
@@ -155,7 +157,9 @@ class PairBuilder:
         questions, positives: (P,) per prompt (positives as raw rollout text; "" where none). Prompts
         whose rewrites all failed are absent from the result. Metrics: "cooper/negative_attempts",
         "cooper/negative_rejected_no_answer", "cooper/negative_rejected_same_answer",
-        "cooper/negative_rejected_undecided" (counts), "timing/cooper_negatives" (seconds).
+        "cooper/negative_rejected_undecided", "cooper/negative_accepted_answerless",
+        "cooper/negative_accepted_undecided" (counts; the accepted ones only under validity official),
+        "timing/cooper_negatives" (seconds).
         """
         start = time.perf_counter()
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
@@ -179,7 +183,8 @@ class PairBuilder:
     def _rewrite(self, questions, positives: dict[int, str], answers: dict[int, str], wanted: list[int], step: int):
         """Rewrite positives[p] for p in `wanted`, retrying the missing ones; returns the valid ones."""
         negatives: dict[int, str] = {}
-        counts = {"attempts": 0, "rejected_no_answer": 0, "rejected_same_answer": 0, "rejected_undecided": 0}
+        counts = {"attempts": 0, "rejected_no_answer": 0, "rejected_same_answer": 0, "rejected_undecided": 0,
+                  "accepted_answerless": 0, "accepted_undecided": 0}
         messages = {p: build_rewrite_messages(questions[p], positives[p], answers[p]) for p in wanted}
         missing = list(wanted)
         for attempt in range(self.config.retries):
@@ -199,17 +204,23 @@ class PairBuilder:
             rewrites = [normalize_solution(reply) for reply in replies]
             found = [extract_answer(text, fallback=self.config.answer_fallback) if text else None for text in rewrites]
             checked = [k for k, answer in enumerate(found) if answer is not None]
-            counts["rejected_no_answer"] += len(missing) - len(checked)
             equivalent = (
                 self.verifier.equivalence_batch([answers[missing[k]] for k in checked], [found[k] for k in checked])
                 if checked else []
             )
             if len(equivalent) != len(checked):
                 raise RuntimeError(f"verifier returned {len(equivalent)} equivalences for {len(checked)} pairs")
-            for k, same in zip(checked, equivalent):
-                if same is False and rewrites[k] != positives[missing[k]]:
-                    negatives[missing[k]] = rewrites[k]
-                elif same is None:
+            proofs = dict(zip(checked, equivalent))
+            for k, text in enumerate(rewrites):
+                has_answer = k in proofs
+                if text and text != positives[missing[k]] and \
+                        selection.negative_is_valid(self.config.validity, has_answer, proofs.get(k)):
+                    negatives[missing[k]] = text
+                    counts["accepted_answerless"] += not has_answer
+                    counts["accepted_undecided"] += has_answer and proofs[k] is None
+                elif not has_answer:
+                    counts["rejected_no_answer"] += 1
+                elif proofs[k] is None:
                     counts["rejected_undecided"] += 1
                 else:
                     counts["rejected_same_answer"] += 1

@@ -131,6 +131,11 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         self.hacking = HackingMonitor(HackingMonitorConfig.from_namespace(self.cooper))
         self.reward_from_rule = False  # --cooper.on_hacking rule_reward, once the alarm has fired
         self.stop_for_hacking = False  # --cooper.on_hacking stop: checkpoint this step, then end the run
+        self.offline_pairs = None  # --cooper.offline_pairs: the RM's pairs come from a file (algo/offline_pairs.py)
+        if getattr(self.cooper, "offline_pairs", None):
+            from cooper_openrlhf.algo.offline_pairs import load_offline_pairs
+
+            self.offline_pairs = load_offline_pairs(self.cooper.offline_pairs)
         self.rm_eval_rows = []
         if self.cooper.rm_eval_dataset:
             from cooper_openrlhf.data.benchmarks import load_benchmark
@@ -213,12 +218,14 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         n = self.args.rollout.n_samples_per_prompt
         plan = selection.plan_negatives(verdicts.correct, verdicts.proven_wrong, verdicts.answerless, n,
                                         self.cooper.negative_source, self.cooper.answerless_negatives)
-        wake = self.sleeping_engines and bool(plan.ask_assistant)
+        # The offline_pairs control's pairs come from its file, not from rewrites of this step's positives.
+        asked = [] if self.offline_pairs is not None else plan.ask_assistant
+        wake = self.sleeping_engines and bool(asked)
         if wake:  # OpenRLHF put them to sleep after the rollouts (module docstring)
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
         metrics["cooper/vllm_wake_sleep_pairs"] = float(wake)
         rewrites = self.pair_actor.assistant_negatives.remote(texts.questions[::n], plan.positive_texts(texts.completions),
-                                                             plan.ask_assistant, step=global_step)
+                                                             asked, step=global_step)
         return PendingPairs(texts, plan, rewrites, time.perf_counter(), global_step, wake)
 
     def collect_rewrites(self, pending: PendingPairs | None, metrics: dict, timeline: StepTimeline) -> None:
@@ -244,6 +251,12 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         """The step's PairBatch: rewrites collected, then `algo.selection.finish_pairs` (rollout negatives picked
         with the RM's scores)."""
         self.collect_rewrites(pending, metrics, timeline)
+        if self.offline_pairs is not None:  # the control arm: fresh pairs of the pair stage's kind, not the policy's
+            from cooper_openrlhf.algo.offline_pairs import offline_batch
+
+            pairs = offline_batch(self.offline_pairs, pending.step)
+            metrics["cooper/offline_pairs"] = float(pairs.num_valid)
+            return pairs
         n, texts = self.args.rollout.n_samples_per_prompt, pending.texts
         pairs, pair_metrics = selection.finish_pairs(
             pending.plan, texts.questions[::n], texts.references[::n], texts.completions, pending.rewrites,

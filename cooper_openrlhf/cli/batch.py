@@ -1,0 +1,35 @@
+"""`python -m cooper_openrlhf.cli.batch PLAN.json [--publish DIR [--commit-to REPO]]`: a pre-registered lab batch.
+
+Runs the plan's labs (lab/batch.py) from the package it is started from, which must be the plan's commit (else a
+clear error, nothing run); resumable (run it again); each finished run's small logs are archived under --publish,
+and committed in the git worktree --commit-to (path-limited commits: nothing else of that worktree is touched).
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.batch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("plan", type=Path, help="the plan (JSON: commit, out, labs)")
+    parser.add_argument("--publish", type=Path, default=None, help="archive finished runs and reports here")
+    parser.add_argument("--commit-to", type=Path, default=None, help="a git worktree holding --publish: commit there")
+    parser.add_argument("--check-only", action="store_true", help="check the plan against this worktree; run nothing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import cooper_openrlhf
+    from cooper_openrlhf.lab.batch import check_commit, load_plan, run_batch
+
+    repo = Path(cooper_openrlhf.__file__).resolve().parent.parent
+    plan = load_plan(args.plan)
+    if args.check_only:
+        check_commit(repo, plan["commit"])
+        print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")
+        return 0
+    return 1 if run_batch(plan, repo, args.publish, args.commit_to) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""A pre-registered batch of labs: a plan frozen at a commit, run resumably, its finished runs published as they end.
+
+The plan (JSON, docs/lab.md says why each entry) names the commit whose package the batch must run, a run folder,
+and its labs in order, each a `cli.lab` argument list. `check_commit` refuses a worktree whose package differs from
+the plan's commit (other code, or uncommitted edits under cooper_openrlhf/): a batch run from anything else would
+not be the one registered. Each lab runs one seed at a time (`--seeds 1`, then 2, ...: `cli.lab` keeps finished
+runs), and after each seed `publish_runs` copies every finished run's small logs (run_info.json, command.txt, the
+gzipped run.log, tensorboard/ and samples/, no checkpoint) into an archive per run, with the lab's report and
+lab.json, under the publish folder, and commits them there when asked. A lab that shares `prepared_from` another
+gets that lab's task files, policy and starting-RM candidates (hard links; JSON records with the folder's path
+rewritten), so it trains nothing the other trained and only chooses its own candidate (`--rm-choice`).
+
+Resuming: the same command again. Runs left "done" are skipped; on a new machine, unpack the published archives
+into the run folder first (`restore_runs`), and the preparation is redone from the same code and seeds.
+"""
+
+import json
+import logging
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+PACKAGE = "cooper_openrlhf"
+SMALL_PARTS = ("run_info.json", "command.txt", "tensorboard", "samples")  # what the report reads; no checkpoints
+
+
+class PlanError(SystemExit):
+    """A plan that cannot be run as registered (exit status 2, nothing run)."""
+
+    def __init__(self, message: str):
+        super().__init__(f"batch plan refused: {message}")
+
+
+def load_plan(path: Path) -> dict:
+    plan = json.loads(path.read_text(encoding="utf-8"))
+    missing = [k for k in ("commit", "out", "labs") if k not in plan]
+    if missing:
+        raise PlanError(f"{path} lacks {missing}")
+    names = [lab["name"] for lab in plan["labs"]]
+    if len(set(names)) != len(names):
+        raise PlanError(f"{path}: a lab is named twice in {names}")
+    for lab in plan["labs"]:
+        if lab.get("prepared_from") and lab["prepared_from"] not in names[:names.index(lab["name"])]:
+            raise PlanError(f"lab {lab['name']!r} is prepared from {lab['prepared_from']!r}, not an earlier lab")
+        if any(a in ("--out", "--seeds") for a in lab["args"]):
+            raise PlanError(f"lab {lab['name']!r}: --out and --seeds come from the plan (out, seeds)")
+    return plan
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise PlanError(f"git {' '.join(args)} in {repo} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def check_commit(repo: Path, commit: str) -> None:
+    """Raise PlanError unless `repo`'s package (tracked files under cooper_openrlhf/, as checked out, with no
+    uncommitted change) is the package of `commit`."""
+    wanted = _git(repo, "rev-parse", f"{commit}^{{commit}}:{PACKAGE}")
+    here = _git(repo, "rev-parse", f"HEAD:{PACKAGE}")
+    if here != wanted:
+        head = _git(repo, "rev-parse", "--short", "HEAD")
+        raise PlanError(f"the plan is frozen at {commit}, and the package in {repo} (HEAD {head}) is other code; "
+                        f"run it from a worktree at that commit: git worktree add --detach <dir> {commit}")
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", PACKAGE)
+    if dirty:
+        raise PlanError(f"uncommitted changes under {PACKAGE}/ in {repo}:\n{dirty}")
+
+
+def share_preparation(source: Path, target: Path) -> None:
+    """`source` lab's data/, policy/ and verifyrm/ into `target` (once): files hard-linked, JSON records copied with
+    `source`'s path rewritten to `target`'s (the pair stage's cached probes name their RM by path)."""
+    if (target / "verifyrm").exists():
+        return
+    for part in ("data", "policy", "verifyrm"):
+        for path in sorted((source / part).rglob("*")):
+            if path.is_dir() or "offline_continuation" in path.relative_to(source).parts[1:2]:
+                continue
+            if path.name in ("chosen.json", "offline_continuation.json", "probe.json") and part == "verifyrm" \
+                    and path.parent in (source / "verifyrm", source / "verifyrm" / "pairs"):
+                continue  # the choice and what follows from it are the target's own
+            dest = target / path.relative_to(source)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix == ".json":
+                dest.write_text(path.read_text(encoding="utf-8").replace(str(source), str(target)), encoding="utf-8")
+            else:
+                dest.hardlink_to(path)
+
+
+def archive_run(run: Path, archive: Path) -> None:
+    """The run's small logs (SMALL_PARTS and run.log) as one .tar.gz, paths relative to the run's lab folder."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    tmp = archive.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for part in (*SMALL_PARTS, "run.log"):
+            if (run / part).exists():
+                tar.add(run / part, arcname=f"runs/{run.name}/{part}")
+    tmp.replace(archive)
+
+
+def restore_runs(archives: Path, lab: Path) -> int:
+    """Unpack every published run archive of a lab into its folder (a resume on a new machine); returns how many."""
+    count = 0
+    for archive in sorted(archives.glob("*.tar.gz")):
+        with tarfile.open(archive) as tar:
+            tar.extractall(lab, filter="data")
+        count += 1
+    return count
+
+
+def publish_runs(lab: Path, dest: Path) -> list[Path]:
+    """Archive each finished ("done" or "failed") run of `lab` not archived yet, and copy lab.json and the report
+    (report/publish.py) into `dest`; returns the files written."""
+    from cooper_openrlhf.lab.runner import read_info
+    from cooper_openrlhf.report.publish import publish_report
+
+    written = []
+    for info_path in sorted((lab / "runs").glob("*/run_info.json")):
+        run = info_path.parent
+        archive = dest / "runs" / f"{run.name}.tar.gz"
+        if read_info(run).get("status") in ("done", "failed") and not archive.is_file():
+            archive_run(run, archive)
+            written.append(archive)
+    if (lab / "report" / "report.md").is_file() and (lab / "lab.json").is_file():
+        written += publish_report(lab / "report", dest, root=lab, extra=[lab / "lab.json"])
+    return written
+
+
+def commit_published(repo: Path, paths: list[Path], message: str) -> bool:
+    """Commit `paths` (under `repo`) and nothing else (`git commit --only`); False when there was nothing to commit or
+    git refused (another git command holding the lock: the next seed's commit takes them)."""
+    if not paths:
+        return False
+    rel = [str(p.resolve().relative_to(repo.resolve())) for p in paths]
+    add = subprocess.run(["git", "-C", str(repo), "add", "--", *rel], capture_output=True, text=True)
+    done = subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", message, "--only", "--", *rel],
+                          capture_output=True, text=True) if add.returncode == 0 else add
+    if done.returncode != 0:
+        logger.warning("could not commit the published runs (%s); they stay in %s", done.stderr.strip(), repo)
+    return done.returncode == 0
+
+
+def run_batch(plan: dict, repo: Path, publish: Path | None = None, commit_to: Path | None = None) -> int:
+    """Every lab of the plan, seed by seed (module docstring); returns the number of failed runs."""
+    from cooper_openrlhf.cli import lab as lab_cli
+
+    check_commit(repo, plan["commit"])
+    out = Path(plan["out"])
+    failed = 0
+    for lab in plan["labs"]:
+        folder = out / lab["name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        if lab.get("prepared_from"):
+            share_preparation(out / lab["prepared_from"], folder)
+        for seeds in range(1, lab["seeds"] + 1):
+            logger.info("batch: lab %s, seeds 0..%d", lab["name"], seeds - 1)
+            status = lab_cli.main([*lab["args"], "--seeds", str(seeds), "--out", str(folder)])
+            failed += status != 0
+            if publish is not None:
+                written = publish_runs(folder, publish / lab["name"])
+                if commit_to is not None:
+                    commit_published(commit_to, written, f"batch33: {lab['name']} after seed {seeds - 1} "
+                                                         f"({len(list((folder / 'runs').glob('*/run_info.json')))} runs)")
+    return failed

@@ -1,0 +1,90 @@
+"""lab/batch.py: a plan runs only from its commit's package; shared preparation; run archives round-trip."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cooper_openrlhf.lab.batch import PlanError, archive_run, check_commit, load_plan, restore_runs, share_preparation
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture()
+def repo(tmp_path):
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@t")
+    _git(tmp_path, "config", "user.name", "t")
+    (tmp_path / "cooper_openrlhf").mkdir()
+    (tmp_path / "cooper_openrlhf" / "a.py").write_text("x = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "code")
+    return tmp_path
+
+
+def test_a_plan_runs_only_from_its_commits_package(repo):
+    code = _git(repo, "rev-parse", "HEAD")
+    check_commit(repo, code)
+    (repo / "docs.md").write_text("the plan\n")  # a later commit that changes docs only: the same package
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "plan")
+    check_commit(repo, code)
+    (repo / "cooper_openrlhf" / "a.py").write_text("x = 2\n")
+    with pytest.raises(PlanError, match="uncommitted changes under cooper_openrlhf/"):
+        check_commit(repo, code)
+    _git(repo, "commit", "-qam", "other code")
+    with pytest.raises(PlanError, match=f"frozen at {code}.*other code") as refused:
+        check_commit(repo, code)
+    assert refused.value.code.startswith("batch plan refused")
+    with pytest.raises(PlanError, match="failed"):
+        check_commit(repo, "0" * 40)
+
+
+def test_a_malformed_plan_is_refused(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"commit": "abc", "out": "x", "labs": [{"name": "a", "seeds": 1, "args": ["--seeds", "2"]}]}))
+    with pytest.raises(PlanError, match="--out and --seeds come from the plan"):
+        load_plan(plan)
+    plan.write_text(json.dumps({"commit": "abc", "out": "x", "labs": [{"name": "a", "seeds": 1, "args": [],
+                                                                      "prepared_from": "b"}]}))
+    with pytest.raises(PlanError, match="not an earlier lab"):
+        load_plan(plan)
+    plan.write_text(json.dumps({"out": "x", "labs": []}))
+    with pytest.raises(PlanError, match="lacks"):
+        load_plan(plan)
+
+
+def test_a_shared_preparation_links_models_rewrites_records_and_leaves_the_choice(tmp_path):
+    source, target = tmp_path / "main", tmp_path / "median"
+    (source / "verifyrm" / "pairs" / "seed0").mkdir(parents=True)
+    (source / "verifyrm" / "pairs" / "seed0" / "model.safetensors").write_bytes(b"weights")
+    (source / "verifyrm" / "pairs" / "seed0.json").write_text(json.dumps({"probe": {"rm": str(source / "verifyrm")}}))
+    (source / "verifyrm" / "pairs" / "chosen.json").write_text("{}")
+    (source / "verifyrm" / "offline_continuation").mkdir()
+    (source / "verifyrm" / "offline_continuation" / "model.safetensors").write_bytes(b"later")
+    for part in ("data", "policy"):
+        (source / part).mkdir()
+        (source / part / "f.txt").write_text(part)
+    share_preparation(source, target)
+    model = target / "verifyrm" / "pairs" / "seed0" / "model.safetensors"
+    assert model.read_bytes() == b"weights" and model.stat().st_ino == (source / model.relative_to(target)).stat().st_ino
+    assert json.loads((target / "verifyrm" / "pairs" / "seed0.json").read_text())["probe"]["rm"] == str(target / "verifyrm")
+    assert not (target / "verifyrm" / "pairs" / "chosen.json").exists()
+    assert not (target / "verifyrm" / "offline_continuation").exists()
+    assert (target / "policy" / "f.txt").read_text() == "policy"
+
+
+def test_a_run_archive_restores_what_the_report_reads_and_no_checkpoint(tmp_path):
+    run = tmp_path / "lab" / "runs" / "static_seed0"
+    for part in ("tensorboard", "samples", "ckpt"):
+        (run / part).mkdir(parents=True)
+        (run / part / "f").write_text(part)
+    (run / "run_info.json").write_text(json.dumps({"status": "done"}))
+    archive_run(run, tmp_path / "pub" / "static_seed0.tar.gz")
+    assert restore_runs(tmp_path / "pub", tmp_path / "new") == 1
+    restored = tmp_path / "new" / "runs" / "static_seed0"
+    assert json.loads((restored / "run_info.json").read_text())["status"] == "done"
+    assert (restored / "tensorboard" / "f").is_file() and not (restored / "ckpt").exists()
