@@ -10,7 +10,7 @@ import pytest
 
 from cooper_openrlhf.cluster.checks import Env, PreflightError, check_rows_have_keys, check_writable_dir
 from cooper_openrlhf.cluster.placement import PlacementError, plan_placement
-from cooper_openrlhf.cluster.preflight import (
+from cooper_openrlhf.cli.launch_plans import (
     _shard_bounds,
     merge_annotations,
     plan_annotate,
@@ -262,8 +262,8 @@ def test_every_rl_plan_resumes_from_checkpoints_and_cpu_mode_changes_only_the_de
 
 
 def test_a_checkpoint_folder_resumes_only_under_the_configuration_that_wrote_it(rl_env):
-    from cooper_openrlhf.cluster.launch_record import record_attempt, record_end
-    from cooper_openrlhf.cluster.preflight import check_resumable
+    from cooper_openrlhf.cli.launch_record import record_attempt, record_end
+    from cooper_openrlhf.cli.launch_plans import check_resumable
 
     out = rl_env["OUT"]
     job = {**rl_env, "SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", "ARM": "static"}
@@ -314,7 +314,7 @@ def test_ray_stop_recognises_only_its_own_clusters_processes():
 
 
 def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
-    from cooper_openrlhf.cluster.launch_record import record_attempt
+    from cooper_openrlhf.cli.launch_record import record_attempt
 
     out = rl_env["OUT"]
     env = Env({**rl_env, "SLURM_JOB_ID": "7"})

@@ -127,8 +127,6 @@ JOB = textwrap.dedent("""
 def test_train_cooper_start_up_inside_a_submitted_job(ray_head, tmp_path, on_cpu):
     """Every Slurm RL launch: `ray job submit --runtime-env-json <plan's env>` then train_cooper's ray.init inside
     the job. Ray refused the merge when both named the same variables."""
-    from cooper_openrlhf.cluster.preflight import Plan  # noqa: F401 -- the plan's env is built by cooper_runtime_env
-
     job_env = cooper_runtime_env({"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}, on_cpu=on_cpu)
     (tmp_path / "job.py").write_text(JOB)
     for attempt in range(10):  # a fresh head's job agent takes a few seconds to register, as on a cluster

@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import cooper_openrlhf
+    from cooper_openrlhf.cli import lab as lab_cli
     from cooper_openrlhf.lab.batch import check_commit, load_plan, run_batch
 
     repo = Path(cooper_openrlhf.__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         check_commit(repo, plan["commit"])
         print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")
         return 0
-    return 1 if run_batch(plan, repo, args.publish, args.commit_to) else 0
+    return 1 if run_batch(plan, repo, lab_cli.main, args.publish, args.commit_to) else 0
 
 
 if __name__ == "__main__":

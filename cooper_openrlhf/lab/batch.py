@@ -144,10 +144,9 @@ def commit_published(repo: Path, paths: list[Path], message: str) -> bool:
     return done.returncode == 0
 
 
-def run_batch(plan: dict, repo: Path, publish: Path | None = None, commit_to: Path | None = None) -> int:
-    """Every lab of the plan, seed by seed (module docstring); returns the number of failed runs."""
-    from cooper_openrlhf.cli import lab as lab_cli
-
+def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, commit_to: Path | None = None) -> int:
+    """Every lab of the plan, seed by seed (module docstring); returns the number of failed runs. run_lab: the lab's
+    entry point (`cli.lab.main`: argv -> exit status), passed in by the CLI that drives the batch."""
     check_commit(repo, plan["commit"])
     out = Path(plan["out"])
     failed = 0
@@ -158,7 +157,7 @@ def run_batch(plan: dict, repo: Path, publish: Path | None = None, commit_to: Pa
             share_preparation(out / lab["prepared_from"], folder)
         for seeds in range(1, lab["seeds"] + 1):
             logger.info("batch: lab %s, seeds 0..%d", lab["name"], seeds - 1)
-            status = lab_cli.main([*lab["args"], "--seeds", str(seeds), "--out", str(folder)])
+            status = run_lab([*lab["args"], "--seeds", str(seeds), "--out", str(folder)])
             failed += status != 0
             if publish is not None:
                 written = publish_runs(folder, publish / lab["name"])

@@ -16,7 +16,7 @@ import os
 import time
 
 from cooper_openrlhf.cluster.checks import Env
-from cooper_openrlhf.cluster.preflight import LAUNCH_RECORD, Plan, run_configuration
+from cooper_openrlhf.cli.launch_plans import LAUNCH_RECORD, Plan, run_configuration
 
 RUN_INFO = "run_info.json"  # the name report/runs.py reads
 _SLURM_IDS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT", "SLURM_JOB_NODELIST")

@@ -30,12 +30,11 @@ from cooper_openrlhf.cluster.checks import (
     check_writable_dir,
     read_rows,
 )
+from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES
 from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
 from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
 
-NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
-
 
 @dataclass
 class Plan:
@@ -47,7 +46,6 @@ class Plan:
     placement: Placement | None = None
     runtime_env: dict | None = None
 
-
 def _parse_or_fail(what: str, parse) -> object:
     """Run a parser; argparse's exit becomes a PreflightError carrying its message."""
     captured = io.StringIO()
@@ -58,12 +56,10 @@ def _parse_or_fail(what: str, parse) -> object:
         message = captured.getvalue().strip().splitlines()
         raise PreflightError(f"{what}: {message[-1] if message else f'parser exited with {exc.code}'}") from None
 
-
 # --------------------------------------------------------------------------------------------- RL
 def cpu_mode(env: Env) -> bool:
     """GPUS_PER_NODE=0: every role on CPU (tiny models; the local Slurm cluster of scripts/local_slurm.sh)."""
     return env.int("GPUS_PER_NODE", 8, minimum=0) == 0
-
 
 def _rl_nodes(env: Env) -> int:
     """NODES, checked against the allocation inside the job (a job never silently runs on fewer nodes than asked)."""
@@ -74,7 +70,6 @@ def _rl_nodes(env: Env) -> int:
                              f"submit with --nodes={nodes} (bash launch_scripts/cooper_slurm.sbatch does) or set NODES="
                              f"{allocated}")
     return nodes
-
 
 def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
     """The placement of one arm. CPU mode: one logical slot per role (actor+ref, RM, one engine, the assistant),
@@ -95,7 +90,6 @@ def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
     except PlacementError as exc:
         raise PreflightError(str(exc)) from None
 
-
 def rl_arm(env: Env) -> tuple[str, str | None]:
     """(ARM, the assistant: a model folder, 'policy', or None when the arm writes no negatives with one)."""
     arm = env.choice("ARM", "cooper", ARMS)
@@ -106,12 +100,10 @@ def rl_arm(env: Env) -> tuple[str, str | None]:
                                 "(a folder, or 'policy' for the policy on its own engines)")
     return arm, assistant
 
-
 def rl_placement(env: Env) -> Placement:
     """The RL launcher's placement from its variables alone (ray_cluster.sh's slots per node come from it)."""
     arm, assistant = rl_arm(env)
     return _rl_placement(env, arm, assistant_model=assistant not in (None, "policy"))
-
 
 def _warmup_ratio(env: Env, prompts: int, n: int, rollout_batch: int, train_batch: int, episodes: int) -> float:
     """OpenRLHF's warm-up ratio giving WARMUP_ROLLOUT_STEPS rollout steps of warm-up (verl's lr_warmup_steps=20).
@@ -129,7 +121,6 @@ def _warmup_ratio(env: Env, prompts: int, n: int, rollout_batch: int, train_batc
         return 0.0
     # OpenRLHF warms up for ceil(max_steps * ratio) steps: aim between two integers so that rounding cannot add one.
     return min(0.5, (warmup_steps - 0.5) / max_steps)
-
 
 def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     """The train_cooper command of one arm, with its placement; every flag parsed by train_cooper itself."""
@@ -226,7 +217,6 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
                                      on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
 
-
 def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
     """Held-out evaluation every EVAL_STEPS rollout steps on EVAL_PROMPTS (`cluster.prompts --heldout`'s split)."""
     eval_prompts = env.get("EVAL_PROMPTS")
@@ -238,12 +228,10 @@ def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
     return ["--eval.dataset", eval_prompts, "--eval.steps", str(env.int("EVAL_STEPS", 10)),
             "--eval.n_samples_per_prompt", str(env.int("EVAL_N_SAMPLES", 1))]
 
-
 # ------------------------------------------------------------------------- resume from checkpoints
 LAUNCH_RECORD = "launch.json"
 # Words of the command that change between attempts of the same run (not its configuration).
 _PER_ATTEMPT_FLAGS = ("--logger.wandb.run_name",)
-
 
 def run_configuration(argv: list[str]) -> list[str]:
     """The command minus what differs between attempts of one run: what a checkpoint must have been written by."""
@@ -253,7 +241,6 @@ def run_configuration(argv: list[str]) -> list[str]:
             index = words.index(flag)
             del words[index:index + 2]
     return words
-
 
 def _first_difference(old: list[str], new: list[str]) -> str:
     def flags(words):
@@ -271,7 +258,6 @@ def _first_difference(old: list[str], new: list[str]) -> str:
         if before.get(key) != now.get(key):
             return f"{key}: {before.get(key, '(absent)')!r} then, {now.get(key, '(absent)')!r} now"
     return "the order of the flags"
-
 
 def check_resumable(out: str, argv: list[str]) -> None:
     """A run folder with checkpoints is resumed (`--ckpt.load_enable`) only by the configuration that wrote them."""
@@ -292,10 +278,8 @@ def check_resumable(out: str, argv: list[str]) -> None:
                              "that run: use a new OUT, or remove the folder to start afresh")
     check_last_checkpoint(ckpt)
 
-
 # What DeepSpeed writes per rank into a checkpoint tag folder (a save cut off by a kill leaves some missing).
 _CHECKPOINT_FILES = ("mp_rank_00_model_states.pt",)
-
 
 def check_last_checkpoint(ckpt: str) -> None:
     """The checkpoint `--ckpt.load_enable` would load (each model's `latest` tag) is whole, and the policy's and the
@@ -320,7 +304,6 @@ def check_last_checkpoint(ckpt: str) -> None:
                              f"({', '.join(f'{m}: {t}' for m, t in tags.items())}): a save was cut off between them; "
                              "point every model's `latest` at the same whole tag, or remove the folder")
 
-
 def validate_train_cooper_argv(argv: list[str]) -> None:
     """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks."""
     from cooper_openrlhf.cli.cooper_args import CooperArgsError
@@ -334,7 +317,6 @@ def validate_train_cooper_argv(argv: list[str]) -> None:
     except (CooperArgsError, AssertionError) as exc:
         raise PreflightError(f"train_cooper rejects the flags: {exc}") from None
 
-
 # --------------------------------------------------------------------------------- VerifyRM stages
 def _shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
     """Contiguous, balanced [start, end) ranges: the first count % shards shards get one more row."""
@@ -346,12 +328,10 @@ def _shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
         start = end
     return bounds
 
-
 def shard_paths(out: str, shards: int) -> tuple[list[str], list[str]]:
     """(prompt shard files, annotation output files) of an annotate run folder."""
     return ([os.path.join(out, "shards", f"prompts-{k:03d}-of-{shards:03d}.jsonl") for k in range(shards)],
             [os.path.join(out, "annotated", f"part-{k:03d}-of-{shards:03d}.jsonl") for k in range(shards)])
-
 
 def plan_annotate(env: Env, extra_args: list[str] = ()) -> Plan:
     """Split PROMPTS into SHARDS files (once; the same files on every re-submission) and one annotate per shard."""
@@ -404,7 +384,6 @@ def plan_annotate(env: Env, extra_args: list[str] = ()) -> Plan:
         commands.append(argv)
     return Plan("annotate", commands, [f"{len(problems)} prompts in {shards} shards under {out}/shards"])
 
-
 def merge_annotations(out: str, shards: int, merged: str) -> int:
     """Concatenate the shards' kept rows into `merged` once every shard has finished; returns the row count."""
     _, part_files = shard_paths(out, shards)
@@ -423,7 +402,6 @@ def merge_annotations(out: str, shards: int, merged: str) -> int:
                         target.write(line if line.endswith("\n") else line + "\n")
                         rows += 1
     return rows
-
 
 def plan_verifyrm_train(env: Env, extra_args: list[str] = ()) -> Plan:
     """deepspeed over the node's GPUs running `verifyrm train` (official recipe's lr, decay, epochs, batch)."""
@@ -477,7 +455,6 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = ()) -> Plan:
     _parse_or_fail("verifyrm train's OpenRLHF flags (--ds.*, --train.*)", lambda: parse_openrlhf_args(unknown))
     return Plan("verifyrm-train", [argv])
 
-
 # ---------------------------------------------------------------------------------------- evaluate
 def checkpoint_list(env: Env) -> list[str]:
     """CHECKPOINTS: a file with one model folder per line, or a comma-separated list."""
@@ -491,12 +468,10 @@ def checkpoint_list(env: Env) -> list[str]:
         raise PreflightError(f"CHECKPOINTS={text}: no checkpoint listed")
     return items
 
-
 def result_name(index: int, path: str) -> str:
     """A folder name for one checkpoint's results: its index and the last two path parts."""
     tail = "-".join(os.path.normpath(path).split(os.sep)[-2:])
     return f"{index:02d}-" + re.sub(r"[^\w.-]+", "_", tail)
-
 
 def plan_evaluate(env: Env, extra_args: list[str] = ()) -> Plan:
     """One `cli.evaluate` per checkpoint (an array task each)."""
@@ -534,7 +509,6 @@ def plan_evaluate(env: Env, extra_args: list[str] = ()) -> Plan:
         commands.append(argv)
     return Plan("evaluate", commands)
 
-
 # ------------------------------------------------------------------------------------------ report
 def plan_report(env: Env, extra_args: list[str] = ()) -> Plan:
     """`cli.report` over the arms' run folders (RUN_DIRS, comma-separated): figures, report.md, summary.json in OUT."""
@@ -546,10 +520,8 @@ def plan_report(env: Env, extra_args: list[str] = ()) -> Plan:
     check_writable_dir("OUT", out)
     return Plan("report", [["python", "-m", "cooper_openrlhf.cli.report", *runs, "--out", out, *extra_args]])
 
-
 STAGES = {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train, "evaluate": plan_evaluate,
           "report": plan_report}
-
 
 def plan_stage(stage: str, env: Env, extra_args: list[str] = ()) -> Plan:
     if stage not in STAGES:
