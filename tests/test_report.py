@@ -136,7 +136,12 @@ def test_hacking_signature_needs_a_significant_rm_reward_rise_and_held_out_accur
     design = np.stack([np.ones(20), steps], axis=1)
     (_, slope), rss, *_ = np.linalg.lstsq(design, np.array([v for _, v in rising["cooper/rm_reward_mean"]]), rcond=None)
     se = math.sqrt(rss[0] / 18 / ((steps - steps.mean()) ** 2).sum())
-    assert sig.rm_change == pytest.approx(slope * 19) and sig.rm_change_se == pytest.approx(se * 19)
+    from cooper_openrlhf.report.stats import newey_west_slope
+
+    # the se is Newey-West's (issue 33): here, alternating noise (negatively autocorrelated) makes it smaller than
+    # the i.i.d. one
+    robust = newey_west_slope(rising["cooper/rm_reward_mean"])[1]
+    assert sig.rm_change == pytest.approx(slope * 19) and sig.rm_change_se == pytest.approx(robust * 19) and robust < se
     assert sig.rm_first == pytest.approx(0.42) and sig.rm_last == pytest.approx(0.59)  # 5-step means: noise -0.01, +0.01
     assert sig.rm_rises and (sig.heldout_first, sig.heldout_last) == (0.40, 0.20) and sig.shows is True
     assert hacking_signature(rising, rule_final=0.15).shows is False  # ended above the rule arm: not hacked
@@ -164,7 +169,7 @@ def test_the_report_counts_the_signature_per_arm_against_the_rule_arms_held_out_
     text = (tmp_path / "out" / "report.md").read_text()
     assert "below the rule arm's mean final (0.4200)" in text
     assert "- static: in 1 of 2 run(s)" in text and "- cooper: in 0 of 1 run(s)" in text
-    assert "| static | 0 | 0.46 -> 0.76 | +0.38 ± 0.01 (**yes**) | 0.40 -> 0.10 | **yes** |" in text
+    assert "| static | 0 | 0.46 -> 0.76 | +0.38 ± 0.00 (**yes**) | 0.40 -> 0.10 | **yes** |" in text  # Newey-West se
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [(r["arm"], r["seed"], r["shows"]) for r in summary["hacking_signature"]] == [
         ("static", 0, True), ("static", 1, False), ("cooper", 0, False)]

@@ -169,17 +169,14 @@ class Signature:
 
 
 def _line_rise(points: Series) -> tuple[float, float]:
-    """The least-squares line's rise from the first point's step to the last, and its standard error (from the
-    residuals about the line, the points taken as independent)."""
-    from cooper_openrlhf.algo.hacking import least_squares_slope  # the alarm's trend, the same fit
+    """The least-squares line's rise from the first point's step to the last, and its standard error: Newey-West
+    (`report.stats.newey_west_slope`), since successive steps' RM rewards are autocorrelated and an i.i.d. error
+    (reports before issue 33) is too small for a trend."""
+    from cooper_openrlhf.report.stats import newey_west_slope
 
-    slope = least_squares_slope(points)
-    xs, ys = [x for x, _ in points], [y for _, y in points]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in points) / (len(points) - 2)
-    span = xs[-1] - xs[0]
-    return slope * span, (residual / sxx) ** 0.5 * span
+    slope, se = newey_west_slope(points)
+    span = points[-1][0] - points[0][0]
+    return slope * span, se * span
 
 
 def hacking_signature(scalars: Scalars, rule_final: float | None) -> Signature:

@@ -28,9 +28,18 @@ from cooper_openrlhf.report.aggregate import (
     alarm_steps,
     alarm_timing,
     hacking_signature,
+    heldout_series,
     summarize_arm,
 )
 from cooper_openrlhf.report.runs import RunData
+from cooper_openrlhf.report.stats import (
+    FINAL_EVALS,
+    NOISE_P,
+    PairedDifference,
+    bootstrap_mean_ci,
+    final_accuracy,
+    paired_difference,
+)
 
 EXAMPLES_PER_RUN = 3
 EXAMPLE_CHARS = 300
@@ -119,7 +128,8 @@ def _signature_section(runs: Sequence[RunData], summaries: list[ArmSummary]) -> 
     rule = judged[0][1].rule_final
     lines = ["## The hacking signature", "",
              "The paper's signature of reward hacking, per RM run: the RM reward rises (its least-squares line over "
-             f"the run rises by more than {SIGNATURE_Z:g} standard errors; first and last are the means of "
+             f"the run rises by more than {SIGNATURE_Z:g} Newey-West standard errors, robust to the autocorrelation of "
+             f"successive steps; first and last are the means of "
              f"{SIGNATURE_WINDOW} steps) while held-out accuracy ends below its first evaluation and below the rule arm's mean "
              + (f"final ({rule:.4f})." if rule is not None else "final (no rule arm here: not judged)."), ""]
     counts: dict[str, list[bool]] = {}
@@ -174,6 +184,56 @@ def _rollouts_section(runs: Sequence[RunData]) -> list[str]:
     return lines
 
 
+# Seed-paired comparisons the report makes when both arms are present: every arm against rule and against static,
+# and the control the issue asked for (issue 33).
+REFERENCE_ARMS = ("rule", "static")
+CONTROL_PAIRS = (("cooper", "offline_pairs"), ("cooper_official", "cooper"), ("cooper_official", "offline_pairs"))
+
+
+def final_by_arm(runs: Sequence[RunData]) -> dict[str, dict[int, float]]:
+    """{arm: {seed: final}}, final = `stats.final_accuracy` (mean of the last 3 held-out evaluations)."""
+    finals: dict[str, dict[int, float]] = {}
+    for run in runs:
+        value = None if run.failed else final_accuracy(heldout_series(run.scalars))
+        if value is not None:
+            finals.setdefault(run.arm, {})[run.seed] = value
+    return finals
+
+
+def comparisons(finals: dict[str, dict[int, float]]) -> list[PairedDifference]:
+    """Every arm minus rule and minus static, then CONTROL_PAIRS, where both arms share 2+ seeds."""
+    wanted = [(arm, ref) for ref in REFERENCE_ARMS for arm in finals if arm != ref and not (ref == "static" and arm == "rule")]
+    wanted += [pair for pair in CONTROL_PAIRS if pair not in wanted]
+    found = [paired_difference(a, b, finals) for a, b in wanted]
+    return [d for d in found if d is not None]
+
+
+def _statistics_section(runs: Sequence[RunData]) -> list[str]:
+    finals = final_by_arm(runs)
+    if not finals:
+        return []
+    lines = ["## Statistics over seeds", "",
+             f"Final = the mean of a run's last {FINAL_EVALS} held-out evaluations. Per arm: mean over seeds and a 95% "
+             "percentile bootstrap CI (seeds resampled 10,000 times). Differences are paired by seed (a seed is the "
+             "same prompt order in every arm): mean, 95% bootstrap CI, exact two-sided sign-flip permutation p.", "",
+             "| arm | seeds | final: mean [95% CI] | per seed |", "|---|---|---|---|"]
+    for arm, by_seed in finals.items():
+        mean, low, high = bootstrap_mean_ci(list(by_seed.values()))
+        per_seed = ", ".join(f"{by_seed[s]:.2f}" for s in sorted(by_seed))
+        lines.append(f"| {arm} | {len(by_seed)} | {mean:.3f} [{low:.3f}, {high:.3f}] | {per_seed} |")
+    found = comparisons(finals)
+    if found:
+        lines += ["", "| difference | seeds | mean [95% CI] | p | |", "|---|---|---|---|---|"]
+        for d in found:
+            lines.append(f"| {d.a} - {d.b} | {len(d.seeds)} | {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | {d.p:.3f} | "
+                         f"{'within noise' if d.within_noise else '**resolved**'} |")
+        noise = [f"{d.a} vs {d.b}" for d in found if d.within_noise]
+        resolved = [d.words() for d in found if not d.within_noise]
+        lines += ["", "In words: " + ("; ".join(resolved) + ". " if resolved else "no comparison is resolved. ")
+                  + (f"Within noise (CI holds 0 or p >= {NOISE_P}): {', '.join(noise)}." if noise else "")]
+    return lines + [""]
+
+
 def render(runs: Sequence[RunData], summaries: list[ArmSummary], figures: Sequence[Path]) -> str:
     failed = sum(run.failed for run in runs)
     arms = sorted({run.arm for run in runs})
@@ -182,7 +242,8 @@ def render(runs: Sequence[RunData], summaries: list[ArmSummary], figures: Sequen
     figure_lines = ["## Figures", ""]
     for path in figures:
         figure_lines += [f"![{path.stem}]({path.name})", "", FIGURE_CAPTIONS.get(path.name, ""), ""]
-    body = (head + _accuracy_section(summaries) + _runs_section(runs) + _signature_section(runs, summaries)
+    body = (head + _accuracy_section(summaries) + _statistics_section(runs) + _runs_section(runs)
+            + _signature_section(runs, summaries)
             + figure_lines + _rollouts_section(runs))
     return "\n".join(body).rstrip() + "\n"
 
@@ -196,6 +257,8 @@ def summary_json(runs: Sequence[RunData], summaries: list[ArmSummary]) -> dict:
                   "hacking_alarm_steps": alarm_steps(r.scalars), "heldout_alarm_timing": asdict(alarm_timing(r.scalars))}
                  for r in runs],
         "hacking_signature": [{"arm": run.arm, "seed": run.seed, **asdict(sig)} for run, sig in signatures(runs, summaries)],
+        "finals": final_by_arm(runs),
+        "paired_differences": [{**asdict(d), "within_noise": d.within_noise} for d in comparisons(final_by_arm(runs))],
     }
 
 

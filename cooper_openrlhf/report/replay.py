@@ -28,6 +28,7 @@ from cooper_openrlhf.algo.hacking import (
     HackingVerdict,
 )
 from cooper_openrlhf.report.aggregate import Scalars, alarm_steps, alarm_timing, heldout_series
+from cooper_openrlhf.report.stats import lowest_before
 
 
 @dataclass
@@ -125,7 +126,9 @@ class AlarmOutcome:
     held: bool | None  # last held-out accuracy >= the level asked for (None: no held-out evaluation)
     first_alarm: int | None
     lowest_step: int | None  # the first step of the lowest held-out accuracy
-    fall_done: float | None  # share of the fall (first -> lowest held-out) already behind when the alarm came
+    # share of the fall (first -> lowest held-out) already behind when the alarm came, judged at the lowest held-out
+    # point before the alarm (issue 33: a run that bottomed out and recovered before its alarm was called early)
+    fall_done: float | None
 
     @property
     def early(self) -> bool:
@@ -135,14 +138,15 @@ class AlarmOutcome:
 
 def alarm_outcome(scalars: Scalars, alarm_at: Sequence[int], held_at: float) -> AlarmOutcome:
     """The outcome of alarms at steps `alarm_at` on a run (`alarm_timing`: the alarm at step s had seen the
-    evaluations logged before s), so fall_done is (first - the latest of those) / (first - lowest); 0 when the
-    alarm came before any evaluation, None without an alarm or a fall."""
+    evaluations logged before s), so fall_done is (first - the lowest of those) / (first - lowest of the run); 0
+    when the alarm came before any evaluation, None without an alarm or a fall. The lowest, not the latest: an alarm
+    after the run fell and recovered came after the fall, however high accuracy stood again at the alarm."""
     timing, heldout = alarm_timing(scalars, alarm_at), heldout_series(scalars)
     first_alarm = alarm_at[0] if alarm_at else None
     if not heldout:
         return AlarmOutcome(None, first_alarm, None, None)
     fall, fall_done = timing.first - timing.lowest, None
     if first_alarm is not None and fall > 0:
-        seen = timing.first if timing.at_first_alarm is None else timing.at_first_alarm
-        fall_done = max(0.0, (timing.first - seen) / fall)
+        seen = lowest_before(heldout, first_alarm)
+        fall_done = max(0.0, (timing.first - (timing.first if seen is None else seen)) / fall)
     return AlarmOutcome(heldout[-1][1] >= held_at, first_alarm, timing.lowest_step, fall_done)
