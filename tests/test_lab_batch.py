@@ -88,3 +88,22 @@ def test_a_run_archive_restores_what_the_report_reads_and_no_checkpoint(tmp_path
     restored = tmp_path / "new" / "runs" / "static_seed0"
     assert json.loads((restored / "run_info.json").read_text())["status"] == "done"
     assert (restored / "tensorboard" / "f").is_file() and not (restored / "ckpt").exists()
+
+
+def test_published_run_archives_are_committed_under_this_repositorys_gitignore(repo, tmp_path):
+    """The repository ignores runs/ (lab folders); batch 33's archives live in docs/results/batch33/<lab>/runs/ and
+    must be committed all the same, and nothing else of the worktree with them."""
+    from cooper_openrlhf.lab.batch import commit_published, publish_runs
+
+    (repo / ".gitignore").write_text((Path(__file__).resolve().parent.parent / ".gitignore").read_text())
+    (repo / "unrelated.txt").write_text("staged elsewhere")
+    _git(repo, "add", ".gitignore", "unrelated.txt")
+    run = tmp_path / "lab" / "runs" / "rule_seed0"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "run_info.json").write_text(json.dumps({"status": "done"}))
+    written = publish_runs(tmp_path / "lab", repo / "docs" / "results" / "batch33" / "main")
+    assert [p.name for p in written] == ["rule_seed0.tar.gz"]
+    assert commit_published(repo, written, "batch33: main after seed 0")
+    assert _git(repo, "show", "--name-only", "--format=", "HEAD") == "docs/results/batch33/main/runs/rule_seed0.tar.gz"
+    assert "unrelated.txt" in _git(repo, "diff", "--cached", "--name-only")  # still staged, not committed
+    assert publish_runs(tmp_path / "lab", repo / "docs" / "results" / "batch33" / "main") == []  # once only

@@ -621,3 +621,23 @@ def test_the_report_compares_arms_seed_by_seed_and_says_what_is_within_noise(tmp
     assert "## Paired differences (held-out, final)" in text
     assert "| cooper | rule | 3 | +0.002 |" in text  # finals are the mean of (0.4, value) here: halves the gaps
     assert "Within noise: cooper vs rule (+0.002). Apart: static vs rule (-0.142); cooper vs static" in text
+
+
+def test_the_blindspot_figure_reads_each_labs_chosen_climb_and_finals(tmp_path):
+    import json
+
+    from cooper_openrlhf.report import blindspot
+
+    labs = []
+    for name, climb in (("main", 0.15), ("median", -0.05)):
+        lab = tmp_path / name
+        (lab / "runs").mkdir(parents=True)
+        (lab / "lab.json").write_text(json.dumps({"setup": {"rm": {"pair_stage": {
+            "seed": 3, "candidates": [{"seed": 2, "climb": 0.0}, {"seed": 3, "climb": climb}]}}}}))
+        labs.append(lab)
+    assert [blindspot.chosen_climb(lab) for lab in labs] == [0.15, -0.05]
+    rows = [{"lab": "main", "climb": 0.15, "arm": "static", "finals": {0: 0.2, 1: 0.25}},
+            {"lab": "main", "climb": 0.15, "arm": "cooper", "finals": {0: 0.4, 1: 0.38}},
+            {"lab": "median", "climb": -0.05, "arm": "static", "finals": {0: 0.41, 1: 0.39}}]
+    out = blindspot.dependence_figure(rows, tmp_path / "blindspot.png")
+    assert out.stat().st_size > 1000

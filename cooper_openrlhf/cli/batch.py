@@ -17,6 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publish", type=Path, default=None, help="archive finished runs and reports here")
     parser.add_argument("--commit-to", type=Path, default=None, help="a git worktree holding --publish: commit there")
     parser.add_argument("--check-only", action="store_true", help="check the plan against this worktree; run nothing")
+    parser.add_argument("--blindspot-figure", type=Path, default=None, metavar="PNG",
+                        help="run nothing: plot final held-out accuracy of static and cooper against the starting RM's "
+                             "climb over the plan's labs (report/blindspot.py) into PNG, with its numbers beside it (.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import cooper_openrlhf
@@ -25,6 +28,17 @@ def main(argv: list[str] | None = None) -> int:
 
     repo = Path(cooper_openrlhf.__file__).resolve().parent.parent
     plan = load_plan(args.plan)
+    if args.blindspot_figure:
+        import json
+
+        from cooper_openrlhf.report.blindspot import dependence_figure, dependence_points
+
+        rows = dependence_points([Path(plan["out"]) / lab["name"] for lab in plan["labs"]
+                                  if (Path(plan["out"]) / lab["name"] / "lab.json").is_file()])
+        dependence_figure(rows, args.blindspot_figure)
+        args.blindspot_figure.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        print(f"{args.blindspot_figure}: {len(rows)} (lab, arm) points")
+        return 0
     if args.check_only:
         check_commit(repo, plan["commit"])
         print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")
