@@ -12,7 +12,7 @@
 #   exposed; 0.0.0.0 to reach it from elsewhere), HEAD_IP (the address the nodes join; default: the head's first
 #   non-loopback IPv4), RAY_CPUS_PER_NODE (`ray start --num-cpus`; default: the allocation's CPUs per task),
 #   RAY_PORT_BASE (every port of every node from this base, for several Ray nodes on one host: the local
-#   cluster), RAY_OBJECT_STORE_BYTES, HEAD_TIMEOUT (180 s), JOIN_TIMEOUT (300 s), SUBMIT_RETRIES (5),
+#   cluster), RAY_OBJECT_STORE_BYTES, RAY_START_ATTEMPTS (1), HEAD_TIMEOUT (180 s), JOIN_TIMEOUT (300 s), SUBMIT_RETRIES (5),
 #   CONTAINER_IMAGE (srun --container-image, pyxis), COOPER_SETUP (sourced on every node), DRY_RUN, COOPER_PYTHON.
 #
 # The head starts on the first node and a worker on every other, each as one `srun` step running
@@ -136,13 +136,27 @@ wait_for() {  # nodes, slots
     --head-timeout "${HEAD_TIMEOUT:-180}" --join-timeout "${JOIN_TIMEOUT:-300}" "${WATCH[@]}"
 }
 
-start_node 0 --head --node-ip-address="$HEAD_IP" --port="$RAY_PORT" \
-  --dashboard-host="$DASHBOARD_HOST" --dashboard-port="$RAY_DASHBOARD_PORT"
-wait_for 1 "$SLOTS"
-for ((i = 1; i < NODES; i++)); do
-  start_node "$i" --address="$HEAD_IP:$RAY_PORT"
+start_cluster() {
+  start_node 0 --head --node-ip-address="$HEAD_IP" --port="$RAY_PORT" \
+    --dashboard-host="$DASHBOARD_HOST" --dashboard-port="$RAY_DASHBOARD_PORT"
+  wait_for 1 "$SLOTS" || return
+  for ((i = 1; i < NODES; i++)); do
+    start_node "$i" --address="$HEAD_IP:$RAY_PORT"
+  done
+  wait_for "$NODES" "$((NODES * SLOTS))"
+}
+# RAY_START_ATTEMPTS (1): a node's `ray start` gives up when its raylet has not registered within 30 s (fixed in
+# Ray), which an overloaded node can miss; further attempts start the whole cluster again.
+for ((attempt = 1; ; attempt++)); do
+  if start_cluster; then break; fi
+  if dry_run || ((attempt >= ${RAY_START_ATTEMPTS:-1})); then exit 3; fi
+  echo "Ray cluster start failed (attempt $attempt of ${RAY_START_ATTEMPTS}); starting it again" >&2
+  for pid in "${STEP_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${STEP_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for node in "${NODE_NAMES[@]}"; do step_argv "$node" "${STOP[@]}"; "${STEP_ARGV[@]}" >> "$LOG_DIR/ray-stop.log" 2>&1 || true; done
+  STEP_PIDS=() WATCH=()
+  sleep 5
 done
-wait_for "$NODES" "$((NODES * SLOTS))"
 
 # The batch script runs on the head node: a dashboard on 127.0.0.1 is reachable from here.
 DASHBOARD=$DASHBOARD_HOST; [[ $DASHBOARD != 0.0.0.0 ]] || DASHBOARD=$HEAD_IP
