@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cooper_openrlhf.cli import lab as lab_cli
-from cooper_openrlhf.lab.presets import PRESETS, arm_flags
+from cooper_openrlhf.lab.presets import PRESETS
 from cooper_openrlhf.lab.runner import LabFiles, train_cooper_argv
 from cooper_openrlhf.lab.task import equivalence_key, problem_family, task_split, warm_start_problems
 

@@ -212,6 +212,7 @@ def test_an_rl_arm_submitted_by_plain_sbatch_runs_across_both_nodes_and_complete
     assert job_processes(job) == [] and cluster_processes(ray_port(job)) == [], "a process of the job outlived it"
 
 
+@pytest.mark.slurm_long
 def test_an_arm_signalled_before_its_time_limit_requeues_itself_and_resumes_from_its_last_checkpoint(kit, tmp_path):
     """USR1 is what Slurm sends SIGNAL_MARGIN before the time limit (--signal=B:USR1@600): the job requeues itself
     (scontrol requeue), keeps its id, and the next attempt loads the last checkpoint: its steps continue."""
@@ -362,6 +363,7 @@ def _job_times(kit: Kit, job: str) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+@pytest.mark.slurm_long
 def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_every_job_completed_in_order(kit, tmp_path):
     """annotate (array) -> VerifyRM training -> two arms -> evaluation (array) and report, chained by afterok."""
     policy, rm = kit.models["tiny-qwen2-policy"], kit.models["tiny-qwen2-rm"]

@@ -11,7 +11,6 @@ import argparse
 import os
 import re
 import sys
-import time
 
 import psutil
 

@@ -16,7 +16,6 @@ into the run folder first (`restore_runs`), and the preparation is redone from t
 
 import json
 import logging
-import shutil
 import subprocess
 import tarfile
 from pathlib import Path
