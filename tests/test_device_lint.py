@@ -30,8 +30,6 @@ ALLOWED = {
         "added to the CPU accumulator of _pass, from floats already read off the logits",
     ("rm/bce_train.py", "collate", "torch.tensor"):
         "a DataLoader collate builds CPU batches; rm_logits moves them to the model's device",
-    ("rm/scorer.py", "score", "torch.tensor"):
-        "a sigmoid over Python floats already read off the model, returned as floats",
     ("rm/bce_train.py", "_mean_over_ranks", "torch.tensor"):
         "handed to strategy.all_reduce, which moves it to the collective's device and back",
 }

@@ -7,6 +7,7 @@ version other than the recorded one is an error. Scoring is `rm.model.score_logi
 gradients, right-padded micro-batches), as in the RL-time RM actor.
 """
 
+import math
 from collections.abc import Sequence
 
 from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
@@ -43,7 +44,5 @@ class RMScorer:
                             template_version=self.template_version, batch_size=self.batch_size)
 
     def score(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str]) -> list[float]:
-        """P(correct) = sigmoid(logit) in [0, 1] for each triple, in input order."""
-        import torch
-
-        return torch.sigmoid(torch.tensor(self.logits(questions, references, completions), dtype=torch.float64)).tolist()
+        """P(correct) = sigmoid(logit) in [0, 1] for each triple, in input order (tanh form: no overflow)."""
+        return [0.5 * (1.0 + math.tanh(logit / 2)) for logit in self.logits(questions, references, completions)]
