@@ -12,8 +12,9 @@
 #   exposed; 0.0.0.0 to reach it from elsewhere), HEAD_IP (the address the nodes join; default: the head's first
 #   non-loopback IPv4), RAY_CPUS_PER_NODE (`ray start --num-cpus`; default: the allocation's CPUs per task),
 #   RAY_PORT_BASE (every port of every node from this base, for several Ray nodes on one host: the local
-#   cluster), RAY_OBJECT_STORE_BYTES, RAY_START_ATTEMPTS (1), HEAD_TIMEOUT (180 s), JOIN_TIMEOUT (300 s), SUBMIT_RETRIES (5),
-#   CONTAINER_IMAGE (srun --container-image, pyxis), COOPER_SETUP (sourced on every node), DRY_RUN, COOPER_PYTHON.
+#   cluster), RAY_OBJECT_STORE_BYTES, RAY_START_ATTEMPTS (1), HEAD_TIMEOUT (180 s), JOIN_TIMEOUT (300 s),
+#   SUBMIT_TIMEOUT (300 s), CONTAINER_IMAGE (srun --container-image, pyxis), COOPER_SETUP (sourced on every
+#   node), DRY_RUN, COOPER_PYTHON.
 #
 # The head starts on the first node and a worker on every other, each as one `srun` step running
 # `ray start --block` (log: LOG_DIR/ray-<node>.log). cluster/ray_wait.py waits for the head, then for every
@@ -169,13 +170,16 @@ if dry_run; then
   exit 0
 fi
 
-# The head's job agent can answer a few seconds after the node is listed: retry while it says so.
+# The head's job agent can answer well after the node is listed (minutes on a loaded node): retry while it says so,
+# for up to SUBMIT_TIMEOUT seconds (a count of tries would depend on how long each failed try takes).
+submit_deadline=$((SECONDS + ${SUBMIT_TIMEOUT:-300}))
 for ((attempt = 1; ; attempt++)); do
   status=0
   run_main bash -c 'set -o pipefail; log=$1; shift; "$@" 2>&1 | tee -a "$log"' submit "$LOG_DIR/job.log" "${SUBMIT[@]}" \
     || status=$?
-  if [[ $status != 0 ]] && ((attempt < ${SUBMIT_RETRIES:-5})) && tail -n 5 "$LOG_DIR/job.log" | grep -qi "no available agent"; then
-    echo "ray job submit: no job agent yet (attempt $attempt); retrying in 5 s" | tee -a "$LOG_DIR/job.log"
+  if [[ $status != 0 ]] && ((SECONDS < submit_deadline)) && tail -n 5 "$LOG_DIR/job.log" | grep -qi "no available agent"; then
+    echo "ray job submit: no job agent yet (attempt $attempt, $((submit_deadline - SECONDS)) s left of SUBMIT_TIMEOUT);" \
+         "retrying in 5 s" | tee -a "$LOG_DIR/job.log"
     sleep 5
     continue
   fi

@@ -151,6 +151,12 @@ def test_every_arm_of_a_seed_trains_on_the_same_prompts_at_each_step(lab):
     assert questions_per_step(lab["static"]) == questions_per_step(lab["rule"])
 
 
+def _final(heldout: dict[int, float]) -> float:
+    """A run's final held-out accuracy as the report defines it: the mean of its last 3 evaluations."""
+    last = [heldout[step] for step in sorted(heldout)[-3:]]
+    return sum(last) / len(last)
+
+
 def test_the_labs_report_gives_the_tensorboard_numbers(lab):
     out = lab["out"] / "report"
     for name in ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png"):
@@ -160,12 +166,12 @@ def test_the_labs_report_gives_the_tensorboard_numbers(lab):
     for arm in ("static", "rule"):
         heldout = _scalars(lab[arm])["eval/accuracy"]  # evaluated at steps 1 and 2
         assert sorted(heldout) == [1, 2]
-        final, best = heldout[2], max(heldout.values())
+        final, best = _final(heldout), max(heldout.values())
         assert f"| {arm} | held-out accuracy | {final:.4f} (n=1) | {best:.4f} (n=1) |" in text
         assert summary[arm]["final_values"] == pytest.approx([final], abs=1e-7)
         assert summary[arm]["best_values"] == pytest.approx([best], abs=1e-7)
-        first = heldout[1]
-        assert f"held-out accuracy {first:.2f} -> {final:.2f}" in lab["second"].stdout  # the per-arm summary line
+        first, last = heldout[1], heldout[2]
+        assert f"held-out accuracy {first:.2f} -> {last:.2f}" in lab["second"].stdout  # the per-arm summary line
     static = _scalars(lab["static"])
     gap, heldout_gap = static["train/cooper/reward_hacking_gap"][2], static["eval/reward_hacking_gap"][2]
     assert f"| static | 0 | 2 (last 2) | {gap:+.4f} / {heldout_gap:+.4f} |" in text
@@ -184,7 +190,7 @@ def test_the_blindspot_sweep_puts_each_arm_at_its_starting_rms_climb_with_the_ru
     assert (out / "blindspot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     probe = json.loads((lab["out"] / "verifyrm" / "probe.json").read_text())
     climb = climb_on_offer(probe, lab["chosen"]["policy_accuracy"])
-    static, rule = (_scalars(lab[arm])["eval/accuracy"][2] for arm in ("static", "rule"))
+    static, rule = (_final(_scalars(lab[arm])["eval/accuracy"]) for arm in ("static", "rule"))
     table = (out / "blindspot.md").read_text()
     assert f"| {lab['out']} | {climb:+.3f} | {static:.3f} ± 0.000 ({static:.2f}) |" in table
     assert f"every folder's seeds pooled: {rule:.3f} ± 0.000 (1 runs)" in table

@@ -280,27 +280,28 @@ def test_the_scripts_are_bash_clean():
 
 # ------------------------------------------------------------------------ real `ray start` on this machine
 REAL_RAY_WRAPPER = """#!/bin/bash
-# Real ray, two 'nodes' on one machine: workers get their own agent and metrics ports (separate hosts would),
-# and `ray stop` is only recorded: it would stop every Ray on the machine, not just this test's.
+# Real ray; `ray stop` is only recorded: it would stop every Ray on the machine, not just this test's.
 {python} -c 'import json,os,sys; print(json.dumps(["ray","@"+os.environ.get("FAKE_NODE",""),*sys.argv[1:]]))' "$@" >> "$SHIM_LOG"
 if [[ $1 == stop ]]; then exit 0; fi
-if [[ $1 == start && $2 != --head ]]; then
-  exec {ray} "$@" --dashboard-agent-listen-port={agent} --metrics-export-port={metrics} --dashboard-agent-grpc-port={grpc}
-fi
 exec {ray} "$@"
 """
 
 
-def _free_ports(count: int) -> list[int]:
+def _free_port_base() -> int:
+    """A RAY_PORT_BASE whose ports for two nodes (BASE + 0..9, + 100..109, + 500..699) are all free right now."""
+    import random
     import socket
 
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+    for base in random.Random().sample(range(20000, 40000, 1000), 20):
+        ports = [*range(base, base + 10), *range(base + 100, base + 110), *range(base + 500, base + 700)]
+        try:
+            for port in ports:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port range for a two-node Ray cluster")
 
 
 @pytest.mark.slow
@@ -309,13 +310,13 @@ def test_real_ray_head_and_worker_start_join_run_a_job_and_are_gone_at_exit(shel
     import shutil
 
     ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    gcs, dashboard, agent, metrics, grpc = _free_ports(5)
+    base = _free_port_base()  # every port of both nodes from one base: the launcher's mode for one host
+    gcs = base
     bin_dir = shell.tmp / "bin"
     bin_dir.mkdir()
     for tool in ("srun", "scontrol", "hostname"):
         (bin_dir / tool).symlink_to(SHIMS / tool)
-    (bin_dir / "ray").write_text(REAL_RAY_WRAPPER.format(python=sys.executable, ray=ray, agent=agent, metrics=metrics,
-                                                         grpc=grpc))
+    (bin_dir / "ray").write_text(REAL_RAY_WRAPPER.format(python=sys.executable, ray=ray))
     (bin_dir / "ray").chmod(0o755)
     shell.env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"
     (shell.tmp / "logs").mkdir()
@@ -324,8 +325,7 @@ def test_real_ray_head_and_worker_start_join_run_a_job_and_are_gone_at_exit(shel
         sys.executable, "-c", "import ray; ray.init(); r = ray.cluster_resources(); print('GPUS', r.get('GPU'))"]))
     (shell.tmp / "renv.json").write_text('{"env_vars": {"COOPER_TEST": "1"}}')
     result = shell.run("ray_cluster.sh", {"RAY_NODES": "n0 n1", "GPUS_PER_NODE": "1", "LOG_DIR": str(shell.tmp / "logs"),
-                                          "SUBMISSION_ID": f"cooper-real-{gcs}", "RAY_PORT": str(gcs),
-                                          "RAY_DASHBOARD_PORT": str(dashboard), "HEAD_TIMEOUT": "150",
+                                          "SUBMISSION_ID": f"cooper-real-{gcs}", "RAY_PORT_BASE": str(base), "HEAD_TIMEOUT": "150",
                                           "JOIN_TIMEOUT": "150"}, str(argv), str(shell.tmp / "renv.json"), timeout=420)
     leftover = subprocess.run(["pgrep", "-f", f"gcs_server.*{gcs}"], capture_output=True, text=True).stdout.split()
     for pid in leftover:  # only this test's cluster: its GCS port is unique

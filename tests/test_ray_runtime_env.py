@@ -25,12 +25,13 @@ from cooper_openrlhf.runtime.ray_env import (
     driver_runtime_env,
     without_job_fields,
 )
+from cooper_openrlhf.runtime.toolchain import worker_path_var
 
 
 def test_gpu_env_is_stocks_with_the_environments_values_and_no_cpu_runtime():
     env = cooper_runtime_env({"NCCL_DEBUG": "INFO", "HF_HUB_OFFLINE": "1", "UNRELATED": "x"}, on_cpu=False)
     assert env == {"env_vars": {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "INFO",
-                                "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1", "HF_HUB_OFFLINE": "1"}}
+                                "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1", "HF_HUB_OFFLINE": "1", **worker_path_var()}}
 
 
 def test_cpu_env_installs_the_cpu_runtime_in_every_worker():
@@ -68,6 +69,8 @@ def ray_head(tmp_path_factory):
     # started with them would hand them to every worker whatever the job's env says.
     env = {k: v for k, v in os.environ.items() if k not in ("COOPER_OPENRLHF_CPU_RUNTIME", "DS_ACCELERATOR")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # A bare `ray start`, as on a node where the venv is not activated: its bin folder is not on PATH.
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if Path(p) != ray_bin.parent)
     before = _ray_pids(str(temp_dir))
     subprocess.run([str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
                     "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
@@ -108,15 +111,16 @@ def _ray_pids(marker: str) -> set[int]:
 
 
 JOB = textwrap.dedent("""
-    import os, ray
+    import os, ray, shutil
     from cooper_openrlhf.cli.train_cooper import start_ray
 
     start_ray()  # exactly train_cooper's start-up
 
     @ray.remote(num_cpus=0)
     def worker_env():
-        return {k: os.environ.get(k) for k in ("NCCL_DEBUG", "TOKENIZERS_PARALLELISM",
-                                                   "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "COOPER_OPENRLHF_CPU_RUNTIME")}
+        keys = ("NCCL_DEBUG", "TOKENIZERS_PARALLELISM", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS",
+                "COOPER_OPENRLHF_CPU_RUNTIME")
+        return {**{k: os.environ.get(k) for k in keys}, "ninja": shutil.which("ninja")}
 
     print("WORKER_ENV", __import__("json").dumps(ray.get(worker_env.remote())), flush=True)
 """)
@@ -144,3 +148,5 @@ def test_train_cooper_start_up_inside_a_submitted_job(ray_head, tmp_path, on_cpu
     assert seen["NCCL_DEBUG"] == "WARN" and seen["TOKENIZERS_PARALLELISM"] == "false"
     assert seen["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"] == "1"  # added by the driver, not by the job
     assert seen["COOPER_OPENRLHF_CPU_RUNTIME"] == ("1" if on_cpu else None)
+    # DeepSpeed's op builds run the interpreter's own ninja in every worker, whatever PATH `ray start` had.
+    assert seen["ninja"] == str(Path(sys.executable).with_name("ninja"))

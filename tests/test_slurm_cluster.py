@@ -98,8 +98,10 @@ class Kit:
     def state_now(self, job: str) -> str:
         return self.sh(["squeue", "-h", "-o", "%T", "-j", job], check=False).stdout.strip()
 
-    def logs(self) -> str:
-        return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.tmp.glob("slurm-*.log")))
+    def logs(self, tail: int | None = 3000) -> str:
+        """Every Slurm output file of the test (each cut to its last `tail` characters: for failure messages)."""
+        return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-tail if tail else 0:]}"
+                         for p in sorted(self.tmp.glob("slurm-*.log")))
 
     # ---------------------------------------------------------------------------------- data
     def prompts(self, rows: int = 12, heldout: int = 4) -> tuple[str, str]:
@@ -233,7 +235,7 @@ def test_an_arm_signalled_before_its_time_limit_requeues_itself_and_resumes_from
     *_, second = attempts_steps(out / "logs" / "job.log")  # the first may be cut off before it logs its step
     assert second and second[0] > 1, f"the requeued attempt restarted at step 1: {second}"
     assert second[-1] == 4
-    assert "requeueing job" in kit.logs()
+    assert "requeueing job" in kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
     assert json.loads((out / "run_info.json").read_text())["status"] == "done"
 
 

@@ -1,6 +1,6 @@
 """Offline pairs: the RM update of a Cooper run fed from a file instead of the policy's rollouts (a control arm).
 
-Why (issue 33). A Cooper run's RM keeps training every step; part of what it gains may come from training longer
+Why. A Cooper run's RM keeps training every step; part of what it gains may come from training longer
 on pairs of any kind, not from pairs of the policy's current outputs. `--cooper.offline_pairs FILE` keeps every
 other part of the Cooper step -- the RM's loss, learning rate, schedule and one update per step -- and replaces
 only where the step's pairs come from: the file's, one group per step, fresh each step, written before the run

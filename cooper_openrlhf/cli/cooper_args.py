@@ -63,8 +63,9 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="Probability threshold of the 'discrete' reward form, in (0, 1).")
     add("--cooper.require_answer", action="store_true", default=False,
         help="A format gate (not the paper's): the RM's reward of a rollout with no final answer (the rule verifier's "
-        "no_answer) is 0, as the rule reward pays it. Closes the answerless exploit a frozen RM may leave open "
-        "(docs/lab_notebook.md, run 17); every RM metric (cooper/rm_reward_*, eval/rm_reward) is then the gated reward.")
+        "no_answer) is 0, as the rule reward pays it. Closes the answerless exploit a frozen RM may leave open, which "
+        "the paper's pairs cannot close (their negatives always carry an answer); every RM metric (cooper/rm_reward_*, "
+        "eval/rm_reward) is then the gated reward.")
     # RM optimisation (DeepSpeed, like the actor's --actor.adam.* but the RM's own)
     add("--cooper.rm_lr", type=float, default=1e-5,
         help="RM learning rate (AdamW, betas (0.9, 0.95)); the official Cooper recipe uses 1e-5.")
@@ -115,7 +116,8 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="Rollout / mixed sources: a rollout with no final answer (the verifier's no_answer; never a timeout or an "
         "error) may also be a prompt's negative against its verified-correct positive. Off by default, as in the paper, "
         "whose negatives always carry a wrong answer; but then a policy that drifts to answerless text is never shown "
-        "to the RM as wrong and escapes co-training (docs/lab_notebook.md, run 2). Metric: cooper/pairs_answerless_negative.")
+        "to the RM as wrong and escapes co-training (in the lab, from a nearly flat starting RM, the RM arms, Cooper's "
+        "too, collapsed to answerless text in 6 of 9 seeds). Metric: cooper/pairs_answerless_negative.")
     add("--cooper.offline_pairs", type=str, default=None,
         help="A control, not Cooper: the RM update trains on this JSONL file's pairs ({step, question, reference, "
         "positive, negative}; one group per step, fresh each step) instead of pairs from the policy's rollouts; "

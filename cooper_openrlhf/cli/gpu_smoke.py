@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
+
 STAGES = ("rm_actor", "verifyrm_train", "annotate", "train_cooper")
 
 
@@ -190,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out).resolve()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    put_tools_first_on_path()  # FusedAdam is JIT-built on first use
     if args.stage == "rm_actor":
         run_rm_actor_stage(out)
         return 0

@@ -7,8 +7,8 @@
   python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
   python -m cooper_openrlhf.cli.lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
   python -m cooper_openrlhf.cli.lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)
-  python -m cooper_openrlhf.cli.lab --preset full --rm-pair-candidates 8   # run 18's starting RM: a narrower blind-spot search
-  python -m cooper_openrlhf.cli.lab --preset full --no-rm-answerless-data --rm-pair-candidates 8   # runs 10-17's starting RM
+  python -m cooper_openrlhf.cli.lab --preset full --rm-pair-candidates 8   # a narrower blind-spot search (8 seeds)
+  python -m cooper_openrlhf.cli.lab --preset full --no-rm-answerless-data --rm-pair-candidates 8   # no cut-off answers
   python -m cooper_openrlhf.cli.lab --preset full --publish docs/results/my-lab   # + a copy to commit (report/publish.py)
 
 Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
@@ -50,23 +50,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "is; default: the preset's). Ignored with --rm")
     parser.add_argument("--rm-pair-candidates", type=int, default=None,
                         help="how many pair-stage seeds to train and probe before choosing the blindest (a wider "
-                             "search for a blind spot; default: the preset's; docs/lab_notebook.md, run 19)")
+                             "search for a blind spot: with cut-off answers in the RM's data, 2 of 32 seeds offered "
+                             "more than +0.10; default: the preset's)")
     parser.add_argument("--rm-candidate", type=int, default=None,
                         help="start the RM arms from this pair-stage candidate (a seed, 0..rm_pair_candidates-1) "
-                             "instead of the blindest one (docs/lab_notebook.md, run 11)")
+                             "instead of the blindest one (the lab at a smaller blind spot)")
     parser.add_argument("--rm-choice", choices=("blindest", "between", "median"), default=None,
                         help="which pair-stage candidate the RM arms start from, by its climb on offer: the blindest "
-                             "(default), the median, or the one half-way between (issue 33: blind-spot dependence)")
+                             "(default), the median, or the one half-way between (does the outcome depend on the "
+                             "blind spot's size?)")
     parser.add_argument("--rm-lr", type=float, default=None,
                         help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
                         help="the policy's learning rate, shared by every arm (default: the preset's)")
     parser.add_argument("--rm-answerless-data", action=argparse.BooleanOptionalAction, default=None,
                         help="the starting RM's triples include right completions cut off before their answer, "
-                             "labelled 0 (lab/task.py; default: the preset's; docs/lab_notebook.md, run 18)")
+                             "labelled 0, as in the paper's sampled RM data; with them no policy wrote answerless "
+                             "text (lab/task.py; default: the preset's)")
     parser.add_argument("--require-answer", action="store_true", default=None,
                         help="a format gate on every RM arm: text with no final answer is paid 0 (--cooper.require_answer; "
-                             "not the paper's; docs/lab_notebook.md, run 17)")
+                             "not the paper's: only blind spots with an answer are left to exploit)")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
     parser.add_argument("--publish", type=Path, default=None, metavar="DEST",
                         help="also copy the report and lab.json into DEST to commit (docs/results/<name>): every figure "

@@ -290,8 +290,10 @@ def report(args) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     from cooper_openrlhf.runtime import install_cpu_runtime
+    from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    put_tools_first_on_path()  # the local Ray it starts inherits it
     install_cpu_runtime()  # before openrlhf.models is imported; a no-op with CUDA
     train_cooper(parse_args(argv))
 

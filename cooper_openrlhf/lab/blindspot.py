@@ -1,12 +1,13 @@
 """The lab's result against the size of its starting RM's blind spot: one point per lab folder and arm.
 
-Runs 4-10 of docs/lab_notebook.md say that whether Cooper holds depends on a race -- the policy finding the starting RM's
-blind spot against the co-trained RM closing it -- and so on how large the blind spot is. Its size, as one number,
-is the **climb on offer** (lab/pair_stage.py): what writing the starting RM's best-paid text that is the same for
-every prompt (answerless, or, in probes since version 3, one constant answer) earns a policy at the warm start's
-sampled accuracy over answering. Each lab folder's record (lab.json) holds its starting RM's probe and that
-accuracy, and its report (summary.json) each arm's final held-out accuracy per seed; this reads both and draws
-the arms' finals against the climb. The rule arm reads no RM: it is one band.
+The lab's runs from given and pair-stage blind spots (docs/lab_notebook.md, from "a starting RM with a confident
+blind spot" to "the lab's own starting RM with a blind spot") say that whether Cooper holds depends on a race -- the
+policy finding the starting RM's blind spot against the co-trained RM closing it -- and so on how large the blind
+spot is. Its size, as one number, is the **climb on offer** (lab/pair_stage.py): what writing the starting RM's
+best-paid text that is the same for every prompt (answerless, or, in probes since version 3, one constant answer)
+earns a policy at the warm start's sampled accuracy over answering. Each lab folder's record (lab.json) holds its
+starting RM's probe and that accuracy, and its report (summary.json) each arm's final held-out accuracy per seed;
+this reads both and draws the arms' finals against the climb. The rule arm reads no RM: it is one band.
 
 Folders are compared only if they differ in nothing but the starting RM (and which arms and seeds ran):
 `incompatible_settings` names any other difference, so a sweep cannot mix two paces or tasks.

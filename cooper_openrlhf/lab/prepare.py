@@ -111,7 +111,7 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     chosen = folder / "chosen.json"
     cached = json.loads(chosen.read_text(encoding="utf-8")) if chosen.is_file() else None
     # A folder prepared with another choice, or fewer candidates (copied in to share them), keeps them, trains
-    # the missing ones and chooses again. Run 10's record lists no candidates.
+    # the missing ones and chooses again. A record written before candidates were recorded lists none: taken as is.
     searched = len(cached["candidates"]) if cached and cached.get("candidates") else None
     if cached and cached.get("choice", "blindest") == choice and preset.rm_pair_candidate in (None, cached["seed"]) \
             and searched in (None, preset.rm_pair_candidates):
@@ -169,9 +169,8 @@ def write_offline_pairs(preset: LabPreset, path: Path, seed: int) -> int:
 
 
 def offline_continuation(preset: LabPreset, rm: Path, folder: Path) -> dict:
-    """The starting RM after as many more pair-stage steps as an arm has RL steps, with no policy at all (issue 33:
-    does a blind spot wash out by training alone?), and its probe (what `cli.probe_rm` prints); cached in
-    `folder`.json."""
+    """The starting RM after as many more pair-stage steps as an arm has RL steps, with no policy at all (does a
+    blind spot wash out by training alone?), and its probe (what `cli.probe_rm` prints); cached in `folder`.json."""
     from cooper_openrlhf.lab.pair_stage import train_on_pairs
 
     marker = folder.with_suffix(".json")
@@ -265,7 +264,7 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
                                                        "rm_probe": probe}
 
 
-AUC_FLOOR = 0.6  # an RM whose held-out ROC-AUC is below this does not rank right above wrong (issue 33)
+AUC_FLOOR = 0.6  # an RM whose held-out ROC-AUC is below this barely ranks right above wrong, whatever its threshold
 
 
 def roc_auc(labels: list[bool], scores: list[float]) -> float | None:
@@ -311,9 +310,10 @@ def starting_rm_problem(quality: dict) -> str | None:
     AUC_FLOOR (it does not rank right completions above wrong ones).
 
     Such an RM pays every completion about the same, so the static and Cooper arms train on noise-level rewards
-    and the lab compares nothing (docs/lab_notebook.md: the smollm2 preset's first run; issue 33: run 19's BCE stage was a
-    constant at the majority rate 0.626, which the old check, against 0.5, let pass). The arms still run: a flat
-    RM is a legitimate (harsh) starting point, but the reader must know.
+    and the lab compares nothing (docs/lab_notebook.md, "The smollm2 preset": its first starting RM paid every
+    completion 0.50; and a BCE stage on 62.6% wrong rows was a constant at the majority rate 0.626, which a check
+    against 0.5 lets pass). The arms still run: a flat RM is a legitimate (harsh) starting point, but the reader must
+    know.
     """
     accuracy, majority, auc = quality.get("accuracy"), quality.get("majority_rate", 0.5), quality.get("auc")
     if accuracy is None:

@@ -21,15 +21,17 @@ ARM_FLAGS: dict[str, tuple[str, ...]] = {
     "static": _RM,
     "cooper": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant"),
     "cooper_rollout": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout"),
-    # Not the paper's: answerless rollouts may be negatives too (docs/lab_notebook.md, run 2: a policy drifting to
-    # answerless text escapes the paper's pairs, which always carry a wrong answer).
+    # Not the paper's: answerless rollouts may be negatives too. The paper's negatives always carry a wrong answer,
+    # so a policy drifting to answerless text is never shown to the RM as wrong: from a nearly flat starting RM the
+    # RM arms, Cooper's too, collapsed to it in 6 of 9 seeds (docs/lab_notebook.md, "a weaker starting RM (1 epoch)").
     "cooper_rollout_answerless": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout",
                                   "--cooper.answerless_negatives"),
     # The paper's arm with the official recipe's negative rule: a rewrite counts unless proved equal to the
     # positive, answerless ones included (`cooper` keeps the strict rule: a proved-different answer).
     "cooper_official": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
                         "--cooper.negative_validity", "official"),
-    # A control (issue 33): Cooper's RM update, step for step, on fresh pairs of the pair stage's kind from a file
+    # A control: does Cooper's RM gain from pairs of the policy's current outputs, or only from training longer on
+    # pairs of any kind? Cooper's RM update, step for step, on fresh pairs of the pair stage's kind from a file
     # (the lab writes one per seed, lab/prepare.py) instead of pairs from the policy's rollouts. Its command is
     # Cooper's plus the one flag that says where the pairs come from.
     "offline_pairs": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
@@ -38,8 +40,9 @@ ARM_FLAGS: dict[str, tuple[str, ...]] = {
 ARMS = tuple(ARM_FLAGS)
 # Arms that need pairs of the pair stage's kind (a preset with rm_pair_steps > 0 and no --rm).
 NEEDS_PAIR_SOURCE = ("offline_pairs",)
-# The full preset's arms before issue 33 (runs 10-20): the new arms are asked for by name.
-_RUN_20_ARMS = ("rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless")
+# The full preset's arms: the paper's three and the two rollout-negative variants, the set its 90-minute budget was
+# timed with (docs/lab.md, "The setup, and why"). The controls (cooper_official, offline_pairs) run when named.
+_FULL_PRESET_ARMS = ("rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless")
 
 
 @dataclass(frozen=True)
@@ -66,37 +69,44 @@ class LabPreset:
     rm_max_length: int = 128
     # The starting RM's triples include each right completion cut off before its answer, labelled 0 by the
     # verifier (lab/task.py), as the paper's VerifyRM data would: sampled completions, graded by math-verify.
-    # On in the full preset since run 19 (docs/lab_notebook.md): with it the answerless exploit of runs 2-16 is gone, and the
-    # pair stage's wider search (32 candidates) still finds a blind spot with an answer. Runs 1-17 ran without it.
+    # On in the full preset: without these rows the exploit the policy found was text with no answer, which the
+    # paper's pairs never show the RM; with them no policy wrote answerless text, and the pair stage's wider search
+    # (32 candidates) still finds a blind spot with an answer (docs/lab_notebook.md, "a wider search for a blind spot
+    # with an answer").
     rm_answerless_data: bool = False
     # With rm_answerless_data: as many right rows as wrong (each cut row with a second copy of its template's right
-    # row). Issue 33: run 19's BCE stage (62.6% wrong rows, 1 epoch) was a constant at the majority rate; the full
-    # preset since then trains balanced rows for 2 epochs (rm_epochs), which taught MiniLM the comparison on
-    # balanced rows before (docs/lab.md, "No starting RM of this recipe offers a visible climb": 0.96-0.98).
+    # row). Unbalanced (62.6% wrong rows), 1 epoch left the BCE stage a constant at the majority rate
+    # (docs/lab_notebook.md, "the pre-registered confirmatory batch"); the full preset trains balanced rows for
+    # 2 epochs (rm_epochs), which on balanced rows taught MiniLM the comparison, 0.96-0.98 accurate
+    # (docs/lab_notebook.md, "what the RMs pay for (the probe)").
     rm_balanced_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
     # the probe keeps the one that pays the warm-started policy most for not answering or for one answer everywhere
-    # (`climb_on_offer`). 0: the BCE recipe's RM as it is (runs 1-3 and 7 of docs/lab_notebook.md).
+    # (`climb_on_offer`). 0: the BCE recipe's RM as it is, flat or accurate, with no blind spot that offers the
+    # static arm a visible climb (docs/lab_notebook.md, "what the RMs pay for (the probe)").
     rm_pair_steps: int = 40
     rm_pair_lr: float = 1e-4
     rm_pair_candidates: int = 8
     # Which candidate every RM arm starts from: None, the blindest (largest climb on offer); a seed, that
-    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab_notebook.md, run 11).
+    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab_notebook.md, "the same lab at smaller
+    # blind spots").
     rm_pair_candidate: int | None = None
     # Without rm_pair_candidate: which candidate by its climb on offer (`pair_stage.candidate_by_rank`): the
-    # blindest (runs 10-20), the median, or one between them (`--rm-choice`; issue 33's blind-spot dependence).
+    # blindest (the stated worst case), the median, or one between them (`--rm-choice`: whether the arms' outcome
+    # depends on the blind spot's size, report/blindspot.py).
     rm_pair_choice: str = "blindest"
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
-    # F alone (what the RM pays verified-wrong rollouts, against its own noise): on run 14, judged by the rule
-    # docs/lab_notebook.md set before it ("Rule F"), it alarmed on fewer Cooper runs that held than A-D (which runs 10-13
-    # used) and early on as many falls; run 15 (candidate 3) kept it by the same rule. E was quieter on Cooper but
-    # later on static ("The alarm").
+    # F alone (what the RM pays verified-wrong rollouts, against its own noise): on fresh runs, judged by a rule set
+    # before them, it alarmed on fewer Cooper runs that held than rules A-D (3 of 5 against 5 of 5) and early on as
+    # many falls (2 of 4); more fresh runs, where falls were common, kept it by the same rule (early on 5 of 6
+    # falls, A-D on 6) (docs/lab_notebook.md, "Rule F"). E was quieter on Cooper but later on static ("The alarm").
     hacking_rules: str = "F"
     # A format gate on every RM arm (`--cooper.require_answer`: answerless text paid 0, as the rule arm pays it).
     # Off, as in the paper; on, the answerless exploit is closed and only blind spots with an answer remain
-    # (`--require-answer`, docs/lab_notebook.md, run 17).
+    # (`--require-answer`; with it both of the paper's negative sources held 7 and 8 seeds of 8 against a blind spot
+    # with an answer: docs/lab_notebook.md, "a format gate closes the answerless exploit").
     require_answer: bool = False
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
@@ -117,23 +127,28 @@ PRESETS: dict[str, LabPreset] = {
     "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=40,
                        task=_DIGITS, rm_pair_candidates=4, budget_minutes=15),
     # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds. The
-    # policy at half the quick preset's rate for twice its steps (docs/lab_notebook.md, run 6): the co-trained RM, whose
-    # rate is unchanged, gets twice the updates per unit of policy drift. Runs 1-5 used 3e-4 for 40 steps.
+    # policy at half the quick preset's rate for twice its steps: the co-trained RM, whose rate is unchanged, gets
+    # twice the updates per unit of policy drift. At the quick preset's pace every Cooper collapse came within the
+    # first 14 steps; at this one answerless negatives held 6 of 6 seeds (docs/lab_notebook.md, "the policy at half
+    # the rate for twice the steps").
     # Its starting RM is trained the paper's way (completions cut off before their answer labelled wrong), and the
-    # pair stage searches 32 seeds for the blindest (docs/lab_notebook.md, run 19: with 8, as in run 18, the blindest
-    # offered +0.02 and static held 5 of 6; with 32, "The answer is 0." was paid as the truth and static fell).
-    # Runs 10-17: `--no-rm-answerless-data --rm-pair-candidates 8`; run 18: `--rm-pair-candidates 8`.
-    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, _RUN_20_ARMS, seeds=3, steps=80, task=_DIGITS, actor_lr=1.5e-4,
-                      rm_answerless_data=True, rm_balanced_data=True, rm_epochs=2, rm_pair_candidates=32),
+    # pair stage searches 32 seeds for the blindest: with 8 the blindest offered only +0.02 and the static arm held
+    # 5 of 6 seeds, so nothing was tested; with 32 one paid "The answer is 0." as the truth, and static showed the
+    # hacking signature or fell below 0.25 in 5 of 6 (docs/lab_notebook.md, "a wider search for a blind spot with an
+    # answer").
+    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, seeds=3, steps=80, task=_DIGITS,
+                      actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=2,
+                      rm_pair_candidates=32),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
-    # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "Sizes").
+    # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "The
+    # smollm2 preset").
     # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
     # gradient) and 19-25% of its digit sums, at the low edge of RL's useful band (docs/lab_notebook.md, "The smollm2
     # preset"). The instruction is the evaluation's (`eval.prompts`): asked for "\\boxed{N}", SmolLM2 wrote the
-    # letter N. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps (run v3). Its RM learns
-    # at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair stage
-    # teaches its RM after that, on pairs of the warm-started policy's answer sentence, which SmolLM2 does not
+    # letter N. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps on word problems. Its RM
+    # learns at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair
+    # stage teaches its RM after that, on pairs of the warm-started policy's answer sentence, which SmolLM2 does not
     # write), and at 2e-4 it collapsed to a constant, as on the word problems.
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
                          ("rule", "static", "cooper", "cooper_rollout"), seeds=1, steps=6,

@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 
 RUN_INFO = "run_info.json"  # the name report/runs.py reads
 # OpenRLHF picks its torch.distributed master port by binding port 0 and releasing it (launcher._get_free_port):
-# another process can take that port before DeepSpeed listens on it. Seen once in 24 lab runs (docs/lab_notebook.md, run 6):
-# such a run failed before its first step, through no fault of its own, so the lab starts it once more.
+# another process can take that port before DeepSpeed listens on it. Seen once in 24 lab runs (docs/lab_notebook.md,
+# "the policy at half the rate for twice the steps"): such a run failed before its first step, through no fault of
+# its own, so the lab starts it once more.
 PORT_RACE = "EADDRINUSE"
 # DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache: only where torch sees no CUDA.
 CPU_ENVIRONMENT = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}

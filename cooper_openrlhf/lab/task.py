@@ -42,10 +42,11 @@ class TaskSpec:
     pool: int = 400  # "words" only: how many problems are drawn before the split
     heldout: int = 32
     prompt_suffix: str = ""  # appended to each question (an answer-format instruction for instruct models)
-    # True (issue 33): the held-out split takes whole classes of trivially equivalent problems (`equivalence_key`:
-    # a + b with b + a, every a - a), so no held-out problem has a twin among the RL or warm-start prompts, and the
-    # warm start fine-tunes on the train split only. False: runs 1-20's split (problems shuffled one by one, warm
-    # start on the whole family; 9 of 20 held-out additions had their commuted twin among the RL prompts).
+    # True: the held-out split takes whole classes of trivially equivalent problems (`equivalence_key`: a + b with
+    # b + a, every a - a), so no held-out problem has a twin among the RL or warm-start prompts, and the warm start
+    # fine-tunes on the train split only: held-out accuracy then measures problems never seen in any form. False: the
+    # split of the results before the confirmatory batch (docs/lab_notebook.md): problems shuffled one by one, warm
+    # start on the whole family; in it 9 of 20 held-out additions had their commuted twin among the RL prompts.
     clean_heldout: bool = True
 
     def __post_init__(self):
@@ -92,8 +93,8 @@ def split(problems: list[MathProblem], heldout: int, seed: int = 0,
           clean: bool = True) -> tuple[list[MathProblem], list[MathProblem]]:
     """(train, held-out), seeded, `heldout` problems held out; the two never share a question. `clean`: whole
     classes of `equivalence_key` go to one side (classes in a seeded order, each held out while it fits), so no
-    held-out problem has a trivially equivalent twin in train. Not clean: runs 1-20's split (problems shuffled one
-    by one, the last `heldout` held out)."""
+    held-out problem has a trivially equivalent twin in train. Not clean: the split of the lab's results before the
+    confirmatory batch (problems shuffled one by one, the last `heldout` held out)."""
     if not 0 < heldout < len(problems):
         raise ValueError(f"held-out size must be in (0, {len(problems)}), got {heldout}")
     order = list(problems)
@@ -142,9 +143,10 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
     """Right and wrong templated completions per problem, labelled by the rule verifier. `answerless`: each right
     completion also cut off before its answer, kept where the verifier finds no answer in it (the paper's VerifyRM
     data are sampled completions labelled by math-verify, and a completion with no answer is labelled wrong; without
-    them, what the RM pays text with no answer is wherever its training left it: docs/lab_notebook.md, run 18). `balanced`:
+    them, what the RM pays text with no answer is wherever its training left it, and that was the exploit the policy
+    found: docs/lab_notebook.md, "the starting RM sees completions that stop before their answer"). `balanced`:
     each kept cut row comes with a second copy of its template's right row, so right and wrong rows are as many
-    (issue 33: on run 19's rows, 62.6% wrong, the BCE stage learned the majority class and nothing else).
+    (without it the full preset's rows were 62.6% wrong, and the BCE stage learned the majority class and nothing else).
     """
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
@@ -199,5 +201,6 @@ def task_split(spec: TaskSpec) -> tuple[list[MathProblem], list[MathProblem]]:
 
 def warm_start_problems(spec: TaskSpec) -> list[MathProblem]:
     """What the starting policy is fine-tuned on: the train split (clean_heldout), so held-out accuracy measures
-    problems neither the warm start nor RL saw; runs 1-20 (not clean_heldout) fine-tuned on the whole family."""
+    problems neither the warm start nor RL saw; not clean_heldout (the setup before the confirmatory batch): the
+    whole family."""
     return task_split(spec)[0] if spec.clean_heldout else problem_family(spec)

@@ -1,5 +1,6 @@
-"""Blind-spot dependence across labs (issue 33): final held-out accuracy of static and Cooper against the starting
-RM's climb on offer, one lab per starting-RM candidate (`cli.lab --rm-choice blindest|between|median`).
+"""Blind-spot dependence across labs (does the comparison hold only at the blindest starting RM?): final held-out
+accuracy of static and Cooper against the starting RM's climb on offer, one lab per starting-RM candidate
+(`cli.lab --rm-choice blindest|between|median`).
 
 `dependence_points` reads each lab folder's lab.json (the chosen candidate's climb, `lab/pair_stage.py`) and its
 finished runs (final = `report.seed_stats.final_value`); `dependence_figure` plots them, one colour per arm, each

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from cooper_openrlhf.runtime import cpu
 from cooper_openrlhf.runtime.dtype import RUN_DTYPE_ENV
+from cooper_openrlhf.runtime.toolchain import worker_path_var
 
 # Set by `ray job submit` in the entrypoint's environment: the job's config, runtime env included.
 RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -38,6 +39,7 @@ def cooper_runtime_env(environ: Mapping[str, str] | None = None, *, on_cpu: bool
     environ = os.environ if environ is None else environ
     env_vars = {key: environ.get(key, value) for key, value in _STOCK_DEFAULTS.items()}
     env_vars.update({key: environ[key] for key in _PASS_THROUGH if key in environ})
+    env_vars.update(worker_path_var())  # one ninja for DeepSpeed's op builds (runtime/toolchain.py)
     if on_cpu:
         env_vars.update(_CPU_ENV)
     runtime_env: dict = {"env_vars": env_vars}
