@@ -116,6 +116,10 @@ class LabPreset:
 
 
 _DIGITS = TaskSpec(family="digits", max_operand=9, heldout=32)
+# The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds; the reasons for
+# its values are with the "full" entry below.
+_FULL = LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, seeds=3, steps=80, task=_DIGITS,
+                  actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=2, rm_pair_candidates=32)
 
 PRESETS: dict[str, LabPreset] = {
     # The test's size: two arms, two steps, tiny models everywhere (the RM too).
@@ -123,11 +127,7 @@ PRESETS: dict[str, LabPreset] = {
                       task=TaskSpec(family="digits", max_operand=5, heldout=6), prompts_per_step=4,
                       samples_per_prompt=4, eval_every=1, eval_samples=2, rm_epochs=1, rm_max_length=128,
                       rm_pair_steps=2, rm_pair_candidates=2, hacking_window=3, budget_minutes=10),
-    # `make demo`: one seed of the three arms of the paper (4 starting-RM candidates, to stay inside 15 minutes).
-    "quick": LabPreset("quick", WARM_START, "minilm-l6-v2", True, ("rule", "static", "cooper"), seeds=1, steps=40,
-                       task=_DIGITS, rm_pair_candidates=4, budget_minutes=15),
-    # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds. The
-    # policy at half the quick preset's rate for twice its steps: the co-trained RM, whose rate is unchanged, gets
+    # The lab. The policy at half the old quick preset's rate (3e-4) for twice its steps: the co-trained RM, whose rate is unchanged, gets
     # twice the updates per unit of policy drift. At the quick preset's pace every Cooper collapse came within the
     # first 14 steps; at this one answerless negatives held 6 of 6 seeds (docs/lab_notebook.md, "the policy at half
     # the rate for twice the steps").
@@ -136,9 +136,13 @@ PRESETS: dict[str, LabPreset] = {
     # 5 of 6 seeds, so nothing was tested; with 32 one paid "The answer is 0." as the truth, and static showed the
     # hacking signature or fell below 0.25 in 5 of 6 (docs/lab_notebook.md, "a wider search for a blind spot with an
     # answer").
-    "full": LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, seeds=3, steps=80, task=_DIGITS,
-                      actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=2,
-                      rm_pair_candidates=32),
+    "full": _FULL,
+    # `make demo`: the full preset's configuration (the headline's) at a smaller size, to stay inside 15 minutes on
+    # 2 cores: one seed of the paper's three arms, and a starting RM searched from 8 pair-stage candidates, not 32.
+    # With 8 the blindest may offer the policy no climb (the static arm then holds): the demo's closing lines say
+    # what its one seed shows and point to the full lab's figure (lab/reading.py).
+    "quick": replace(_FULL, name="quick", arms=("rule", "static", "cooper"), seeds=1, rm_pair_candidates=8,
+                     budget_minutes=15),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
     # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "The
