@@ -118,7 +118,7 @@ def test_rm_triples_are_labelled_by_the_rule_verifier_not_by_construction():
 
 def test_answerless_rm_data_adds_each_right_completion_cut_before_its_answer_labelled_wrong(tmp_path):
     """The paper's VerifyRM data are sampled completions graded by math-verify: one that stops before its answer
-    is labelled wrong. Without the setting the triples are what runs 1-17 trained on: every row answers."""
+    is labelled wrong. Without the setting every row answers (the older starting RM's data)."""
     from cooper_openrlhf.lab.task import COMPLETION_TEMPLATES
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
@@ -367,7 +367,7 @@ def test_a_folder_written_before_the_candidate_choice_resumes_and_another_choice
 
 
 def test_the_lab_runs_alarm_rule_f_and_refuses_to_resume_folders_that_ran_other_rules(tmp_path):
-    """The lab passes its alarm rules to every run (F: docs/lab.md, "Rule F"). A folder written with other rules
+    """The lab passes its alarm rules to every run (F: docs/lab_notebook.md, "Rule F"). A folder written with other rules
     (explicitly, or before the setting existed: A-D) logged other alarms, so resuming it would mix two in one report."""
     from cooper_openrlhf.lab.runner import LabFiles, train_cooper_argv
 
@@ -422,7 +422,7 @@ def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied
     for seed, probe in enumerate(probes):
         (folder / f"seed{seed}.json").write_text(json.dumps({"seed": seed, "last_step": {}, "probe": probe}))
     (folder / "chosen.json").write_text(json.dumps({"seed": 1, "policy_accuracy": 0.4, "bce_probe": {"verdict": "flat"},
-                                                    "candidates": []}))  # as run 10 wrote it: no "choice"
+                                                    "candidates": []}))  # as an older lab wrote it: no "choice"
     full = PRESETS["full"].with_overrides(rm_pair_candidates=3)
 
     rm, record = prepare.prepare_pair_stage(full, tmp_path / "bce", folder, 0.4)
@@ -449,7 +449,7 @@ def test_a_named_candidate_is_the_starting_rm_and_shares_the_candidates_a_copied
 
 
 def test_a_wider_search_over_a_copied_folder_trains_only_the_new_candidates_and_chooses_among_all(tmp_path, monkeypatch):
-    """Run 19 copied run 18's eight candidates and asked for 32 (`--rm-pair-candidates`): the eight are kept."""
+    """More candidates asked of a folder (`--rm-pair-candidates`): those it holds are kept, only new seeds train."""
     from cooper_openrlhf.lab import pair_stage, prepare
 
     folder = tmp_path / "pairs"
@@ -470,7 +470,7 @@ def test_a_wider_search_over_a_copied_folder_trains_only_the_new_candidates_and_
 
 
 def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tmp_path):
-    """`--arms rule` on a finished lab must not leave a report of the rule arm alone (run 11 of docs/lab.md)."""
+    """`--arms rule` on a finished lab must not leave a report of the rule arm alone (its report covers every arm in the folder)."""
     files = LabFiles(tmp_path, tmp_path / "policy", tmp_path / "rm")
     assert with_earlier_runs(files, [("rule", 0)], ARMS) == [("rule", 0)]  # a new folder: nothing earlier
     for arm, seed, status in [("rule", 0, "done"), ("cooper", 1, "done"), ("static", 1, "failed"),

@@ -1,4 +1,4 @@
-"""Issue 33: the control arm, the clean held-out set, the BCE chance check, the official negative rule, the
+"""The lab's evidence: the control arm, the clean held-out set, the BCE chance check, the official negative rule, the
 candidate choice by rank."""
 
 import json
