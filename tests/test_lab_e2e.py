@@ -195,3 +195,24 @@ def test_the_blindspot_sweep_puts_each_arm_at_its_starting_rms_climb_with_the_ru
     assert f"| {lab['out']} | {climb:+.3f} | {static:.3f} ± 0.000 ({static:.2f}) |" in table
     assert f"every folder's seeds pooled: {rule:.3f} ± 0.000 (1 runs)" in table
     assert table in result.stdout
+
+
+def test_require_verifier_stops_before_the_pair_stage_and_the_arms_when_the_bce_rm_is_no_verifier(lab, tmp_path):
+    """The tiny preset's BCE-trained RM is no verifier (accuracy at the majority-class rate on its held-out triples):
+    with --require-verifier the lab says so and stops, leaving no pair stage and no run behind."""
+    import shutil
+
+    out = tmp_path / "lab"
+    out.mkdir()
+    for part in ("data", "policy", "lab_settings.json"):  # the fixture's finished stages: nothing is trained again
+        copy = shutil.copytree if (lab["out"] / part).is_dir() else shutil.copy
+        copy(lab["out"] / part, out / part)
+    (out / "verifyrm").mkdir()
+    for part in ("best", "train_summary.json"):
+        copy = shutil.copytree if (lab["out"] / "verifyrm" / part).is_dir() else shutil.copy
+        copy(lab["out"] / "verifyrm" / part, out / "verifyrm" / part)
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.lab", "--preset", "tiny", "--out", str(out),
+                             "--require-verifier"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 3, (result.stdout + result.stderr)[-3000:]
+    assert "is no verifier on its held-out triples" in result.stderr and "--require-verifier" in result.stderr
+    assert not (out / "verifyrm" / "pairs").exists() and not (out / "runs").exists()

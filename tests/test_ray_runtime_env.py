@@ -44,7 +44,7 @@ def test_the_driver_adds_only_what_the_submitted_job_lacks():
     job = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}, "working_dir": "/x"}
     environ = {RAY_JOB_CONFIG_ENV: json.dumps({"runtime_env": job}), "TOKENIZERS_PARALLELISM": "false"}
     driver = driver_runtime_env(environ, on_cpu=False)
-    assert driver == {"env_vars": {"RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}}
+    assert driver == {"env_vars": {"RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1", **worker_path_var()}}
     # Outside a submitted job the driver passes the whole env; a job that set everything leaves nothing to add.
     assert driver_runtime_env({}, on_cpu=False) == cooper_runtime_env({}, on_cpu=False)
     own = cooper_runtime_env({}, on_cpu=True)

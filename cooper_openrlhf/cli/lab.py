@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also copy the report and lab.json into DEST to commit (docs/results/<name>): every figure "
                              "as a small PNG, paths under the current folder relative to it")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
+    parser.add_argument("--require-verifier", action="store_true",
+                        help="stop before the pair stage and the arms when the BCE-trained starting RM is no verifier "
+                             "on its held-out triples (accuracy near the majority-class rate or ROC-AUC below 0.6): "
+                             "a pre-registered batch must not spend its runs on a flat RM")
     parser.add_argument("--prepare-only", action="store_true",
                         help="build (or reuse) the task, policy and starting RM, print the starting RM's probe, run no arm")
     args = parser.parse_args(argv)
@@ -226,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf import __version__
-    from cooper_openrlhf.lab.prepare import prepare
+    from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
     from cooper_openrlhf.lab.runner import read_info, run_arm, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
@@ -235,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
     started = time.perf_counter()
-    files, setup = prepare(preset, out)
+    try:
+        files, setup = prepare(preset, out, require_verifier=args.require_verifier)
+    except NoVerifierError as exc:
+        print(f"lab {preset.name}: {exc}", file=sys.stderr)
+        return 3
     if args.prepare_only:  # lab.json is the record of runs: a preparation alone leaves it as it was
         print("\n".join([f"lab {preset.name}: prepared {out}", *starting_rm_lines(setup)]))
         return 0

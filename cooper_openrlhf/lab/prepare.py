@@ -233,8 +233,13 @@ def probe_starting_rm(preset: LabPreset, rm: Path, cached: Path, known: dict | N
     return record
 
 
-def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
-    """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report."""
+class NoVerifierError(RuntimeError):
+    """The BCE-trained starting RM is no verifier and the lab was asked to require one (`--require-verifier`)."""
+
+
+def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tuple[LabFiles, dict]:
+    """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report.
+    `require_verifier`: raise NoVerifierError, before the pair stage, when `starting_rm_problem` finds one."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps,
                               answerless_rm_data=preset.rm_answerless_data, balanced_rm_data=preset.rm_balanced_data)
     policy, policy_info = prepare_policy(preset, root / "policy")
@@ -247,6 +252,9 @@ def prepare(preset: LabPreset, root: Path) -> tuple[LabFiles, dict]:
         rm_summary["quality"] = rm_eval_quality(rm, root / "data" / "rm_eval.jsonl", preset.rm_max_length)
         logger.info("starting VerifyRM (BCE stage) on its held-out triples: %s", rm_summary["quality"])
         problem = starting_rm_problem(rm_summary["quality"])
+        if problem and require_verifier:
+            raise NoVerifierError(f"{problem} Stopped before the pair stage and the arms (--require-verifier); "
+                                  f"the BCE stage's log: {root / 'verifyrm.log'}")
         if problem:
             logger.warning(problem)
         if preset.rm_pair_steps > 0:
@@ -325,4 +333,5 @@ def starting_rm_problem(quality: dict) -> str | None:
     return (f"the starting VerifyRM is no verifier on its held-out triples (accuracy {accuracy:.3f} on "
             f"{quality.get('n', '?')} rows against the majority-class rate {majority:.3f}; ROC-AUC "
             f"{'-' if auc is None else f'{auc:.3f}'}): the static and Cooper arms will train on noise-level rewards. "
-            "Train it longer (the preset's rm_epochs) or from a larger backbone to compare the arms.")
+            "Lower its learning rate or train it longer (the preset's rm_lr_pretrain, rm_epochs: at too high a "
+            "rate MiniLM's BCE stage stays a constant) to compare the arms.")

@@ -76,9 +76,8 @@ class LabPreset:
     rm_answerless_data: bool = False
     # With rm_answerless_data: as many right rows as wrong (each cut row with a second copy of its template's right
     # row). Unbalanced (62.6% wrong rows), 1 epoch left the BCE stage a constant at the majority rate
-    # (docs/lab_notebook.md, "the pre-registered confirmatory batch"); the full preset trains balanced rows for
-    # 2 epochs (rm_epochs), which on balanced rows taught MiniLM the comparison, 0.96-0.98 accurate
-    # (docs/lab_notebook.md, "what the RMs pay for (the probe)").
+    # (docs/lab_notebook.md, "the pre-registered confirmatory batch"). Balanced rows alone are not enough: see the
+    # full preset's rm_lr_pretrain.
     rm_balanced_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
@@ -117,9 +116,13 @@ class LabPreset:
 
 _DIGITS = TaskSpec(family="digits", max_operand=9, heldout=32)
 # The lab: every arm (the paper's three, rollout negatives, and answerless negatives), three seeds; the reasons for
-# its values are with the "full" entry below.
+# its values are with the "full" entry below. Its BCE stage learns at 5e-5 for 4 epochs: on the clean split's
+# balanced rows at 2e-4 for 2 epochs MiniLM stayed a constant (eval loss 0.692 = ln 2, accuracy 0.50 on balanced
+# rows), which left every pair-stage candidate paying right and wrong answers alike; at 5e-5 for 4 it reached
+# 0.98 (docs/lab_notebook.md, "Batch 33 stopped before its arms").
 _FULL = LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, seeds=3, steps=80, task=_DIGITS,
-                  actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=2, rm_pair_candidates=32)
+                  actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=4, rm_lr_pretrain=5e-5,
+                  rm_pair_candidates=32)
 
 PRESETS: dict[str, LabPreset] = {
     # The test's size: two arms, two steps, tiny models everywhere (the RM too).
