@@ -107,3 +107,49 @@ def test_published_run_archives_are_committed_under_this_repositorys_gitignore(r
     assert _git(repo, "show", "--name-only", "--format=", "HEAD") == "docs/results/batch33/main/runs/rule_seed0.tar.gz"
     assert "unrelated.txt" in _git(repo, "diff", "--cached", "--name-only")  # still staged, not committed
     assert publish_runs(tmp_path / "lab", repo / "docs" / "results" / "batch33" / "main") == []  # once only
+
+
+def test_a_preparation_fingerprint_tells_a_resumed_preparation_from_another(tmp_path):
+    """A batch resumed on a new machine redoes its preparation: the published fingerprint says whether the arms there
+    start from the same bytes as the runs already published."""
+    from cooper_openrlhf.lab.batch import compare_fingerprints, preparation_fingerprint
+
+    lab = tmp_path / "main"
+    for name, data in (("data/train.jsonl", b"rows"), ("policy/model.safetensors", b"policy"),
+                       ("verifyrm/model.safetensors", b"bce"), ("verifyrm/pairs/seed0/model.safetensors", b"pair"),
+                       ("verifyrm/train_summary.json", b"{}")):
+        (lab / name).parent.mkdir(parents=True, exist_ok=True)
+        (lab / name).write_bytes(data)
+    published = preparation_fingerprint(lab)
+    assert sorted(published["files"]) == ["data/train.jsonl", "policy/model.safetensors",
+                                          "verifyrm/model.safetensors", "verifyrm/pairs/seed0/model.safetensors"]
+    assert "family" in published["machine"] and "auto dtype" in published["machine"]
+    assert compare_fingerprints(published, preparation_fingerprint(lab)) == []
+    (lab / "verifyrm" / "pairs" / "seed0" / "model.safetensors").write_bytes(b"other bytes")
+    (lab / "verifyrm" / "pairs" / "seed1").mkdir()
+    (lab / "verifyrm" / "pairs" / "seed1" / "model.safetensors").write_bytes(b"pair 1")
+    assert compare_fingerprints(published, preparation_fingerprint(lab)) == [
+        "verifyrm/pairs/seed0/model.safetensors: different", "verifyrm/pairs/seed1/model.safetensors: only here"]
+    with pytest.raises(FileNotFoundError, match="nothing to fingerprint"):
+        preparation_fingerprint(tmp_path / "empty")
+
+
+def test_the_batch_cli_writes_a_fingerprint_then_compares_with_it(tmp_path, capsys):
+    from cooper_openrlhf.cli.batch import main
+
+    lab = tmp_path / "runs" / "main"
+    (lab / "policy").mkdir(parents=True)
+    (lab / "policy" / "model.safetensors").write_bytes(b"policy")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"commit": "abc", "out": str(tmp_path / "runs"),
+                                "labs": [{"name": "main", "seeds": 1, "args": []},
+                                         {"name": "median", "seeds": 1, "args": [], "prepared_from": "main"}]}))
+    published = tmp_path / "pub"
+    assert main([str(plan), "--fingerprint", str(published)]) == 0
+    assert "1 files hashed" in capsys.readouterr().out and (published / "main" / "preparation.json").is_file()
+    assert main([str(plan), "--fingerprint", str(published)]) == 0
+    assert "the same preparation" in capsys.readouterr().out
+    (lab / "policy" / "model.safetensors").write_bytes(b"another policy")
+    assert main([str(plan), "--fingerprint", str(published)]) == 1
+    out = capsys.readouterr().out
+    assert "policy/model.safetensors: different" in out and "median: not prepared yet" in out

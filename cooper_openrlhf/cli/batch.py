@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blindspot-figure", type=Path, default=None, metavar="PNG",
                         help="run nothing: plot final held-out accuracy of static and cooper against the starting RM's "
                              "climb over the plan's labs (report/blindspot.py) into PNG, with its numbers beside it (.json)")
+    parser.add_argument("--fingerprint", type=Path, default=None, metavar="DIR",
+                        help="run nothing: hash each prepared lab's starting models (lab/batch.py "
+                             "preparation_fingerprint); where DIR/<lab>/preparation.json exists, compare and exit 1 on "
+                             "any difference, else write it there")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import cooper_openrlhf
@@ -39,11 +43,38 @@ def main(argv: list[str] | None = None) -> int:
         args.blindspot_figure.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
         print(f"{args.blindspot_figure}: {len(rows)} (lab, arm) points")
         return 0
+    if args.fingerprint:
+        return _fingerprint(plan, args.fingerprint)
     if args.check_only:
         check_commit(repo, plan["commit"])
         print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")
         return 0
     return 1 if run_batch(plan, repo, lab_cli.main, args.publish, args.commit_to) else 0
+
+
+def _fingerprint(plan: dict, published: Path) -> int:
+    """Write or compare each prepared lab's preparation.json under `published` (a resume on a new machine)."""
+    import json
+
+    from cooper_openrlhf.lab.batch import compare_fingerprints, preparation_fingerprint
+
+    differs = False
+    for lab in plan["labs"]:
+        folder, record = Path(plan["out"]) / lab["name"], published / lab["name"] / "preparation.json"
+        if not (folder / "policy").is_dir():
+            print(f"{lab['name']}: not prepared yet in {folder}")
+            continue
+        here = preparation_fingerprint(folder)
+        if record.is_file():
+            lines = compare_fingerprints(json.loads(record.read_text(encoding="utf-8")), here)
+            differs |= bool(lines)
+            print(f"{lab['name']}: " + ("the same preparation as " + str(record) if not lines else
+                                        f"differs from {record}:\n  " + "\n  ".join(lines)))
+        else:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps(here, indent=2) + "\n", encoding="utf-8")
+            print(f"{lab['name']}: {len(here['files'])} files hashed into {record}")
+    return 1 if differs else 0
 
 
 if __name__ == "__main__":

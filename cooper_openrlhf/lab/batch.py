@@ -11,11 +11,16 @@ gets that lab's task files, policy and starting-RM candidates (hard links; JSON 
 rewritten), so it trains nothing the other trained and only chooses its own candidate (`--rm-choice`).
 
 Resuming: the same command again. Runs left "done" are skipped; on a new machine, unpack the published archives
-into the run folder first (`restore_runs`), and the preparation is redone from the same code and seeds.
+into the run folder first (`restore_runs`), and the preparation is redone from the same code and seeds. The
+preparation is seeded torch on the CPU (no vLLM), so the same machine kind and dtype should give it byte for byte;
+`preparation_fingerprint` hashes what the arms start from, published beside the runs, so that a resumed batch can
+show it continued from the same starting models (`compare_fingerprints`) rather than assume it.
 """
 
+import hashlib
 import json
 import logging
+import platform
 import subprocess
 import tarfile
 from pathlib import Path
@@ -99,6 +104,52 @@ def archive_run(run: Path, archive: Path) -> None:
             if (run / part).exists():
                 tar.add(run / part, arcname=f"runs/{run.name}/{part}")
     tmp.replace(archive)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _machine() -> str:
+    """The CPU (family and model, as /proc/cpuinfo names them) and the dtype `auto` picks on it: what the bytes of a
+    CPU training run depend on."""
+    from cooper_openrlhf.runtime.dtype import fast_dtype_name
+
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return (f"{fields.get('model name', platform.machine())} family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')}, auto dtype {fast_dtype_name(cuda=False)}")
+
+
+def preparation_fingerprint(lab: Path) -> dict:
+    """sha256 of what every arm of `lab` starts from: the task files (data/*.jsonl), the warm-started policy and
+    every VerifyRM weight file under verifyrm/ (the BCE stage's, each pair-stage candidate's, the offline
+    continuation's), with the machine it was made on. Paths are relative to `lab`."""
+    files = sorted([*(lab / "data").glob("*.jsonl"), *(lab / "policy").glob("*.safetensors"),
+                    *(lab / "verifyrm").rglob("*.safetensors")])
+    if not files:
+        raise FileNotFoundError(f"{lab} holds no prepared data, policy or VerifyRM: nothing to fingerprint")
+    return {"machine": _machine(), "files": {str(f.relative_to(lab)): _sha256(f) for f in files}}
+
+
+def compare_fingerprints(published: dict, here: dict) -> list[str]:
+    """What differs between a published preparation and this machine's: one line per file, [] when the same.
+    Files only one side has are listed (a preparation cut off before its last candidate has fewer)."""
+    old, new = published["files"], here["files"]
+    lines = [f"{name}: {'missing here' if name not in new else 'only here' if name not in old else 'different'}"
+             for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    if lines and published.get("machine") != here.get("machine"):
+        lines.append(f"(made on {published.get('machine')}; this machine is {here.get('machine')})")
+    return lines
 
 
 def restore_runs(archives: Path, lab: Path) -> int:
