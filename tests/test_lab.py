@@ -28,7 +28,7 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--rm-lr", "0"], "--rm-lr must be > 0"),
     (["--actor-lr", "0"], "--actor-lr must be > 0"),
     (["--preset", "full", "--rm-candidate", "32"], "--rm-candidate must be in 0..31 (the full preset's 32 pair-stage seeds)"),
-    (["--rm-candidate", "-1"], "--rm-candidate must be in 0..7 (the quick preset's 8 pair-stage seeds)"),
+    (["--rm-candidate", "-1"], "--rm-candidate must be in 0..3 (the quick preset's 4 pair-stage seeds)"),
     (["--rm-candidate", "0", "--rm-pair-steps", "0"], "it has none with --rm-pair-steps 0"),
     (["--rm-pair-candidates", "0"], "--rm-pair-candidates must be >= 1, got 0"),
     (["--rm-pair-candidates", "12", "--rm-candidate", "12"], "--rm-candidate must be in 0..11 (--rm-pair-candidates 12 pair-stage seeds)"),
@@ -279,9 +279,10 @@ def test_only_a_lost_master_port_race_is_started_once_more(first_output, status,
 def test_presets_are_sized_in_the_documented_order():
     assert PRESETS["quick"].arms == ("rule", "static", "cooper") and PRESETS["quick"].seeds == 1
     assert PRESETS["full"].arms == ARMS[:5] and PRESETS["full"].seeds >= 3  # the controls are asked for by name
-    # `make demo` runs the full preset's configuration, smaller: fewer arms and seeds, fewer RM candidates.
+    # `make demo` runs the full preset's configuration, smaller: fewer arms and seeds, fewer RM candidates, and
+    # no probe of the offline continuation (whose RM no arm of the demo starts from).
     full, quick = asdict(PRESETS["full"]), asdict(PRESETS["quick"])
-    size = {"name", "arms", "seeds", "rm_pair_candidates", "budget_minutes"}
+    size = {"name", "arms", "seeds", "rm_pair_candidates", "offline_continuation", "budget_minutes"}
     assert {k: v for k, v in quick.items() if k not in size} == {k: v for k, v in full.items() if k not in size}
     assert quick["rm_pair_candidates"] < full["rm_pair_candidates"] and quick["budget_minutes"] <= 15
     assert PRESETS["tiny"].arms == ("static", "rule") and PRESETS["tiny"].steps == 2

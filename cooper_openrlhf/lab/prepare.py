@@ -266,7 +266,9 @@ def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tu
     if preset.rm_pair_steps > 0 and not preset.starting_rm:
         for seed in range(preset.seeds):  # deterministic: rewritten on every invocation, as the task files are
             write_offline_pairs(preset, root / "data" / f"offline_pairs_seed{seed}.jsonl", seed)
-        rm_summary["offline_continuation"] = offline_continuation(preset, rm, root / "verifyrm" / "offline_continuation")
+        if preset.offline_continuation:
+            rm_summary["offline_continuation"] = offline_continuation(preset, rm,
+                                                                      root / "verifyrm" / "offline_continuation")
     logger.info("starting VerifyRM probe: %s", probe["verdict"])
     return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary,
                                                        "rm_probe": probe}

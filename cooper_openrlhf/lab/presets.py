@@ -95,6 +95,9 @@ class LabPreset:
     # blindest (the stated worst case), the median, or one between them (`--rm-choice`: whether the arms' outcome
     # depends on the blind spot's size, report/blindspot.py).
     rm_pair_choice: str = "blindest"
+    # The chosen RM trained `steps` more pair-stage steps with no policy, and probed (lab/prepare.py): whether its
+    # blind spot washes out by training alone, the question the offline_pairs control asks of the arms.
+    offline_continuation: bool = True
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
     # F alone (what the RM pays verified-wrong rollouts, against its own noise): on fresh runs, judged by a rule set
@@ -140,12 +143,13 @@ PRESETS: dict[str, LabPreset] = {
     # hacking signature or fell below 0.25 in 5 of 6 (docs/lab_notebook.md, "a wider search for a blind spot with an
     # answer").
     "full": _FULL,
-    # `make demo`: the full preset's configuration (the headline's) at a smaller size, to stay inside 15 minutes on
-    # 2 cores: one seed of the paper's three arms, and a starting RM searched from 8 pair-stage candidates, not 32.
-    # With 8 the blindest may offer the policy no climb (the static arm then holds): the demo's closing lines say
-    # what its one seed shows and point to the full lab's figure (lab/reading.py).
-    "quick": replace(_FULL, name="quick", arms=("rule", "static", "cooper"), seeds=1, rm_pair_candidates=8,
-                     budget_minutes=15),
+    # `make demo`: the full preset's configuration (the headline's) at a smaller size, sized for 15 minutes on 2
+    # cores: one seed of the paper's three arms, a starting RM searched from 4 pair-stage candidates, not 32, and no
+    # offline continuation (a probe for the controls the demo does not run). With 4 the blindest may offer the
+    # policy little climb (the static arm then holds): the demo prints the climb on offer, and its closing lines
+    # say what its one seed shows and point to the full lab's figure (lab/reading.py).
+    "quick": replace(_FULL, name="quick", arms=("rule", "static", "cooper"), seeds=1, rm_pair_candidates=4,
+                     offline_continuation=False, budget_minutes=15),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
     # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "The
