@@ -112,7 +112,7 @@ def test_published_run_archives_are_committed_under_this_repositorys_gitignore(r
 def test_a_preparation_fingerprint_tells_a_resumed_preparation_from_another(tmp_path):
     """A batch resumed on a new machine redoes its preparation: the published fingerprint says whether the arms there
     start from the same bytes as the runs already published."""
-    from cooper_openrlhf.lab.batch import compare_fingerprints, preparation_fingerprint
+    from cooper_openrlhf.lab.batch import compare_fingerprints, one_sided, preparation_fingerprint
 
     lab = tmp_path / "main"
     for name, data in (("data/train.jsonl", b"rows"), ("policy/model.safetensors", b"policy"),
@@ -129,7 +129,10 @@ def test_a_preparation_fingerprint_tells_a_resumed_preparation_from_another(tmp_
     (lab / "verifyrm" / "pairs" / "seed1").mkdir()
     (lab / "verifyrm" / "pairs" / "seed1" / "model.safetensors").write_bytes(b"pair 1")
     assert compare_fingerprints(published, preparation_fingerprint(lab)) == [
-        "verifyrm/pairs/seed0/model.safetensors: different", "verifyrm/pairs/seed1/model.safetensors: only here"]
+        "verifyrm/pairs/seed0/model.safetensors: different"]
+    assert one_sided(published, preparation_fingerprint(lab)) == (0, 1)  # a file only one side has is no difference
+    (lab / "verifyrm" / "pairs" / "seed0" / "model.safetensors").write_bytes(b"pair")
+    assert compare_fingerprints(published, preparation_fingerprint(lab)) == []
     with pytest.raises(FileNotFoundError, match="nothing to fingerprint"):
         preparation_fingerprint(tmp_path / "empty")
 

@@ -56,7 +56,7 @@ def _fingerprint(plan: dict, published: Path) -> int:
     """Write or compare each prepared lab's preparation.json under `published` (a resume on a new machine)."""
     import json
 
-    from cooper_openrlhf.lab.batch import compare_fingerprints, preparation_fingerprint
+    from cooper_openrlhf.lab.batch import compare_fingerprints, one_sided, preparation_fingerprint
 
     differs = False
     for lab in plan["labs"]:
@@ -66,10 +66,14 @@ def _fingerprint(plan: dict, published: Path) -> int:
             continue
         here = preparation_fingerprint(folder)
         if record.is_file():
-            lines = compare_fingerprints(json.loads(record.read_text(encoding="utf-8")), here)
+            published_record = json.loads(record.read_text(encoding="utf-8"))
+            lines = compare_fingerprints(published_record, here)
             differs |= bool(lines)
+            only_there, only_here = one_sided(published_record, here)
             print(f"{lab['name']}: " + ("the same preparation as " + str(record) if not lines else
-                                        f"differs from {record}:\n  " + "\n  ".join(lines)))
+                                        f"differs from {record}:\n  " + "\n  ".join(lines))
+                  + (f" ({only_there} files only there, {only_here} only here: not compared)"
+                     if only_there or only_here else ""))
         else:
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(json.dumps(here, indent=2) + "\n", encoding="utf-8")

@@ -142,14 +142,20 @@ def preparation_fingerprint(lab: Path) -> dict:
 
 
 def compare_fingerprints(published: dict, here: dict) -> list[str]:
-    """What differs between a published preparation and this machine's: one line per file, [] when the same.
-    Files only one side has are listed (a preparation cut off before its last candidate has fewer)."""
+    """The files both fingerprints hold with different bytes, one line each; [] when every shared file is the same.
+    Files only one side holds are not differences (a preparation cut off before its last candidate, or the
+    offline-pairs files of seeds not run yet); `one_sided` counts them."""
     old, new = published["files"], here["files"]
-    lines = [f"{name}: {'missing here' if name not in new else 'only here' if name not in old else 'different'}"
-             for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    lines = [f"{name}: different" for name in sorted(set(old) & set(new)) if old[name] != new[name]]
     if lines and published.get("machine") != here.get("machine"):
         lines.append(f"(made on {published.get('machine')}; this machine is {here.get('machine')})")
     return lines
+
+
+def one_sided(published: dict, here: dict) -> tuple[int, int]:
+    """How many files only the published fingerprint holds, and how many only this one."""
+    old, new = set(published["files"]), set(here["files"])
+    return len(old - new), len(new - old)
 
 
 def restore_runs(archives: Path, lab: Path) -> int:
