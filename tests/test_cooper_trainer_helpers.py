@@ -97,3 +97,29 @@ def test_rm_metrics_of_several_minibatch_updates_are_weighted_by_their_pairs():
     assert merged["cooper/rm_valid_pairs"] == 8.0 and merged["cooper/rm_fit_seconds"] == 3.0
     assert merged["cooper/rm_optimizer_steps"] == 2.0
     assert merge_rm_metrics([first]) == first
+
+
+@pytest.mark.parametrize("trainable", [False, True])
+def test_the_rms_eval_set_is_scored_once_for_a_frozen_rm_and_at_every_evaluation_for_a_trained_one(trainable):
+    """A static arm's RM never changes, so its accuracy on --cooper.rm_eval_dataset is scored once and logged at
+    every evaluation; a co-trained RM changes every step and is scored every time."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
+
+    class Trainer(HeldOutEvaluation):
+        def __init__(self):
+            self.rm_trainable, self.calls = trainable, 0
+            self.rm_eval_rows = [SimpleNamespace(question="q", reference="1", completion=c, gold_correct=g)
+                                 for c, g in (("1", True), ("2", False), ("3", False))]
+
+        def rm_logits(self, texts):
+            self.calls += 1
+            return torch.tensor([2.0, -2.0, 2.0 if self.calls == 1 else -2.0])  # the RM learns between calls
+
+    trainer = Trainer()
+    first, second = trainer.rm_eval_accuracy(), trainer.rm_eval_accuracy()
+    assert first == pytest.approx(2 / 3)
+    assert (trainer.calls, second) == ((2, 1.0) if trainable else (1, first))

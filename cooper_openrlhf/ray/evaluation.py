@@ -22,7 +22,7 @@ logger = init_logger(__name__)
 
 class HeldOutEvaluation:
     """Needs of the trainer: decode_rollouts, pair_actor, rm_group, rm_logits, rm_rewards, rm_eval_rows,
-    sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
+    rm_trainable, sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
 
     @torch.no_grad()
     def evaluate(self, global_step, **generate_kwargs):
@@ -63,8 +63,16 @@ class HeldOutEvaluation:
 
     def rm_eval_accuracy(self) -> float:
         """The RM's accuracy on --cooper.rm_eval_dataset (VerifyBench rows: reward >= 0.5 <=> gold_correct): the
-        paper's check that the co-trained RM stays a good verifier."""
+        paper's check that the co-trained RM stays a good verifier. A frozen RM (no --remote_rm_trainable) gives
+        the same accuracy every time, so it is scored once: on a static arm the set is larger than a step's
+        rollouts, and scoring it again at every evaluation cost more than the training steps themselves."""
+        frozen = getattr(self, "_frozen_rm_eval_accuracy", None)
+        if frozen is not None and not self.rm_trainable:
+            return frozen
         rows = self.rm_eval_rows
         texts = RolloutTexts([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
         predicted = torch.sigmoid(self.rm_logits(texts)) >= 0.5
-        return sum(bool(p) == r.gold_correct for p, r in zip(predicted.tolist(), rows)) / len(rows)
+        accuracy = sum(bool(p) == r.gold_correct for p, r in zip(predicted.tolist(), rows)) / len(rows)
+        if not self.rm_trainable:
+            self._frozen_rm_eval_accuracy = accuracy
+        return accuracy
