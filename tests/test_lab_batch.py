@@ -90,8 +90,9 @@ def test_a_run_archive_restores_what_the_report_reads_and_no_checkpoint(tmp_path
     assert (restored / "tensorboard" / "f").is_file() and not (restored / "ckpt").exists()
 
 
-def test_published_run_archives_are_committed_under_this_repositorys_gitignore(repo, tmp_path):
-    """The repository ignores runs/ (lab folders); batch 33's archives live in docs/results/batch33/<lab>/runs/ and
+@pytest.mark.parametrize("batch", ["batch33", "batch33b"])
+def test_published_run_archives_are_committed_under_this_repositorys_gitignore(repo, tmp_path, batch):
+    """The repository ignores runs/ (lab folders); a batch's archives live in docs/results/<batch>/<lab>/runs/ and
     must be committed all the same, and nothing else of the worktree with them."""
     from cooper_openrlhf.lab.batch import commit_published, publish_runs
 
@@ -101,12 +102,12 @@ def test_published_run_archives_are_committed_under_this_repositorys_gitignore(r
     run = tmp_path / "lab" / "runs" / "rule_seed0"
     (run / "tensorboard").mkdir(parents=True)
     (run / "run_info.json").write_text(json.dumps({"status": "done"}))
-    written = publish_runs(tmp_path / "lab", repo / "docs" / "results" / "batch33" / "main")
+    written = publish_runs(tmp_path / "lab", repo / "docs" / "results" / batch / "main")
     assert [p.name for p in written] == ["rule_seed0.tar.gz"]
     assert commit_published(repo, written, "batch33: main after seed 0")
-    assert _git(repo, "show", "--name-only", "--format=", "HEAD") == "docs/results/batch33/main/runs/rule_seed0.tar.gz"
+    assert _git(repo, "show", "--name-only", "--format=", "HEAD") == f"docs/results/{batch}/main/runs/rule_seed0.tar.gz"
     assert "unrelated.txt" in _git(repo, "diff", "--cached", "--name-only")  # still staged, not committed
-    assert publish_runs(tmp_path / "lab", repo / "docs" / "results" / "batch33" / "main") == []  # once only
+    assert publish_runs(tmp_path / "lab", repo / "docs" / "results" / batch / "main") == []  # once only
 
 
 def test_a_preparation_fingerprint_tells_a_resumed_preparation_from_another(tmp_path):
