@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
                              "climb over the plan's labs (report/blindspot.py) into PNG, with its numbers beside it (.json)")
     parser.add_argument("--fingerprint", type=Path, default=None, metavar="DIR",
                         help="run nothing: hash each prepared lab's starting models (lab/batch.py "
-                             "preparation_fingerprint); where DIR/<lab>/preparation.json exists, compare and exit 1 on "
-                             "any difference, else write it there")
+                             "preparation_fingerprint); where DIR/<lab>/preparation.json exists, compare and exit 1 when "
+                             "a file both hold differs (files only one side holds are counted, not compared), else "
+                             "write it there")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import cooper_openrlhf

@@ -66,8 +66,8 @@ class HeldOutEvaluation:
         paper's check that the co-trained RM stays a good verifier. A frozen RM (no --remote_rm_trainable) gives
         the same accuracy every time, so it is scored once: on a static arm the set is larger than a step's
         rollouts, and scoring it again at every evaluation cost more than the training steps themselves."""
-        frozen = getattr(self, "_frozen_rm_eval_accuracy", None)
-        if frozen is not None and not self.rm_trainable:
+        frozen = getattr(self, "_frozen_rm_eval_accuracy", None)  # set only when the RM is frozen
+        if frozen is not None:
             return frozen
         rows = self.rm_eval_rows
         texts = RolloutTexts([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
