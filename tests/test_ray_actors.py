@@ -1,5 +1,7 @@
 """OpenRLHF's stock Ray actors on a local CPU cluster: the reward-model group and CPU vLLM engines."""
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -76,6 +78,13 @@ def test_cpu_vllm_engine_generates_and_takes_weight_updates_over_gloo(ray_cluste
     path = model_dir("tiny-qwen2-policy")
     engine = _engine(path)
     try:
+        # The CPU runtime keeps the engine's worker in its engine-core process (runtime/ray_env.py): the actor has
+        # one vLLM process below it, not two, and weight sync reaches the worker there.
+        import psutil
+
+        actor_pid = ray_cluster.get(engine.__ray_call__.remote(lambda actor: os.getpid()))
+        titles = [" ".join(child.cmdline()) for child in psutil.Process(actor_pid).children(recursive=True)]
+        assert [t for t in titles if t.startswith("VLLM::EngineCore")] and not [t for t in titles if "Worker" in t], titles
         prompt = _chat_ids(AutoTokenizer.from_pretrained(path), "What is 2 + 3?")
         greedy = SamplingParams(temperature=0.0, max_tokens=12)
 

@@ -26,9 +26,13 @@ CPU_SETUP_HOOK = "cooper_openrlhf.runtime.cpu.install"
 # Stock OpenRLHF's `ray.init` env (openrlhf/cli/train_ppo_ray.py), with the launcher's values where it set them.
 _STOCK_DEFAULTS = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
 # Fixed on a CPU cluster: one thread per process (a node runs many worker processes on few cores), DeepSpeed's
-# CPU accelerator, and the flag vLLM's own processes read to install the CPU runtime (runtime/vllm_plugin.py).
+# CPU accelerator, the flag vLLM's own processes read to install the CPU runtime (runtime/vllm_plugin.py), and
+# each vLLM engine's worker inside its engine-core process: on CPU vLLM otherwise turns OpenRLHF's "uni" executor
+# into "mp" (vllm/platforms/cpu.py), one more process per engine that re-imports torch and vLLM before the first
+# rollout (benchmarks/vllm_cpu_engine_start.py measures the start-up both ways). The engine core keeps a process
+# of its own, so vLLM's thread binding still pins that process, not the Ray actor.
 _CPU_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu",
-            cpu.CPU_RUNTIME_ENV: "1"}
+            cpu.CPU_RUNTIME_ENV: "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 # Passed on to every worker when the driver's environment has them (models offline, model folder, KV cache, dtype).
 _PASS_THROUGH = ("HF_HUB_OFFLINE", "COOPER_MODELS_DIR", "VLLM_CPU_KVCACHE_SPACE", "PYTHONPATH", RUN_DTYPE_ENV)
 
