@@ -63,7 +63,9 @@ SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+# cred_expire: a step credential's lifetime, and how long a requeued job waits before it may start again
+# (slurm.conf(5); 120 s by default). 60 s keeps the requeue test from idling two minutes.
+AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=60
 CryptoType=crypto/munge
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n

@@ -189,18 +189,36 @@ def launch_record(out: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ RL
-def test_an_rl_arm_submitted_by_plain_sbatch_runs_across_both_nodes_and_completes(kit, tmp_path):
+def test_an_rl_arm_by_plain_sbatch_runs_on_both_nodes_requeues_itself_on_usr1_resumes_and_completes(kit, tmp_path):
+    """Plain `sbatch` of an RL arm across both nodes. After its first checkpoint the job gets USR1, what Slurm sends
+    SIGNAL_MARGIN before the time limit (--signal=B:USR1@600): it requeues itself (scontrol requeue), keeps its id,
+    and the next attempt loads the last checkpoint, so its steps continue rather than start again at 1."""
     out = tmp_path / "rl-cooper"
-    env = kit.rl_env(out, NODES="2")
+    env = kit.rl_env(out, NODES="2", NUM_EPISODES="2")  # 4 steps
     job = kit.sbatch(["--nodes=2", "--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"],
                      "cooper_slurm.sbatch", env)
-    states = kit.wait(job)
+    try:
+        # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
+        wait_for(lambda: (out / "ckpt" / "_actor" / "latest").is_file(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit)
+    except BaseException:
+        kit.sh(["scancel", job], check=False)
+        raise
+    kit.sh(["scancel", "--batch", "--signal=USR1", job])
+    states = kit.wait(job, timeout=2 * JOB_TIMEOUT_S)
     assert states.get(job) == "COMPLETED", f"{states}\n{kit.logs()}"
+
+    attempts = launch_record(out)["attempts"]
+    assert [a["restart_count"] for a in attempts] == [0, 1] and {a["job_id"] for a in attempts} == {job}
+    assert attempts[0]["exit"] != 0 and attempts[1]["exit"] == 0
+    *_, second = attempts_steps(out / "logs" / "job.log")  # the first may be cut off before it logs its step
+    assert second and second[0] > 1, f"the requeued attempt restarted at step 1: {second}"
+    assert second[-1] == 4
+    assert "requeueing job" in kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
     # Both nodes ran a Ray node of one cluster; the job used them.
     assert (out / "logs" / "ray-n1.log").is_file() and (out / "logs" / "ray-n2.log").is_file()
-    attempt = launch_record(out)["attempts"][-1]
-    assert attempt["nodes"] == "n[1-2]" and attempt["exit"] == 0 and "--ckpt.load_enable" in attempt["command"]
-    assert attempt["env"]["ARM"] == "cooper" and attempt["env"]["GPUS_PER_NODE"] == "0"
+    last = attempts[-1]
+    assert last["nodes"] == "n[1-2]" and "--ckpt.load_enable" in last["command"]
+    assert last["env"]["ARM"] == "cooper" and last["env"]["GPUS_PER_NODE"] == "0"
     info = json.loads((out / "run_info.json").read_text())
     assert (info["arm"], info["status"]) == ("cooper", "done")
     assert (out / "final" / "rm" / "config.json").is_file(), "the co-trained RM export"
@@ -212,31 +230,6 @@ def test_an_rl_arm_submitted_by_plain_sbatch_runs_across_both_nodes_and_complete
     assert "cooper" in json.dumps(json.loads((tmp_path / "report" / "summary.json").read_text()))
     assert report.returncode == 0
     assert job_processes(job) == [] and cluster_processes(ray_port(job)) == [], "a process of the job outlived it"
-
-
-@pytest.mark.slurm_long
-def test_an_arm_signalled_before_its_time_limit_requeues_itself_and_resumes_from_its_last_checkpoint(kit, tmp_path):
-    """USR1 is what Slurm sends SIGNAL_MARGIN before the time limit (--signal=B:USR1@600): the job requeues itself
-    (scontrol requeue), keeps its id, and the next attempt loads the last checkpoint: its steps continue."""
-    out = tmp_path / "rl-rule"
-    job = kit.launch("cooper_slurm.sbatch", kit.rl_env(out, arm="rule", NUM_EPISODES="2"))  # 4 steps
-    try:
-        # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
-        wait_for(lambda: (out / "ckpt" / "_actor" / "latest").is_file(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit)
-    except BaseException:
-        kit.sh(["scancel", job], check=False)
-        raise
-    kit.sh(["scancel", "--batch", "--signal=USR1", job])
-    states = kit.wait(job, timeout=2 * JOB_TIMEOUT_S)
-    assert states.get(job) == "COMPLETED", f"{states}\n{kit.logs()}"
-    attempts = launch_record(out)["attempts"]
-    assert [a["restart_count"] for a in attempts] == [0, 1] and {a["job_id"] for a in attempts} == {job}
-    assert attempts[0]["exit"] != 0 and attempts[1]["exit"] == 0
-    *_, second = attempts_steps(out / "logs" / "job.log")  # the first may be cut off before it logs its step
-    assert second and second[0] > 1, f"the requeued attempt restarted at step 1: {second}"
-    assert second[-1] == 4
-    assert "requeueing job" in kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
-    assert json.loads((out / "run_info.json").read_text())["status"] == "done"
 
 
 def test_scancel_of_a_running_arm_leaves_no_ray_process_and_no_step(kit, tmp_path):
