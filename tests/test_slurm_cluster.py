@@ -4,7 +4,7 @@ Nothing is faked: real sbatch/srun/scontrol/scancel, the real scripts submitted 
 launch_scripts/X.sbatch` and `bash launch_scripts/X.sbatch`), a two-node Ray cluster started by ray_cluster.sh,
 train_cooper with tiny models on CPU (GPUS_PER_NODE=0). Skipped, with the reason, where the cluster cannot run
 (not root, no apt). Final job states come from `scontrol show job` (this cluster has no slurmdbd for sacct; the
-controller keeps finished jobs for MinJobAge = 600 s).
+controller keeps finished jobs for MinJobAge = 3600 s).
 """
 
 import json
@@ -73,7 +73,7 @@ class Kit:
                         str(Path(os.path.relpath(LAUNCH / script, cwd))), *args], env, cwd=cwd).stdout.strip().split(";")[0]
 
     def states(self, job: str) -> dict[str, str]:
-        """{job id (array task: ID_TASK): final state}, from `scontrol show job` (kept MinJobAge=600 s after the end)."""
+        """{job id (array task: ID_TASK): final state}, from `scontrol show job` (kept MinJobAge=3600 s after the end)."""
         out = self.sh(["scontrol", "-o", "show", "job", job], check=False).stdout
         records = {}
         for line in out.splitlines():
