@@ -184,6 +184,7 @@ def step_time(arms, colours, path: Path) -> None:
     # Set2 then Dark2: saturated enough to read on white, hues apart from the arms' tab10 (used in the titles).
     cmap = plt.get_cmap("Set2").colors + plt.get_cmap("Dark2").colors
     highest_after_start = 0.0
+    first_steps = []  # (axes, step 1, its total): named on the plot once the shared scale shows it is cut off
     for ax, (arm, runs) in zip(axes.flat, arms.items()):
         per_stage: dict[str, list] = {}
         for run in runs:
@@ -201,10 +202,8 @@ def step_time(arms, colours, path: Path) -> None:
                 bottom[step] = bottom.get(step, 0.0) + value
         later = [total for step, total in bottom.items() if step != min(bottom, default=0)]
         highest_after_start = max([highest_after_start, *later])
-        if steps and bottom[steps[0]] > 1.15 * max(later, default=0.0) and later:
-            ax.annotate(f"step {steps[0]}: {bottom[steps[0]]:.0f} s\n(start-up, off scale)", xy=(steps[0], 1.0),
-                        xycoords=("data", "axes fraction"), xytext=(4, -4), textcoords="offset points", va="top",
-                        fontsize="small", color="dimgrey")
+        if steps and later:
+            first_steps.append((ax, steps[0], bottom[steps[0]]))
         ax.set_title(f"{arm} (n={len(runs)})", color=colours[arm])
         ax.set_xlabel("step")
         ax.grid(alpha=0.3, axis="y")
@@ -218,6 +217,11 @@ def step_time(arms, colours, path: Path) -> None:
         axes[0][0].text(0.5, 0.5, "no run to show", ha="center", va="center", transform=axes[0][0].transAxes)
     if highest_after_start > 0:
         axes[0][0].set_ylim(0, 1.1 * highest_after_start)
+        for ax, step, total in first_steps:
+            if total > 1.1 * highest_after_start:
+                ax.annotate(f"step {step}: {total:.0f} s\n(start-up, off scale)", xy=(step, 1.0),
+                            xycoords=("data", "axes fraction"), xytext=(4, -4), textcoords="offset points",
+                            va="top", fontsize="small", color="dimgrey")
     for row in axes:
         row[0].set_ylabel("seconds per step (mean over seeds)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in stages_seen.values()]
