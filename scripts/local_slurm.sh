@@ -17,8 +17,10 @@ set -euo pipefail
 
 DIR=${LOCAL_SLURM_DIR:-/tmp/cooper-local-slurm}
 CONF=$DIR/etc/slurm.conf
-CTLD_PORT=${LOCAL_SLURM_CTLD_PORT:-16817}
-NODE_PORTS=${LOCAL_SLURM_NODE_PORTS:-17001-17002}
+# Below 10000: the launchers' CPU mode gives the Ray nodes of a job ports from 10000-29999 (cluster/ports.py); a
+# slurmd listening in that range once took a job's dashboard port and its Ray head could not start.
+CTLD_PORT=${LOCAL_SLURM_CTLD_PORT:-9817}
+NODE_PORTS=${LOCAL_SLURM_NODE_PORTS:-9818-9819}
 UP_TIMEOUT=${LOCAL_SLURM_UP_TIMEOUT:-60}
 EXIT_UNAVAILABLE=3
 

@@ -102,6 +102,15 @@ def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):
     assert not held & {r["question"] for r in rows["rm_triples.jsonl"]}
     assert {r["question"] for r in rows["rm_eval.jsonl"]} == held
     assert {"question", "answer", "completion", "gold_correct"} == set(rows["rm_eval.jsonl"][0])
+    # A smaller RM evaluation set is a fixed sample of the whole one, in its order, both labels kept.
+    sample = write_task_files(tmp_path / "sample", spec, rl_prompts=150, rm_eval_rows=40)
+    assert sample["rm_eval.jsonl"] == 40 < counts["rm_eval.jsonl"]
+    sampled = [json.loads(line) for line in (tmp_path / "sample" / "rm_eval.jsonl").read_text().splitlines()]
+    whole = [json.dumps(r, sort_keys=True) for r in rows["rm_eval.jsonl"]]
+    positions = [whole.index(json.dumps(r, sort_keys=True)) for r in sampled]
+    assert positions == sorted(positions) and {r["gold_correct"] for r in sampled} == {True, False}
+    write_task_files(tmp_path / "again", spec, rl_prompts=150, rm_eval_rows=40)  # every arm and seed: the same rows
+    assert (tmp_path / "again" / "rm_eval.jsonl").read_text() == (tmp_path / "sample" / "rm_eval.jsonl").read_text()
     # 80 train problems cycled: every one appears before any appears a second time
     assert len({r["input"] for r in rows["prompts.jsonl"][:80]}) == 80
     train, _ = split(family, 20)
@@ -279,12 +288,14 @@ def test_only_a_lost_master_port_race_is_started_once_more(first_output, status,
 def test_presets_are_sized_in_the_documented_order():
     assert PRESETS["quick"].arms == ("rule", "static", "cooper") and PRESETS["quick"].seeds == 1
     assert PRESETS["full"].arms == ARMS[:5] and PRESETS["full"].seeds >= 3  # the controls are asked for by name
-    # `make demo` runs the full preset's configuration, smaller: fewer arms and seeds, fewer RM candidates, and
-    # no probe of the offline continuation (whose RM no arm of the demo starts from).
+    # `make demo` runs the full preset's configuration, smaller: fewer arms and seeds, fewer RM candidates, no
+    # probe of the offline continuation (whose RM no arm of the demo starts from), fewer evaluations on fewer rows.
     full, quick = asdict(PRESETS["full"]), asdict(PRESETS["quick"])
-    size = {"name", "arms", "seeds", "rm_pair_candidates", "offline_continuation", "budget_minutes"}
+    size = {"name", "arms", "seeds", "rm_pair_candidates", "offline_continuation", "budget_minutes", "eval_every",
+            "rm_eval_rows"}
     assert {k: v for k, v in quick.items() if k not in size} == {k: v for k, v in full.items() if k not in size}
     assert quick["rm_pair_candidates"] < full["rm_pair_candidates"] and quick["budget_minutes"] <= 15
+    assert quick["eval_every"] > full["eval_every"] and full["rm_eval_rows"] is None and quick["rm_eval_rows"] > 0
     assert PRESETS["tiny"].arms == ("static", "rule") and PRESETS["tiny"].steps == 2
     assert lab_presets.PRESETS["smollm2"].policy == "smollm2-135m-instruct"
 

@@ -287,21 +287,35 @@ exec {ray} "$@"
 """
 
 
-def _free_port_base() -> int:
-    """A RAY_PORT_BASE whose ports for two nodes (BASE + 0..9, + 100..109, + 500..699) are all free right now."""
-    import random
+def test_each_node_on_one_host_gets_the_ports_the_port_picker_checked_and_a_held_port_moves_the_base(shell):
+    """CPU mode puts several Ray nodes on one host: ray_cluster.sh gives them ports from RAY_PORT_BASE, and
+    cluster.ports picks a base none of whose ports is held here (a slurmd on one of them once killed every head)."""
+    import re
     import socket
 
-    for base in random.Random().sample(range(20000, 40000, 1000), 20):
-        ports = [*range(base, base + 10), *range(base + 100, base + 110), *range(base + 500, base + 700)]
-        try:
-            for port in ports:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range for a two-node Ray cluster")
+    from cooper_openrlhf.cluster.ports import pick_port_base, ports_of
+
+    (shell.tmp / "logs").mkdir()
+    result = _cluster(shell, 2, 1, RAY_PORT_BASE="20000", DRY_RUN="1")
+    assert result.returncode == 0, result.stderr
+    used = set()
+    for flag, port in re.findall(r"--([a-z-]*port)=(\d+)", result.stdout):
+        used.add(int(port))
+        if flag == "max-worker-port":  # workers take the whole range
+            used |= set(range(int(port) - 99, int(port)))
+    assert used <= set(ports_of(20000, 2)), sorted(used - set(ports_of(20000, 2)))
+    assert {20000, 20001, 20102, 20500, 20699} <= used  # GCS, dashboard, node 2's ports, both worker ranges
+
+    base = pick_port_base(job_id=7, nodes=2)
+    with socket.socket() as held:  # something listens on one port of that base (here: its dashboard port)
+        held.bind(("127.0.0.1", base + 1))
+        held.listen()
+        moved = pick_port_base(job_id=7, nodes=2)
+    assert moved != base and base + 1 not in ports_of(moved, 2)
+    assert pick_port_base(job_id=7, nodes=2, port_free=lambda port: not 17_000 <= port < 18_000) == 18_000
+    assert pick_port_base(job_id=19, nodes=2, port_free=lambda port: port < 29_000) == 10_000  # wraps around
+    with pytest.raises(ValueError, match="no free port range for 2 Ray node.*set RAY_PORT_BASE"):
+        pick_port_base(job_id=7, nodes=2, port_free=lambda port: False)
 
 
 @pytest.mark.slow
@@ -310,7 +324,9 @@ def test_real_ray_head_and_worker_start_join_run_a_job_and_are_gone_at_exit(shel
     import shutil
 
     ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    base = _free_port_base()  # every port of both nodes from one base: the launcher's mode for one host
+    from cooper_openrlhf.cluster.ports import pick_port_base
+
+    base = pick_port_base(job_id=os.getpid(), nodes=2)  # every port of both nodes from one base: CPU mode's layout
     gcs = base
     bin_dir = shell.tmp / "bin"
     bin_dir.mkdir()

@@ -223,7 +223,7 @@ def _dead_pid():
     return process.pid
 
 
-def test_wait_returns_when_every_gpu_joined_and_fails_naming_the_node_and_log():
+def test_wait_returns_when_every_gpu_joined_and_fails_naming_the_node_and_log(tmp_path):
     node = {"state": "ALIVE", "resources_total": {"GPU": 8.0}, "node_ip": "10.0.0.1"}
     answers = iter([None, [node], [node, {**node, "node_ip": "10.0.0.2"}]])
     alive = wait_for_cluster("h:6379", 2, 16, [], 10, 10, poll_s=0, list_nodes=lambda address: next(answers))
@@ -235,6 +235,15 @@ def test_wait_returns_when_every_gpu_joined_and_fails_naming_the_node_and_log():
     worker = Watched("node1", _dead_pid(), "/logs/ray-node1.log")
     with pytest.raises(ClusterNotReady, match="worker on node1 exited .* /logs/ray-node1.log"):
         wait_for_cluster("h:6379", 2, 16, [head, worker], 10, 10, poll_s=0, list_nodes=lambda address: [node])
+    # A node's log that can be read from here: its last lines are quoted, so the job's output says why.
+    log = tmp_path / "ray-node1.log"
+    log.write_text("Local node IP: 127.0.0.1\n" + "".join(f"line {i}\n" for i in range(20))
+                   + "OSError: [Errno 98] Address already in use: ('127.0.0.1', 17001)\n")
+    with pytest.raises(ClusterNotReady) as failed:
+        wait_for_cluster("h:6379", 2, 16, [head, Watched("node1", _dead_pid(), str(log))], 10, 10, poll_s=0,
+                         list_nodes=lambda address: [node])
+    assert str(failed.value).endswith("line 19\n    OSError: [Errno 98] Address already in use: ('127.0.0.1', 17001)")
+    assert "Local node IP" not in str(failed.value), "only the end of the log"
     with pytest.raises(ClusterNotReady, match=r"only 1 of 2 nodes \(8 of 16 GPUs\) joined .* /logs/ray-node1.log"):
         wait_for_cluster("h:6379", 2, 16, [head, Watched("node1", os.getpid(), "/logs/ray-node1.log")], 10, 0,
                          poll_s=0, list_nodes=lambda address: [node])

@@ -99,9 +99,10 @@ class Kit:
         return self.sh(["squeue", "-h", "-o", "%T", "-j", job], check=False).stdout.strip()
 
     def logs(self, tail: int | None = 3000) -> str:
-        """Every Slurm output file of the test (each cut to its last `tail` characters: for failure messages)."""
-        return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-tail if tail else 0:]}"
-                         for p in sorted(self.tmp.glob("slurm-*.log")))
+        """Every Slurm output file of the test, then every Ray node's log (each cut to its last `tail` characters:
+        for failure messages)."""
+        files = sorted(self.tmp.glob("slurm-*.log")) + sorted(self.tmp.rglob("logs/ray-*.log"))
+        return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-tail if tail else 0:]}" for p in files)
 
     # ---------------------------------------------------------------------------------- data
     def prompts(self, rows: int = 12, heldout: int = 4) -> tuple[str, str]:
@@ -143,9 +144,12 @@ def cluster_processes(port: int) -> list[int]:
     return [p.pid for p in find(port)]
 
 
-def ray_port(job: str) -> int:
-    """The GCS port of a CPU-mode job's Ray cluster (cooper_slurm.sbatch: RAY_PORT_BASE from the job id)."""
-    return 10000 + int(job) % 20 * 1000
+def ray_port(kit: "Kit", job: str) -> int:
+    """The GCS port of a job's Ray cluster, as its output says it (`Ray head: n1 (IP:PORT, ...`)."""
+    found = re.findall(r"Ray head: \S+ \([^:]+:(\d+),", "".join(
+        p.read_text(errors="replace") for p in kit.tmp.glob(f"slurm-*-{job}_*.log")))
+    assert found, f"job {job} printed no Ray head line\n{kit.logs()}"
+    return int(found[-1])
 
 
 def job_processes(job: str) -> list[int]:
@@ -163,11 +167,16 @@ def job_processes(job: str) -> list[int]:
     return found
 
 
-def wait_for(predicate, timeout: float, what: str, kit: "Kit"):
+def wait_for(predicate, timeout: float, what: str, kit: "Kit", job: str | None = None):
+    """Wait until `predicate()`; fail at once, with the logs, when `job` ends first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
+        if job and not kit.state_now(job):
+            if predicate():
+                return
+            pytest.fail(f"job {job} ended ({kit.states(job)}) before {what}\n{kit.logs()}")
         time.sleep(2)
     pytest.fail(f"{what} did not happen within {timeout} s\n{kit.logs()}")
 
@@ -199,7 +208,8 @@ def test_an_rl_arm_by_plain_sbatch_runs_on_both_nodes_requeues_itself_on_usr1_re
                      "cooper_slurm.sbatch", env)
     try:
         # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
-        wait_for(lambda: (out / "ckpt" / "_actor" / "latest").is_file(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit)
+        wait_for(lambda: (out / "ckpt" / "_actor" / "latest").is_file(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit,
+                 job)
     except BaseException:
         kit.sh(["scancel", job], check=False)
         raise
@@ -229,7 +239,7 @@ def test_an_rl_arm_by_plain_sbatch_runs_on_both_nodes_requeues_itself_on_usr1_re
     report = kit.sh([sys.executable, "-m", "cooper_openrlhf.cli.report", str(out), "--out", str(tmp_path / "report")])
     assert "cooper" in json.dumps(json.loads((tmp_path / "report" / "summary.json").read_text()))
     assert report.returncode == 0
-    assert job_processes(job) == [] and cluster_processes(ray_port(job)) == [], "a process of the job outlived it"
+    assert job_processes(job) == [] and cluster_processes(ray_port(kit, job)) == [], "a process of the job outlived it"
 
 
 def test_scancel_of_a_running_arm_leaves_no_ray_process_and_no_step(kit, tmp_path):
@@ -237,12 +247,12 @@ def test_scancel_of_a_running_arm_leaves_no_ray_process_and_no_step(kit, tmp_pat
     job = kit.launch("cooper_slurm.sbatch", kit.rl_env(out, arm="static"))
     log = out / "logs" / "job.log"
     wait_for(lambda: log.is_file() and "Running entrypoint" in log.read_text(errors="replace"), JOB_TIMEOUT_S,
-             "the job's driver start", kit)
+             "the job's driver start", kit, job)
     assert job_processes(job), "the job runs processes here"
     kit.sh(["scancel", job])
     kit.wait(job)
     wait_for(lambda: not job_processes(job), 60, "the end of every process of the job", kit)
-    assert cluster_processes(ray_port(job)) == []
+    assert cluster_processes(ray_port(kit, job)) == []
     assert kit.sh(["squeue", "-h", "-s", "-j", job], check=False).stdout.strip() == ""
 
 

@@ -178,7 +178,8 @@ RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
-                  "rm_answerless_data": False, "rm_pair_choice": "blindest", "rm_balanced_data": False}
+                  "rm_answerless_data": False, "rm_pair_choice": "blindest", "rm_balanced_data": False,
+                  "rm_eval_rows": None}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate", "rm_pair_choice")  # meaningless without the stage (rm_pair_steps 0)
 
 

@@ -73,6 +73,17 @@ def list_nodes(address: str, timeout: float = 30.0) -> list[dict] | None:
     return [node for node in nodes if node.get("state") == "ALIVE"]
 
 
+def _last_lines(path: str, lines: int = 6) -> str:
+    """The end of a node's log, indented, to quote under the error (the reason is usually there: a port in use,
+    a raylet that did not register); empty when the log cannot be read from here (another host)."""
+    try:
+        with open(path, errors="replace") as log:
+            tail = [line.rstrip() for line in log.read()[-20_000:].splitlines() if line.strip()][-lines:]
+    except OSError:
+        return ""
+    return "".join(f"\n    {line}" for line in tail)
+
+
 def wait_for_cluster(address: str, nodes: int, gpus: float, watched: list[Watched], head_timeout: float,
                      join_timeout: float, poll_s: float = 2.0, list_nodes=list_nodes) -> list[dict]:
     """Block until `nodes` alive nodes with `gpus` GPUs in total; raise `ClusterNotReady` naming node and log."""
@@ -83,7 +94,7 @@ def wait_for_cluster(address: str, nodes: int, gpus: float, watched: list[Watche
             if not _alive(item.pid):
                 role = "head" if item is head else "worker"
                 raise ClusterNotReady(f"the Ray {role} on {item.name} exited before the cluster was ready; "
-                                      f"see its log: {item.log}")
+                                      f"see its log: {item.log}{_last_lines(item.log)}")
         alive = list_nodes(address)
         now = time.monotonic()
         if alive is None:

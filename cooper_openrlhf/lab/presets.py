@@ -64,6 +64,10 @@ class LabPreset:
     kl_coef: float = 0.0
     eval_every: int = 2
     eval_samples: int = 4
+    # How many of the RM's labelled held-out triples (data/rm_eval.jsonl, `--cooper.rm_eval_dataset`) a co-trained
+    # RM is scored on at each evaluation: a fixed sample of them; None, all. On 2 cores scoring all 431 at each of
+    # 40 evaluations took longer than the Cooper arm's 80 training steps.
+    rm_eval_rows: int | None = None
     rm_epochs: int = 1  # 2 made an RM the tiny policy could not fool (docs/lab_notebook.md, "What the lab showed")
     rm_lr_pretrain: float = 2e-4
     rm_max_length: int = 128
@@ -144,12 +148,14 @@ PRESETS: dict[str, LabPreset] = {
     # answer").
     "full": _FULL,
     # `make demo`: the full preset's configuration (the headline's) at a smaller size, sized for 15 minutes on 2
-    # cores: one seed of the paper's three arms, a starting RM searched from 4 pair-stage candidates, not 32, and no
-    # offline continuation (a probe for the controls the demo does not run). With 4 the blindest may offer the
-    # policy little climb (the static arm then holds): the demo prints the climb on offer, and its closing lines
-    # say what its one seed shows and point to the full lab's figure (lab/reading.py).
+    # cores: one seed of the paper's three arms, a starting RM searched from 4 pair-stage candidates, not 32, no
+    # offline continuation (a probe for the controls the demo does not run), and held-out evaluation half as often
+    # with the RM's own accuracy on a sample of 128 of its labelled triples (scoring was most of an RM arm's time).
+    # With 4 candidates the blindest may offer the policy little climb (the static arm then holds): the demo prints
+    # the climb on offer, and its closing lines say what its one seed shows and point to the full lab's figure
+    # (lab/reading.py).
     "quick": replace(_FULL, name="quick", arms=("rule", "static", "cooper"), seeds=1, rm_pair_candidates=4,
-                     offline_continuation=False, budget_minutes=15),
+                     offline_continuation=False, eval_every=4, rm_eval_rows=128, budget_minutes=15),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
     # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "The

@@ -174,12 +174,17 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
 
 
 def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False,
-                     balanced_rm_data: bool = False) -> dict[str, int]:
+                     balanced_rm_data: bool = False, rm_eval_rows: int | None = None) -> dict[str, int]:
     """Write the four files (module docstring) into `folder`; returns their row counts. `answerless_rm_data`: the
     RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`);
-    `balanced_rm_data`: the RM's training triples (not its held-out set) as many right as wrong."""
+    `balanced_rm_data`: the RM's training triples (not its held-out set) as many right as wrong; `rm_eval_rows`:
+    the RM's held-out set is a fixed sample of this many of its triples, in their order (None: all)."""
     folder.mkdir(parents=True, exist_ok=True)
     train, heldout = task_split(spec)
+    rm_eval = labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)
+    if rm_eval_rows is not None and rm_eval_rows < len(rm_eval):
+        keep = sorted(random.Random(3).sample(range(len(rm_eval)), rm_eval_rows))
+        rm_eval = [rm_eval[i] for i in keep]
     files = {
         "prompts.jsonl": prompt_rows(train, rl_prompts, spec),
         "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
@@ -187,7 +192,7 @@ def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_r
                                              balanced=balanced_rm_data),
         "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
                            "gold_correct": bool(r["label"])}
-                          for r in labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)],
+                          for r in rm_eval],
     }
     for name, rows in files.items():
         _write_jsonl(folder / name, rows)
