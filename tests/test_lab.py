@@ -508,6 +508,8 @@ def test_the_labs_last_lines_read_the_curves_against_the_papers_claim():
     assert "One seed per arm cannot show this reliably" in one_seed[2] and FULL_LAB_FIGURE in one_seed[2]
     held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
     three = reading(rm, held, {"static": 3, "cooper": 3, "rule": 3})
-    assert "not hacked in this run" in three[0] and three[1].endswith("level with the rule reward, as in the paper.")
+    assert "not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more than 0.05" in three[0]
+    assert three[1] == "Cooper: held-out accuracy 0.41 -> 0.44, the rule-reward arm's 0.37 -> 0.42: level with the rule " \
+                       "reward, as in the paper."
     assert len(three) == 2  # enough seeds: no caveat
     assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare

@@ -150,3 +150,19 @@ def test_train_cooper_start_up_inside_a_submitted_job(ray_head, tmp_path, on_cpu
     assert seen["COOPER_OPENRLHF_CPU_RUNTIME"] == ("1" if on_cpu else None)
     # DeepSpeed's op builds run the interpreter's own ninja in every worker, whatever PATH `ray start` had.
     assert seen["ninja"] == str(Path(sys.executable).with_name("ninja"))
+
+
+def test_a_package_only_the_current_folder_can_import_is_refused_before_ray_starts(tmp_path, monkeypatch):
+    """Ray's workers start in a folder of their own: a module importable only from the driver's folder would kill
+    every actor with ModuleNotFoundError; the driver says so first, naming the fix."""
+    from cooper_openrlhf.runtime.ray_env import WorkersCannotImportError, check_workers_can_import
+
+    check_workers_can_import()  # installed: a Python started anywhere imports it
+    (tmp_path / "only_here_pkg").mkdir()
+    (tmp_path / "only_here_pkg" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("only_here_pkg")  # this process imports it from its folder...
+    with pytest.raises(WorkersCannotImportError, match=r"could not import only_here_pkg.*pip install -e"):
+        check_workers_can_import("only_here_pkg")  # ...a worker could not
+    check_workers_can_import("only_here_pkg", {**os.environ, "PYTHONPATH": str(tmp_path)})  # on PYTHONPATH: fine

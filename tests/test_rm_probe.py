@@ -69,6 +69,10 @@ def test_break_even_accuracy_is_where_writing_the_universal_answerless_text_pays
     accuracy = probe.break_even_accuracy
     assert accuracy * 0.7 + (1 - accuracy) * 0.4 == pytest.approx(probe.universal_reward)
     assert break_even(0.2, 0.7, 0.4) == 0.0 and break_even(0.9, 0.7, 0.4) == 1.0
+    rows = [_row([("right", True, 0.9), ("wrong", False, 0.2), ("no answer", False, 0.1)])]  # answerless paid least
+    cheap = summarize([c for c, _ in rows], [s for _, s in rows])
+    assert cheap.break_even_accuracy == 0.0 and "fewer than 0%" not in cheap.verdict()
+    assert "less than even wrong answers, so it pays no policy to write it" in cheap.verdict()
     assert break_even(0.5, 0.4, 0.6) == 1.0  # an RM that pays wrong answers more: being right is never worth it
 
 

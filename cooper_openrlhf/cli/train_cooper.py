@@ -140,10 +140,11 @@ def start_ray() -> None:
     a driver env that repeats a job's field or variable."""
     from cooper_openrlhf.runtime import cpu, cuda_available
     from cooper_openrlhf.runtime.ray_cluster import init_local_ray, ray_cluster_address
-    from cooper_openrlhf.runtime.ray_env import driver_runtime_env, submitted_job_runtime_env
+    from cooper_openrlhf.runtime.ray_env import check_workers_can_import, driver_runtime_env, submitted_job_runtime_env
 
     if ray.is_initialized():
         return
+    check_workers_can_import()
     if ray_cluster_address() is None and not cuda_available():
         init_local_ray()
         return

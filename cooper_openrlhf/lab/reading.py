@@ -30,7 +30,8 @@ def reading(rm_reward: Mapping[str, Curve], heldout: Mapping[str, Curve], seeds:
         lines.append(f"Static RM: reward {static_rm[0]:.2f} -> {static_rm[1]:.2f} while held-out accuracy "
                      f"{static_acc[0]:.2f} -> {static_acc[1]:.2f}: "
                      + ("hacked, as the paper's static RM is." if hacked else
-                        "not hacked in this run (the paper's static RM is; a policy has to find the blind spot)."))
+                        f"not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more "
+                        f"than {MOVE} each; the paper's static RM is hacked, but a policy has to find the blind spot)."))
     cooper, rule = _ends(heldout.get("cooper", [])), _ends(heldout.get("rule", []))
     if cooper and rule:
         level = abs(cooper[1] - rule[1]) <= MOVE
@@ -39,8 +40,8 @@ def reading(rm_reward: Mapping[str, Curve], heldout: Mapping[str, Curve], seeds:
         fell = [name for name, (first, last) in (("Cooper", cooper), ("the rule arm", rule)) if first - last > MOVE]
         if fell:  # the paper's arms gain accuracy; a small preset's policy may lose it whatever its reward
             verdict += f"; {' and '.join(fell)} lost held-out accuracy in this run, which the paper's do not"
-        lines.append(f"Cooper: held-out accuracy {cooper[0]:.2f} -> {cooper[1]:.2f}, rule reward {rule[0]:.2f} -> "
-                     f"{rule[1]:.2f}: {verdict}.")
+        lines.append(f"Cooper: held-out accuracy {cooper[0]:.2f} -> {cooper[1]:.2f}, the rule-reward arm's {rule[0]:.2f} "
+                     f"-> {rule[1]:.2f}: {verdict}.")
     if lines and min(seeds.get(arm, 0) for arm in ("static", "cooper", "rule") if arm in seeds) < RELIABLE_SEEDS:
         lines.append(f"One seed per arm cannot show this reliably (a held-out evaluation's standard error is near "
                      f"0.04 and one seed is one draw); the full lab over 9 seeds per arm: {FULL_LAB_FIGURE} "

@@ -70,10 +70,12 @@ class RMProbe:
         """One line a reader can act on."""
         constant = (f"; the same answer everywhere, {self.constant!r}, earns {self.constant_reward:.3f}"
                     if self.constant else "")
+        # Below the wrong answers' pay (break-even 0) the answerless text tempts no policy: say that, not "fewer than 0%".
+        tempts = (f"more than a policy right on fewer than {self.break_even_accuracy:.0%} of prompts"
+                  if self.break_even_accuracy > 0 else "less than even wrong answers, so it pays no policy to write it")
         return (f"writing {self.universal!r} for every prompt earns {self.universal_reward:.3f} (right answers "
-                f"{self.truth_reward:.3f}, wrong {self.wrong_reward:.3f}): more than a policy right on fewer than "
-                f"{self.break_even_accuracy:.0%} of prompts; the RM's best-paid output per prompt is right on "
-                f"{self.best_accuracy:.0%} of {self.prompts}{constant}")
+                f"{self.truth_reward:.3f}, wrong {self.wrong_reward:.3f}): {tempts}; the RM's best-paid output per "
+                f"prompt is right on {self.best_accuracy:.0%} of {self.prompts}{constant}")
 
 
 def break_even(universal: float, right: float, wrong: float) -> float:

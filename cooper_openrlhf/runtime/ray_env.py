@@ -13,6 +13,9 @@ installs it in every Ray worker, and the variables it and vLLM's processes read.
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping
 
 from cooper_openrlhf.runtime import cpu
@@ -77,3 +80,23 @@ def driver_runtime_env(environ: Mapping[str, str] | None = None, *, on_cpu: bool
     """What the driver's `ray.init` passes: Cooper's runtime env, less what the submitted job already set."""
     environ = os.environ if environ is None else environ
     return without_job_fields(cooper_runtime_env(environ, on_cpu=on_cpu), submitted_job_runtime_env(environ))
+
+
+class WorkersCannotImportError(RuntimeError):
+    """The package is importable here only from the current folder; Ray's workers start elsewhere."""
+
+
+def check_workers_can_import(module: str = "cooper_openrlhf", environ: Mapping[str, str] | None = None) -> None:
+    """Fail before Ray starts when a process started outside the current folder cannot import `module`: Ray's
+    workers start in their own folder, and every CPU worker runs the set-up hook from it, so a checkout used without
+    `pip install -e .` would otherwise end in each actor's death with ModuleNotFoundError deep in Ray's logs."""
+    environ = os.environ if environ is None else environ
+    probe = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=tempfile.gettempdir(), env=dict(environ),
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        here = os.getcwd()
+        raise WorkersCannotImportError(
+            f"Ray's workers could not import {module}: a Python started outside {here} cannot ({sys.executable} -c "
+            f"'import {module}' failed: {probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else 'no output'}). "
+            f"Install the package into this environment (pip install -e <the checkout>) or put the checkout on "
+            f"PYTHONPATH.")
