@@ -94,9 +94,8 @@ def check_workers_can_import(module: str = "cooper_openrlhf", environ: Mapping[s
     probe = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=tempfile.gettempdir(), env=dict(environ),
                            capture_output=True, text=True)
     if probe.returncode != 0:
-        here = os.getcwd()
+        reason = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         raise WorkersCannotImportError(
-            f"Ray's workers could not import {module}: a Python started outside {here} cannot ({sys.executable} -c "
-            f"'import {module}' failed: {probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else 'no output'}). "
-            f"Install the package into this environment (pip install -e <the checkout>) or put the checkout on "
-            f"PYTHONPATH.")
+            f"Ray's workers could not import {module}: a Python started outside {os.getcwd()} cannot "
+            f"({sys.executable} -c 'import {module}': {reason}). Install the package into this environment "
+            f"(pip install -e <the checkout>) or put the checkout on PYTHONPATH.")
