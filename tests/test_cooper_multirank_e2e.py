@@ -29,8 +29,12 @@ MULTI_RANK = ("--reward.num_gpus_per_node", "2", "--vllm.num_engines", "2", "--r
 def multirank_runs(tmp_path_factory, model_dir):
     root = tmp_path_factory.mktemp("cooper_multirank")
     rows = _answering_policy(root / "policy", model_dir)
-    # One prompt the policy answers; two whose references it never writes (no positive, so no pair).
-    prompts = [rows[0]] + [{**row, "label": str(int(row["label"]) + 1000)} for row in rows[1:3]]
+    # One prompt the policy answers; two whose references it never writes (no positive, so no pair). The answered
+    # one is the prompt the policy is surest of: a prompt it answers on a third of its samples went 12 samples
+    # without a right answer once in CI, and then no step had a pair to test.
+    answered = _surest_row(root / "policy", rows)
+    others = [row for row in rows if row is not answered][:2]
+    prompts = [answered] + [{**row, "label": str(int(row["label"]) + 1000)} for row in others]
     (root / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in prompts))
     first, resumed = root / "first", root / "resumed"
     _launch(first, root / "policy", model_dir("tiny-qwen2-rm"), *MULTI_RANK)
@@ -40,6 +44,24 @@ def multirank_runs(tmp_path_factory, model_dir):
         (resumed / "ckpt" / part / "latest").write_text("global_step2")
     _launch(resumed, root / "policy", model_dir("tiny-qwen2-rm"), *MULTI_RANK, "--ckpt.load_enable")
     return first, resumed
+
+
+def _surest_row(policy: Path, rows: list[dict]) -> dict:
+    """The row whose right answer, "The answer is <label>.", the policy gives with the highest probability."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32)
+    log_probs = []
+    for row in rows:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": row["input"]}], tokenize=False,
+                                               add_generation_prompt=True)
+        prompt_ids = tokenizer(prompt)["input_ids"]
+        target_ids = tokenizer(f"The answer is {row['label']}.", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt_ids + target_ids])).logits[0, len(prompt_ids) - 1 : -1]
+        log_probs.append(logits.log_softmax(-1).gather(-1, torch.tensor(target_ids)[:, None]).sum().item())
+    return rows[max(range(len(rows)), key=log_probs.__getitem__)]
 
 
 def _rm_model_states(run: Path, step: int) -> dict:
