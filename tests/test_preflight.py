@@ -244,6 +244,20 @@ def test_wait_returns_when_every_gpu_joined_and_fails_naming_the_node_and_log(tm
                          list_nodes=lambda address: [node])
     assert str(failed.value).endswith("line 19\n    OSError: [Errno 98] Address already in use: ('127.0.0.1', 17001)")
     assert "Local node IP" not in str(failed.value), "only the end of the log"
+    # A head that started but never answers (its dashboard died on an overloaded node): the timeout quotes the
+    # log's error lines, which sit above the "Ray runtime started" banner, not at the end.
+    head_log = tmp_path / "ray-node0.log"
+    head_log.write_text("Local node IP: 192.0.2.2\n"
+                        "2026-11-26 09:43:55,069\tERROR dashboard.py:326 -- The dashboard on node vm failed with the "
+                        "following error:\nTraceback (most recent call last):\n  File \"head.py\", line 1\n"
+                        "RuntimeError: Module MetricsHead failed to start. Timeout after 30.0 seconds.\n"
+                        "SUCC scripts.py:980 -- Ray runtime started.\n" + "".join(f"banner {i}\n" for i in range(20)))
+    with pytest.raises(ClusterNotReady) as failed:
+        wait_for_cluster("h:6379", 2, 16, [Watched("node0", os.getpid(), str(head_log))], 0, 10, poll_s=0,
+                         list_nodes=lambda address: None)
+    assert str(failed.value).endswith("\n    2026-11-26 09:43:55,069\tERROR dashboard.py:326 -- The dashboard on node vm "
+                                      "failed with the following error:\n    RuntimeError: Module MetricsHead failed to "
+                                      "start. Timeout after 30.0 seconds."), str(failed.value)
     with pytest.raises(ClusterNotReady, match=r"only 1 of 2 nodes \(8 of 16 GPUs\) joined .* /logs/ray-node1.log"):
         wait_for_cluster("h:6379", 2, 16, [head, Watched("node1", os.getpid(), "/logs/ray-node1.log")], 10, 0,
                          poll_s=0, list_nodes=lambda address: [node])

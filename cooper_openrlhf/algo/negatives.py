@@ -24,6 +24,12 @@ the formatting difference (e.g. "text after the final box means correct") instea
 import re
 from dataclasses import dataclass
 
+# The choices of `algo.selection`, here (no torch) so that the launchers' checks can name them without importing torch.
+NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
+# Which assistant rewrites count as negatives (`selection.negative_is_valid`).
+NEGATIVE_VALIDITIES = ("strict", "official")
+ROLLOUT_NEGATIVE_PICKS = ("hardest", "random")
+
 REWRITE_SYSTEM = (
     "You help build training data for a grader of math solutions. Given a correct solution, you "
     "write a convincing but incorrect version of it, the kind of solution a capable student "

@@ -32,15 +32,16 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.algo.negatives import (  # noqa: F401  (the choices are re-exported: selection decides them)
+    NEGATIVE_SOURCES,
+    NEGATIVE_VALIDITIES,
+    ROLLOUT_NEGATIVE_PICKS,
+    normalize_solution,
+)
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, group_rollouts
 
 logger = logging.getLogger(__name__)
 
-NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
-# Which assistant rewrites count as negatives (`negative_is_valid`).
-NEGATIVE_VALIDITIES = ("strict", "official")
-ROLLOUT_NEGATIVE_PICKS = ("hardest", "random")
 NO_ROLLOUT = -1
 # PairBatch.negative_source values.
 FROM_ASSISTANT, FROM_ROLLOUT, FROM_NONE = "assistant", "rollout", ""

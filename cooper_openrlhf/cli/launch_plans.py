@@ -30,9 +30,8 @@ from cooper_openrlhf.cluster.checks import (
     check_writable_dir,
     read_rows,
 )
-from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES
+from cooper_openrlhf.algo.negatives import NEGATIVE_SOURCES
 from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
-from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
 
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
 
@@ -211,11 +210,15 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     check_resumable(out, argv)
     # The job's runtime env comes from the one place that builds it; train_cooper's ray.init adds only what is
     # missing from it (runtime/ray_env.py says why). CPU mode: the CPU runtime in every worker, a small KV cache.
+    # Imported here: it imports torch, which the other stages' checks and each attempt's launch.json do without.
+    from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
+
     launcher_defaults = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
                          **({"VLLM_CPU_KVCACHE_SPACE": "1"} if cpu_mode(env) else {})}
     runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
                                      on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
+
 
 def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
     """Held-out evaluation every EVAL_STEPS rollout steps on EVAL_PROMPTS (`cluster.prompts --heldout`'s split)."""

@@ -12,6 +12,7 @@ instead of waiting for the time-out. Exit status 0 when ready, 3 with a message 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -54,6 +55,8 @@ def _alive(pid: int) -> bool:
             return True
 
 
+# A line of a Ray log that reports a failure ("ERROR dashboard.py:326 -- ...", "RuntimeError: Module ... failed").
+_ERROR_LINE = re.compile(r"\bERROR\b|^\w*Error: |\bfailed\b")
 RAY = os.environ.get("COOPER_RAY", "ray")  # the launcher's `ray` (next to COOPER_PYTHON), else PATH's
 
 
@@ -84,6 +87,18 @@ def _last_lines(path: str, lines: int = 6) -> str:
     return "".join(f"\n    {line}" for line in tail)
 
 
+def _error_lines(path: str, lines: int = 4) -> str:
+    """The log's last error lines, indented, to quote under a timeout: a head that started but never answers has
+    usually lost its dashboard (which `ray list nodes` asks), and its log says why above the final status lines."""
+    try:
+        with open(path, errors="replace") as log:
+            text = log.read()[-200_000:]
+    except OSError:
+        return ""
+    errors = [line.rstrip() for line in text.splitlines() if _ERROR_LINE.search(line)][-lines:]
+    return "".join(f"\n    {line}" for line in errors)
+
+
 def wait_for_cluster(address: str, nodes: int, gpus: float, watched: list[Watched], head_timeout: float,
                      join_timeout: float, poll_s: float = 2.0, list_nodes=list_nodes) -> list[dict]:
     """Block until `nodes` alive nodes with `gpus` GPUs in total; raise `ClusterNotReady` naming node and log."""
@@ -99,7 +114,7 @@ def wait_for_cluster(address: str, nodes: int, gpus: float, watched: list[Watche
         now = time.monotonic()
         if alive is None:
             if now - start > head_timeout:
-                log = f"; its log: {head.log}" if head else ""
+                log = f"; its log: {head.log}{_error_lines(head.log)}" if head else ""
                 raise ClusterNotReady(f"the Ray head at {address} did not answer within {head_timeout:.0f} s{log}")
         else:
             head_up_at = head_up_at or now
