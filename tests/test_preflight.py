@@ -355,3 +355,15 @@ def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
     open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
     with pytest.raises(PreflightError, match="different steps"):
         plan_rl(Env(rl_env))
+    # Step 2's evaluation was the best so far: OpenRLHF saved the policy again as best_global_step2 and pointed its
+    # `latest` there (seen in CI: the requeued attempt was refused). The same step as the RM's global_step2: resumes.
+    open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step2")
+    open(os.path.join(out, "ckpt", "_rm", "global_step2", "mp_rank_00_model_states.pt"), "w").close()
+    best = os.path.join(out, "ckpt", "_actor", "best_global_step2")
+    os.makedirs(best)
+    open(os.path.join(best, "mp_rank_00_model_states.pt"), "w").close()
+    open(os.path.join(out, "ckpt", "_actor", "latest"), "w").write("best_global_step2")
+    plan_rl(Env(rl_env))
+    open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
+    with pytest.raises(PreflightError, match=r"different steps \(_actor: best_global_step2, _rm: global_step1\)"):
+        plan_rl(Env(rl_env))

@@ -262,6 +262,7 @@ def _first_difference(old: list[str], new: list[str]) -> str:
             return f"{key}: {before.get(key, '(absent)')!r} then, {now.get(key, '(absent)')!r} now"
     return "the order of the flags"
 
+
 def check_resumable(out: str, argv: list[str]) -> None:
     """A run folder with checkpoints is resumed (`--ckpt.load_enable`) only by the configuration that wrote them."""
     ckpt = os.path.join(out, "ckpt")
@@ -281,8 +282,10 @@ def check_resumable(out: str, argv: list[str]) -> None:
                              "that run: use a new OUT, or remove the folder to start afresh")
     check_last_checkpoint(ckpt)
 
+
 # What DeepSpeed writes per rank into a checkpoint tag folder (a save cut off by a kill leaves some missing).
 _CHECKPOINT_FILES = ("mp_rank_00_model_states.pt",)
+
 
 def check_last_checkpoint(ckpt: str) -> None:
     """The checkpoint `--ckpt.load_enable` would load (each model's `latest` tag) is whole, and the policy's and the
@@ -302,10 +305,22 @@ def check_last_checkpoint(ckpt: str) -> None:
                                  f"a resumed job would fail to load it. Point {latest} at an earlier whole tag "
                                  "(each model's), or remove the folder to start afresh")
         tags[model] = tag
-    if len(set(tags.values())) > 1:
+    if len({_tag_step(tag) for tag in tags.values()}) > 1:
         raise PreflightError(f"OUT={os.path.dirname(ckpt)}: the models' last checkpoints are of different steps "
                              f"({', '.join(f'{m}: {t}' for m, t in tags.items())}): a save was cut off between them; "
                              "point every model's `latest` at the same whole tag, or remove the folder")
+
+
+# OpenRLHF saves the policy as `best_global_stepN` too, right after `global_stepN`, when step N's evaluation is the
+# best so far; its `latest` then names that tag, a copy of the same step (client state included), while the RM,
+# which keeps no best tag, names `global_stepN`.
+_TAG_STEP = re.compile(r"(?:best_)?global_step(\d+)")
+
+
+def _tag_step(tag: str) -> int | str:
+    """The rollout step a checkpoint tag holds (any other tag stands for itself)."""
+    match = _TAG_STEP.fullmatch(tag)
+    return int(match.group(1)) if match else tag
 
 def validate_train_cooper_argv(argv: list[str]) -> None:
     """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks."""
