@@ -322,6 +322,7 @@ def _tag_step(tag: str) -> int | str:
     match = _TAG_STEP.fullmatch(tag)
     return int(match.group(1)) if match else tag
 
+
 def validate_train_cooper_argv(argv: list[str]) -> None:
     """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks."""
     from cooper_openrlhf.cli.cooper_args import CooperArgsError
