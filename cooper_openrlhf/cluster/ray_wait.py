@@ -76,27 +76,20 @@ def list_nodes(address: str, timeout: float = 30.0) -> list[dict] | None:
     return [node for node in nodes if node.get("state") == "ALIVE"]
 
 
-def _last_lines(path: str, lines: int = 6) -> str:
-    """The end of a node's log, indented, to quote under the error (the reason is usually there: a port in use,
-    a raylet that did not register); empty when the log cannot be read from here (another host)."""
-    try:
-        with open(path, errors="replace") as log:
-            tail = [line.rstrip() for line in log.read()[-20_000:].splitlines() if line.strip()][-lines:]
-    except OSError:
-        return ""
-    return "".join(f"\n    {line}" for line in tail)
+def _quote_log(path: str, lines: int, only: re.Pattern | None = None) -> str:
+    """The last `lines` non-empty lines of a node's log (those matching `only`, if given), indented, to quote under
+    an error; empty when the log cannot be read from here (another host).
 
-
-def _error_lines(path: str, lines: int = 4) -> str:
-    """The log's last error lines, indented, to quote under a timeout: a head that started but never answers has
-    usually lost its dashboard (which `ray list nodes` asks), and its log says why above the final status lines."""
+    A node that exited: its log's end says why (a port in use, a raylet that did not register). A head that started
+    but never answers: it has usually lost its dashboard (which `ray list nodes` asks), and the reason is an error
+    line above the final status lines, so only error lines are quoted."""
     try:
         with open(path, errors="replace") as log:
             text = log.read()[-200_000:]
     except OSError:
         return ""
-    errors = [line.rstrip() for line in text.splitlines() if _ERROR_LINE.search(line)][-lines:]
-    return "".join(f"\n    {line}" for line in errors)
+    kept = [line.rstrip() for line in text.splitlines() if line.strip() and (only is None or only.search(line))]
+    return "".join(f"\n    {line}" for line in kept[-lines:])
 
 
 def wait_for_cluster(address: str, nodes: int, gpus: float, watched: list[Watched], head_timeout: float,
@@ -109,12 +102,12 @@ def wait_for_cluster(address: str, nodes: int, gpus: float, watched: list[Watche
             if not _alive(item.pid):
                 role = "head" if item is head else "worker"
                 raise ClusterNotReady(f"the Ray {role} on {item.name} exited before the cluster was ready; "
-                                      f"see its log: {item.log}{_last_lines(item.log)}")
+                                      f"see its log: {item.log}{_quote_log(item.log, 6)}")
         alive = list_nodes(address)
         now = time.monotonic()
         if alive is None:
             if now - start > head_timeout:
-                log = f"; its log: {head.log}{_error_lines(head.log)}" if head else ""
+                log = f"; its log: {head.log}{_quote_log(head.log, 4, _ERROR_LINE)}" if head else ""
                 raise ClusterNotReady(f"the Ray head at {address} did not answer within {head_timeout:.0f} s{log}")
         else:
             head_up_at = head_up_at or now
