@@ -44,6 +44,14 @@ dry_run() { [[ "${DRY_RUN:-0}" == 1 ]]; }
 
 preflight() { "$COOPER_PYTHON" -m cooper_openrlhf.cli.preflight "$@"; }
 
+# The check before submission. reproduce_paper.sh checks every stage first (DRY_RUN=1) and then submits them with
+# COOPER_CHECKED=1, so that no stage is checked twice on the login node (the RL check parses train_cooper's flags
+# with OpenRLHF's parser: seconds each); the job checks again inside, where the allocation is known.
+check_before_submit() {
+  if [[ "${COOPER_CHECKED:-0}" == 1 ]] && ! dry_run; then return 0; fi
+  preflight "$@"
+}
+
 # Run a command, or print it (shell-quoted) under DRY_RUN=1.
 run() {
   if dry_run; then

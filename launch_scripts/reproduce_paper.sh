@@ -75,7 +75,7 @@ echo "== prompts: $TRAIN_DATA -> $WORKDIR/prompts.jsonl, held-out $WORKDIR/heldo
 # Checks first, for every stage (DRY_RUN=1), so that a bad variable of the last stage fails before the first
 # stage is queued; then the submissions.
 for pass in check submit; do
-  if [[ $pass == submit ]]; then [[ $USER_DRY_RUN == 1 ]] && break; export DRY_RUN=0; else export DRY_RUN=1; fi
+  if [[ $pass == submit ]]; then [[ $USER_DRY_RUN == 1 ]] && break; export DRY_RUN=0 COOPER_CHECKED=1; else export DRY_RUN=1; fi
   rm_job=""
   if [[ -z "${VERIFY_RM:-}" ]]; then
     annotate_job=$(stage annotate "" verifyrm_annotate.sbatch OUT="$WORKDIR/annotate" \

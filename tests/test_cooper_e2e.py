@@ -200,9 +200,10 @@ def test_both_the_policy_and_the_reward_model_weights_change(runs, model_dir):
 
 
 @pytest.fixture(scope="module")
-def source_runs(prompts_and_policy, model_dir) -> dict[str, Path]:
-    """3 steps with rollout negatives and 3 with mixed ones. Two policy optimizer steps per rollout step
-    (train batch 8 of 16 rollouts), so OpenRLHF's max_steps (6) is twice the rollout steps (3) that the RM's
+def mixed_run(prompts_and_policy, model_dir) -> Path:
+    """3 steps with mixed negatives (wrong rollouts first, the assistant's rewrites for the gaps; the rollout-only
+    source is that choice without the gap filling: tests/test_pairs_builder.py). Two policy optimizer steps per
+    rollout step (train batch 8 of 16 rollouts), so OpenRLHF's max_steps (6) is twice the rollout steps (3) that the RM's
     linear schedule must span."""
     root = prompts_and_policy
     from cooper_openrlhf.data.synthetic import make_arithmetic_problems
@@ -217,21 +218,18 @@ def source_runs(prompts_and_policy, model_dir) -> dict[str, Path]:
     (root / "verify.jsonl").write_text("".join(json.dumps(row) + "\n" for row in verifier_rows))
     evaluation = ("--eval.dataset", str(root / "held_out.jsonl"), "--eval.steps", "1", "--eval.n_samples_per_prompt", "2",
                   "--cooper.rm_eval_dataset", str(root / "verify.jsonl"))
-    runs = {}
-    for source in ("rollout", "mixed"):
-        runs[source] = root / source
-        _launch(runs[source], root / "policy", model_dir("tiny-qwen2-rm"), "--cooper.negative_source", source,
-                "--train.batch_size", "8", "--cooper.rm_lr_scheduler", "linear", *(evaluation if source == "mixed" else ()))
-    return runs
+    _launch(root / "mixed", root / "policy", model_dir("tiny-qwen2-rm"), "--cooper.negative_source", "mixed",
+            "--train.batch_size", "8", "--cooper.rm_lr_scheduler", "linear", *evaluation)
+    return root / "mixed"
 
 
-def _all_runs(runs, source_runs) -> dict[str, Path]:
-    return {"assistant": runs[0], **source_runs}
+def _all_runs(runs, mixed_run) -> dict[str, Path]:
+    return {"assistant": runs[0], "mixed": mixed_run}
 
 
-@pytest.mark.parametrize("source", ["assistant", "rollout", "mixed"])
-def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, source_runs, source, model_dir):
-    first = _all_runs(runs, source_runs)[source]
+@pytest.mark.parametrize("source", ["assistant", "mixed"])
+def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, mixed_run, source, model_dir):
+    first = _all_runs(runs, mixed_run)[source]
     scalars = _scalars(first)
     pairs = _jsonl(first / "samples" / "pairs.jsonl")
     trained_steps = 0
@@ -255,9 +253,8 @@ def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, sourc
     assert trained_steps >= (2 if source == "assistant" else 1)  # positives and negatives were found on most steps
 
 
-@pytest.mark.parametrize("source", ["rollout", "mixed"])
-def test_rollout_negatives_are_wrong_rollouts_of_the_same_step_and_prompt(source_runs, source):
-    run = source_runs[source]
+def test_rollout_negatives_are_wrong_rollouts_of_the_same_step_and_prompt(mixed_run):
+    run = mixed_run
     rollouts, pairs = _jsonl(run / "samples" / "rollouts.jsonl"), _jsonl(run / "samples" / "pairs.jsonl")
     scalars = _scalars(run)
     from cooper_openrlhf.algo.negatives import normalize_solution
@@ -268,8 +265,7 @@ def test_rollout_negatives_are_wrong_rollouts_of_the_same_step_and_prompt(source
         same_prompt = [r for r in rollouts if r["step"] == pair["step"] and r["question"] == pair["question"]]
         wrong = [normalize_solution(r["completion"]) for r in same_prompt if not r["verified"]]
         assert pair["negative"] in wrong
-    sources = {p["negative_source"] for p in pairs if p["valid"]}
-    assert sources <= ({"rollout"} if source == "rollout" else {"rollout", "assistant"})
+    assert {p["negative_source"] for p in pairs if p["valid"]} <= {"rollout", "assistant"}
     for step in (1, 2, 3):
         valid = [p for p in pairs if p["step"] == step and p["valid"]]
         if valid:
@@ -277,9 +273,9 @@ def test_rollout_negatives_are_wrong_rollouts_of_the_same_step_and_prompt(source
             assert scalars["train/cooper/pairs_from_rollout"][step] == pytest.approx(share)
 
 
-def test_held_out_accuracy_and_the_rms_verifier_accuracy_are_logged_every_eval_step(prompts_and_policy, source_runs,
+def test_held_out_accuracy_and_the_rms_verifier_accuracy_are_logged_every_eval_step(prompts_and_policy, mixed_run,
                                                                                      model_dir):
-    run = source_runs["mixed"]
+    run = mixed_run
     scalars = _scalars(run)
     assert sorted(scalars["eval/accuracy"]) == [1, 2, 3]
     per_source = [key for key in scalars if key.startswith("eval/") and key.endswith("/accuracy") and key != "eval/accuracy"]
@@ -295,10 +291,10 @@ def test_held_out_accuracy_and_the_rms_verifier_accuracy_are_logged_every_eval_s
         assert scalars["train/cooper/rm_eval_accuracy"][step] == pytest.approx(accuracy / len(rows)), step
 
 
-def test_the_rm_scores_the_held_out_rollouts_and_the_held_out_gap_is_logged(source_runs, model_dir):
+def test_the_rm_scores_the_held_out_rollouts_and_the_held_out_gap_is_logged(mixed_run, model_dir):
     from cooper_openrlhf.algo.hacking_stats import heldout_rm_gap
 
-    run = source_runs["mixed"]
+    run = mixed_run
     scalars, heldout = _scalars(run), _jsonl(run / "samples" / "heldout.jsonl")
     for step in (1, 2, 3):
         rows = [r for r in heldout if r["step"] == step]
@@ -313,8 +309,8 @@ def test_the_rm_scores_the_held_out_rollouts_and_the_held_out_gap_is_logged(sour
             assert scalars[f"eval/{key}"][step] == pytest.approx(value, abs=1e-3), (step, key)
 
 
-def test_the_rm_schedule_spans_the_rollout_steps_not_the_policy_optimizer_steps(source_runs):
-    scalars = _scalars(source_runs["rollout"])
+def test_the_rm_schedule_spans_the_rollout_steps_not_the_policy_optimizer_steps(mixed_run):
+    scalars = _scalars(mixed_run)
     rm_lr = 1e-3  # _launch's --cooper.rm_lr, decayed linearly over 3 rollout steps (max_steps would be 6)
     for step, lr in scalars["train/cooper/rm_lr"].items():
         optimizer_steps = scalars["train/cooper/rm_optimizer_steps"][step]

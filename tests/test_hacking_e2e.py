@@ -1,4 +1,7 @@
-"""The reward-hacking guard in real (tiny) runs: `--cooper.on_hacking stop` and `rule_reward` do what they say.
+"""The reward-hacking guard in a real (tiny) run: `--cooper.on_hacking stop` saves the alarm step's checkpoint and
+ends the run with an error. (`rule_reward`'s switch is the trainer's own code, run with fake actor handles in
+tests/test_cooper_trainer_step.py; the rule verifier's pay through the real experience maker is the lab's rule arm
+in tests/test_lab_e2e.py.)
 
 A hacking-shaped run on purpose: the untrained tiny policy never states a verifiable answer (verified
 accuracy 0) while the frozen tiny RM pays about 0.5 per rollout, so the gap RM reward - verified accuracy
@@ -66,16 +69,3 @@ def test_stop_saves_the_alarm_steps_checkpoint_and_ends_the_run_with_an_error(tm
     assert not (actor_ckpt / "global_step4").exists()
     scalars = _scalars(tmp_path / "stop")
     assert scalars["train/cooper/hacking_alarm"] == {1: 0.0, 2: 0.0, 3: 1.0}
-
-
-def test_rule_reward_pays_the_policy_by_the_verifier_after_the_alarm(tmp_path, model_dir):
-    result = _run(tmp_path / "rule", model_dir, "rule_reward")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    scalars = _scalars(tmp_path / "rule")
-    assert scalars["train/cooper/reward_from_rule"] == {1: 0.0, 2: 0.0, 3: 1.0, 4: 1.0}
-    rollouts = [json.loads(line) for line in (tmp_path / "rule" / "samples" / "rollouts.jsonl").read_text().splitlines()]
-    for row in rollouts:
-        if row["step"] == 4:  # after the alarm of step 3: the verifier's 0/1
-            assert row["reward"] == float(row["verified"])
-        else:  # the frozen RM's sigmoid: strictly between 0 and 1
-            assert 0.0 < row["reward"] < 1.0

@@ -62,11 +62,6 @@ class Kit:
             assert result.returncode == 0, f"{argv}: {result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         return result
 
-    def launch(self, script: str, env: dict, *args, timeout=300) -> str:
-        """`bash launch_scripts/SCRIPT` (check, then sbatch itself): the job id."""
-        env = {"SBATCH_ARGS": f"--output={self.tmp}/slurm-%x-%A_%a.log " + env.pop("SBATCH_ARGS", ""), **env}
-        return self.sh(["bash", str(LAUNCH / script), *args], env, timeout=timeout).stdout.strip().splitlines()[-1]
-
     def sbatch(self, options: list[str], script: str, env: dict, *args: str, cwd=REPO) -> str:
         """Plain `sbatch OPTIONS launch_scripts/SCRIPT ARGS`, as a user types it (the environment is exported)."""
         return self.sh(["sbatch", "--parsable", f"--output={self.tmp}/slurm-%x-%A_%a.log", *options,
@@ -198,53 +193,10 @@ def launch_record(out: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ RL
-def test_an_rl_arm_by_plain_sbatch_runs_on_both_nodes_requeues_itself_on_usr1_resumes_and_completes(kit, tmp_path):
-    """Plain `sbatch` of an RL arm across both nodes. After its first checkpoint the job gets USR1, what Slurm sends
-    SIGNAL_MARGIN before the time limit (--signal=B:USR1@600): it requeues itself (scontrol requeue), keeps its id,
-    and the next attempt loads the last checkpoint, so its steps continue rather than start again at 1."""
-    out = tmp_path / "rl-cooper"
-    env = kit.rl_env(out, NODES="2", NUM_EPISODES="2")  # 4 steps
-    job = kit.sbatch(["--nodes=2", "--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"],
-                     "cooper_slurm.sbatch", env)
-    try:
-        # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
-        wait_for(lambda: (out / "ckpt" / "_actor" / "latest").is_file(), 2 * JOB_TIMEOUT_S, "a first checkpoint", kit,
-                 job)
-    except BaseException:
-        kit.sh(["scancel", job], check=False)
-        raise
-    kit.sh(["scancel", "--batch", "--signal=USR1", job])
-    states = kit.wait(job, timeout=2 * JOB_TIMEOUT_S)
-    assert states.get(job) == "COMPLETED", f"{states}\n{kit.logs()}"
-
-    attempts = launch_record(out)["attempts"]
-    assert [a["restart_count"] for a in attempts] == [0, 1] and {a["job_id"] for a in attempts} == {job}
-    assert attempts[0]["exit"] != 0 and attempts[1]["exit"] == 0
-    *_, second = attempts_steps(out / "logs" / "job.log")  # the first may be cut off before it logs its step
-    assert second and second[0] > 1, f"the requeued attempt restarted at step 1: {second}"
-    assert second[-1] == 4
-    assert "requeueing job" in kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
-    # Both nodes ran a Ray node of one cluster; the job used them.
-    assert (out / "logs" / "ray-n1.log").is_file() and (out / "logs" / "ray-n2.log").is_file()
-    last = attempts[-1]
-    assert last["nodes"] == "n[1-2]" and "--ckpt.load_enable" in last["command"]
-    assert last["env"]["ARM"] == "cooper" and last["env"]["GPUS_PER_NODE"] == "0"
-    info = json.loads((out / "run_info.json").read_text())
-    assert (info["arm"], info["status"]) == ("cooper", "done")
-    assert (out / "final" / "rm" / "config.json").is_file(), "the co-trained RM export"
-    values = scalars(out)
-    assert "eval/accuracy" in values, sorted(values)
-    assert [step for step, _ in values["eval/accuracy"]], "a held-out evaluation was logged"
-    # The arm is named as in a lab run.
-    report = kit.sh([sys.executable, "-m", "cooper_openrlhf.cli.report", str(out), "--out", str(tmp_path / "report")])
-    assert "cooper" in json.dumps(json.loads((tmp_path / "report" / "summary.json").read_text()))
-    assert report.returncode == 0
-    assert job_processes(job) == [] and cluster_processes(ray_port(kit, job)) == [], "a process of the job outlived it"
-
-
-def test_scancel_of_a_running_arm_leaves_no_ray_process_and_no_step(kit, tmp_path):
+def test_scancel_of_a_running_arm_by_plain_sbatch_leaves_no_ray_process_and_no_step(kit, tmp_path):
     out = tmp_path / "rl-static"
-    job = kit.launch("cooper_slurm.sbatch", kit.rl_env(out, arm="static"))
+    job = kit.sbatch(["--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"], "cooper_slurm.sbatch",
+                     kit.rl_env(out, arm="static"))
     log = out / "logs" / "job.log"
     wait_for(lambda: log.is_file() and "Running entrypoint" in log.read_text(errors="replace"), JOB_TIMEOUT_S,
              "the job's driver start", kit, job)
@@ -368,9 +320,14 @@ def _job_times(kit: Kit, job: str) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-@pytest.mark.slurm_long
-def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_every_job_completed_in_order(kit, tmp_path):
-    """annotate (array) -> VerifyRM training -> two arms -> evaluation (array) and report, chained by afterok."""
+def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_two_node_arm(kit, tmp_path):
+    """annotate (array) -> VerifyRM training -> the cooper arm on both nodes -> evaluation (array) and report,
+    chained by afterok (one arm: two arms' 2-node Ray clusters starting at once overload 2 cores; the fake-sbatch
+    test in test_launch_scripts.py checks that evaluation and report wait for every arm). After its first
+    checkpoint the arm gets USR1, what Slurm sends SIGNAL_MARGIN before the time
+    limit (--signal=B:USR1@600): it requeues itself (scontrol requeue) and keeps its id; the next attempt loads the
+    last checkpoint, so its steps continue rather than start again at 1; evaluation and report wait for that final
+    completion."""
     policy, rm = kit.models["tiny-qwen2-policy"], kit.models["tiny-qwen2-rm"]
     raw = tmp_path / "train.jsonl"
     raw.write_text("".join(json.dumps({"question": f"What is {i} + {i + 1}?", "answer": f"#### {2 * i + 1}"}) + "\n"
@@ -384,22 +341,55 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_every_job_complete
            "RM_BASE": rm, "INIT_HEAD": "0", "GENERATORS": f"{policy},{kit.judge}", "JUDGE": kit.judge, "ANNOTATE_PROMPTS": str(questions),
            "SHARDS": "2", "SAMPLES_PER_QUESTION": "2", "GEN_MAX_NEW_TOKENS": "24", "ANNOTATE_VERIFIER_WORKERS": "1",
            "RM_TRAIN_BATCH_SIZE": "4", "RM_MICRO_BATCH_SIZE": "2", "EPOCHS": "1", "MAX_LENGTH": "64",
-           "ARMS": "cooper rule", "RL_NODES": "1", "EVAL_STEPS": "1", **TINY_RL,
+           "ARMS": "cooper", "RL_NODES": "2", "EVAL_STEPS": "1", **TINY_RL, "NUM_EPISODES": "2",  # 4 steps
            "SBATCH_ARGS": f"--output={tmp_path}/slurm-%x-%A_%a.log"}
     result = kit.sh(["bash", str(LAUNCH / "reproduce_paper.sh")], env, timeout=600)
     jobs = re.findall(r"^(\d+)$", result.stderr, flags=re.MULTILINE)
-    assert len(jobs) == 6, result.stderr  # annotate, train, 2 arms, evaluate, report
-    annotate, train, cooper, rule, evaluate, report = jobs
-    states = kit.wait(*jobs, timeout=3 * JOB_TIMEOUT_S)
-    # annotate: 2 shards; train; 2 arms; evaluate: the base policy and both arms; report
-    assert set(states.values()) == {"COMPLETED"} and len(states) == 2 + 1 + 2 + 3 + 1, f"{states}\n{kit.logs()}"
+    assert len(jobs) == 5, result.stderr  # annotate, train, the arm, evaluate, report
+    annotate, train, cooper, evaluate, report = jobs
+    out = work / "rl-cooper"
+    try:
+        # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
+        def first_checkpoint() -> bool:
+            failed = {task: state for stage in (annotate, train) for task, state in kit.states(stage).items()
+                      if state not in ("PENDING", "RUNNING", "COMPLETING", "COMPLETED")}
+            assert not failed, f"{failed}\n{kit.logs()}"
+            return (out / "ckpt" / "_actor" / "latest").is_file()
 
+        wait_for(first_checkpoint, 3 * JOB_TIMEOUT_S, "the cooper arm's first checkpoint", kit, cooper)
+        kit.sh(["scancel", "--batch", "--signal=USR1", cooper])
+        states = kit.wait(*jobs, timeout=3 * JOB_TIMEOUT_S)
+    except BaseException:
+        kit.sh(["scancel", *jobs], check=False)
+        raise
+    # annotate: 2 shards; train; the arm; evaluate: the base policy and the arm; report
+    assert set(states.values()) == {"COMPLETED"} and len(states) == 2 + 1 + 1 + 2 + 1, f"{states}\n{kit.logs()}"
     times = {job: _job_times(kit, job) for job in jobs}
     start = {job: min(row[2] for row in rows) for job, rows in times.items()}
     end = {job: max(row[3] for row in rows) for job, rows in times.items()}
-    assert end[annotate] <= start[train] and end[train] <= min(start[cooper], start[rule])
-    assert max(end[cooper], end[rule]) <= min(start[evaluate], start[report])
-    summary = json.loads((work / "report" / "summary.json").read_text())
-    assert "cooper" in json.dumps(summary) and "rule" in json.dumps(summary)
+    assert end[annotate] <= start[train] <= end[train] <= start[cooper]
+    assert end[cooper] <= min(start[evaluate], start[report])  # the final attempt's end
+
+    # The requeued arm: two attempts of one job, the second resumed from the checkpoint, on both nodes.
+    attempts = launch_record(out)["attempts"]
+    assert [a["restart_count"] for a in attempts] == [0, 1] and {a["job_id"] for a in attempts} == {cooper}
+    assert attempts[0]["exit"] != 0 and attempts[1]["exit"] == 0
+    *_, second = attempts_steps(out / "logs" / "job.log")  # the first may be cut off before it logs its step
+    assert second and second[0] > 1, f"the requeued attempt restarted at step 1: {second}"
+    assert second[-1] == 4
+    assert "requeueing job" in kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
+    assert (out / "logs" / "ray-n1.log").is_file() and (out / "logs" / "ray-n2.log").is_file()
+    last = attempts[-1]
+    assert last["nodes"] == "n[1-2]" and "--ckpt.load_enable" in last["command"]
+    assert last["env"]["ARM"] == "cooper" and last["env"]["GPUS_PER_NODE"] == "0"
+    info = json.loads((out / "run_info.json").read_text())
+    assert (info["arm"], info["status"]) == ("cooper", "done")
+    assert (out / "final" / "rm" / "config.json").is_file(), "the co-trained RM export"
+    held_out = scalars(out).get("eval/accuracy")
+    assert held_out, "a held-out evaluation was logged"
+
+    # The report names the arm as a lab run does; the base policy and the arm's final policy were evaluated.
+    assert "cooper" in json.dumps(json.loads((work / "report" / "summary.json").read_text()))
     assert (work / "report" / "report.md").is_file()
-    assert len(list((work / "eval").glob("*/results.json"))) == 3  # the base policy and both arms
+    assert len(list((work / "eval").glob("*/results.json"))) == 2
+    assert job_processes(cooper) == [] and cluster_processes(ray_port(kit, cooper)) == [], "a process of the job outlived it"
