@@ -9,9 +9,13 @@ export HF_HUB_OFFLINE := 1
 install:
 	bash scripts/install.sh
 
-# The test suite: every layer, on the real OpenRLHF/DeepSpeed/vLLM/Ray code paths, on CPU.
+# The test suite: every layer, on the real OpenRLHF/DeepSpeed/vLLM/Ray code paths, on CPU. The fast tests on two
+# processes; then the ones that start Ray, DeepSpeed, vLLM or Slurm jobs one at a time (two Ray clusters starting
+# at once on 2 cores miss Ray's fixed start-up windows). Both parts always run; either failing fails the target.
 test: install
-	$(PY) -m pytest
+	@$(PY) -m pytest -m "not slow and not slurm" -n 2 --dist loadfile; fast=$$?; \
+	 $(PY) -m pytest -m "slow or slurm"; slow=$$?; \
+	 [ $$fast -eq 0 ] && [ $$slow -eq 0 ]
 
 # The main job: the reward-hacking lab's quick preset (rule / static RM / Cooper, one seed) and its report.
 demo: install

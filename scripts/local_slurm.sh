@@ -66,8 +66,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 # cred_expire: a step credential's lifetime, and how long a requeued job waits before it may start again
-# (slurm.conf(5); 120 s by default). 60 s keeps the requeue test from idling two minutes.
-AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=60
+# (slurm.conf(5); 120 s by default). 30 s: the chain test's requeued arm idles half a minute, not two; still far
+# longer than a step takes to start on a loaded host.
+AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=30
 CryptoType=crypto/munge
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
