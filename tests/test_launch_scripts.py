@@ -369,8 +369,17 @@ def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(
     bad = shell.run("reproduce_paper.sh", {**env, "JUDGE": str(tmp_path / "nope")}, timeout=300)
     assert bad.returncode != 0 and "JUDGE=" in bad.stderr and not shell.calls("sbatch")
 
-    result = shell.run("reproduce_paper.sh", env, timeout=300)
+    # Every stage's check runs once, before anything is queued: the submissions that follow skip it (the job
+    # checks again inside). Counted through COOPER_PYTHON, which every check runs with.
+    checks = tmp_path / "checks.log"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\necho "$*" >> {checks}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    result = shell.run("reproduce_paper.sh", {**env, "COOPER_PYTHON": str(python)}, timeout=300)
     assert result.returncode == 0, result.stderr
+    stages = [line.split()[2] for line in checks.read_text().splitlines()
+              if line.startswith("-m cooper_openrlhf.cli.preflight") and "--count" not in line]
+    assert sorted(stages) == ["annotate", "evaluate", "report", "rl", "rl", "verifyrm-train"], stages
     jobs = shell.calls("sbatch")
     scripts = [Path(call[-1]).name for call in jobs]
     assert scripts == ["verifyrm_annotate.sbatch", "verifyrm_train.sbatch", "cooper_slurm.sbatch",
