@@ -43,6 +43,16 @@ def model_dir():
 
 
 @pytest.fixture(scope="session")
+def answering_policy(tmp_path_factory, model_dir) -> tuple[Path, list[dict]]:
+    """(folder, prompt rows): the tiny policy fine-tuned to answer its prompts (test_cooper_e2e.py says why), made
+    once for the end-to-end modules that launch it; they only read it."""
+    from test_cooper_e2e import _answering_policy
+
+    folder = tmp_path_factory.mktemp("answering_policy") / "policy"
+    return folder, _answering_policy(folder, model_dir)
+
+
+@pytest.fixture(scope="session")
 def ray_session():
     """One local Ray cluster for the whole session (start-up is seconds)."""
     import ray

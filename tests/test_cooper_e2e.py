@@ -101,9 +101,10 @@ def _launch(work: Path, policy: Path, rm: str, *extra: str) -> subprocess.Comple
 
 
 @pytest.fixture(scope="module")
-def prompts_and_policy(tmp_path_factory, model_dir) -> Path:
+def prompts_and_policy(tmp_path_factory, answering_policy) -> Path:
     root = tmp_path_factory.mktemp("cooper_e2e")
-    rows = _answering_policy(root / "policy", model_dir)
+    policy, rows = answering_policy
+    (root / "policy").symlink_to(policy)
     (root / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return root
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_cooper_e2e import _answering_policy, _jsonl, _launch, _logits, _rm, _scalars
+from test_cooper_e2e import _jsonl, _launch, _logits, _rm, _scalars
 
 pytestmark = pytest.mark.slow
 
@@ -26,9 +26,10 @@ MULTI_RANK = ("--reward.num_gpus_per_node", "2", "--vllm.num_engines", "2", "--r
 
 
 @pytest.fixture(scope="module")
-def multirank_runs(tmp_path_factory, model_dir):
+def multirank_runs(tmp_path_factory, model_dir, answering_policy):
     root = tmp_path_factory.mktemp("cooper_multirank")
-    rows = _answering_policy(root / "policy", model_dir)
+    policy, rows = answering_policy
+    (root / "policy").symlink_to(policy)
     # One prompt the policy answers; two whose references it never writes (no positive, so no pair). The answered
     # one is the prompt the policy is surest of: a prompt it answers on a third of its samples went 12 samples
     # without a right answer once in CI, and then no step had a pair to test.
