@@ -204,8 +204,8 @@ def test_both_the_policy_and_the_reward_model_weights_change(runs, model_dir):
 def mixed_run(prompts_and_policy, model_dir) -> Path:
     """3 steps with mixed negatives (wrong rollouts first, the assistant's rewrites for the gaps; the rollout-only
     source is that choice without the gap filling: tests/test_pairs_builder.py). Two policy optimizer steps per
-    rollout step (train batch 8 of 16 rollouts), so OpenRLHF's max_steps (6) is twice the rollout steps (3) that the RM's
-    linear schedule must span."""
+    rollout step (train batch 8 of 16 rollouts), so OpenRLHF's max_steps (6) is twice the rollout steps (3) that
+    the RM's linear schedule must span."""
     root = prompts_and_policy
     from cooper_openrlhf.data.synthetic import make_arithmetic_problems
 
@@ -255,7 +255,7 @@ def test_the_rm_loss_is_the_masked_mean_over_exactly_the_valid_pairs(runs, mixed
 
 
 def test_rollout_negatives_are_wrong_rollouts_of_the_same_step_and_prompt(mixed_run):
-    run = mixed_run
+    run = mixed_run  # wrong rollouts first, the assistant's rewrites only for the prompts without one
     rollouts, pairs = _jsonl(run / "samples" / "rollouts.jsonl"), _jsonl(run / "samples" / "pairs.jsonl")
     scalars = _scalars(run)
     from cooper_openrlhf.algo.negatives import normalize_solution

@@ -323,10 +323,11 @@ def _job_times(kit: Kit, job: str) -> list[tuple[str, str, str, str]]:
 def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_two_node_arm(kit, tmp_path):
     """annotate (array) -> VerifyRM training -> the cooper arm on both nodes -> evaluation (array) and report,
     chained by afterok (one arm: two arms' 2-node Ray clusters starting at once overload 2 cores; the fake-sbatch
-    test in test_launch_scripts.py checks that evaluation and report wait for every arm). After its first
-    checkpoint the arm gets USR1, what Slurm sends SIGNAL_MARGIN before the time
-    limit (--signal=B:USR1@600): it requeues itself (scontrol requeue) and keeps its id; the next attempt loads the
-    last checkpoint, so its steps continue rather than start again at 1; evaluation and report wait for that final
+    test in test_launch_scripts.py checks that evaluation and report wait for every arm).
+
+    After its first checkpoint the arm gets USR1, what Slurm sends SIGNAL_MARGIN before the time limit
+    (--signal=B:USR1@600): it requeues itself (scontrol requeue) and keeps its id; the next attempt loads the last
+    checkpoint, so its steps continue rather than start again at 1; evaluation and report wait for that final
     completion."""
     policy, rm = kit.models["tiny-qwen2-policy"], kit.models["tiny-qwen2-rm"]
     raw = tmp_path / "train.jsonl"
@@ -349,12 +350,11 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
     annotate, train, cooper, evaluate, report = jobs
     out = work / "rl-cooper"
     try:
-        # `latest` is written once the step's checkpoint is whole (DeepSpeed writes it last).
-        def first_checkpoint() -> bool:
+        def first_checkpoint() -> bool:  # failing at once if a stage before the arm failed (the arm would never run)
             failed = {task: state for stage in (annotate, train) for task, state in kit.states(stage).items()
                       if state not in ("PENDING", "RUNNING", "COMPLETING", "COMPLETED")}
             assert not failed, f"{failed}\n{kit.logs()}"
-            return (out / "ckpt" / "_actor" / "latest").is_file()
+            return (out / "ckpt" / "_actor" / "latest").is_file()  # written once the checkpoint is whole
 
         wait_for(first_checkpoint, 3 * JOB_TIMEOUT_S, "the cooper arm's first checkpoint", kit, cooper)
         kit.sh(["scancel", "--batch", "--signal=USR1", cooper])
