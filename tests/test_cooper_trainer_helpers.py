@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from cooper_openrlhf.algo.pairs import PairBatch
-from cooper_openrlhf.algo.pairs import even_slices
+from cooper_openrlhf.algo.pairs import PairBatch, distinct, even_slices
 from cooper_openrlhf.ray.step_records import StepTimeline, merge_rm_metrics, prompt_question_map, raw_question
 
 
@@ -70,6 +69,14 @@ def test_even_slices_cover_the_batch_with_sizes_differing_by_at_most_one():
     pairs = PairBatch(list("abcde"), list("abcde"), list("abcde"), list("abcde"), [True] * 5, list(range(5)),
                       ["assistant"] * 5)
     assert [part.questions for part in pairs.split(3)] == [["a", "b"], ["c", "d"], ["e"]]
+
+
+def test_distinct_keeps_first_seen_order_and_maps_every_item_back():
+    items = [("q", "1"), ("q", "2"), ("q", "1"), ("p", "1"), ("q", "2")]
+    unique, inverse = distinct(items)
+    assert unique == [("q", "1"), ("q", "2"), ("p", "1")] and inverse == [0, 1, 0, 2, 1]
+    assert [unique[i] for i in inverse] == items
+    assert distinct([]) == ([], [])
 
 
 def test_step_timeline_records_stage_spans_and_timing_keys_even_when_a_stage_raises():

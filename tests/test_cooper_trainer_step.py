@@ -414,6 +414,27 @@ def test_the_next_step_is_scored_by_the_updated_rm(make_trainer):
     assert all(float(d) == pytest.approx(0.5, abs=1e-4) for d in shift)
 
 
+def test_each_distinct_rollout_is_scored_once_over_the_rm_ranks_and_every_copy_gets_its_logit(make_trainer):
+    from cooper_openrlhf.ray.step_records import RolloutTexts
+
+    trainer, events, _ = make_trainer(COOPER)
+    ranks = [FakeRM(), FakeRM()]
+    trainer.rm_group = FakeGroup([FakeActor(rm, f"rm{i}", events) for i, rm in enumerate(ranks)])
+    scored = []
+    for rm in ranks:
+        score = rm.score
+        rm.score = lambda q, r, c, score=score: scored.append(list(zip(q, r, c))) or score(q, r, c)
+    # Prompt 0's group writes the same right answer three times; prompt 1's two wrong answers twice each.
+    texts = RolloutTexts(["a"] * 3 + ["b"] * 4, ["2"] * 3 + ["4"] * 4,
+                         ["\\boxed{2}"] * 3 + ["\\boxed{5}", "\\boxed{6}", "\\boxed{5}", "\\boxed{6}"])
+    logits = trainer.rm_logits(texts)
+    assert logits.tolist() == [2.0, 2.0, 2.0, -1.0, -1.0, -1.0, -1.0]
+    assert [len(part) for part in scored] == [2, 1]  # three distinct triples, split over the two ranks
+    assert sorted(t for part in scored for t in part) == sorted(set(zip(texts.questions, texts.references,
+                                                                        texts.completions)))
+    assert trainer.rm_logits(RolloutTexts(["a"], ["2"], ["\\boxed{2}"])).tolist() == [2.0]  # one rank idle
+
+
 def test_a_failing_stage_fails_the_step(make_trainer):
     trainer, _, rm = make_trainer(COOPER)
 

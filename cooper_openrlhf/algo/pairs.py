@@ -7,7 +7,7 @@ every tensor lines up with the prompt order and the loss (`algo.losses.pairwise_
 masks it out.
 """
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -82,3 +82,12 @@ def even_slices(total: int, parts: int) -> list[slice]:
     for part in range(parts):
         bounds.append(bounds[-1] + base + (part < extra))
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+def distinct(items: Sequence[Hashable]) -> tuple[list, list[int]]:
+    """(the distinct items in first-seen order, each item's index among them): `[unique[i] for i in inverse]` is
+    `items`. The RM scores each distinct (question, reference, completion) once: a group of n rollouts often holds
+    the same text several times (a confident policy, short answers), and an eval-mode RM pays copies alike."""
+    position: dict = {}
+    inverse = [position.setdefault(item, len(position)) for item in items]
+    return list(position), inverse

@@ -57,7 +57,7 @@ from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, a
 from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
 from cooper_openrlhf.algo.metric_keys import ALARM
 from cooper_openrlhf.algo.negatives import normalize_solution
-from cooper_openrlhf.algo.pairs import PairBatch, even_slices
+from cooper_openrlhf.algo.pairs import PairBatch, distinct, even_slices
 from cooper_openrlhf.algo.rewards import gate_answerless, get_reward_form, rule_reward
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
@@ -309,12 +309,16 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         return gate_answerless(rewards, answerless) if self.cooper.require_answer else rewards
 
     def rm_logits(self, texts: RolloutTexts) -> torch.Tensor:
-        """(B,) RM logits of the normalised completions, the batch split evenly over the RM ranks."""
+        """(B,) RM logits of the normalised completions: each distinct triple scored once, the distinct ones split
+        evenly over the RM ranks."""
         completions = [normalize_solution(text) for text in texts.completions]
+        triples, inverse = distinct(list(zip(texts.questions, texts.references, completions)))
         actors = rm_actors(self.rm_group)
-        refs = [actor.score.remote(texts.questions[part], texts.references[part], completions[part])
-                for actor, part in zip(actors, even_slices(len(completions), len(actors)))]
-        logits = torch.tensor([logit for chunk in ray.get(refs) for logit in chunk], dtype=torch.float32)
+        parts = [part for part in even_slices(len(triples), len(actors)) if part.stop > part.start]
+        refs = [actor.score.remote(*(list(column) for column in zip(*triples[part])))
+                for actor, part in zip(actors, parts)]
+        scored = [logit for chunk in ray.get(refs) for logit in chunk]
+        logits = torch.tensor([scored[i] for i in inverse], dtype=torch.float32)
         if self.args.train.colocate_all:
             # As stock OpenRLHF after its reward forwards: the RM's cached blocks go back to the shared GPUs
             # before the policy's forward and update need them.
