@@ -260,6 +260,50 @@ def test_a_lab_stopped_by_sigterm_stops_its_run_in_progress_with_every_process_i
     assert _all_gone(started)
 
 
+# A stand-in for train_cooper that records when it ran: "<arm> <start> <end>" into its own file.
+TIMED_RUN = ("import pathlib, sys, time\n"
+             "start = time.time(); time.sleep(float(sys.argv[3]))\n"
+             "pathlib.Path(sys.argv[1]).write_text(f'{sys.argv[2]} {start} {time.time()}')\n")
+
+
+def test_runs_side_by_side_start_longest_first_overlap_and_report_in_plan_order(tmp_path, monkeypatch):
+    files = _files(tmp_path)
+    # The co-trained RM's run takes longest; beside it the frozen RM's, then the rule arm's in the freed slot.
+    seconds = {"cooper": 4.0, "static": 1.5, "rule": 1.5}
+    monkeypatch.setattr(lab_runner, "train_cooper_argv", lambda preset, files, arm, seed: [
+        sys.executable, "-c", TIMED_RUN, str(tmp_path / f"{arm}.times"), arm, str(seconds[arm])])
+    plan = [("rule", 0), ("static", 0), ("cooper", 0)]
+    finished = []
+    infos = lab_runner.run_arms(PRESETS["quick"], files, plan, parallel=2, on_done=finished.append)
+    assert [(i["arm"], i["status"]) for i in infos] == [("rule", "done"), ("static", "done"), ("cooper", "done")]
+    assert sorted(i["arm"] for i in finished) == ["cooper", "rule", "static"]
+    span = {arm: tuple(map(float, (tmp_path / f"{arm}.times").read_text().split()[1:])) for arm in seconds}
+    assert span["cooper"][0] < span["static"][1] and span["static"][0] < span["cooper"][1]  # side by side
+    assert span["rule"][0] >= span["static"][1] - 0.5  # the rule run waited for a free slot: it was last in line
+    assert span["rule"][0] < span["cooper"][1]  # ... and filled it while the long run went on
+    assert lab_runner.expected_cost("cooper") > lab_runner.expected_cost("static") > lab_runner.expected_cost("rule")
+
+
+def test_a_lab_stopped_by_sigterm_stops_every_run_side_by_side_and_leaves_them_to_be_redone(tmp_path):
+    lab = ("import sys; from pathlib import Path\n"
+           "from cooper_openrlhf.lab import runner\n"
+           "from cooper_openrlhf.lab.presets import PRESETS\n"
+           "root = Path(sys.argv[2])\n"
+           "runner.train_cooper_argv = lambda preset, files, arm, seed: [sys.executable, '-c', sys.argv[1],\n"
+           "                                                             str(root / f'{arm}.pids')]\n"
+           "runner.stop_runs_on_sigterm()\n"
+           "files = runner.LabFiles(root=root, policy=root / 'policy', rm=root / 'rm')\n"
+           "runner.run_arms(PRESETS['quick'], files, [('rule', 0), ('static', 0), ('cooper', 0)], parallel=2)\n")
+    process = subprocess.Popen([sys.executable, "-c", lab, PROCESS_TREE, str(tmp_path)])
+    started = _await_pids(tmp_path / "cooper.pids") + _await_pids(tmp_path / "static.pids")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert _all_gone(started)
+    assert not (tmp_path / "rule.pids").exists()  # never started once the lab was stopping
+    files = _files(tmp_path)
+    assert [read_info(files.run_dir(arm, 0)).get("status") for arm in ("static", "cooper")] == ["running", "running"]
+
+
 def _scripted_run(marker: Path, first_output: str) -> list[str]:
     """A command standing in for train_cooper: prints `first_output` and fails on its first start, then succeeds."""
     code = (f"import pathlib, sys; m = pathlib.Path({str(marker)!r})\n"
@@ -292,10 +336,12 @@ def test_presets_are_sized_in_the_documented_order():
     # probe of the offline continuation (whose RM no arm of the demo starts from), fewer evaluations on fewer rows.
     full, quick = asdict(PRESETS["full"]), asdict(PRESETS["quick"])
     size = {"name", "arms", "seeds", "rm_pair_candidates", "offline_continuation", "budget_minutes", "eval_every",
-            "rm_eval_rows"}
+            "rm_eval_rows", "parallel_runs", "rm_epochs"}
     assert {k: v for k, v in quick.items() if k not in size} == {k: v for k, v in full.items() if k not in size}
     assert quick["rm_pair_candidates"] < full["rm_pair_candidates"] and quick["budget_minutes"] <= 15
     assert quick["eval_every"] > full["eval_every"] and full["rm_eval_rows"] is None and quick["rm_eval_rows"] > 0
+    assert (quick["parallel_runs"], full["parallel_runs"]) == (2, 1)  # the full preset's timings are one at a time
+    assert quick["rm_epochs"] == full["rm_epochs"] - 1
     assert PRESETS["tiny"].arms == ("static", "rule") and PRESETS["tiny"].steps == 2
     assert lab_presets.PRESETS["smollm2"].policy == "smollm2-135m-instruct"
 

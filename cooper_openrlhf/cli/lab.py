@@ -74,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--publish", type=Path, default=None, metavar="DEST",
                         help="also copy the report and lab.json into DEST to commit (docs/results/<name>): every figure "
                              "as a small PNG, paths under the current folder relative to it")
+    parser.add_argument("--parallel-runs", type=int, default=None,
+                        help="runs side by side (default: the preset's; the quick preset runs 2 on a CPU machine, "
+                             "where one run keeps about one core busy)")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
     parser.add_argument("--require-verifier", action="store_true",
                         help="stop before the pair stage and the arms when the BCE-trained starting RM is no verifier "
@@ -87,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.arm_list = parse_arms(args.arms, preset)
     except ValueError as exc:
         parser.error(str(exc))
-    for name in ("seeds", "steps", "rm_pair_candidates"):
+    for name in ("seeds", "steps", "rm_pair_candidates", "parallel_runs"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -123,6 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                             rm_pair_candidates=args.rm_pair_candidates,
                                             require_answer=args.require_answer,
                                             rm_answerless_data=args.rm_answerless_data,
+                                            parallel_runs=args.parallel_runs,
                                             # A given RM is used as it is: no stage of the recipe applies to it.
                                             rm_pair_steps=0 if args.rm else args.rm_pair_steps)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
@@ -174,7 +178,7 @@ def paper_reading(runs) -> list[str]:
 
 # What may change between invocations on one lab folder: which runs there are. Anything else (the task, the
 # models, the step budget, learning rates...) would mix runs of two configurations in one report.
-RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes")
+RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes", "parallel_runs")  # not what a run computes
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
@@ -232,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf import __version__
     from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
-    from cooper_openrlhf.lab.runner import read_info, run_arm, stop_runs_on_sigterm, with_earlier_runs
+    from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
     stop_runs_on_sigterm()
@@ -249,9 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join([f"lab {preset.name}: prepared {out}", *starting_rm_lines(setup)]))
         return 0
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
-    results = []
-    for arm, seed in tqdm(plan, desc=f"lab {preset.name}", unit="run"):
-        results.append(run_arm(preset, files, arm, seed, timeout_s=args.run_timeout))
+    with tqdm(total=len(plan), desc=f"lab {preset.name}", unit="run") as progress:
+        results = run_arms(preset, files, plan, timeout_s=args.run_timeout, parallel=preset.parallel_runs,
+                           on_done=lambda info: progress.update())
     # The report and lab.json hold every finished run of the folder, earlier invocations' too, so a lab grown by
     # more seeds or arms is reported whole (check_same_setup keeps a folder to one configuration).
     reported = with_earlier_runs(files, plan, ARMS)

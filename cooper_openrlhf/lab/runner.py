@@ -4,7 +4,9 @@ A run's folder is `<lab>/runs/<arm>_seed<k>/`: run.log (the whole output), tenso
 report reads), ckpt/. Its run_info.json says who it is and how it ended ({"arm", "seed", "status": "running" |
 "done" | "failed", "exit", "log", "seconds"}). A lab that is run again skips "done" runs and starts every other
 one afresh, so an interrupted lab resumes without redoing finished work, and a failed run is retried. A run that
-lost a race for its master port (PORT_RACE below) is started once more at once.
+lost a race for its master port (PORT_RACE below) is started once more at once. `run_arms` runs a plan of them, up
+to `parallel` at a time: on a CPU machine a run keeps about one core busy (one thread per process, its stages mostly
+in turn), so two at once on two cores take about the time of the longer one.
 
 A run is its own process group, stopped whole (Ray, vLLM and DeepSpeed processes too) when it times out or
 the lab stops -- on an exception, Ctrl-C, or SIGTERM once `stop_runs_on_sigterm` is installed -- so a resumed
@@ -18,11 +20,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from cooper_openrlhf.lab.presets import LabPreset, arm_flags
+from cooper_openrlhf.lab.presets import ARM_FLAGS, LabPreset, arm_flags
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +37,11 @@ RUN_INFO = "run_info.json"  # the name report/runs.py reads
 # "the policy at half the rate for twice the steps"): such a run failed before its first step, through no fault of
 # its own, so the lab starts it once more.
 PORT_RACE = "EADDRINUSE"
-# DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache: only where torch sees no CUDA.
-CPU_ENVIRONMENT = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+# DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache, and no core binding for vLLM: its
+# automatic binding pins every engine to the same core, so runs side by side (`run_arms`) would share one core
+# while the other idles. Only where torch sees no CUDA.
+CPU_ENVIRONMENT = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                   "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 @dataclass(frozen=True)
@@ -155,13 +163,36 @@ def _stop_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
+class LabStopped(Exception):
+    """A run was stopped because the lab is stopping (its run_info stays "running": a resumed lab redoes it)."""
+
+
+# The runs in progress, for `run_arms` to stop when the lab stops: signals reach only the main thread, and the
+# runs it started side by side wait in other threads.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def _stop_live_runs() -> None:
+    with _LIVE_LOCK:  # no run starts after this
+        _STOPPING.set()
+        live = list(_LIVE)
+    for process in live:
+        _stop_group(process)
+
+
 def _launch(argv: list[str], log: Path, timeout_s: float | None) -> int:
     """Run `argv` with its whole output in `log`; its exit status (-9 when killed at `timeout_s`)."""
     with open(log, "w", encoding="utf-8") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**os.environ, **run_environment()})
+        with _LIVE_LOCK:
+            if _STOPPING.is_set():
+                raise LabStopped(str(log.parent))
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                       env={**os.environ, **run_environment()})
+            _LIVE.add(process)
         try:
-            return process.wait(timeout=timeout_s)
+            status = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _stop_group(process)
             out.write(f"\n[lab] killed after {timeout_s:.0f} s\n")
@@ -169,6 +200,12 @@ def _launch(argv: list[str], log: Path, timeout_s: float | None) -> int:
         except BaseException:  # the lab is stopping (Ctrl-C, SIGTERM, an error): the run goes with it
             _stop_group(process)
             raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(process)
+        if _STOPPING.is_set():  # stopped by `_stop_live_runs`, not finished
+            raise LabStopped(str(log.parent))
+        return status
 
 
 def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: float | None = None) -> dict:
@@ -198,3 +235,36 @@ def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: 
     if status != 0:
         logger.error("%s seed %d failed (exit %d); its log: %s", arm, seed, status, log)
     return info
+
+
+def expected_cost(arm: str) -> int:
+    """How long an arm's run takes, by rank: 2 with a co-trained RM, 1 with a frozen one, 0 without an RM."""
+    flags = ARM_FLAGS[arm]
+    return 2 if "--remote_rm_trainable" in flags else int("--reward.model_name_or_path" in flags)
+
+
+def run_arms(preset: LabPreset, files: LabFiles, plan: list[tuple[str, int]], timeout_s: float | None = None,
+             parallel: int = 1, on_done: Callable[[dict], None] | None = None) -> list[dict]:
+    """`run_arm` for each (arm, seed) of `plan`: one at a time in plan order, or up to `parallel` at once, the longest
+    first; their run_infos in plan order, `on_done` called with each as it finishes. When the lab stops (an
+    exception in this thread: Ctrl-C, SIGTERM, an error, or a run's) every run in progress is stopped with it and
+    none is started after."""
+    if parallel < 1:
+        raise ValueError(f"parallel must be >= 1, got {parallel}")
+    # Side by side, the longest runs start first (a co-trained RM, then a frozen one, then none), so the short ones
+    # fill in beside them instead of one long run finishing alone.
+    order = sorted(range(len(plan)), key=lambda i: -expected_cost(plan[i][0])) if parallel > 1 else range(len(plan))
+    _STOPPING.clear()
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="lab-run") as pool:
+        started = {i: pool.submit(run_arm, preset, files, *plan[i], timeout_s) for i in order}
+        futures = [started[i] for i in range(len(plan))]
+        try:
+            for future in as_completed(futures):
+                if on_done is not None:
+                    on_done(future.result())
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            _stop_live_runs()
+            raise
+    return [future.result() for future in futures]
