@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
                              "preparation_fingerprint); where DIR/<lab>/preparation.json exists, compare and exit 1 when "
                              "a file both hold differs (files only one side holds are counted, not compared), else "
                              "write it there")
+    parser.add_argument("--verdict", type=Path, default=None, metavar="MD",
+                        help="run nothing: the plan's test on its finished runs (report/plan_test.py: the primary "
+                             "difference judged by the plan's decision rule, the secondary differences, how often static "
+                             "fell) into MD, with its numbers beside it (.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import cooper_openrlhf
@@ -46,6 +50,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fingerprint:
         return _fingerprint(plan, args.fingerprint)
+    if args.verdict:
+        import json
+
+        from cooper_openrlhf.report.plan_test import lab_finals, plan_verdict, render
+
+        lab = Path(plan["out"]) / plan["primary"]["lab"]
+        try:
+            verdict = plan_verdict(plan, lab_finals(lab))
+        except ValueError as exc:
+            print(f"{args.plan}: {exc} (runs read from {lab})", file=sys.stderr)
+            return 2
+        args.verdict.write_text(render(verdict, str(args.plan)), encoding="utf-8")
+        args.verdict.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
+        print(f"{args.verdict}: {verdict['primary']['difference']} {verdict['primary']['mean']:+.3f} "
+              f"over {verdict['primary']['seeds']} seeds: {verdict['primary']['in_words']}")
+        return 0
     if args.check_only:
         check_commit(repo, plan["commit"])
         print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")

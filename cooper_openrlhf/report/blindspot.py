@@ -12,8 +12,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from cooper_openrlhf.report.aggregate import heldout_series
-from cooper_openrlhf.report.seed_stats import bootstrap_mean_interval, final_value
+from cooper_openrlhf.report.seed_stats import bootstrap_mean_interval
 
 DEPENDENCE_ARMS = ("static", "cooper")
 
@@ -28,20 +27,14 @@ def chosen_climb(lab: Path) -> float | None:
 
 def dependence_points(labs: Sequence[Path], arms: Sequence[str] = DEPENDENCE_ARMS) -> list[dict]:
     """One row per (lab, arm): {"lab", "climb", "arm", "finals": {seed: final}}."""
-    from cooper_openrlhf.report.runs import load_run
+    from cooper_openrlhf.report.plan_test import lab_finals
 
     rows = []
     for lab in labs:
         climb = chosen_climb(lab)
-        finals: dict[str, dict[int, float]] = {arm: {} for arm in arms}
-        for info in sorted((lab / "runs").glob("*/run_info.json")):
-            run = load_run(info.parent)
-            curve = [] if run.failed else heldout_series(run.scalars)
-            final = final_value(curve) if curve else None
-            if run.arm in finals and final is not None:
-                finals[run.arm][run.seed] = final
-        rows += [{"lab": lab.name, "climb": climb, "arm": arm, "finals": by_seed} for arm, by_seed in finals.items()
-                 if by_seed and climb is not None]
+        finals = lab_finals(lab)
+        rows += [{"lab": lab.name, "climb": climb, "arm": arm, "finals": finals[arm]} for arm in arms
+                 if finals.get(arm) and climb is not None]
     return rows
 
 

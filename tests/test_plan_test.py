@@ -1,0 +1,106 @@
+"""A pre-registered plan's test (report/plan_test.py, `cli.batch PLAN --verdict`) on hand-made finals: the primary
+difference judged by the plan's own rule, secondary differences, the static-falls count, and the refusals."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cooper_openrlhf.report.plan_test import DECISION_RULE, lab_finals, plan_verdict, render
+
+PLAN = {
+    "primary": {"lab": "main", "difference": "cooper - offline_pairs, paired by seed", "decision": DECISION_RULE},
+    "secondary": ["cooper - static", "static falls: final below its seed's rule final by more than 0.05 (count of 8)",
+                  "blind-spot dependence: final of static and cooper against the starting RM's climb"],
+}
+RULE = {s: 0.40 for s in range(8)}
+
+
+def _finals(cooper_minus_control: list[float]) -> dict[str, dict[int, float]]:
+    control = {s: 0.30 + 0.01 * s for s in range(8)}
+    return {"offline_pairs": control, "cooper": {s: control[s] + d for s, d in enumerate(cooper_minus_control)},
+            "rule": RULE, "static": {s: 0.40 - 0.1 * (s % 2) for s in range(8)}}
+
+
+@pytest.mark.parametrize("differences, words", [
+    ([0.05, 0.06, 0.04, 0.05, 0.07, 0.05, 0.06, 0.04], "beats the control"),  # every seed up: p = 2/256
+    ([-0.05, -0.06, -0.04, -0.05, -0.07, -0.05, -0.06, -0.04], "worse than the control"),
+    ([0.05, -0.06, 0.04, -0.05, 0.07, -0.05, 0.06, -0.04], "within noise"),
+])
+def test_the_primary_difference_is_judged_by_the_plans_rule(differences, words):
+    verdict = plan_verdict(PLAN, _finals(differences))
+    primary = verdict["primary"]
+    assert primary["difference"] == "cooper - offline_pairs" and primary["seeds"] == 8
+    assert primary["mean"] == pytest.approx(sum(differences) / 8)
+    assert primary["in_words"] == words
+    if words != "within noise":
+        assert primary["p"] == pytest.approx(2 / 256)  # exact sign flips: only all-up and all-down are as extreme
+
+
+def test_an_interval_clear_of_zero_with_p_above_005_is_within_noise():
+    # 4 seeds all up: the bootstrap interval excludes 0, but the exact sign-flip p is 2/16 = 0.125.
+    finals = {"cooper": {s: 0.5 for s in range(4)}, "offline_pairs": {s: 0.4 - 0.01 * s for s in range(4)},
+              "rule": RULE, "static": RULE}
+    primary = plan_verdict({**PLAN, "secondary": []}, finals)["primary"]
+    assert primary["ci"][0] > 0 and primary["p"] == pytest.approx(0.125)
+    assert primary["in_words"] == "within noise"
+
+
+def test_secondary_entries_the_static_falls_count_and_what_is_read_elsewhere():
+    verdict = plan_verdict(PLAN, _finals([0.0] * 8))
+    cooper_static, falls = verdict["secondary"]
+    assert cooper_static["difference"] == "cooper - static" and cooper_static["in_words"] in (
+        "cooper above static", "cooper below static", "within noise")
+    assert falls["fell"] == [1, 3, 5, 7] and falls["seeds"] == 8 and falls["margin"] == 0.05  # 0.10 below rule
+    assert verdict["elsewhere"] == [PLAN["secondary"][2]]
+    text = render(verdict, "plan.json")
+    assert "Static fell (final below its seed's rule final by more than 0.05) in 4 of 8 seeds: seeds 1, 3, 5, 7." in text
+    assert "**Primary: cooper - offline_pairs = +0.000" in text
+
+
+def test_a_plan_with_another_decision_rule_or_an_arm_without_runs_is_refused():
+    with pytest.raises(ValueError, match="this tool decides by"):
+        plan_verdict({**PLAN, "primary": {**PLAN["primary"], "decision": "beats the control if the mean > 0"}},
+                     _finals([0.0] * 8))
+    finals = _finals([0.0] * 8)
+    del finals["offline_pairs"]
+    with pytest.raises(ValueError, match=r"no finished run of offline_pairs"):
+        plan_verdict(PLAN, finals)
+
+
+def _run(lab: Path, arm: str, seed: int, status: str, accuracy: list[float]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = lab / "runs" / f"{arm}_seed{seed}"
+    with SummaryWriter(str(run / "tensorboard")) as writer:
+        for step, value in enumerate(accuracy, start=1):
+            writer.add_scalar("eval/accuracy", value, step)
+    (run / "run_info.json").write_text(json.dumps({"arm": arm, "seed": seed, "status": status}))
+
+
+def test_only_finished_runs_count_and_the_cli_writes_the_verdict(tmp_path):
+    lab = tmp_path / "out" / "main"
+    for seed in range(3):
+        _run(lab, "cooper", seed, "done", [0.2, 0.3, 0.4, 0.5])  # final: mean of the last 3 = 0.4
+        _run(lab, "offline_pairs", seed, "done", [0.2, 0.2, 0.2, 0.2])
+    _run(lab, "offline_pairs", 3, "running", [0.9])  # under way: its partial curve must not count
+    assert lab_finals(lab) == {"cooper": {0: pytest.approx(0.4), 1: pytest.approx(0.4), 2: pytest.approx(0.4)},
+                               "offline_pairs": {0: pytest.approx(0.2), 1: pytest.approx(0.2), 2: pytest.approx(0.2)}}
+
+    plan = {**PLAN, "secondary": [], "out": str(tmp_path / "out"), "commit": "0" * 40,
+            "labs": [{"name": "main", "seeds": 3, "args": ["--preset", "full"]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out = tmp_path / "verdict.md"
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.batch", str(tmp_path / "plan.json"),
+                             "--verdict", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "cooper - offline_pairs +0.200 over 3 seeds: within noise" in result.stdout  # 3 seeds: p >= 2/8
+    assert json.loads(out.with_suffix(".json").read_text())["primary"]["seeds"] == 3
+
+    bad = {**plan, "primary": {**plan["primary"], "difference": "cooper - static"}}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.batch", str(tmp_path / "bad.json"),
+                             "--verdict", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "no finished run of static" in result.stderr
