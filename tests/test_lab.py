@@ -314,9 +314,12 @@ def _scripted_run(marker: Path, first_output: str) -> list[str]:
 
 @pytest.mark.parametrize("first_output, status, attempts", [
     ("torch.distributed.DistNetworkError: ... EADDRINUSE, message: address already in use", "done", 2),
+    ("Exception: The current node timed out during startup. This could happen because some of the raylet failed "
+     "to startup or the GCS has become overloaded.", "done", 2),
     ("ValueError: --reward.model_name_or_path is not a model", "failed", 1),  # a real error is not retried
 ])
-def test_only_a_lost_master_port_race_is_started_once_more(first_output, status, attempts, tmp_path, monkeypatch):
+def test_only_a_failure_to_start_through_no_fault_of_the_run_is_started_once_more(first_output, status, attempts,
+                                                                                  tmp_path, monkeypatch):
     from cooper_openrlhf.lab import runner
 
     marker = tmp_path / "started-once"
@@ -324,9 +327,10 @@ def test_only_a_lost_master_port_race_is_started_once_more(first_output, status,
     info = run_arm(PRESETS["tiny"], _files(tmp_path), "static", seed=0)
     run = _files(tmp_path).run_dir("static", 0)
     assert info["status"] == status and read_info(run) == info
-    assert (run / "run.port-race.log").is_file() == (attempts == 2)
+    assert (run / "run.start-failed.log").is_file() == (attempts == 2)
     if attempts == 2:  # the first attempt's log is kept beside the second's
-        assert "EADDRINUSE" in (run / "run.port-race.log").read_text() and "trained" in (run / "run.log").read_text()
+        assert (run / "run.start-failed.log").read_text().strip() == first_output
+        assert "trained" in (run / "run.log").read_text()
 
 
 def test_presets_are_sized_in_the_documented_order():

@@ -4,7 +4,7 @@ A run's folder is `<lab>/runs/<arm>_seed<k>/`: run.log (the whole output), tenso
 report reads), ckpt/. Its run_info.json says who it is and how it ended ({"arm", "seed", "status": "running" |
 "done" | "failed", "exit", "log", "seconds"}). A lab that is run again skips "done" runs and starts every other
 one afresh, so an interrupted lab resumes without redoing finished work, and a failed run is retried. A run that
-lost a race for its master port (PORT_RACE below) is started once more at once. `run_arms` runs a plan of them, up
+failed to start through no fault of its own (START_FAILURES below) is started once more at once. `run_arms` runs a plan of them, up
 to `parallel` at a time: on a CPU machine a run keeps about one core busy (one thread per process, its stages mostly
 in turn), so two at once on two cores take about the time of the longer one.
 
@@ -32,11 +32,14 @@ from cooper_openrlhf.lab.presets import ARM_FLAGS, LabPreset, arm_flags
 logger = logging.getLogger(__name__)
 
 RUN_INFO = "run_info.json"  # the name report/runs.py reads
-# OpenRLHF picks its torch.distributed master port by binding port 0 and releasing it (launcher._get_free_port):
-# another process can take that port before DeepSpeed listens on it. Seen once in 24 lab runs (docs/lab_notebook.md,
-# "the policy at half the rate for twice the steps"): such a run failed before its first step, through no fault of
-# its own, so the lab starts it once more.
-PORT_RACE = "EADDRINUSE"
+# Failures before a run's first step, through no fault of its own, by a line of its log: the lab starts such a run
+# once more. OpenRLHF picks its torch.distributed master port by binding port 0 and releasing it
+# (launcher._get_free_port): another process can take that port before DeepSpeed listens on it (seen once in 24 lab
+# runs: docs/lab_notebook.md, "the policy at half the rate for twice the steps"). And a local Ray head gives up when
+# its raylet does not register within Ray's fixed window, which an overloaded machine can miss (seen in a lab test
+# run beside two labs).
+START_FAILURES = {"EADDRINUSE": "lost a race for its master port",
+                  "The current node timed out during startup": "its local Ray did not start in time"}
 # DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache, and no core binding for vLLM: its
 # automatic binding pins every engine to the same core, so runs side by side (`run_arms`) would share one core
 # while the other idles. Only where torch sees no CUDA.
@@ -224,9 +227,11 @@ def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: 
     (run / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
     started = time.perf_counter()
     status = _launch(argv, log, timeout_s)
-    if status != 0 and PORT_RACE in log.read_text(encoding="utf-8", errors="replace"):
-        log.replace(run / "run.port-race.log")
-        logger.warning("%s seed %d lost a race for its master port (%s); starting it once more", arm, seed, PORT_RACE)
+    text = log.read_text(encoding="utf-8", errors="replace") if status != 0 else ""
+    cause = next((why for line, why in START_FAILURES.items() if line in text), None)
+    if cause:
+        log.replace(run / "run.start-failed.log")
+        logger.warning("%s seed %d %s; starting it once more (first log: run.start-failed.log)", arm, seed, cause)
         for leftover in ("tensorboard", "samples", "ckpt", "final"):  # nothing of the first attempt mixes in
             shutil.rmtree(run / leftover, ignore_errors=True)
         status = _launch(argv, log, timeout_s)
