@@ -8,6 +8,7 @@ The statistics are the report's (`report.seed_stats`): final = mean of the last 
 percentile bootstrap interval over seeds (10000 resamples) and the exact two-sided sign-flip p-value.
 """
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,11 +28,9 @@ def lab_finals(lab: Path) -> dict[str, dict[int, float]]:
     from cooper_openrlhf.report.runs import load_run
     from cooper_openrlhf.report.seed_stats import final_value
 
-    from cooper_openrlhf.lab.runner import read_info
-
     finals: dict[str, dict[int, float]] = {}
     for info in sorted((lab / "runs").glob("*/run_info.json")):
-        if read_info(info.parent).get("status") != "done":  # a run under way has a partial curve
+        if json.loads(info.read_text(encoding="utf-8")).get("status") != "done":  # one under way: a partial curve
             continue
         run = load_run(info.parent)
         curve = [] if run.failed else heldout_series(run.scalars)
