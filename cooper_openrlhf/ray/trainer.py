@@ -318,6 +318,8 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         refs = [actor.score.remote(*(list(column) for column in zip(*triples[part])))
                 for actor, part in zip(actors, parts)]
         scored = [logit for chunk in ray.get(refs) for logit in chunk]
+        # On the CPU on purpose: this actor holds no GPU, and the logits become the samples' rewards, which OpenRLHF
+        # keeps on the CPU (tests/test_device_lint.py ALLOWED).
         logits = torch.tensor([scored[i] for i in inverse], dtype=torch.float32)
         if self.args.train.colocate_all:
             # As stock OpenRLHF after its reward forwards: the RM's cached blocks go back to the shared GPUs

@@ -10,7 +10,6 @@ percentile bootstrap interval over seeds (10000 resamples) and the exact two-sid
 
 import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 from cooper_openrlhf.report.seed_stats import PairedComparison, paired_comparison
@@ -131,13 +130,8 @@ def render(verdict: dict, plan_path: str = "") -> str:
                                                                      if r["fell"] else ".")]
     if verdict["elsewhere"]:
         lines += ["", "Read elsewhere: " + "; ".join(verdict["elsewhere"]) + "."]
-    lines += ["", "| arm | " + " | ".join(f"seed {s}" for s in _seeds(verdict)) + " |",
-              "|---|" + "---|" * len(_seeds(verdict))]
+    seeds = sorted({s for by_seed in verdict["finals"].values() for s in by_seed}, key=int)
+    lines += ["", "| arm | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
     for arm, by_seed in verdict["finals"].items():
-        lines.append(f"| {arm} | " + " | ".join(f"{by_seed[s]:.3f}" if s in by_seed else "-" for s in _seeds(verdict))
-                     + " |")
+        lines.append(f"| {arm} | " + " | ".join(f"{by_seed[s]:.3f}" if s in by_seed else "-" for s in seeds) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _seeds(verdict: dict) -> Sequence[str]:
-    return sorted({s for by_seed in verdict["finals"].values() for s in by_seed}, key=int)
