@@ -63,6 +63,19 @@ def test_an_arm_without_its_pair_source_or_a_bad_choice_fails_at_start(argv, mes
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_the_full_presets_own_arms_from_a_given_rm_leave_the_control_out_and_say_so(tmp_path, caplog):
+    rm = tmp_path / "my-rm"
+    rm.mkdir()
+    (rm / "config.json").write_text("{}")
+    with caplog.at_level("WARNING", logger="cooper_openrlhf.lab"):
+        args = lab_cli.parse_args(["--preset", "full", "--rm", str(rm)])
+    assert "offline_pairs" in PRESETS["full"].arms
+    assert args.arm_list == [arm for arm in PRESETS["full"].arms if arm != "offline_pairs"]
+    assert "the preset's offline_pairs arm is left out" in caplog.text
+    with pytest.raises(SystemExit):  # asked for by name, it is still refused
+        lab_cli.parse_args(["--preset", "full", "--rm", str(rm), "--arms", "cooper,offline_pairs"])
+
+
 def test_offline_pairs_files_are_fresh_each_step_and_load_as_valid_pair_batches(tmp_path):
     from cooper_openrlhf.algo.offline_pairs import load_offline_pairs, offline_batch
     from cooper_openrlhf.lab.prepare import OFFLINE_STEPS_SPARE, write_offline_pairs

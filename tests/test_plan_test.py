@@ -104,3 +104,29 @@ def test_only_finished_runs_count_and_the_cli_writes_the_verdict(tmp_path):
     result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.batch", str(tmp_path / "bad.json"),
                              "--verdict", str(out)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "no finished run of static" in result.stderr
+
+
+def test_the_verdict_reads_a_published_copy_of_the_batch_in_a_clone_that_never_ran_it(tmp_path):
+    from cooper_openrlhf.lab.batch import archive_run
+
+    lab = tmp_path / "ran" / "main"
+    for seed in range(3):
+        _run(lab, "cooper", seed, "done", [0.2, 0.3, 0.4, 0.5])
+        _run(lab, "offline_pairs", seed, "done", [0.2, 0.2, 0.2, 0.2])
+    published = tmp_path / "docs" / "main"
+    for run in (lab / "runs").iterdir():
+        archive_run(run, published / "runs" / f"{run.name}.tar.gz")
+    (published / "lab.json").write_text(json.dumps({"setup": {"rm": {}}}))
+    plan = {**PLAN, "secondary": [], "out": str(tmp_path / "never-ran"), "commit": "0" * 40,
+            "labs": [{"name": "main", "seeds": 3, "args": ["--preset", "full"]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    command = [sys.executable, "-m", "cooper_openrlhf.cli.batch", str(tmp_path / "plan.json")]
+    result = subprocess.run([*command, "--verdict", str(tmp_path / "v.md"), "--from-published", str(tmp_path / "docs")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "cooper - offline_pairs +0.200 over 3 seeds" in result.stdout
+    assert not (tmp_path / "never-ran").exists()
+
+    alone = subprocess.run([*command, "--from-published", str(tmp_path / "docs")], capture_output=True, text=True,
+                           timeout=300)
+    assert alone.returncode == 2 and "--from-published reads runs for --verdict" in alone.stderr

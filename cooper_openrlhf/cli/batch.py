@@ -6,8 +6,10 @@ and committed in the git worktree --commit-to (path-limited commits: nothing els
 """
 
 import argparse
+import json
 import logging
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -29,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: the plan's test on its finished runs (report/plan_test.py: the primary "
                              "difference judged by the plan's decision rule, the secondary differences, how often static "
                              "fell) into MD, with its numbers beside it (.json)")
+    parser.add_argument("--from-published", type=Path, default=None, metavar="DIR",
+                        help="with --verdict or --blindspot-figure: read the runs from a published copy of the batch "
+                             "(DIR/<lab>/lab.json and runs/*.tar.gz, as --publish writes them) instead of the plan's "
+                             "out folder, e.g. docs/results/batch33b from a clone that never ran it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import cooper_openrlhf
@@ -37,35 +43,21 @@ def main(argv: list[str] | None = None) -> int:
 
     repo = Path(cooper_openrlhf.__file__).resolve().parent.parent
     plan = load_plan(args.plan)
-    if args.blindspot_figure:
-        import json
+    if args.from_published and not (args.verdict or args.blindspot_figure):
+        parser.error("--from-published reads runs for --verdict or --blindspot-figure; it runs nothing itself")
+    if args.verdict or args.blindspot_figure:
+        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # one "No path found" line per run read
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(plan["out"])
+            if args.from_published:
+                from cooper_openrlhf.lab.batch import unpack_published
 
-        from cooper_openrlhf.report.blindspot import dependence_figure, dependence_points
-
-        rows = dependence_points([Path(plan["out"]) / lab["name"] for lab in plan["labs"]
-                                  if (Path(plan["out"]) / lab["name"] / "lab.json").is_file()])
-        dependence_figure(rows, args.blindspot_figure)
-        args.blindspot_figure.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        print(f"{args.blindspot_figure}: {len(rows)} (lab, arm) points")
-        return 0
+                out = unpack_published(args.from_published, [lab["name"] for lab in plan["labs"]], Path(scratch))
+            if args.blindspot_figure:
+                _blindspot_figure(plan, out, args.blindspot_figure)
+            return _verdict(plan, out, args.plan, args.verdict) if args.verdict else 0
     if args.fingerprint:
         return _fingerprint(plan, args.fingerprint)
-    if args.verdict:
-        import json
-
-        from cooper_openrlhf.report.plan_test import lab_finals, plan_verdict, render
-
-        lab = Path(plan["out"]) / plan["primary"]["lab"]
-        try:
-            verdict = plan_verdict(plan, lab_finals(lab))
-        except ValueError as exc:
-            print(f"{args.plan}: {exc} (runs read from {lab})", file=sys.stderr)
-            return 2
-        args.verdict.write_text(render(verdict, str(args.plan)), encoding="utf-8")
-        args.verdict.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
-        print(f"{args.verdict}: {verdict['primary']['difference']} {verdict['primary']['mean']:+.3f} "
-              f"over {verdict['primary']['seeds']} seeds: {verdict['primary']['in_words']}")
-        return 0
     if args.check_only:
         check_commit(repo, plan["commit"])
         print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")
@@ -73,10 +65,33 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if run_batch(plan, repo, lab_cli.main, args.publish, args.commit_to) else 0
 
 
+def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
+    from cooper_openrlhf.report.blindspot import dependence_figure, dependence_points
+
+    rows = dependence_points([out / lab["name"] for lab in plan["labs"] if (out / lab["name"] / "lab.json").is_file()])
+    dependence_figure(rows, png)
+    png.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    print(f"{png}: {len(rows)} (lab, arm) points")
+
+
+def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
+    from cooper_openrlhf.report.plan_test import lab_finals, plan_verdict, render
+
+    lab = out / plan["primary"]["lab"]
+    try:
+        verdict = plan_verdict(plan, lab_finals(lab))
+    except ValueError as exc:
+        print(f"{plan_path}: {exc} (runs read from {lab})", file=sys.stderr)
+        return 2
+    md.write_text(render(verdict, str(plan_path)), encoding="utf-8")
+    md.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
+    print(f"{md}: {verdict['primary']['difference']} {verdict['primary']['mean']:+.3f} "
+          f"over {verdict['primary']['seeds']} seeds: {verdict['primary']['in_words']}")
+    return 0
+
+
 def _fingerprint(plan: dict, published: Path) -> int:
     """Write or compare each prepared lab's preparation.json under `published` (a resume on a new machine)."""
-    import json
-
     from cooper_openrlhf.lab.batch import compare_fingerprints, one_sided, preparation_fingerprint
 
     differs = False

@@ -101,6 +101,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"{flag} must be > 0, got {value}")
     pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
     needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
+    if needing and (args.rm is not None or pair_steps == 0) and args.arms is None:
+        # the preset's own arms from a given RM: the control has no pair stage to draw from, so it is left out
+        args.arm_list = [arm for arm in args.arm_list if arm not in NEEDS_PAIR_SOURCE]
+        logger.warning("no pair source (%s): the preset's %s arm is left out; the other arms run",
+                       "--rm" if args.rm is not None else "--rm-pair-steps 0", ",".join(needing))
+        needing = []
     if needing and (args.rm is not None or pair_steps == 0):
         parser.error(f"--arms {','.join(needing)} trains the RM on pairs of the pair stage's kind, and this lab has no "
                      f"pair source ({'--rm' if args.rm is not None else '--rm-pair-steps 0'}): run it with the "

@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import platform
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -166,6 +167,20 @@ def restore_runs(archives: Path, lab: Path) -> int:
             tar.extractall(lab, filter="data")
         count += 1
     return count
+
+
+def unpack_published(published: Path, labs: list[str], dest: Path) -> Path:
+    """Lay out a published batch (`published/<lab>/lab.json` and `runs/*.tar.gz`, as `publish_runs` writes them) as
+    the plan's out folder under `dest`, so the reading tools (the plan's test, the blind-spot figure, the report)
+    work from a clone that never ran the batch; returns `dest`. A lab not published yet is left out."""
+    for name in labs:
+        source = published / name
+        if not (source / "lab.json").is_file():
+            continue
+        (dest / name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / "lab.json", dest / name / "lab.json")
+        restore_runs(source / "runs", dest / name)
+    return dest
 
 
 def publish_runs(lab: Path, dest: Path) -> list[Path]:
