@@ -26,6 +26,21 @@ def test_cpu_settings_apply_only_where_torch_sees_no_cuda(monkeypatch):
     assert run_environment()["DS_ACCELERATOR"] == "cpu"
 
 
+def test_the_preparations_bce_stage_uses_every_core_unless_the_user_set_a_thread_count(monkeypatch):
+    import torch
+
+    from cooper_openrlhf.lab.prepare import bce_stage_environment
+    from cooper_openrlhf.lab.runner import run_environment
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert run_environment()["OMP_NUM_THREADS"] == "1"  # an arm's processes: runs go side by side
+    bce = bce_stage_environment()
+    assert "OMP_NUM_THREADS" not in bce and bce["DS_ACCELERATOR"] == "cpu"  # the stage runs alone: torch's default
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert bce_stage_environment()["OMP_NUM_THREADS"] == "3"
+
+
 def test_the_demos_runs_use_the_cpus_fast_dtype(tmp_path):
     from cooper_openrlhf.cli.train_cooper import parse_args
     from cooper_openrlhf.lab.presets import PRESETS

@@ -85,20 +85,32 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
         return Path(preset.starting_rm)
     if (folder / "train_summary.json").is_file() and (folder / "best").is_dir():
         return folder / "best"
-    argv = [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train",
-            "--model.model_name_or_path", str(_resolve_model(preset.rm_backbone)),
-            *(("--init-head",) if preset.rm_init_head else ()), "--data.dataset", str(data),
-            "--ckpt.output_dir", str(folder), "--train.max_epochs", str(preset.rm_epochs),
-            "--adam.lr", str(preset.rm_lr_pretrain), "--data.max_len", str(preset.rm_max_length),
-            "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8"]
+    argv = bce_stage_argv(preset, data, folder)
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.parent / f"{folder.name}.log"
     logger.info("starting VerifyRM: verifyrm train --model.model_name_or_path %s (log %s)", argv[5], log)
     with open(log, "w", encoding="utf-8") as out:
-        status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run_environment()}).returncode
+        status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=bce_stage_environment()).returncode
     if status != 0:
         raise RuntimeError(f"training the starting VerifyRM failed (exit {status}); its log: {log}")
     return folder / "best"
+
+
+def bce_stage_argv(preset: LabPreset, data: Path, folder: Path, epochs: int | None = None) -> list[str]:
+    """The BCE stage's command: `cli.verifyrm train` on the lab's labelled triples."""
+    return [sys.executable, "-m", "cooper_openrlhf.cli.verifyrm", "train",
+            "--model.model_name_or_path", str(_resolve_model(preset.rm_backbone)),
+            *(("--init-head",) if preset.rm_init_head else ()), "--data.dataset", str(data),
+            "--ckpt.output_dir", str(folder), "--train.max_epochs", str(epochs or preset.rm_epochs),
+            "--adam.lr", str(preset.rm_lr_pretrain), "--data.max_len", str(preset.rm_max_length),
+            "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8"]
+
+
+def bce_stage_environment() -> dict[str, str]:
+    """Nothing else of the lab runs during its preparation, so the BCE stage gets every core: an arm's processes keep
+    to one thread each (run_environment) because runs go side by side, which would leave a core idle here. A thread
+    count the user set is kept (`benchmarks/bce_stage_threads.py` measures the difference)."""
+    return {**os.environ, **{k: v for k, v in run_environment().items() if k != "OMP_NUM_THREADS"}}
 
 
 def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_accuracy: float) -> tuple[Path, dict]:
