@@ -25,6 +25,18 @@ def repo(tmp_path):
     return tmp_path
 
 
+def test_a_lab_records_the_commit_its_package_ran_from_and_says_when_it_was_edited(repo):
+    from cooper_openrlhf.lab.batch import package_commit
+
+    assert package_commit(repo) == _git(repo, "rev-parse", "HEAD")
+    (repo / "notes.md").write_text("untracked\n")  # not the package: still the commit
+    assert package_commit(repo) == _git(repo, "rev-parse", "HEAD")
+    (repo / "cooper_openrlhf" / "a.py").write_text("x = 2\n")
+    assert package_commit(repo) == _git(repo, "rev-parse", "HEAD") + "+uncommitted"
+    assert package_commit(repo / "cooper_openrlhf") is None  # not a checkout's root (an installed package)
+    assert package_commit(repo.parent / "no-such-folder") is None
+
+
 def test_a_plan_runs_only_from_its_commits_package(repo):
     code = _git(repo, "rev-parse", "HEAD")
     check_commit(repo, code)

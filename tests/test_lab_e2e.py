@@ -14,6 +14,7 @@ checked is what the runs leave on disk:
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,9 @@ def test_a_second_lab_invocation_keeps_the_finished_run_and_runs_the_rest(lab):
     assert [(r["arm"], r["status"]) for r in record["runs"]] == [("static", "done"), ("rule", "done")]
     assert record["setup"]["policy"]["policy"] == "warm-start" and record["preset"] == "tiny"
     assert "lab tiny: 2/2 runs done" in lab["second"].stdout
+    # the record names the code it ran (tests run from a checkout) and every run's time, the first invocation's too
+    assert re.fullmatch(r"[0-9a-f]{40}(\+uncommitted)?", record["commit"])
+    assert record["run_seconds"] == pytest.approx(sum(r["seconds"] for r in record["runs"]), abs=0.2)
 
 
 def test_the_lab_records_and_prints_what_a_policy_maximising_its_starting_rm_would_write(lab):

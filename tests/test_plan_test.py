@@ -116,7 +116,7 @@ def test_the_verdict_reads_a_published_copy_of_the_batch_in_a_clone_that_never_r
     published = tmp_path / "docs" / "main"
     for run in (lab / "runs").iterdir():
         archive_run(run, published / "runs" / f"{run.name}.tar.gz")
-    (published / "lab.json").write_text(json.dumps({"setup": {"rm": {}}}))
+    (published / "lab.json").write_text(json.dumps({"setup": {"rm": {}}, "runs": [{"seconds": 1800}, {"seconds": 1800}]}))
     plan = {**PLAN, "secondary": [], "out": str(tmp_path / "never-ran"), "commit": "0" * 40,
             "labs": [{"name": "main", "seeds": 3, "args": ["--preset", "full"]}]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
@@ -126,6 +126,8 @@ def test_the_verdict_reads_a_published_copy_of_the_batch_in_a_clone_that_never_r
     assert result.returncode == 0, result.stderr
     assert "cooper - offline_pairs +0.200 over 3 seeds" in result.stdout
     assert not (tmp_path / "never-ran").exists()
+    text = (tmp_path / "v.md").read_text()  # what the batch ran and what it cost, beside its test
+    assert f"Configuration frozen at commit `{'0' * 40}`" in text and "took 1.0 h of run time in all" in text
 
     alone = subprocess.run([*command, "--from-published", str(tmp_path / "docs")], capture_output=True, text=True,
                            timeout=300)

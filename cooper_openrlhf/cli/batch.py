@@ -75,7 +75,7 @@ def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
 
 
 def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
-    from cooper_openrlhf.report.plan_test import lab_finals, plan_verdict, render
+    from cooper_openrlhf.report.plan_test import lab_finals, plan_verdict, render, run_hours
 
     lab = out / plan["primary"]["lab"]
     try:
@@ -83,6 +83,7 @@ def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
     except ValueError as exc:
         print(f"{plan_path}: {exc} (runs read from {lab})", file=sys.stderr)
         return 2
+    verdict["run_hours"] = round(run_hours([out / entry["name"] for entry in plan["labs"]]), 2)
     md.write_text(render(verdict, str(plan_path)), encoding="utf-8")
     md.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
     print(f"{md}: {verdict['primary']['difference']} {verdict['primary']['mean']:+.3f} "

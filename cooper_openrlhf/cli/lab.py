@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf import __version__
     from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
+    from cooper_openrlhf.lab.batch import package_commit
     from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
@@ -268,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     report_dir = out / "report"
     runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in reported], report_dir, known_arms=ARMS)
     wall = time.perf_counter() - started
-    record = {"preset": preset.name, "version": __version__, "command": " ".join(["python -m cooper_openrlhf.cli.lab",
-              *(argv if argv is not None else sys.argv[1:])]), "wall_seconds": round(wall, 1), "setup": setup,
-              "runs": results + [read_info(files.run_dir(arm, seed)) for arm, seed in reported[len(plan):]],
-              "preset_settings": asdict(preset)}
+    all_runs = results + [read_info(files.run_dir(arm, seed)) for arm, seed in reported[len(plan):]]
+    record = {"preset": preset.name, "version": __version__,
+              "commit": package_commit(Path(__file__).resolve().parents[2]),
+              "command": " ".join(["python -m cooper_openrlhf.cli.lab", *(argv if argv is not None else sys.argv[1:])]),
+              # this invocation's wall time, and every reported run's own time (a lab resumed over days is not one wall)
+              "wall_seconds": round(wall, 1), "run_seconds": round(sum(r.get("seconds") or 0 for r in all_runs), 1),
+              "setup": setup, "runs": all_runs, "preset_settings": asdict(preset)}
     (out / "lab.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
     if args.publish:
         from cooper_openrlhf.report.publish import publish_report

@@ -62,6 +62,19 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def package_commit(repo: Path) -> str | None:
+    """The commit `repo`'s package was run from, with "+uncommitted" when files under it differ from that commit;
+    None outside a git checkout (an installed wheel): what a lab.json records beside its numbers."""
+    try:
+        if Path(_git(repo, "rev-parse", "--show-toplevel")).resolve() != repo.resolve():  # e.g. a venv inside a repo
+            return None
+        head = _git(repo, "rev-parse", "HEAD")
+        dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", PACKAGE)
+    except (PlanError, OSError):
+        return None
+    return head + ("+uncommitted" if dirty else "")
+
+
 def check_commit(repo: Path, commit: str) -> None:
     """Raise PlanError unless `repo`'s package (tracked files under cooper_openrlhf/, as checked out, with no
     uncommitted change) is the package of `commit`."""

@@ -101,9 +101,21 @@ def plan_verdict(plan: dict, finals: dict[str, dict[int, float]]) -> dict:
             elsewhere.append(entry)
     primary = _compare(finals, plan["primary"]["difference"])
     primary["in_words"] = PRIMARY_WORDS[primary["verdict"]]
-    return {"lab": plan["primary"]["lab"], "primary": {"entry": plan["primary"]["difference"], **primary},
+    return {"lab": plan["primary"]["lab"], "commit": plan.get("commit"),
+            "primary": {"entry": plan["primary"]["difference"], **primary},
             "secondary": secondary, "elsewhere": elsewhere,
             "finals": {arm: {str(s): v for s, v in sorted(by_seed.items())} for arm, by_seed in finals.items()}}
+
+
+def run_hours(labs: list[Path]) -> float:
+    """Hours of run time over the labs' recorded runs (each run's own `seconds` in lab.json): what a batch cost, which
+    no one wall time says when it was resumed across sessions."""
+    seconds = 0.0
+    for lab in labs:
+        record = lab / "lab.json"
+        if record.is_file():
+            seconds += sum(r.get("seconds") or 0 for r in json.loads(record.read_text(encoding="utf-8")).get("runs", []))
+    return seconds / 3600
 
 
 def _row(result: dict) -> str:
@@ -117,7 +129,10 @@ def render(verdict: dict, plan_path: str = "") -> str:
     lines = [f"# The plan's test{f' ({plan_path})' if plan_path else ''}", "",
              f"Lab `{verdict['lab']}`; final = mean of the last 3 held-out evaluations; differences paired by seed, "
              "95% percentile bootstrap CI over seeds (10000 resamples), exact two-sided sign-flip p. Decision rule "
-             f"(the plan's): {DECISION_RULE}.", "",
+             f"(the plan's): {DECISION_RULE}." + (f" Configuration frozen at commit `{verdict['commit']}`."
+                                                     if verdict.get("commit") else "")
+             + (f" The plan's labs' runs took {verdict['run_hours']:.1f} h of run time in all (each run's seconds in "
+                "lab.json, preparation not counted)." if verdict.get("run_hours") else ""), "",
              f"**Primary: {primary['difference']} = {primary['mean']:+.3f}, 95% CI [{primary['ci'][0]:+.3f}, "
              f"{primary['ci'][1]:+.3f}], p = {primary['p']:.3f} over {primary['seeds']} seeds: {primary['in_words']}.**",
              "", "| difference | seeds | mean | 95% CI | p | by the plan's rule |", "|---|---|---|---|---|---|",
