@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf import __version__
-    from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
     from cooper_openrlhf.lab.batch import package_commit
+    from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
     from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
