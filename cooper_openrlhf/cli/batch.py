@@ -66,10 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
+    from cooper_openrlhf.lab.presets import ARMS
     from cooper_openrlhf.report.blindspot import dependence_figure, dependence_points
 
     rows = dependence_points([out / lab["name"] for lab in plan["labs"] if (out / lab["name"] / "lab.json").is_file()])
-    dependence_figure(rows, png)
+    dependence_figure(rows, png, known_arms=ARMS)
     png.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     print(f"{png}: {len(rows)} (lab, arm) points")
 

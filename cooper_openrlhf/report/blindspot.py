@@ -38,7 +38,8 @@ def dependence_points(labs: Sequence[Path], arms: Sequence[str] = DEPENDENCE_ARM
     return rows
 
 
-def dependence_figure(rows: Sequence[dict], path: Path) -> Path:
+def dependence_figure(rows: Sequence[dict], path: Path, known_arms: Sequence[str] = ()) -> Path:
+    """known_arms: the caller's fixed arm list, so each arm has the colour it has in the lab's report figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -46,8 +47,8 @@ def dependence_figure(rows: Sequence[dict], path: Path) -> Path:
 
     from cooper_openrlhf.report.figures import arm_colours
 
-    colours = arm_colours(list(dict.fromkeys(row["arm"] for row in rows)))
-    fig, ax = plt.subplots(figsize=(6, 4))
+    colours = arm_colours(list(dict.fromkeys(row["arm"] for row in rows)), known_arms)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for arm, colour in colours.items():
         mine = sorted((row for row in rows if row["arm"] == arm), key=lambda row: row["climb"])
         for row in mine:
@@ -56,10 +57,13 @@ def dependence_figure(rows: Sequence[dict], path: Path) -> Path:
                   *bootstrap_mean_interval(list(row["finals"].values()))) for row in mine]
         ax.errorbar([s[0] for s in stats], [s[1] for s in stats], yerr=[[s[1] - s[2] for s in stats],
                     [s[3] - s[1] for s in stats]], color=colour, marker="o", capsize=3, label=arm)
+    for lab, climb in {row["lab"]: row["climb"] for row in rows}.items():  # which lab each column is
+        ax.annotate(lab, (climb, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=9, color="0.35")
     ax.set_xlabel("starting RM's climb on offer (pair-stage candidate)")
     ax.set_ylabel("final held-out accuracy (mean of last 3)")
-    ax.set_title("Blind-spot dependence: seeds (dots), mean and 95% CI")
-    ax.legend()
+    ax.set_title("Blind-spot dependence: seeds (dots), mean and 95% CI", pad=18)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(colours), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
