@@ -565,3 +565,61 @@ def test_the_labs_last_lines_read_the_curves_against_the_papers_claim():
                        "reward, as in the paper."
     assert len(three) == 2  # enough seeds: no caveat
     assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare
+
+
+def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too_low_to_fall():
+    from cooper_openrlhf.lab.reading import VERIFIED_WINDOW, reading
+
+    steps = range(1, 4 * VERIFIED_WINDOW + 1)
+
+    def ramp(first, last):
+        return [(s, first + (last - first) * (s - 1) / (len(steps) - 1)) for s in steps]
+
+    rm = {"static": ramp(0.40, 0.80), "cooper": ramp(0.40, 0.50)}
+    heldout = {arm: [(4, 0.03), (40, 0.02)] for arm in ("static", "cooper", "rule")}
+    verified = {"rule": ramp(0.30, 0.36), "static": ramp(0.32, 0.12), "cooper": ramp(0.31, 0.34)}
+    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
+    assert lines[2].startswith("Held-out accuracy started at 0.03 at most")
+    # The first and last windows' means, not the end points: a ramp's window means sit inside its ends.
+    assert lines[3].startswith("On the training prompts") and "static 0.30 -> 0.14" in lines[3]
+    assert lines[3].endswith("the hacking the paper describes; Cooper's ends level with the rule arm's.")
+    # A static arm that keeps its verified accuracy, a Cooper arm that ends below rule; a held-out start with room.
+    verified = {"rule": ramp(0.30, 0.34), "static": ramp(0.30, 0.32), "cooper": ramp(0.30, 0.20)}
+    heldout = {arm: [(4, 0.30), (40, 0.30)] for arm in ("static", "cooper", "rule")}
+    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
+    assert not any(line.startswith("Held-out accuracy started") for line in lines)
+    assert lines[-1].endswith("the static RM's policy keeps its verified accuracy; Cooper's ends below the rule arm's, "
+                              "though it fell by 0.08.")
+    # What the RMs pay verified-wrong rollouts: the static RM's rising, Cooper's corrected; then neither moving.
+    wrong = {"static": ramp(0.60, 0.90), "cooper": ramp(0.60, 0.10)}
+    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, wrong)
+    assert lines[-1] == ("What each RM pays the rollouts the verifier marks wrong (first and last 10 steps): static "
+                         "0.63 -> 0.87, Cooper 0.54 -> 0.16: the static RM pays the policy's wrong answers more as it "
+                         "goes on; Cooper's RM, trained as it goes, ends paying them less.")
+    flat = {"static": ramp(0.60, 0.60), "cooper": ramp(0.60, 0.60)}
+    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, flat)[-1].endswith(
+        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them no less.")
+    # Without a rule or static curve there is nothing to read the rollouts against.
+    assert len(reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, {"static": verified["static"]})) == 2
+
+
+def test_the_warm_start_seeds_script_records_each_warm_start_once_with_its_held_out_accuracy(tmp_path, model_dir, capsys):
+    """scripts/warm_start_seeds.py: one row per (seed, clip, target), held-out scored beside the train split;
+    a rerun trains nothing again. Target 0: every warm start stops at its first check."""
+    import importlib.util
+
+    model_dir("tiny-qwen2-policy")  # a missing model fails naming the install step
+    path = Path(__file__).parents[1] / "scripts" / "warm_start_seeds.py"
+    spec = importlib.util.spec_from_file_location("warm_start_seeds", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "seeds.jsonl"
+    argv = [str(out), "--preset", "tiny", "--seeds", "0", "--clips", "none,1.0", "--target", "0"]
+    script.main(argv)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["seed"], r["max_grad_norm"], r["target_accuracy"], r["steps"]) for r in rows] == [
+        (0, None, 0.0, 50), (0, 1.0, 0.0, 50)]
+    assert all(0 <= r["heldout_accuracy"] <= 1 and 0 <= r["train_accuracy"] <= 1 for r in rows)
+    assert "| 0.0 | 1.0 | 0 | 50 |" in capsys.readouterr().out
+    script.main(argv)
+    assert out.read_text().count("\n") == 2  # nothing run twice

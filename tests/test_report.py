@@ -156,7 +156,7 @@ def test_hacking_signature_needs_a_significant_rm_reward_rise_and_held_out_accur
     assert hacking_signature({"eval/accuracy": [(2, 0.3), (4, 0.1)]}, 0.35).shows is None  # rule arm: no RM reward
 
 
-def test_the_report_counts_the_signature_per_arm_against_the_rule_arms_held_out_accuracy(tmp_path):
+def test_the_report_counts_the_signature_per_arm_against_the_rule_arms_held_out_accuracy(tmp_path, capsys):
     from cooper_openrlhf.cli.report import main
 
     steps = range(1, 21)
@@ -176,6 +176,10 @@ def test_the_report_counts_the_signature_per_arm_against_the_rule_arms_held_out_
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [(r["arm"], r["seed"], r["shows"]) for r in summary["hacking_signature"]] == [
         ("static", 0, True), ("static", 1, False), ("cooper", 0, False)]
+    # It reads the runs against the paper's claim, as a lab's last lines do (lab/reading.py).
+    printed = capsys.readouterr().out
+    assert "Cooper: held-out accuracy 0.40 -> 0.45, the rule-reward arm's 0.40 -> 0.42: level with the rule reward" in printed
+    assert "One seed per arm cannot show this reliably" in printed
 
 
 # ---------------------------------------------------------------------------------------------- the CLI

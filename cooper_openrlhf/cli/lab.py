@@ -162,26 +162,6 @@ def arm_trends(runs) -> list[str]:
             for arm, scalars in by_arm.items()]
 
 
-def paper_reading(runs) -> list[str]:
-    """`lab.reading`'s sentences on the arms' seed-mean curves: what the figure shows next to the paper's claim."""
-    from cooper_openrlhf.algo.metric_keys import RM_REWARD
-    from cooper_openrlhf.lab.reading import reading
-    from cooper_openrlhf.report.aggregate import band, heldout_series
-
-    by_arm: dict[str, list] = {}
-    for run in runs:
-        if not run.failed:
-            by_arm.setdefault(run.arm, []).append(run.scalars)
-
-    def mean_curve(curves):
-        curve = band([c for c in curves if c])
-        return list(zip(curve.steps, curve.mean))
-
-    return reading({arm: mean_curve([s.get(RM_REWARD, []) for s in runs]) for arm, runs in by_arm.items()},
-                   {arm: mean_curve([heldout_series(s) for s in runs]) for arm, runs in by_arm.items()},
-                   {arm: len(runs) for arm, runs in by_arm.items()})
-
-
 # What may change between invocations on one lab folder: which runs there are. Anything else (the task, the
 # models, the step budget, learning rates...) would mix runs of two configurations in one report.
 RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes", "parallel_runs")  # not what a run computes
@@ -215,9 +195,14 @@ def check_same_setup(out: Path, preset) -> None:
                          "in one report. Use another --out, or remove the folder.")
 
 
-def starting_rm_lines(setup: dict) -> list[str]:
-    """What the arms' starting RM pays for (its probe), and how the pair stage chose it."""
-    lines = [f"  starting RM: {setup['rm_probe']['verdict']}"]
+def starting_lines(setup: dict) -> list[str]:
+    """Where the arms start: the warm-started policy's sampled accuracy, what the starting RM pays for (its probe),
+    and how the pair stage chose it."""
+    policy = setup.get("policy", {})
+    lines = ([f"  starting policy: sampled accuracy {policy['train_accuracy']:.2f} on the train split, "
+              f"{policy['heldout_accuracy']:.2f} on the held-out problems (warm start, {policy['steps']} steps)"]
+             if "heldout_accuracy" in policy else [])
+    lines.append(f"  starting RM: {setup['rm_probe']['verdict']}")
     stage = setup["rm"].get("pair_stage")
     if stage:
         climbs = ", ".join(f"{c['climb']:+.3f}" for c in stage["candidates"])
@@ -243,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf import __version__
     from cooper_openrlhf.lab.batch import package_commit
     from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
+    from cooper_openrlhf.lab.reading import read_runs
     from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
@@ -257,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lab {preset.name}: {exc}", file=sys.stderr)
         return 3
     if args.prepare_only:  # lab.json is the record of runs: a preparation alone leaves it as it was
-        print("\n".join([f"lab {preset.name}: prepared {out}", *starting_rm_lines(setup)]))
+        print("\n".join([f"lab {preset.name}: prepared {out}", *starting_lines(setup)]))
         return 0
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
     with tqdm(total=len(plan), desc=f"lab {preset.name}", unit="run") as progress:
@@ -289,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nlab {preset.name}: {len(results) - len(failed)}/{len(results)} runs done in {wall / 60:.1f} min "
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
     print("\n".join(arm_trends(runs)))
-    print("\n".join(starting_rm_lines(setup)))
-    print("\n".join(paper_reading(runs)))
+    print("\n".join(starting_lines(setup)))
+    print("\n".join(read_runs(runs)))
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
     return 1 if failed else 0

@@ -3,9 +3,11 @@
 Each RUN_DIR is one run (one arm, one seed), read recursively: tensorboard event files from OpenRLHF's
 logger and, when present, `--cooper.sample_log_dir`'s rollouts.jsonl / pairs.jsonl. Arm and seed come from
 RUN_DIR/run_info.json, else a folder name `<arm>_seed<k>`, else the folder name (seed 0). Writes into DIR
-the figures of `report/figures.py`, report.md and summary.json. A run without event files is listed as
-failed and the others still render; the command fails only when no run could be read at all. `--publish DEST`
-copies the report to commit: every figure small, no path of this machine (report/publish.py).
+the figures of `report/figures.py`, report.md and summary.json, and prints what the static, Cooper and rule
+runs' curves say next to the paper's claim (lab/reading.py), as a lab's last lines do. A run without event
+files is listed as failed and the others still render; the command fails only when no run could be read at
+all. `--publish DEST` copies the report to commit: every figure small, no path of this machine
+(report/publish.py).
 See docs/report.md for how to read the figures.
 """
 
@@ -48,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     runs = write_report(args.run_dirs, Path(args.out))
+    from cooper_openrlhf.lab.reading import read_runs
+
+    print("\n".join(read_runs(runs)), flush=True)  # the runs against the paper's claim, as a lab's last lines
     if args.publish:
         from cooper_openrlhf.report.publish import publish_report
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cooper_openrlhf.lab.presets import WARM_START, LabPreset
+from cooper_openrlhf.lab.reading import LOW_START
 from cooper_openrlhf.lab.runner import LabFiles, run_environment
 from cooper_openrlhf.lab.task import task_split, warm_start_problems, write_task_files
 
@@ -76,6 +77,10 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
     marker.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     logger.info("warm start done: sampled accuracy %.2f (train split), %.2f (held-out)", info["train_accuracy"],
                 info["heldout_accuracy"])
+    if info["heldout_accuracy"] < LOW_START:
+        logger.warning("warm start: held-out accuracy %.2f on problems it never saw in any form: a fall can hardly "
+                       "show on them; the lab's last lines read the training rollouts' verified accuracy too",
+                       info["heldout_accuracy"])
     return folder, info
 
 
