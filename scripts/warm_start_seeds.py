@@ -4,8 +4,8 @@ The lab's arms all start from one warm-started tiny policy (lab/warm_start.py), 
 on a probe of train problems reaches the preset's target. Held-out accuracy (problems with no trivially
 equivalent twin among the train split) is what the arms are compared on, so a warm start that memorises its sums
 leaves the held-out curves no room to fall. This runs the preset's warm start at each (seed, gradient clip), as
-`lab.prepare.prepare_policy` does, and scores each policy as it does (sampled at the preset's temperature: 64
-train problems and the held-out split, 4 samples each), one JSON line per run; finished runs are reused.
+`lab.prepare.prepare_policy` does, and scores each policy as it does (`lab.prepare.split_accuracies`), one JSON
+line per run; finished runs are reused.
 
     python scripts/warm_start_seeds.py runs/warm-start-seeds.jsonl --seeds 0,1,2 --clips none,1.0 [--preset quick]
     python scripts/warm_start_seeds.py runs/warm-start-seeds.jsonl --seeds 0 --clips none --target 0.9
@@ -38,9 +38,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # each check
+    from cooper_openrlhf.lab.prepare import split_accuracies
     from cooper_openrlhf.lab.presets import PRESETS
-    from cooper_openrlhf.lab.task import task_split, warm_start_problems
-    from cooper_openrlhf.lab.warm_start import WarmStartConfig, fine_tune, sampled_accuracy
+    from cooper_openrlhf.lab.task import warm_start_problems
+    from cooper_openrlhf.lab.warm_start import WarmStartConfig, fine_tune
     from cooper_openrlhf.models import model_path
 
     preset = PRESETS[args.preset]
@@ -51,18 +52,14 @@ def main(argv=None) -> None:
     if args.out.is_file():
         done = {(r["seed"], r["max_grad_norm"], r["target_accuracy"])
                 for r in map(json.loads, args.out.read_text().splitlines())}
-    train, heldout = task_split(preset.task)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for seed, clip, target in tqdm([p for p in plan if p not in done], desc="warm starts", unit="run"):
         config = WarmStartConfig(target_accuracy=target, temperature=preset.temperature, seed=seed, max_grad_norm=clip)
         started = time.perf_counter()
         model, tokenizer, result = fine_tune(str(model_path("tiny-qwen2-policy")), warm_start_problems(preset.task),
                                              config, preset.task.prompt_suffix)
-        suffix = preset.task.prompt_suffix
         row = {"seed": seed, "max_grad_norm": clip, "target_accuracy": target, **asdict(result),
-               "train_accuracy": sampled_accuracy(model, tokenizer, train[:64], suffix, temperature=preset.temperature),
-               "heldout_accuracy": sampled_accuracy(model, tokenizer, heldout, suffix, temperature=preset.temperature),
-               "seconds": round(time.perf_counter() - started, 1)}
+               **split_accuracies(model, tokenizer, preset), "seconds": round(time.perf_counter() - started, 1)}
         with args.out.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
     rows = [json.loads(line) for line in args.out.read_text().splitlines()]

@@ -623,3 +623,14 @@ def test_the_warm_start_seeds_script_records_each_warm_start_once_with_its_held_
     assert "| 0.0 | 1.0 | 0 | 50 |" in capsys.readouterr().out
     script.main(argv)
     assert out.read_text().count("\n") == 2  # nothing run twice
+
+
+def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_splits():
+    setup = {"policy": {"train_accuracy": 0.34, "heldout_accuracy": 0.0234, "steps": 600},
+             "rm_probe": {"verdict": "pays right answers most"}, "rm": {}}
+    assert lab_cli.starting_lines(setup) == [
+        "  starting policy: sampled accuracy 0.34 on the train split, 0.02 on the held-out problems (warm start, 600 steps)",
+        "  starting RM: pays right answers most"]
+    # A policy the lab did not warm-start (--policy) has no such accuracies: the line is left out.
+    assert lab_cli.starting_lines({**setup, "policy": {"policy": "smollm2-135m-instruct"}}) == [
+        "  starting RM: pays right answers most"]

@@ -36,6 +36,16 @@ def _resolve_model(name: str) -> Path:
     return Path(name) if Path(name).is_dir() else Path(model_path(name))
 
 
+def split_accuracies(model, tokenizer, preset: LabPreset) -> dict[str, float]:
+    """A policy's sampled accuracy on 64 train-split problems and on the held-out split, at the RL temperature (as
+    the arms' first rollouts and evaluations are sampled)."""
+    from cooper_openrlhf.lab.warm_start import sampled_accuracy
+
+    train, heldout = task_split(preset.task)
+    return {name: sampled_accuracy(model, tokenizer, problems, preset.task.prompt_suffix, temperature=preset.temperature)
+            for name, problems in (("train_accuracy", train[:64]), ("heldout_accuracy", heldout))}
+
+
 def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
     """The policy every arm starts from, and what is known of it (warm-start accuracy)."""
     if preset.policy != WARM_START:
@@ -46,7 +56,6 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
     from cooper_openrlhf.lab.warm_start import (
         WarmStartConfig,
         fine_tune,
-        sampled_accuracy,
         sampled_rewrite_validity,
         save,
     )
@@ -61,14 +70,9 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
     if not result.reached_target:
         logger.warning("warm start: accuracy %.2f after %d steps, below the target %.2f; the arms start from it",
                        result.probe_accuracy, result.steps, config.target_accuracy)
-    train, heldout = task_split(preset.task)
+    train = task_split(preset.task)[0]
     info = {
-        "policy": WARM_START, **asdict(config), **asdict(result),
-        # Sampled at the RL temperature, as the arms' first rollouts and evaluations are.
-        "train_accuracy": sampled_accuracy(model, tokenizer, train[:64], preset.task.prompt_suffix,
-                                           temperature=preset.temperature),
-        "heldout_accuracy": sampled_accuracy(model, tokenizer, heldout, preset.task.prompt_suffix,
-                                             temperature=preset.temperature),
+        "policy": WARM_START, **asdict(config), **asdict(result), **split_accuracies(model, tokenizer, preset),
         # As the assistant: the share of its rewrite attempts that are valid negatives.
         "rewrite_validity": sampled_rewrite_validity(model, tokenizer, train[:32], preset.task.prompt_suffix),
         "seconds": round(time.perf_counter() - started, 1),

@@ -21,7 +21,7 @@ MOVE = 0.05  # a change worth naming: above one evaluation's noise at the lab's 
 RELIABLE_SEEDS = 3
 FULL_LAB_FIGURE = "docs/results/batch33b/main/rewards_accuracy.png"
 LOW_START = 0.10  # held-out accuracy below this at the first evaluation leaves a fall almost no room to show
-VERIFIED_WINDOW = 10  # steps averaged at each end of a verified-accuracy curve (a step grades a few dozen rollouts)
+VERIFIED_WINDOW = 10  # steps averaged at each end of a training-rollout curve (a step grades a few dozen rollouts)
 
 Curve = Sequence[tuple[int, float]]
 
