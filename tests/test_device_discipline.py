@@ -42,29 +42,29 @@ def test_losses_keep_to_the_device_of_their_logits(with_mask):
             pairwise_rm_loss(pos, neg, torch.ones(5, dtype=torch.bool))
 
 
-def _bare_reward_actor(model_dir):
-    """A TrainableRewardModelActor's Python object around a plain tiny RM (no Ray, no DeepSpeed engine)."""
-    from cooper_openrlhf.ray.reward_actor import TrainableRewardModelActor
+def _bare_rm_trainer(model_dir):
+    """An `rm.pairwise_update.RMTrainer` around a plain tiny RM (no DeepSpeed engine: only the loss is run)."""
     from cooper_openrlhf.rm.model import load_rm
+    from cooper_openrlhf.rm.pairwise_update import RMTrainer
 
-    actor = TrainableRewardModelActor.__ray_metadata__.modified_class.__new__(
-        TrainableRewardModelActor.__ray_metadata__.modified_class)
-    actor.model, actor.tokenizer, actor.template_version = load_rm(str(model_dir("tiny-qwen2-rm")))
-    actor.max_length = 128
-    return actor
+    model, tokenizer, version = load_rm(str(model_dir("tiny-qwen2-rm")))
+    return RMTrainer(None, model, None, None, tokenizer, 128, version, micro_batch_size=4)
 
 
-def test_reward_actor_micro_loss_runs_with_the_rm_on_cuda(model_dir):
-    """Every RM update on GPU: the pair mask must be made on the logits' device (a CPU mask crashed here)."""
-    actor = _bare_reward_actor(model_dir)
+def test_rm_update_micro_loss_runs_with_the_rm_on_cuda(model_dir):
+    """Every RM update on GPU (the RM actor's and the reward service's): the pair mask must be made on the logits'
+    device (a CPU mask crashed here)."""
+    from cooper_openrlhf.rm.pairwise_update import _micro_loss
+
+    trainer = _bare_rm_trainer(model_dir)
     pairs = PairBatch(questions=["1+1?", "2+2?"], references=["2", "4"], positives=["The answer is 2.", "It is 4."],
                       negatives=["The answer is 3.", "It is 5."], valid=[True, True], positive_index=[0, 4],
                       negative_source=["assistant", "rollout"])
     sums = torch.zeros(7, dtype=torch.float64)
     fake = FakeCuda()
     with fake:
-        fake.put(actor.model)
-        loss = actor._micro_loss(pairs, [0, 1], sums)
+        fake.put(trainer.model)
+        loss = _micro_loss(trainer, pairs, [0, 1], sums)
         assert fake.on_cuda(loss) and loss.requires_grad
     assert sums[4] == 1 and sums[6] == 1  # one pair counted per negative source
 

@@ -24,9 +24,9 @@ ALLOWED = {
         "rewards are attached to OpenRLHF's samples, which keep them on the CPU (experience_maker)",
     ("ray/trainer.py", "rm_logits", "torch.tensor"):
         "the trainer actor holds no GPU; the RM ranks return their logits as Python floats",
-    ("ray/reward_actor.py", "_pass", "torch.zeros"):
+    ("rm/pairwise_update.py", "_pass", "torch.zeros"):
         "a CPU accumulator of Python floats, reduced by strategy.all_reduce (which moves it to the device and back)",
-    ("ray/reward_actor.py", "_micro_loss", "torch.tensor"):
+    ("rm/pairwise_update.py", "_micro_loss", "torch.tensor"):
         "added to the CPU accumulator of _pass, from floats already read off the logits",
     ("rm/bce_train.py", "collate", "torch.tensor"):
         "a DataLoader collate builds CPU batches; rm_logits moves them to the model's device",

@@ -109,7 +109,7 @@ class PairBuilder:
             raise RuntimeError(f"verifier returned {len(outcomes)} verdicts for {len(completions)} completions")
         verdicts = [outcome.verdict for outcome in outcomes]
         correct = [verdict == Verdict.CORRECT for verdict in verdicts]
-        proven_wrong = self._proven_wrong(references, outcomes)
+        proven_wrong = self.proven_wrong(references, outcomes)
         metrics = {
             "cooper/verified_accuracy": sum(correct) / len(correct) if correct else 0.0,
             "cooper/verify_timeouts": float(sum(v == Verdict.TIMEOUT for v in verdicts)),
@@ -121,7 +121,7 @@ class PairBuilder:
         }
         return RolloutVerdicts(correct, proven_wrong, [v == Verdict.NO_ANSWER for v in verdicts]), metrics
 
-    def _proven_wrong(self, references: list[str], outcomes) -> list[bool]:
+    def proven_wrong(self, references: list[str], outcomes) -> list[bool]:
         """True where an INCORRECT rollout's extracted answer is proved different in both directions."""
         wrong = [i for i, outcome in enumerate(outcomes) if outcome.verdict == Verdict.INCORRECT and outcome.extracted]
         proven = [False] * len(outcomes)

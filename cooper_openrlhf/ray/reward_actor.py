@@ -7,23 +7,12 @@ never reaches the RM. It is a `BaseModelActor` fanned out with OpenRLHF's `RayAc
 checkpointed with OpenRLHF's `DeepspeedStrategy`; the loss is `algo.losses.pairwise_rm_loss`.
 
 One `fit` call is Cooper's RM update (arXiv 2508.05613, Eq. 5) on one data-parallel rank:
-- only valid pairs are forwarded; the positive and negative of a pair share one forward;
-- the micro-batch loss is scaled by (pairs in it) * world / global_valid, so that after DeepSpeed
-  averages gradients over the ranks the step's gradient is that of the masked mean over exactly the
-  step's valid pairs, however they are spread across ranks;
-- gradient accumulation is driven by hand (`set_gradient_accumulation_boundary`; the RM's DeepSpeed
-  config has gradient_accumulation_steps 1, so no loss is rescaled), one optimizer step per pass,
-  `--cooper.rm_updates_per_step` passes; every rank runs the same number of backward passes (a rank
-  with fewer pairs backs up a zero loss), as ZeRO's gradient reductions are collective;
-- a non-finite loss makes that micro-batch's gradients NaN on purpose, so that DeepSpeed's own
-  overflow check (ZeRO 1/2, bf16 and fp16) drops the whole accumulated step on every rank, exactly as
-  it does for non-finite gradients; skipped steps are counted from the engine (`skipped_steps`).
+`rm.pairwise_update.pairwise_update`, the same function the reward service (`serve/`) trains with.
 """
 
 import math
 import os
 import shutil
-import time
 
 import ray
 import torch
@@ -31,24 +20,20 @@ from openrlhf.trainer.ray.launcher import BaseModelActor
 from openrlhf.utils.deepspeed.deepspeed_utils import offload_deepspeed_states, reload_deepspeed_states
 from openrlhf.utils.distributed_util import torch_dist_barrier_and_cuda_sync
 
-from cooper_openrlhf.algo.losses import pairwise_rm_loss
 from cooper_openrlhf.algo.pairs import PairBatch
-from cooper_openrlhf.algo.selection import FROM_ASSISTANT, FROM_ROLLOUT
 from cooper_openrlhf.rm.model import (
     DEFAULT_RM_MAX_LENGTH,
     adamw_config,
     export_rm,
     load_rm,
     recorded_max_length,
-    render_and_encode,
-    rm_logits,
     score_logits,
     usable_max_length,
 )
+from cooper_openrlhf.rm.pairwise_update import RMTrainer, pairwise_update
 
 CHECKPOINT_SUBDIR = "_rm"  # beside OpenRLHF's "_actor" under --ckpt.path
 COUNTERS_KEY = "cooper_rm_counters"  # in the DeepSpeed checkpoint's client state
-SOURCES = (FROM_ASSISTANT, FROM_ROLLOUT)  # negative sources whose pair accuracy is reported
 
 
 def rm_optimizer_config(cooper, scheduler_steps: int) -> dict:
@@ -106,7 +91,6 @@ class TrainableRewardModelActor(BaseModelActor):
         )
         requested = self.cooper.rm_max_length or recorded_max_length(model.config) or DEFAULT_RM_MAX_LENGTH
         self.max_length = usable_max_length(model, requested)
-        self.counters = {"optimizer_steps": 0, "skipped_steps": 0, "updates": 0}
         if self.trainable:
             cfg = rm_optimizer_config(self.cooper, rm_schedule_steps(self.cooper, rollout_steps,
                                                                      args.rollout.batch_size))
@@ -115,8 +99,8 @@ class TrainableRewardModelActor(BaseModelActor):
             model._offload = args.reward.offload
             self.model, self.optim, self.scheduler = strategy.prepare(model), None, None
         self.model.eval()
-        # A zero-loss input for ranks without pairs in a micro-step (keeps ZeRO's collectives aligned).
-        self._filler = render_and_encode(self.tokenizer, [""], [""], [""], self.max_length, self.template_version)
+        self.rm_trainer = RMTrainer(strategy, self.model, self.optim, self.scheduler, self.tokenizer, self.max_length,
+                                    self.template_version, self.cooper.rm_micro_batch_size)
         if self.trainable and args.ds.enable_sleep:
             offload_deepspeed_states(self.model)
         strategy.print(f"Cooper RM from {rm_path}: template {self.template_version}, max_length {self.max_length}, "
@@ -131,48 +115,22 @@ class TrainableRewardModelActor(BaseModelActor):
 
     # ----------------------------------------------------------------------------------- training
     def fit(self, pairs: PairBatch, global_valid: int) -> dict[str, float]:
-        """Cooper's RM update on this rank's share of the step's pairs; metrics are global (all-reduced).
+        """Cooper's RM update on this rank's share of the step's pairs (`rm.pairwise_update`); metrics are global.
 
         pairs: this rank's pairs (invalid slots are skipped). global_valid: valid pairs over all ranks.
         With global_valid == 0 nothing is run and no step is taken.
         """
         if not self.trainable:
             raise RuntimeError("fit() on a reward model loaded without --remote_rm_trainable")
-        if global_valid < 1:
-            return {"cooper/rm_updated": 0.0, "cooper/rm_valid_pairs": 0.0,
-                    "cooper/rm_optimizer_steps": float(self.counters["optimizer_steps"])}
-        self.counters["updates"] += 1
-        valid = [i for i, ok in enumerate(pairs.valid) if ok]
-        per_micro = max(1, self.cooper.rm_micro_batch_size // 2)
-        chunks = [valid[start : start + per_micro] for start in range(0, len(valid), per_micro)]
-        micro_steps = int(self.strategy.all_reduce(float(len(chunks)), op="max"))
-        world_size = torch.distributed.get_world_size()
-
-        start = time.perf_counter()
-        self.model.train()
-        passes = [self._pass(pairs, chunks, micro_steps, global_valid, world_size)
-                  for _ in range(self.cooper.rm_updates_per_step)]
-        self.model.eval()
-        seconds = time.perf_counter() - start
-        first, last = passes[0], passes[-1]
-        metrics = {**first["by_source"],
-            "cooper/rm_updated": 1.0,
-            "cooper/rm_loss": first["loss"],  # on the RM that scored this step's rollouts
-            "cooper/rm_pair_accuracy": first["pair_accuracy"],
-            "cooper/rm_margin": first["margin"],
-            "cooper/rm_loss_last_pass": last["loss"],
-            "cooper/rm_valid_pairs": float(global_valid),
-            "cooper/rm_steps_skipped": float(sum(p["skipped"] for p in passes)),
-            "cooper/rm_optimizer_steps": float(self.counters["optimizer_steps"]),
-            "cooper/rm_lr": self.scheduler.get_last_lr()[0],
-            # Not a timing/* key: beside the policy update it overlaps it, and OpenRLHF sums timing/* per step.
-            "cooper/rm_fit_seconds": seconds,
-        }
-        applied = [p["grad_norm"] for p in passes if not p["skipped"]]
-        if applied:
-            metrics["cooper/rm_grad_norm"] = applied[-1]
-        metrics["cooper/rm_rank_weight_spread"] = self.rank_weight_spread()
+        metrics = pairwise_update(self.rm_trainer, pairs, global_valid, passes=self.cooper.rm_updates_per_step)
+        if metrics["cooper/rm_updated"]:
+            metrics["cooper/rm_rank_weight_spread"] = self.rank_weight_spread()
         return metrics
+
+    @property
+    def counters(self) -> dict:
+        """Optimizer steps, skipped steps and updates so far (checkpointed with the RM)."""
+        return self.rm_trainer.counters
 
     @torch.no_grad()
     def rank_weight_spread(self) -> float:
@@ -183,59 +141,6 @@ class TrainableRewardModelActor(BaseModelActor):
         mine = torch.stack([sum(w.double().sum() for w in weights), sum(w.double().square().sum() for w in weights)])
         every = self.strategy.all_gather(mine.cpu()).view(-1, 2)
         return float((every - every[0]).abs().max())
-
-    def _pass(self, pairs: PairBatch, chunks: list[list[int]], micro_steps: int, global_valid: int, world_size: int):
-        """One pass over the valid pairs: `micro_steps` forward/backward, then one (possibly skipped) step."""
-        sums = torch.zeros(3 + 2 * len(SOURCES), dtype=torch.float64)  # loss*k, correct, margin*k, per source: correct, k
-        skipped_before = self.model.skipped_steps
-        for micro in range(micro_steps):
-            self.model.set_gradient_accumulation_boundary(micro == micro_steps - 1)
-            if micro < len(chunks):
-                loss = self._micro_loss(pairs, chunks[micro], sums) * (len(chunks[micro]) * world_size / global_valid)
-            else:
-                loss = rm_logits(self.model, self._filler).sum() * 0.0
-            self.strategy.backward(loss, self.model, self.optim)
-            self.strategy.optimizer_step(self.optim, self.model, self.scheduler)  # acts only at the boundary
-        skipped = self.model.skipped_steps > skipped_before
-        self.counters["skipped_steps" if skipped else "optimizer_steps"] += 1
-        sums = self.strategy.all_reduce(sums, op="sum")
-        by_source = {}
-        for s, source in enumerate(SOURCES):
-            correct, count = float(sums[3 + 2 * s]), float(sums[4 + 2 * s])
-            by_source[f"cooper/rm_pairs_{source}"] = count
-            if count:
-                by_source[f"cooper/rm_pair_accuracy_{source}"] = correct / count
-        return {
-            "by_source": by_source,
-            "loss": float(sums[0]) / global_valid,
-            "pair_accuracy": float(sums[1]) / global_valid,
-            "margin": float(sums[2]) / global_valid,
-            "skipped": skipped,
-            "grad_norm": self.strategy.get_grad_norm(self.model),
-        }
-
-    def _micro_loss(self, pairs: PairBatch, index: list[int], sums: torch.Tensor) -> torch.Tensor:
-        """Masked pairwise loss of the pairs at `index` (all valid); adds their sums to `sums`."""
-        k = len(index)
-        questions = [pairs.questions[i] for i in index]
-        references = [pairs.references[i] for i in index]
-        completions = [pairs.positives[i] for i in index] + [pairs.negatives[i] for i in index]
-        batch = render_and_encode(self.tokenizer, questions * 2, references * 2, completions, self.max_length,
-                                  self.template_version)
-        logits = rm_logits(self.model, batch)
-        every_pair = torch.ones(k, dtype=torch.bool, device=logits.device)  # all valid; on the logits' device
-        loss, metrics = pairwise_rm_loss(logits[:k], logits[k:], every_pair)
-        sums[:3] += torch.tensor([metrics["loss"] * k, metrics["pair_accuracy"] * k, metrics["margin"] * k],
-                                 dtype=torch.float64)
-        correct = (logits[:k] > logits[k:]).tolist()
-        for s, source in enumerate(SOURCES):  # the RM's pairwise accuracy per negative source, before the update
-            mine = [ok for ok, i in zip(correct, index) if pairs.negative_source[i] == source]
-            sums[3 + 2 * s] += sum(mine)
-            sums[4 + 2 * s] += len(mine)
-        if not math.isfinite(metrics["loss"]):
-            # NaN gradients make DeepSpeed's overflow check drop the step on every rank (module docstring).
-            loss = loss * float("nan")
-        return loss
 
     # -------------------------------------------------------------------------------- checkpoints
     def _checkpoint_dir(self) -> str:
@@ -280,7 +185,7 @@ class TrainableRewardModelActor(BaseModelActor):
             offload_deepspeed_states(self.model)
         if load_path is None:
             raise FileNotFoundError(f"no reward-model checkpoint {tag or '(latest)'} under {directory}")
-        self.counters = dict(states.get(COUNTERS_KEY, self.counters))
+        self.rm_trainer.counters = dict(states.get(COUNTERS_KEY, self.counters))
         keep = ("episode", "global_step", "total_consumed_prompts", COUNTERS_KEY)
         return {key: states[key] for key in keep if key in states}
 

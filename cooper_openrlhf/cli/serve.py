@@ -1,0 +1,267 @@
+"""`python -m cooper_openrlhf.cli.serve --rm VERIFYRM_DIR [--learn] ...`: Cooper behind any trainer's reward URL.
+
+Serves OpenRLHF's remote-RM protocol at POST /get_reward (`--reward.remote_url http://HOST:PORT/get_reward`), with
+/metrics (Prometheus) and /health. With --learn the RM keeps learning from the rollouts it scores (Cooper's RM
+update, on rollout negatives or an assistant's rewrites), checkpointing into --state-dir and resuming from it.
+docs/serve.md has the protocol, the reward modes, the timing of learning, security and the numbers.
+"""
+
+import argparse
+import copy
+import ipaddress
+import logging
+import os
+import sys
+
+logger = logging.getLogger("cooper_openrlhf.serve")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from cooper_openrlhf.algo.negatives import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
+    from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
+    from cooper_openrlhf.serve.modes import REWARD_MODES
+
+    p = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.serve", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--rm", required=True, help="VerifyRM folder (a one-logit sequence classifier)")
+    p.add_argument("--policy", default=None,
+                   help="the policy's model or tokenizer folder: its chat template is how prompts are split into "
+                        "questions (OpenRLHF's --data.apply_chat_template); omit with --no-chat-template")
+    p.add_argument("--no-chat-template", action="store_true", help="prompts are the questions themselves (optionally "
+                   "through --input-template), as OpenRLHF without --data.apply_chat_template")
+    p.add_argument("--input-template", default=None, help="OpenRLHF's --data.input_template, e.g. 'Q: {}\\nA:'")
+    g = p.add_argument_group("network and security")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a --token-file is required")
+    g.add_argument("--port", type=int, default=5000)
+    g.add_argument("--token-file", default=None, help="file holding the token clients must send (Bearer or ?token=)")
+    g.add_argument("--max-body-bytes", type=int, default=4 << 20)
+    g.add_argument("--max-request-samples", type=int, default=256)
+    g.add_argument("--request-timeout-s", type=float, default=150.0,
+                   help="answer 504 past this (OpenRLHF's client gives up at 180 s)")
+    g = p.add_argument_group("scoring")
+    g.add_argument("--mode", default="rm", choices=list(REWARD_MODES), help="the reward paid (docs/serve.md)")
+    g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="RM weights' dtype (auto: the device's fast one)")
+    g.add_argument("--max-batch", type=int, default=64, help="most samples per RM forward")
+    g.add_argument("--max-wait-ms", type=float, default=5.0, help="longest wait for a batch to fill")
+    g.add_argument("--max-queue", type=int, default=4096, help="queued samples past which requests get 503")
+    g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
+    g.add_argument("--verify-lanes", type=int, default=2, help="verifier pools serving batches side by side")
+    g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
+    g = p.add_argument_group("GRPO groups, learning and the hacking monitor")
+    g.add_argument("--group-size", type=int, default=8, help="the trainer's samples per prompt (n)")
+    g.add_argument("--groups-per-update", type=int, default=0,
+                   help="complete groups per round = the trainer's prompts per step (--rollout.batch_size); each "
+                        "round is monitored and, with --learn, trained on; 0: no rounds")
+    g.add_argument("--group-timeout-s", type=float, default=600.0, help="drop a group incomplete for this long")
+    g.add_argument("--learn", action="store_true", help="train the RM on each round (Cooper's RM update)")
+    g.add_argument("--no-wait-for-update", action="store_true",
+                   help="new groups do not wait for an update in flight (async trainers; docs/serve.md)")
+    g.add_argument("--negative-source", default="rollout", choices=NEGATIVE_SOURCES,
+                   help="rollout: the group's own proven-wrong rollouts; assistant/mixed: rewrites by --assistant-url")
+    g.add_argument("--rollout-negative-pick", default="hardest", choices=ROLLOUT_NEGATIVE_PICKS)
+    g.add_argument("--answerless-negatives", action="store_true")
+    g.add_argument("--assistant-url", default=None, help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)")
+    g.add_argument("--assistant-model", default=None, help="model name at --assistant-url")
+    g.add_argument("--assistant-key-env", default="COOPER_ASSISTANT_API_KEY",
+                   help="environment variable holding the assistant endpoint's key, if it needs one")
+    g.add_argument("--rm-lr", type=float, default=1e-5)
+    g.add_argument("--rm-weight-decay", type=float, default=0.0)
+    g.add_argument("--rm-max-norm", type=float, default=1.0)
+    g.add_argument("--rm-micro-batch-size", type=int, default=4, help="RM inputs per training forward (a pair is two)")
+    g.add_argument("--rm-updates-per-round", type=int, default=1, help="optimizer steps over a round's pairs")
+    g.add_argument("--rm-schedule-rounds", type=int, default=1000, help="rounds the LR schedule spans")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--on-hacking", default="warn", choices=["warn", "rule_reward"],
+                   help="on a hacking alarm: warn, or pay the rule reward from then on")
+    g = p.add_argument_group("state")
+    g.add_argument("--state-dir", default=None, help="checkpoints (resumed from on start) and logs; needed by --learn")
+    g.add_argument("--checkpoint-every", type=int, default=1, help="updates between checkpoints (0: on shutdown only)")
+    g.add_argument("--keep-checkpoints", type=int, default=3)
+    g.add_argument("--export-dir", default=None, help="on shutdown, the trained RM as a VerifyRM folder "
+                   "(default with --learn: STATE_DIR/final_rm)")
+    return p
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_args(args) -> list[str]:
+    """Mistakes a user can make, each naming its flag (empty: none)."""
+    problems = []
+    if not os.path.isdir(args.rm):
+        problems.append(f"--rm {args.rm}: no such folder")
+    if not is_loopback(args.host) and not args.token_file:
+        problems.append(f"--host {args.host} is reachable beyond this machine; pass --token-file (clients then send "
+                        "the token), or bind 127.0.0.1")
+    if args.token_file and not os.path.isfile(args.token_file):
+        problems.append(f"--token-file {args.token_file}: no such file")
+    if args.policy is None and not args.no_chat_template:
+        problems.append("--policy PATH (whose chat template built the prompts) or --no-chat-template is required")
+    if args.policy is not None and not os.path.isdir(args.policy):
+        problems.append(f"--policy {args.policy}: no such folder")
+    if args.input_template and not args.no_chat_template:
+        problems.append("--input-template applies only with --no-chat-template (as OpenRLHF's --data.input_template)")
+    if args.learn:
+        if not args.groups_per_update:
+            problems.append("--learn needs --groups-per-update (the trainer's prompts per step)")
+        if not args.state_dir:
+            problems.append("--learn needs --state-dir (checkpoints: nothing learned is lost on a restart)")
+        if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
+            problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
+    for flag in ("group_size", "max_batch", "max_queue", "verify_lanes", "rm_micro_batch_size"):
+        if getattr(args, flag) < 1:
+            problems.append(f"--{flag.replace('_', '-')} must be >= 1")
+    return problems
+
+
+def read_token(path: str | None) -> str | None:
+    if not path:
+        return None
+    token = open(path, encoding="utf-8").read().strip()
+    if len(token) < 16:
+        raise SystemExit(f"error: --token-file {path}: the token is {len(token)} characters; use at least 16")
+    return token
+
+
+def build_splitter(args):
+    from cooper_openrlhf.serve.protocol import PromptSplitter
+
+    if args.no_chat_template:
+        special = ()
+        if args.policy:
+            from transformers import AutoTokenizer
+
+            special = AutoTokenizer.from_pretrained(args.policy).all_special_tokens
+        return PromptSplitter(None, args.input_template, special)
+    from transformers import AutoTokenizer
+
+    return PromptSplitter.from_tokenizer(AutoTokenizer.from_pretrained(args.policy))
+
+
+def build_service(args):
+    """(service, checkpointer or None): the RM, the verifier lanes, the learner; resumed from --state-dir."""
+    from cooper_openrlhf.algo.hacking import HackingMonitorConfig
+    from cooper_openrlhf.rm.model import load_rm, recorded_max_length, usable_max_length
+    from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
+    from cooper_openrlhf.serve.metrics import ServiceLog
+    from cooper_openrlhf.serve.scorer import VersionedScorer
+    from cooper_openrlhf.serve.service import RewardService, ServiceConfig
+    from cooper_openrlhf.verify.pool import VerifierPool
+
+    dtype_name = resolve_dtype_name(args.dtype)
+    config = ServiceConfig(mode=args.mode, group_size=args.group_size, groups_per_update=args.groups_per_update,
+                           group_timeout_s=args.group_timeout_s, max_batch=args.max_batch,
+                           max_wait_s=args.max_wait_ms / 1000, max_queue=args.max_queue,
+                           wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
+                           on_hacking=args.on_hacking, monitor=HackingMonitorConfig())
+    pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s) for _ in range(args.verify_lanes)]
+    lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
+    learner = checkpointer = state = None
+    if args.learn:
+        learner, checkpointer, model, tokenizer, version = _build_learner(args, dtype_name)
+        state = checkpointer.load()
+        version = state["version"] if state else 0
+        scoring_model = copy.deepcopy(learner.trainer.model.module)
+        max_length = learner.trainer.max_length
+        template_version = learner.trainer.template_version
+    else:
+        scoring_model, tokenizer, template_version = load_rm(args.rm, dtype=torch_dtype(dtype_name))
+        max_length = usable_max_length(scoring_model, args.rm_max_length or recorded_max_length(scoring_model.config))
+        version = 0
+    scorer = VersionedScorer(scoring_model, tokenizer, max_length=max_length, template_version=template_version,
+                             batch_size=args.max_batch, version=version)
+    log = ServiceLog(os.path.join(args.state_dir, "logs") if args.state_dir else None)
+    service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer, state=state)
+    service.verifier_pools = pools
+    return service, checkpointer
+
+
+def _build_learner(args, dtype_name: str):
+    from cooper_openrlhf.algo.negatives import NegativeConfig
+    from cooper_openrlhf.ray.pair_builder import PairBuilder
+    from cooper_openrlhf.rm.bce_train import make_strategy
+    from cooper_openrlhf.rm.model import adamw_config, load_rm, recorded_max_length, usable_max_length
+    from cooper_openrlhf.rm.pairwise_update import RMTrainer
+    from cooper_openrlhf.runtime.dtype import torch_dtype
+    from cooper_openrlhf.serve.checkpoint import ServiceCheckpoint
+    from cooper_openrlhf.serve.learner import Learner, LearnConfig
+    from cooper_openrlhf.verify.pool import VerifierPool
+
+    micro = args.rm_micro_batch_size
+    strategy = make_strategy(["--ds.zero_stage", "2", "--ds.param_dtype", dtype_name, "--train.seed", str(args.seed),
+                              "--train.micro_batch_size", str(micro), "--train.batch_size", str(micro)])
+    model, tokenizer, template_version = load_rm(args.rm, dtype=torch_dtype(dtype_name),
+                                                 attn_implementation="eager", ds_config=strategy.get_ds_train_config())
+    max_length = usable_max_length(model, args.rm_max_length or recorded_max_length(model.config))
+    optim = adamw_config(lr=args.rm_lr, weight_decay=args.rm_weight_decay, lr_scheduler="constant_with_warmup",
+                         warmup_ratio=0.0, max_norm=args.rm_max_norm,
+                         scheduler_steps=args.rm_schedule_rounds * args.rm_updates_per_round)
+    engine, optimizer, scheduler = strategy.prepare((model, optim))
+    engine.eval()
+    trainer = RMTrainer(strategy, engine, optimizer, scheduler, tokenizer, max_length, template_version, micro)
+    assistant = _NoAssistant()
+    if args.negative_source != "rollout":
+        from cooper_openrlhf.engines.openai_api import OpenAIChatEngine
+
+        assistant = OpenAIChatEngine(args.assistant_url, args.assistant_model, os.environ.get(args.assistant_key_env))
+    builder = PairBuilder(VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s), assistant,
+                          NegativeConfig(seed=args.seed))
+    learner = Learner(trainer, builder, LearnConfig(
+        groups_per_update=args.groups_per_update, negative_source=args.negative_source,
+        rollout_negative_pick=args.rollout_negative_pick, answerless_negatives=args.answerless_negatives,
+        passes=args.rm_updates_per_round, seed=args.seed))
+    checkpointer = ServiceCheckpoint(trainer, args.state_dir, keep=args.keep_checkpoints)
+    return learner, checkpointer, model, tokenizer, 0
+
+
+class _NoAssistant:
+    """The assistant of `--negative-source rollout`: never asked (a call is a bug)."""
+
+    def generate(self, prompts, sampling):
+        raise RuntimeError("no assistant endpoint configured (--negative-source rollout asks for none)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    problems = check_args(args)
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    token = read_token(args.token_file)
+    from cooper_openrlhf.runtime import install_cpu_runtime
+
+    install_cpu_runtime()
+    import uvicorn
+
+    from cooper_openrlhf.serve.app import build_app
+
+    splitter = build_splitter(args)
+    service, checkpointer = build_service(args)
+
+    def shutdown() -> None:
+        for pool in service.verifier_pools:
+            pool.close()
+        if service.learner is not None:
+            service.learner.pair_builder.close()
+            out = args.export_dir or os.path.join(args.state_dir, "final_rm")
+            logger.info("exported the trained RM (version %d) to %s", service.version, checkpointer.export(out))
+
+    app = build_app(service, splitter, token=token, max_body_bytes=args.max_body_bytes,
+                    max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
+                    on_shutdown=shutdown)
+    logger.info("serving %s (mode %s, RM version %d, learning %s) at http://%s:%d/get_reward", args.rm, args.mode,
+                service.version, "on" if args.learn else "off", args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

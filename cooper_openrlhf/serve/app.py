@@ -1,0 +1,127 @@
+"""The reward service's HTTP face (FastAPI): OpenRLHF's `/get_reward`, `/metrics`, `/health`; auth and limits.
+
+- Auth: with a token configured every route needs it, as `Authorization: Bearer TOKEN` or, because OpenRLHF's
+  client can only be given a URL, as `?token=TOKEN`; compared in constant time (`hmac.compare_digest`); 401
+  without it. `cli.serve` refuses to listen beyond loopback without a token.
+- Limits: a body over `max_body_bytes` is 413 (read no further); a malformed body 400 naming the field; more
+  samples than `max_request_samples` 413; a full queue 503; a request not answered within `request_timeout_s`
+  504 (below the 180 s after which OpenRLHF's client gives up). All of these the client may retry; none of them is
+  ever answered with a reward.
+- Every answer is a real score: an error inside scoring is a 500 with its message, never a 0.
+"""
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from cooper_openrlhf.serve.batcher import QueueFull
+from cooper_openrlhf.serve.metrics import CONTENT_TYPE_LATEST
+from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, build_response, parse_request
+
+logger = logging.getLogger(__name__)
+
+
+def token_matches(expected: str | None, request: Request) -> bool:
+    """Whether the request carries `expected` (no token configured: always)."""
+    if not expected:
+        return True
+    header = request.headers.get("authorization", "")
+    given = header[7:] if header[:7].lower() == "bearer " else request.query_params.get("token", "")
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, or RequestError(413) as soon as it passes `limit` bytes (a lying Content-Length included)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(f"body of {declared} bytes; at most {limit} (--max-body-bytes)", status=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(f"body over {limit} bytes (--max-body-bytes)", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_app(service, splitter: PromptSplitter, *, token: str | None = None, max_body_bytes: int = 4 << 20,
+              max_request_samples: int = 256, request_timeout_s: float = 150.0, on_shutdown=None) -> FastAPI:
+    """The FastAPI app around a `serve.service.RewardService`, started and stopped (checkpointed) by its lifespan.
+
+    on_shutdown: called after the service stopped (the CLI exports the trained RM and closes the verifier pools
+    there: uvicorn re-raises SIGTERM once the app is down, so nothing after `uvicorn.run` would run)."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+            if on_shutdown is not None:
+                on_shutdown()
+
+    app = FastAPI(title="cooper-openrlhf reward service", lifespan=lifespan)
+    log = service.log
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next):
+        if not token_matches(token, request):
+            log.requests.labels(route=request.url.path, status="401").inc()
+            return JSONResponse({"error": "missing or wrong token (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
+                                status_code=401)
+        return await call_next(request)
+
+    @app.post("/get_reward")
+    async def get_reward(request: Request):
+        start = time.perf_counter()
+        try:
+            body = await read_body(request, max_body_bytes)
+            try:
+                decoded = json.loads(body)
+            except ValueError as exc:
+                raise RequestError(f"the body is not JSON: {exc}") from None
+            queries, prompts, labels = parse_request(decoded, max_request_samples)
+            samples = []
+            for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
+                try:
+                    samples.append(splitter.split(query, prompt, label))
+                except RequestError as exc:
+                    raise RequestError(f"sample {i}: {exc}", exc.status) from None
+            scored = await asyncio.wait_for(service.score(samples), request_timeout_s)
+        except RequestError as exc:
+            return _error(log, exc.status, str(exc))
+        except QueueFull as exc:
+            return _error(log, 503, f"{exc}; retry")
+        except asyncio.TimeoutError:
+            return _error(log, 504, f"not scored within {request_timeout_s:.0f}s (--request-timeout-s); retry")
+        except Exception as exc:  # a bug or a failed model call: the client retries, nobody is paid 0
+            logger.exception("scoring failed")
+            return _error(log, 500, f"scoring failed: {type(exc).__name__}: {exc}")
+        log.requests.labels(route="/get_reward", status="200").inc()
+        log.samples.inc(len(scored))
+        log.latency.labels(route="/get_reward").observe(time.perf_counter() - start)
+        extra = {"cooper/rule_correct": [float(s.verdict.value == "correct") for s in scored],
+                 "cooper/rm_logit": [s.logit for s in scored], "cooper/rm_version": [float(s.version) for s in scored]}
+        return JSONResponse(build_response([s.reward for s in scored], extra))
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(log.exposition(service.gauges()), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "mode": service.mode, **service.gauges()}
+
+    return app
+
+
+def _error(log, status: int, message: str) -> JSONResponse:
+    log.requests.labels(route="/get_reward", status=str(status)).inc()
+    return JSONResponse({"error": message}, status_code=status)

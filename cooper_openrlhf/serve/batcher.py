@@ -1,0 +1,137 @@
+"""Batching across concurrent requests: many one-sample requests in, one model call per batch out.
+
+OpenRLHF sends one sample per request, hundreds at once during a step; a GPU scores 64 samples in about the time
+it scores one. `MicroBatcher` collects items from concurrent coroutines into batches of at most `max_batch`,
+waiting at most `max_wait_s` after the first item of a batch for more to arrive, and runs the batch function in a
+worker thread (the event loop keeps accepting requests meanwhile). The queue is bounded: past `max_queue` waiting
+items `submit` raises `QueueFull` at once (the HTTP layer answers 503 and the client retries) rather than letting
+latency grow without bound.
+
+Lanes: one batch function per lane, one batch running per lane. The RM has one lane (one model). The rule
+verifier has several (one verifier pool each), so that an item that hangs until its deadline holds up only the
+batch in its lane while the other lanes keep serving.
+
+An exception from the batch function fails every item of that batch (each waiting request gets it), never
+a default value.
+"""
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+class QueueFull(RuntimeError):
+    """The batcher's queue is at max_queue items."""
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    items: int = 0
+    busy_seconds: float = 0.0  # time spent inside the batch function
+    largest: int = 0
+
+
+class MicroBatcher:
+    """`await submit(item)` -> the batch function's result for `item` (see the module docstring).
+
+    fn: a blocking function of a list of items returning a list of results of the same length, in order; or a
+        list of such functions, one per lane.
+    """
+
+    def __init__(self, fn: Callable[[list], Sequence] | list[Callable[[list], Sequence]], max_batch: int = 64, max_wait_s: float = 0.005,
+                 max_queue: int = 4096, name: str = "batcher"):
+        if max_batch < 1 or max_queue < 1 or max_wait_s < 0:
+            raise ValueError(f"need max_batch >= 1, max_queue >= 1, max_wait_s >= 0; got {max_batch}, {max_queue}, "
+                             f"{max_wait_s}")
+        self.lanes = list(fn) if isinstance(fn, (list, tuple)) else [fn]
+        self.max_batch, self.max_wait_s, self.max_queue, self.name = max_batch, max_wait_s, max_queue, name
+        self.stats = BatchStats()
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start the batching loop on the running event loop."""
+        self._queue = asyncio.Queue()
+        self._free_lanes = asyncio.Queue()
+        for lane in range(len(self.lanes)):
+            self._free_lanes.put_nowait(lane)
+        self._running: set[asyncio.Task] = set()
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for task in list(self._running):
+            task.cancel()
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize() if self._queue is not None else 0
+
+    async def submit(self, item):
+        """The result for one item (raises what the batch function raised for its batch)."""
+        return (await self.submit_many([item]))[0]
+
+    async def submit_many(self, items: list) -> list:
+        """Results for several items (they may land in different batches)."""
+        if self._queue is None:
+            raise RuntimeError(f"{self.name} is not started")
+        if self._queue.qsize() + len(items) > self.max_queue:
+            raise QueueFull(f"{self.name}: {self._queue.qsize()} items queued (max {self.max_queue})")
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in items]
+        for item, future in zip(items, futures):
+            self._queue.put_nowait((item, future))
+        return list(await asyncio.gather(*futures))
+
+    async def _loop(self) -> None:
+        while True:
+            lane = await self._free_lanes.get()
+            batch = [await self._queue.get()]
+            deadline = time.monotonic() + self.max_wait_s
+            while len(batch) < self.max_batch:
+                if not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                except asyncio.TimeoutError:
+                    break
+            batch = [(item, future) for item, future in batch if not future.cancelled()]  # clients that left
+            if not batch:
+                self._free_lanes.put_nowait(lane)
+                continue
+            task = asyncio.get_running_loop().create_task(self._run(lane, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, lane: int, batch: list) -> None:
+        start = time.perf_counter()
+        try:
+            results = await asyncio.to_thread(self.lanes[lane], [item for item, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"{self.name}: {len(results)} results for {len(batch)} items")
+        except Exception as exc:  # every waiting request gets the error: nobody is paid a default
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        else:
+            for (_, future), result in zip(batch, results):
+                if not future.done():
+                    future.set_result(result)
+        finally:
+            self.stats.batches += 1
+            self.stats.items += len(batch)
+            self.stats.largest = max(self.stats.largest, len(batch))
+            self.stats.busy_seconds += time.perf_counter() - start
+            self._free_lanes.put_nowait(lane)

@@ -1,0 +1,101 @@
+"""The reward service's learner: Cooper's RM update on the groups the service has scored.
+
+A *round* is `groups_per_update` complete groups (set it to the trainer's prompts per step, `--rollout.batch_size`,
+and a synchronous trainer's step t is one round: the RM moves exactly between steps, the paper's timing). Per
+round, the same pipeline as the trainer's (`algo.selection` through `ray.pair_builder.PairBuilder.build_pairs`):
+positives are the rollouts the rule verifier marks correct, rollouts are proved wrong by the same verifier pool,
+negatives come from the group's own proven-wrong rollouts (`negative_source` "rollout", the default here: no
+generation needed) or an assistant's rewrites through an OpenAI-compatible endpoint ("assistant" / "mixed"); then
+`rm.pairwise_update.pairwise_update`, the RM actor's own update, on a DeepSpeed engine prepared as the actor's.
+The trained weights are published to the scorer as the next version (`serve/scorer.py`).
+
+Runs in the service's learner thread, one round at a time; knows nothing of HTTP.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
+from cooper_openrlhf.algo.metric_keys import ACCURACY, GAP, RM_REWARD
+from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.rm.pairwise_update import RMTrainer, pairwise_update
+from cooper_openrlhf.serve.groups import Group
+from cooper_openrlhf.verify.rule import Verdict
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LearnConfig:
+    groups_per_update: int  # complete groups per round (the trainer's prompts per step)
+    negative_source: str = "rollout"  # algo.selection's sources: rollout | assistant | mixed
+    rollout_negative_pick: str = "hardest"  # hardest (the wrong rollout the RM pays most) | random
+    answerless_negatives: bool = False  # answerless rollouts may be rollout negatives too
+    passes: int = 1  # optimizer steps over a round's pairs (--cooper.rm_updates_per_step)
+    seed: int = 0
+
+
+@dataclass
+class RoundTexts:
+    """A round's samples, flat and prompt-grouped (P groups x n), as the pair pipeline takes them."""
+
+    questions: list[str]
+    references: list[str]
+    completions: list[str]
+    logits: list[float]
+    outcomes: list  # VerifyOutcome per sample
+    rewards: list[float]  # what the trainer was paid
+
+    @classmethod
+    def of(cls, groups: list[Group]) -> "RoundTexts":
+        scored = [s for group in groups for s in group.scored]
+        return cls([s.sample.question for s in scored], [s.sample.reference for s in scored],
+                   [s.sample.completion for s in scored], [s.logit for s in scored], [s.outcome for s in scored],
+                   [s.reward for s in scored])
+
+
+def round_metrics(texts: RoundTexts, rm_rewards: list[float]) -> dict[str, float]:
+    """What the hacking monitor reads of a round: the RM's pay next to the rule verifier's verdicts (the trainer's keys).
+
+    rm_rewards: (B,) what the RM pays each sample (its reward form), whatever the service's mode paid.
+    """
+    correct = [o.verdict == Verdict.CORRECT for o in texts.outcomes]
+    accuracy = sum(correct) / len(correct)
+    rm_mean = sum(rm_rewards) / len(rm_rewards)
+    metrics = {ACCURACY: accuracy, RM_REWARD: rm_mean, GAP: rm_mean - accuracy,
+               "cooper/reward_paid_mean": sum(texts.rewards) / len(texts.rewards),
+               "cooper/verify_no_answer": float(sum(o.verdict == Verdict.NO_ANSWER for o in texts.outcomes)),
+               "cooper/verify_timeouts": float(sum(o.verdict == Verdict.TIMEOUT for o in texts.outcomes)),
+               "cooper/samples": float(len(correct))}
+    metrics.update({f"cooper/{k}": v for k, v in rm_reward_by_verdict(correct, rm_rewards).items()})
+    return metrics
+
+
+class Learner:
+    """Builds a round's pairs and trains the RM on them; see the module docstring.
+
+    pair_builder: a `ray.pair_builder.PairBuilder` over the service's verifier pool (and assistant engine).
+    """
+
+    def __init__(self, trainer: RMTrainer, pair_builder, config: LearnConfig):
+        self.trainer, self.pair_builder, self.config = trainer, pair_builder, config
+
+    def pairs_of(self, texts: RoundTexts, group_size: int, round_index: int) -> tuple[PairBatch, dict[str, float]]:
+        """The round's PairBatch (one slot per group) and its `cooper/*` pair metrics."""
+        correct = [o.verdict == Verdict.CORRECT for o in texts.outcomes]
+        proven_wrong = self.pair_builder.proven_wrong(texts.references, texts.outcomes)
+        answerless = [o.verdict == Verdict.NO_ANSWER for o in texts.outcomes]
+        return self.pair_builder.build_pairs(
+            texts.questions, texts.references, texts.completions, correct, group_size, step=round_index,
+            proven_wrong=proven_wrong, answerless=answerless, answerless_negatives=self.config.answerless_negatives,
+            rm_scores=texts.logits, source=self.config.negative_source, pick=self.config.rollout_negative_pick)
+
+    def learn(self, groups: list[Group], group_size: int, round_index: int) -> tuple[bool, dict[str, float]]:
+        """(whether the RM changed, metrics): the round's pairs and one Cooper RM update on them."""
+        texts = RoundTexts.of(groups)
+        pairs, metrics = self.pairs_of(texts, group_size, round_index)
+        metrics.update(pairwise_update(self.trainer, pairs, pairs.num_valid, passes=self.config.passes))
+        updated = bool(metrics["cooper/rm_updated"]) and metrics.get("cooper/rm_steps_skipped", 0) < self.config.passes
+        if not pairs.num_valid:
+            logger.info("round %d: no valid pair in %d groups; the RM is unchanged", round_index, len(groups))
+        return updated, metrics

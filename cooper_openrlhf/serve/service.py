@@ -1,0 +1,253 @@
+"""RewardService: score, verify, group, learn, watch and checkpoint; the async core behind the HTTP app.
+
+Per sample (any number arrive concurrently, one per request from OpenRLHF):
+  1. reserve its place in its prompt's GRPO group (`serve/groups.py`): that fixes the RM version scoring it. With
+     `wait_for_update` (the default) the first sample of a NEW group waits while an update is in flight, so a
+     synchronous trainer's step t+1 is scored by the RM updated on step t, as in the paper; samples of groups
+     already open never wait (their version is pinned).
+  2. RM logit (`serve/scorer.py`, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
+     at the same time; the reward of the service's mode (`serve/modes.py`).
+  3. record it in its group. Complete groups gather into rounds of `groups_per_update`; each round is read by the
+     hacking monitor (`algo.hacking`, the trainer's rule) and, with learning on, trained on (`serve/learner.py`)
+     in the learner thread; the new version is published when the update ends. On an alarm the service can switch
+     to the rule reward (`on_hacking`).
+Every `checkpoint_every` updates, and on shutdown, the RM's DeepSpeed state (model, optimizer, schedule), the
+version, the counters and the groups not yet learned from are saved (`serve/checkpoint.py`); a restart resumes
+from there.
+
+Failures are never a reward: a sample that cannot be scored raises (the HTTP layer answers 5xx and the client
+retries), its group place is released.
+"""
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, guard_step
+from cooper_openrlhf.algo.metric_keys import ALARM
+from cooper_openrlhf.serve import modes
+from cooper_openrlhf.serve.batcher import MicroBatcher
+from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
+from cooper_openrlhf.serve.learner import RoundTexts, round_metrics
+from cooper_openrlhf.serve.protocol import Sample
+from cooper_openrlhf.verify.rule import Verdict
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How the service batches, groups, pays and learns (one field per `cli.serve` flag)."""
+
+    mode: str = "rm"  # serve/modes.py
+    group_size: int = 8  # the trainer's n_samples_per_prompt
+    groups_per_update: int = 0  # complete groups per round (the trainer's prompts per step); 0: group_size rounds off
+    group_timeout_s: float = 600.0
+    max_batch: int = 64
+    max_wait_s: float = 0.005
+    max_queue: int = 4096
+    wait_for_update: bool = True
+    update_wait_timeout_s: float = 120.0  # a new group waits at most this long for an update, then takes the latest
+    checkpoint_every: int = 1  # updates between checkpoints (0: only on shutdown)
+    on_hacking: str = "warn"  # warn | rule_reward
+    monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
+
+    def __post_init__(self) -> None:
+        modes.check_mode(self.mode)
+        if self.on_hacking not in ("warn", "rule_reward"):
+            raise ValueError(f"unknown on_hacking {self.on_hacking!r}; valid: ['warn', 'rule_reward']")
+        if self.group_size < 1 or self.groups_per_update < 0:
+            raise ValueError("group_size must be >= 1 and groups_per_update >= 0")
+
+
+@dataclass
+class Scored:
+    """What the service answers for one sample."""
+
+    reward: float
+    logit: float
+    verdict: Verdict
+    version: int
+
+
+class RewardService:
+    """See the module docstring. `scorer`: a VersionedScorer; `verify_lanes`: one blocking
+    (references, completions) -> outcomes function per lane; `learner`: a `serve.learner.Learner` or None;
+    `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None; `log`: a `serve.metrics.ServiceLog`."""
+
+    def __init__(self, config: ServiceConfig, scorer, verify_lanes, log, learner=None, checkpointer=None,
+                 state: dict | None = None):
+        self.config, self.scorer, self.learner, self.checkpointer, self.log = config, scorer, learner, checkpointer, log
+        self.mode = config.mode
+        self.groups = GroupTracker(config.group_size, config.group_timeout_s)
+        self.rm_batcher = MicroBatcher(scorer.score, config.max_batch, config.max_wait_s, config.max_queue, "rm")
+        self.verify_batcher = MicroBatcher(
+            [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],
+            config.max_batch, config.max_wait_s, config.max_queue, "verifier")
+        self.monitor = HackingMonitor(config.monitor)
+        self.ready: list[Group] = []  # complete groups not yet in a round
+        self.counters = {"rounds": 0, "updates": 0, "pairs": 0, "samples": 0, "alarms": 0}
+        self.last_round: dict[str, float] = {}
+        self.update_done = asyncio.Event()
+        self.update_done.set()
+        self._round_wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooper-learner")
+        self._rounds: asyncio.Task | None = None
+        self._closing = False
+        if state:
+            self._load_state(state)
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self.rm_batcher.start()
+        self.verify_batcher.start()
+        self._rounds = asyncio.get_running_loop().create_task(self._round_loop(), name="rounds")
+
+    async def stop(self, save: bool = True) -> None:
+        """Finish the update in flight, checkpoint (with learning on), stop the batchers."""
+        self._closing = True
+        await self.update_done.wait()
+        if self._rounds is not None:
+            self._rounds.cancel()
+        if save and self.checkpointer is not None:
+            await self._checkpoint()
+        await self.rm_batcher.stop()
+        await self.verify_batcher.stop()
+        self._executor.shutdown(wait=True)
+        self.log.close()
+
+    @property
+    def version(self) -> int:
+        return self.scorer.latest
+
+    # -------------------------------------------------------------------------------------- scoring
+    async def score(self, samples: list[Sample]) -> list[Scored]:
+        """Rewards of the samples (one request's); raises when any cannot be scored."""
+        if self._closing:
+            raise RuntimeError("the service is shutting down")
+        places = [await self._reserve(sample) for sample in samples]
+        try:
+            items = [(g.version, s.question, s.reference, s.completion) for g, s in zip(places, samples)]
+            logits, outcomes = await asyncio.gather(
+                self.rm_batcher.submit_many(items),
+                self.verify_batcher.submit_many([(s.reference, s.completion) for s in samples]))
+        except BaseException:
+            for group in places:
+                self.groups.release(group)
+            raise
+        verdicts = [o.verdict for o in outcomes]
+        rewards = modes.rewards_of(self.mode, logits, verdicts)
+        answers = []
+        for group, sample, logit, outcome, reward in zip(places, samples, logits, outcomes, rewards):
+            complete = self.groups.record(group, ScoredSample(sample, logit, outcome, reward))
+            if complete is not None:
+                self.ready.append(complete)
+            answers.append(Scored(reward, logit, outcome.verdict, group.version))
+        self.counters["samples"] += len(samples)
+        self._wake_rounds()
+        return answers
+
+    async def _reserve(self, sample: Sample) -> Group:
+        """The sample's group place; a new group first waits for an update in flight (module docstring)."""
+        if self.config.wait_for_update and not self.groups.has_filling_group(sample.prompt) \
+                and not self.update_done.is_set():
+            try:
+                await asyncio.wait_for(self.update_done.wait(), self.config.update_wait_timeout_s)
+            except asyncio.TimeoutError:
+                logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
+                               self.config.update_wait_timeout_s, self.version)
+        return self.groups.reserve(sample.prompt, self.version)
+
+    # --------------------------------------------------------------------------------------- rounds
+    def _wake_rounds(self) -> None:
+        self._round_wakeup.set()
+
+    async def _round_loop(self) -> None:
+        """Turn complete groups into rounds: monitor each, learn from each (one at a time), expire stale groups."""
+        per_round = self.config.groups_per_update
+        while True:
+            try:
+                await asyncio.wait_for(self._round_wakeup.wait(), timeout=5.0)
+            except asyncio.TimeoutError:
+                pass
+            self._round_wakeup.clear()
+            for group in self.groups.expire():
+                logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
+                               group.prompt[:60], len(group.scored), self.config.group_size)
+            self.scorer.retire(self.groups.versions_in_use())
+            while per_round and len(self.ready) >= per_round:
+                batch, self.ready = self.ready[:per_round], self.ready[per_round:]
+                await self._run_round(batch)
+
+    async def _run_round(self, groups: list[Group]) -> None:
+        index = self.counters["rounds"]
+        self.counters["rounds"] += 1
+        texts = RoundTexts.of(groups)
+        rm_mode = "rm" if self.mode == "rule" else self.mode  # what the RM pays, whatever the service pays
+        metrics = round_metrics(texts, modes.rewards_of(rm_mode, texts.logits, [o.verdict for o in texts.outcomes]))
+        metrics["cooper/rm_version"] = float(self.version)
+        if self.learner is not None:
+            self.update_done.clear()
+            try:
+                updated, learned = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self.learner.learn, groups, self.config.group_size, index)
+                metrics.update(learned)
+                if updated:
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._executor, self.scorer.publish, self.learner.trainer.model.module)
+                    self.counters["updates"] += 1
+                    self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
+            except Exception:
+                logger.exception("round %d: the RM update failed; the RM is unchanged", index)
+                metrics["cooper/rm_update_failed"] = 1.0
+            finally:
+                self.update_done.set()
+            metrics["cooper/rm_version_after"] = float(self.version)
+            every = self.config.checkpoint_every
+            if self.checkpointer is not None and every and metrics.get("cooper/rm_updated") and \
+                    self.counters["updates"] % every == 0:
+                await self._checkpoint()
+        metrics.update(guard_step(self.monitor, index, metrics))
+        if metrics[ALARM] and self.config.on_hacking == "rule_reward" and self.mode != "rule":
+            logger.warning("reward hacking alarm at round %d: paying the rule reward from now on", index)
+            self.mode = "rule"
+        self.counters["alarms"] += int(metrics[ALARM])
+        metrics["cooper/paying_rule"] = float(self.mode == "rule")
+        self.last_round = metrics
+        self.log.round(index, metrics)
+
+    # ---------------------------------------------------------------------------------- checkpoints
+    def state(self) -> dict:
+        """Everything but the RM's weights and optimizer that a restart needs (JSON-able)."""
+        from cooper_openrlhf.serve.groups import groups_to_dicts
+
+        return {"version": self.version, "mode": self.mode, "counters": dict(self.counters),
+                "groups": self.groups.state(), "ready": groups_to_dicts(self.ready)}
+
+    def _load_state(self, state: dict) -> None:
+        from cooper_openrlhf.serve.groups import groups_from_dicts
+
+        self.counters.update(state.get("counters", {}))
+        self.mode = state.get("mode", self.mode)
+        self.groups.load_state(state.get("groups", {}))
+        self.ready = groups_from_dicts(state.get("ready", []))
+
+    async def _checkpoint(self) -> None:
+        state = self.state()  # taken in the event loop: no request changes it meanwhile
+        start = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.checkpointer.save, state)
+        logger.info("checkpoint of RM version %d in %.1fs", state["version"], time.perf_counter() - start)
+
+    # -------------------------------------------------------------------------------------- metrics
+    def gauges(self) -> dict[str, float]:
+        """Point-in-time numbers for /metrics and /health."""
+        stats = self.rm_batcher.stats
+        return {"rm_version": float(self.version), "open_groups": float(len(self.groups.open)),
+                "ready_groups": float(len(self.ready)), "groups_completed": float(self.groups.completed),
+                "groups_expired": float(self.groups.expired), "rm_queue": float(self.rm_batcher.queued),
+                "verify_queue": float(self.verify_batcher.queued), "rm_batches": float(stats.batches),
+                "rm_batch_mean": stats.items / stats.batches if stats.batches else 0.0,
+                "update_in_flight": float(not self.update_done.is_set()), "paying_rule": float(self.mode == "rule"),
+                **{k: float(v) for k, v in self.counters.items()}}
