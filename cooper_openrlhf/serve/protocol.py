@@ -128,12 +128,6 @@ class PromptSplitter:
             raise RequestError(f"prompt does not match the policy's prompt template (expected it to start with "
                                f"{self._prefix[-60:]!r} and end with {self._suffix[:60]!r}): {prompt[:120]!r}")
         question = prompt[len(self._prefix): len(prompt) - len(self._suffix)]
-        if self._input_template:
-            before, after = self._input_template.split("{}")
-            if not (question.startswith(before) and question.endswith(after)):
-                raise RequestError(f"prompt does not match --input-template {self._input_template!r}: "
-                                   f"{prompt[:120]!r}")
-            question = question[len(before): len(question) - len(after)]
         if self.render(question) != prompt:
             raise RequestError(f"the recovered question does not render back to the prompt: {prompt[:120]!r}")
         return question

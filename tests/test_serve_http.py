@@ -1,0 +1,202 @@
+"""The reward service over real HTTP (uvicorn on a loopback port, the real tiny RM and rule-verifier pools, no
+learning): OpenRLHF's request shape answered with the RM's own scores, auth, every bad input's status, /metrics,
+1,000 concurrent requests none lost, and a hung verification that answers at its deadline while others flow."""
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import aiohttp
+import pytest
+import requests
+import torch
+
+QUESTIONS = [(f"What is {a} + {b}?", str(a + b)) for a, b in [(2, 3), (7, 4), (10, 5), (6, 6)]]
+TOKEN = "s3cret-token-0123456789"
+TOWER = "\\boxed{9^{9^{9^{9}}}}"  # math-verify hangs on it (tests/test_verify_pool.py)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RunningService:
+    """A RewardService behind uvicorn in a thread; `url`, `service`, `stop()`."""
+
+    def __init__(self, model_dir, tmp_path, *, token=None, verify_deadline_s=5.0, lanes=2, max_request_samples=64,
+                 max_body_bytes=1 << 20, group_size=2, mode="rm"):
+        import uvicorn
+        from transformers import AutoTokenizer
+
+        from cooper_openrlhf.rm.model import load_rm
+        from cooper_openrlhf.serve.app import build_app
+        from cooper_openrlhf.serve.metrics import ServiceLog
+        from cooper_openrlhf.serve.protocol import PromptSplitter
+        from cooper_openrlhf.serve.scorer import VersionedScorer
+        from cooper_openrlhf.serve.service import RewardService, ServiceConfig
+        from cooper_openrlhf.verify.pool import VerifierPool
+        from cooper_openrlhf.verify.rule import RuleVerifierConfig
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir("tiny-qwen2-policy"))
+        model, rm_tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
+        self.rm = (model, rm_tokenizer, version)
+        scorer = VersionedScorer(model, rm_tokenizer, max_length=256, template_version=version, batch_size=64)
+        # math-verify's own alarms off: only the pool's deadline ends a hung item
+        config = RuleVerifierConfig(parse_timeout_s=600, compare_timeout_s=600)
+        self.pools = [VerifierPool(num_workers=1, deadline_s=verify_deadline_s, config=config) for _ in range(lanes)]
+        lanes_fns = [lambda r, c, pool=pool: pool.verify_batch(r, c).outcomes for pool in self.pools]
+        self.service = RewardService(ServiceConfig(mode=mode, group_size=group_size, max_batch=64, max_wait_s=0.002),
+                                     scorer, lanes_fns, ServiceLog(str(tmp_path / "logs"), tensorboard=False))
+        app = build_app(self.service, PromptSplitter.from_tokenizer(self.tokenizer), token=token,
+                        max_body_bytes=max_body_bytes, max_request_samples=max_request_samples)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                break
+            time.sleep(0.05)
+        assert self.server.started
+
+    def prompt(self, question: str) -> str:
+        return self.tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def body(self, question: str, reference: str, completion: str) -> dict:
+        prompt = self.prompt(question)
+        return {"query": [prompt + completion + "<|im_end|>"], "prompts": [prompt], "labels": [reference]}
+
+    def direct_logits(self, triples) -> list[float]:
+        from cooper_openrlhf.rm.model import score_logits
+
+        model, tokenizer, version = self.rm
+        q, r, c = (list(x) for x in zip(*triples))
+        return score_logits(model, tokenizer, q, r, c, max_length=256, template_version=version, batch_size=64)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(30)
+        for pool in self.pools:
+            pool.close()
+
+
+@pytest.fixture
+def service(model_dir, tmp_path):
+    running = RunningService(model_dir, tmp_path, token=TOKEN)
+    yield running
+    running.stop()
+
+
+def auth(token=TOKEN):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_openrlhfs_request_gets_the_rms_own_reward_and_extra_logs(service):
+    question, reference = QUESTIONS[0]
+    response = requests.post(service.url + "/get_reward", json=service.body(question, reference, "The answer is 5."),
+                             headers=auth())
+    assert response.status_code == 200, response.text
+    data = response.json()
+    logit = service.direct_logits([(question, reference, "The answer is 5.")])[0]
+    assert data["rewards"] == pytest.approx([torch.sigmoid(torch.tensor(logit)).item()], abs=1e-5)
+    assert data["scores"] == data["rewards"]
+    assert data["extra_logs"] == {"cooper/rule_correct": [1.0], "cooper/rm_logit": [pytest.approx(logit, abs=1e-4)],
+                                  "cooper/rm_version": [0.0]}
+
+
+def test_the_token_is_required_and_accepted_as_bearer_or_query(service):
+    body = service.body(*QUESTIONS[1], "The answer is 11.")
+    assert requests.post(service.url + "/get_reward", json=body).status_code == 401
+    assert requests.post(service.url + "/get_reward", json=body, headers=auth("wrong-token")).status_code == 401
+    assert requests.post(service.url + f"/get_reward?token={TOKEN}x", json=body).status_code == 401
+    assert requests.post(service.url + f"/get_reward?token={TOKEN}", json=body).status_code == 200
+    assert requests.get(service.url + "/metrics").status_code == 401
+    assert requests.get(service.url + "/metrics", headers=auth()).status_code == 200
+
+
+@pytest.mark.parametrize("mutate, status, words", [
+    (lambda b: b.pop("labels"), 400, "'labels' is missing"),
+    (lambda b: b.update(prompts=b["prompts"] * 2), 400, "disagree in length"),
+    (lambda b: b.update(prompts=["Question: what?"]), 400, "sample 0: prompt does not match"),
+    (lambda b: b.update(query=["x" * (2 << 20)]), 413, "at most"),
+    (lambda b: b.update(query=b["query"] * 65, prompts=b["prompts"] * 65, labels=b["labels"] * 65), 413, "at most 64"),
+])
+def test_bad_requests_are_refused_naming_what_is_wrong(service, mutate, status, words):
+    body = service.body(*QUESTIONS[0], "The answer is 5.")
+    mutate(body)
+    response = requests.post(service.url + "/get_reward", json=body, headers=auth())
+    assert response.status_code == status and words in response.json()["error"]
+    not_json = requests.post(service.url + "/get_reward", data=b"{oops", headers=auth())
+    assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+
+
+def test_metrics_are_prometheus_text(service):
+    requests.post(service.url + "/get_reward", json=service.body(*QUESTIONS[0], "The answer is 5."), headers=auth())
+    text = requests.get(service.url + "/metrics", headers=auth()).text
+    assert 'cooper_serve_requests_total{route="/get_reward",status="200"} 1.0' in text
+    assert 'cooper_serve{name="rm_version"} 0.0' in text
+    assert "cooper_serve_request_seconds_bucket" in text
+
+
+async def _post_many(url: str, bodies: list[dict], headers: dict) -> list[tuple[int, dict]]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as session:
+        async def one(body):
+            async with session.post(url, json=body, headers=headers) as response:
+                return response.status, await response.json()
+        return await asyncio.gather(*(one(b) for b in bodies))
+
+
+def test_a_thousand_concurrent_requests_are_all_answered_with_real_scores(service):
+    """None lost, none answered by a failure-zero: every reward equals the RM's own score of that sample."""
+    triples = [(q, r, f"Step {k}: the answer is {int(r) + k % 3}.") for k in range(250) for q, r in QUESTIONS]
+    bodies = [service.body(*t) for t in triples]
+    results = asyncio.run(_post_many(service.url + "/get_reward", bodies, auth()))
+    assert [status for status, _ in results] == [200] * 1000
+    expected = torch.sigmoid(torch.tensor(service.direct_logits(triples))).tolist()
+    got = [data["rewards"][0] for _, data in results]
+    assert got == pytest.approx(expected, abs=1e-4)
+    assert service.service.rm_batcher.stats.largest > 1  # requests were batched together
+    assert service.service.counters["samples"] == 1000 and service.service.groups.completed == 500
+
+
+def test_a_hung_verification_answers_at_its_deadline_while_others_flow(model_dir, tmp_path):
+    running = RunningService(model_dir, tmp_path, verify_deadline_s=3.0)
+    try:
+        async def scenario():
+            hung = asyncio.ensure_future(_post_many(running.url + "/get_reward",
+                                                    [running.body("What is 9?", "9", TOWER)], {}))
+            await asyncio.sleep(0.3)
+            start = time.monotonic()
+            others = await _post_many(running.url + "/get_reward",
+                                      [running.body(q, r, f"The answer is {r}.") for q, r in QUESTIONS * 5], {})
+            others_took = time.monotonic() - start
+            return await hung, others, others_took, time.monotonic() - start
+
+        hung, others, others_took, hung_took = asyncio.run(scenario())
+        assert [s for s, _ in others] == [200] * 20 and all(d["extra_logs"]["cooper/rule_correct"] == [1.0]
+                                                             for _, d in others)
+        assert others_took < 2.0  # well inside the hung item's 3 s deadline
+        status, data = hung[0]
+        assert status == 200 and data["extra_logs"]["cooper/rule_correct"] == [0.0]  # TIMEOUT is not correct
+        assert 0 < data["rewards"][0] < 1  # still the RM's real reward
+        assert 3.0 - 0.3 <= hung_took < 3.0 + 2.0  # it did hang, and was cut at its deadline
+    finally:
+        running.stop()
+
+
+def test_rule_mode_pays_the_verifier(model_dir, tmp_path):
+    running = RunningService(model_dir, tmp_path, mode="rule")
+    try:
+        right = requests.post(running.url + "/get_reward", json=running.body("What is 2 + 3?", "5", "It is 5. #### 5"))
+        wrong = requests.post(running.url + "/get_reward", json=running.body("What is 2 + 3?", "5", "The answer is 6."))
+        assert right.json()["rewards"] == [1.0] and wrong.json()["rewards"] == [0.0]
+        health = requests.get(running.url + "/health").json()
+        assert health["mode"] == "rule" and json.dumps(health)
+    finally:
+        running.stop()

@@ -1,0 +1,200 @@
+"""The reward service's pure parts: the protocol and prompt splitting (on the real Qwen2 and SmolLM2 chat templates),
+the reward modes, GRPO groups pinned to RM versions, and the batcher (batching, back-pressure, errors, lanes)."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+
+from cooper_openrlhf.serve.batcher import MicroBatcher, QueueFull
+from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample, groups_from_dicts, groups_to_dicts
+from cooper_openrlhf.serve.modes import REWARD_MODES, rewards_of
+from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, Sample, build_response, parse_request
+from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
+
+QUESTION = "Tom has 3 apples and buys 4 more.\nHow many apples does he have?"
+
+
+# ------------------------------------------------------------------------------------------------ protocol
+def test_parse_request_accepts_openrlhfs_body_and_numeric_labels():
+    body = {"query": ["p q"], "prompts": ["p"], "labels": [7]}
+    assert parse_request(body, 8) == (["p q"], ["p"], ["7"])
+    assert parse_request({"query": "a", "prompts": "b", "labels": "c"}, 8) == (["a"], ["b"], ["c"])
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ([1, 2], 400, "JSON object"),
+    ({"prompts": ["p"], "labels": ["1"]}, 400, "'query' is missing"),
+    ({"query": ["q"], "prompts": ["p", "p"], "labels": ["1"]}, 400, "disagree in length"),
+    ({"query": ["q"], "prompts": [3], "labels": ["1"]}, 400, "'prompts'[0] must be a string"),
+    ({"query": ["q"], "prompts": ["p"], "labels": [" "]}, 400, "'labels'[0] is empty"),
+    ({"query": [], "prompts": [], "labels": []}, 400, "empty"),
+    ({"query": ["q"] * 9, "prompts": ["p"] * 9, "labels": ["1"] * 9}, 413, "at most 8"),
+])
+def test_parse_request_names_the_field_of_a_bad_body(body, status, words):
+    with pytest.raises(RequestError, match=words.replace("[", r"\[").replace("]", r"\]")) as info:
+        parse_request(body, 8)
+    assert info.value.status == status
+
+
+def test_build_response_has_one_value_per_sample_everywhere():
+    assert build_response([0.25, 1], {"cooper/x": [1, 0]}) == {
+        "rewards": [0.25, 1.0], "scores": [0.25, 1.0], "extra_logs": {"cooper/x": [1.0, 0.0]}}
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2-policy", "smollm2-135m-instruct"])
+def test_splitter_recovers_question_and_completion_from_openrlhfs_strings(model_dir, name):
+    """As OpenRLHF builds them: prompt = apply_chat_template (preprocess_data), query = decode(prompt ids + response
+    ids, skip_special_tokens=False); the completion is what the trainer's own decode would give."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(name))
+    splitter = PromptSplitter.from_tokenizer(tokenizer)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], tokenize=False,
+                                           add_generation_prompt=True)
+    response = "He has 3 + 4 = 7 apples. The answer is 7."
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] + tokenizer(response, add_special_tokens=False)[
+        "input_ids"] + [tokenizer.eos_token_id]
+    query = tokenizer.decode(ids, skip_special_tokens=False)
+    sample = splitter.split(query, prompt, "7")
+    assert sample.question == QUESTION
+    assert sample.completion.strip() == response
+    assert sample.completion == tokenizer.decode(ids[len(tokenizer(prompt, add_special_tokens=False)["input_ids"]):],
+                                                 skip_special_tokens=True)
+    with pytest.raises(RequestError, match="prompt template"):
+        splitter.question_of("Question: " + QUESTION)
+    with pytest.raises(RequestError, match="does not start with its prompt"):
+        splitter.split("something else", prompt, "7")
+
+
+def test_splitter_without_chat_template_and_with_an_input_template():
+    plain = PromptSplitter()
+    assert plain.split("What is 1+1? 2", "What is 1+1?", "2") == Sample("What is 1+1?", "What is 1+1?", "2", " 2")
+    templated = PromptSplitter(input_template="Q: {}\nA:", special_tokens=["</s>"])
+    sample = templated.split("Q: What is 1+1?\nA: 2</s>", "Q: What is 1+1?\nA:", "2")
+    assert (sample.question, sample.completion) == ("What is 1+1?", " 2")
+    with pytest.raises(RequestError, match="prompt template"):
+        templated.question_of("What is 1+1?")
+
+
+# ------------------------------------------------------------------------------------------------ modes
+def test_reward_modes():
+    logits = [2.0, -1.0, 0.0, 3.0]
+    verdicts = [Verdict.CORRECT, Verdict.INCORRECT, Verdict.NO_ANSWER, Verdict.TIMEOUT]
+    sig = torch.sigmoid(torch.tensor(logits)).tolist()
+    assert rewards_of("rm", logits, verdicts) == pytest.approx(sig)
+    assert rewards_of("rm_binary", logits, verdicts) == [1.0, 0.0, 1.0, 1.0]
+    assert rewards_of("rule", logits, verdicts) == [1.0, 0.0, 0.0, 0.0]
+    # no answer is gated to 0; a timeout is not the completion's fault and is not gated
+    assert rewards_of("rm_answer_gated", logits, verdicts) == pytest.approx([sig[0], sig[1], 0.0, sig[3]])
+    assert set(REWARD_MODES) == {"rm", "rm_binary", "rule", "rm_answer_gated"}
+    with pytest.raises(ValueError, match="valid"):
+        rewards_of("paper", logits, verdicts)
+
+
+# ------------------------------------------------------------------------------------------------ groups
+def _scored(prompt: str, k: int) -> ScoredSample:
+    return ScoredSample(Sample(prompt, "q", "1", f"c{k}"), 0.1 * k, VerifyOutcome(Verdict.CORRECT, "1", 0.0), 0.5)
+
+
+def test_a_group_keeps_the_version_of_its_first_sample():
+    groups = GroupTracker(group_size=3)
+    first = groups.reserve("p", latest_version=0)
+    assert groups.reserve("p", latest_version=1).version == 0  # an update landed: the group keeps version 0
+    other = groups.reserve("q", latest_version=1)
+    assert other.version == 1 and groups.versions_in_use() == {0, 1}
+    third = groups.reserve("p", latest_version=2)
+    assert third is first and groups.reserve("p", latest_version=2).version == 2  # full: a new group opens
+    assert [groups.record(first, _scored("p", k)) for k in range(3)][-1] is first
+    assert groups.completed == 1 and 0 not in groups.versions_in_use()
+
+
+def test_a_failed_sample_gives_its_place_back():
+    groups = GroupTracker(group_size=2)
+    a = groups.reserve("p", 0)
+    b = groups.reserve("p", 0)
+    groups.release(b)  # scoring failed: the client's retry must land in the same group
+    assert groups.reserve("p", 5) is a
+    groups.release(a)
+
+
+def test_stale_groups_expire_and_state_round_trips():
+    now = [0.0]
+    groups = GroupTracker(group_size=2, timeout_s=10, clock=lambda: now[0])
+    g = groups.reserve("p", 3)
+    groups.record(g, _scored("p", 0))
+    restored = GroupTracker(group_size=2)
+    restored.load_state(groups.state())
+    g2 = restored.reserve("p", 9)
+    assert g2.version == 3 and restored.record(g2, _scored("p", 1)) is g2  # completes the saved group
+    now[0] = 11.0
+    assert groups.expire() == [g] and groups.expired == 1 and not groups.open
+    again = groups_from_dicts(groups_to_dicts([g2]))
+    assert [s.sample.completion for s in again[0].scored] == ["c0", "c1"] and again[0].version == 3
+
+
+# ------------------------------------------------------------------------------------------------ batcher
+def test_concurrent_submits_are_batched_and_answered_in_order():
+    sizes = []
+
+    def double(items):
+        sizes.append(len(items))
+        time.sleep(0.05)
+        return [2 * x for x in items]
+
+    async def run():
+        batcher = MicroBatcher(double, max_batch=16, max_wait_s=0.02)
+        batcher.start()
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(40)))
+        await batcher.stop()
+        return results
+
+    assert asyncio.run(run()) == [2 * i for i in range(40)]
+    assert max(sizes) == 16 and len(sizes) < 10
+
+
+def test_a_full_queue_refuses_and_a_failed_batch_fails_every_request():
+    def boom(items):
+        time.sleep(0.05)
+        raise RuntimeError("model exploded")
+
+    async def run():
+        batcher = MicroBatcher(boom, max_batch=2, max_wait_s=0.0, max_queue=3)
+        batcher.start()
+        first = asyncio.gather(*(batcher.submit(i) for i in range(3)), return_exceptions=True)
+        await asyncio.sleep(0)
+        with pytest.raises(QueueFull):
+            await batcher.submit_many([9, 9])
+        results = await first
+        await batcher.stop()
+        return results
+
+    results = asyncio.run(run())
+    assert all(isinstance(r, RuntimeError) and "exploded" in str(r) for r in results)
+
+
+def test_a_stuck_lane_does_not_hold_up_the_others():
+    release = threading.Event()
+
+    def lane(items):
+        if "hang" in items:
+            release.wait(5)
+        return list(items)
+
+    async def run():
+        batcher = MicroBatcher([lane, lane], max_batch=1, max_wait_s=0.0)
+        batcher.start()
+        stuck = asyncio.ensure_future(batcher.submit("hang"))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        quick = await asyncio.gather(*(batcher.submit(f"x{i}") for i in range(5)))
+        took = time.monotonic() - start
+        release.set()
+        assert await stuck == "hang"
+        await batcher.stop()
+        return quick, took
+
+    quick, took = asyncio.run(run())
+    assert quick == [f"x{i}" for i in range(5)] and took < 1.0
