@@ -243,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from cooper_openrlhf.serve.app import build_app
 
+    _Server = _server_class()
+
     splitter = build_splitter(args)
     service, checkpointer = build_service(args)
 
@@ -259,8 +261,22 @@ def main(argv: list[str] | None = None) -> int:
                     on_shutdown=shutdown)
     logger.info("serving %s (mode %s, RM version %d, learning %s) at http://%s:%d/get_reward", args.rm, args.mode,
                 service.version, "on" if args.learn else "off", args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)).run()
     return 0
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, except that after a graceful shutdown on SIGTERM/SIGINT it does not re-raise the signal:
+        the service has checkpointed and exported by then, so the process ends with 0, as a finished job does."""
+
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()
+
+    return Server
 
 
 if __name__ == "__main__":

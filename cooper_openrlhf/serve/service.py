@@ -187,7 +187,8 @@ class RewardService:
         texts = RoundTexts.of(groups)
         rm_mode = "rm" if self.mode == "rule" else self.mode  # what the RM pays, whatever the service pays
         metrics = round_metrics(texts, modes.rewards_of(rm_mode, texts.logits, [o.verdict for o in texts.outcomes]))
-        metrics["cooper/rm_version"] = float(self.version)
+        versions = [group.version for group in groups]  # the versions that scored the round's groups
+        metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
         if self.learner is not None:
             self.update_done.clear()
             try:

@@ -1,0 +1,191 @@
+"""End to end: the reward service (`cli.serve --learn`, a real process) behind real clients and faults.
+
+- Stock OpenRLHF: `python -m openrlhf.cli.train_ppo_ray ... --reward.remote_url http://.../get_reward?token=...`,
+  nothing of OpenRLHF patched (`cli.stock_openrlhf` only starts Ray with the CPU runtime), 3 GRPO steps of the
+  answering tiny policy (tests/test_cooper_e2e.py says why it answers), 4 prompts x 4 samples a step; once
+  synchronous, once with `--train.async_enable`. The service learns: pairs are built from the groups' own
+  rollouts, the RM version rises, every sample got a real reward, and (synchronous) each step is scored by the RM
+  updated on the step before.
+- kill -9 while an update runs, restart: the version and the counters continue from the last checkpoint.
+- SIGTERM: a last checkpoint and the trained RM exported in the VerifyRM format, loadable by `rm.model.load_rm`.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "e2e-token-0123456789abcdef"
+N, PROMPTS_PER_STEP, STEPS = 4, 4, 3
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServiceProcess:
+    def __init__(self, work: Path, rm: str, policy: str, *extra: str, port: int | None = None):
+        self.work, self.port = work, port or free_port()
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "token").write_text(TOKEN)
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [sys.executable, "-m", "cooper_openrlhf.cli.serve", "--rm", rm, "--policy", policy,
+                "--port", str(self.port), "--token-file", str(work / "token"), "--group-size", str(N),
+                "--groups-per-update", str(PROMPTS_PER_STEP), "--learn", "--state-dir", str(work / "state"),
+                "--rm-lr", "1e-3", "--rm-max-length", "256", *extra]
+        self.log = open(work / "serve.log", "a")
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, (work / "serve.log").read_text()[-4000:]
+            try:
+                if requests.get(self.url + "/health", headers=self.auth, timeout=2).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError("the service did not come up: " + (work / "serve.log").read_text()[-4000:])
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    def health(self) -> dict:
+        return requests.get(self.url + "/health", headers=self.auth, timeout=10).json()
+
+    def rounds(self) -> list[dict]:
+        path = self.work / "state" / "logs" / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        self.process.send_signal(sig)
+        code = self.process.wait(60)
+        self.log.close()
+        return code
+
+
+def _stock_openrlhf(work: Path, policy: Path, prompts: Path, url: str, *extra: str) -> None:
+    argv = [sys.executable, "-m", "cooper_openrlhf.cli.stock_openrlhf",
+            "--actor.model_name_or_path", str(policy), "--reward.remote_url", url,
+            "--data.prompt_dataset", str(prompts), "--data.input_key", "input", "--data.label_key", "label",
+            "--data.apply_chat_template", "--data.max_len", "1024",
+            "--rollout.max_new_tokens", "16", "--rollout.n_samples_per_prompt", str(N),
+            "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.micro_batch_size", "4",
+            "--train.batch_size", "16", "--train.micro_batch_size", "4",
+            "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
+            "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
+            "--vllm.gpu_memory_utilization", "0.1", "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",
+            "--actor.num_gpus_per_node", "1", "--actor.adam.lr", "1e-4", "--actor.lr_warmup_ratio", "0",
+            "--train.seed", "0", "--logger.tensorboard_dir", str(work / "tb"), "--ckpt.output_dir", str(work / "out"),
+            *extra]
+    env = {"HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+    (work / "openrlhf.log").write_text(result.stdout + result.stderr)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory, answering_policy) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("serve_e2e")
+    policy, rows = answering_policy
+    (root / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return policy, root / "prompts.jsonl"
+
+
+@pytest.mark.parametrize("async_training", [False, True], ids=["sync", "async"])
+def test_stock_openrlhf_trains_against_the_learning_service(prompts, model_dir, tmp_path, async_training):
+    policy, prompt_file = prompts
+    service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy),
+                             *(["--no-wait-for-update"] if async_training else []))
+    try:
+        extra = ["--train.async_enable"] if async_training else []
+        _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}", *extra)
+        deadline = time.monotonic() + 60
+        while len(service.rounds()) < STEPS and time.monotonic() < deadline:
+            time.sleep(0.5)
+        health = service.health()
+    finally:
+        code = service.stop()
+    rounds = service.rounds()
+    # Every one of the 3 x 4 x 4 samples was scored and answered (none lost, none failed: OpenRLHF would have
+    # stopped on a missing reward); every group completed, none expired.
+    assert health["samples"] == STEPS * PROMPTS_PER_STEP * N and health["groups_completed"] == STEPS * PROMPTS_PER_STEP
+    assert health["groups_expired"] == 0 and len(rounds) == STEPS
+    # The service learned from the groups' own rollouts: pairs built, the RM moved, versions published.
+    assert sum(r.get("cooper/rm_valid_pairs", 0) for r in rounds) > 0
+    assert health["updates"] >= 1 and health["rm_version"] == health["updates"]
+    assert all(r["cooper/pairs_from_rollout"] in (0.0, 1.0) for r in rounds)
+    if not async_training:
+        # The paper's timing: step t+1 is scored by the RM updated on step t, every group of it.
+        for before, after in zip(rounds, rounds[1:]):
+            assert after["cooper/scored_version_min"] == after["cooper/scored_version_max"] == before[
+                "cooper/rm_version_after"]
+    assert code == 0 and (service.work / "state" / "final_rm" / "config.json").is_file()
+    tb = list((tmp_path / "run" / "tb").rglob("events.out.tfevents.*"))
+    assert tb, "OpenRLHF logged nothing"
+
+
+def _send_round(service: ServiceProcess, tokenizer, round_index: int) -> list[dict]:
+    """One round of groups as OpenRLHF sends them (one sample per request), right and wrong answers mixed."""
+    out = []
+    for p in range(PROMPTS_PER_STEP):
+        a, b = round_index + p + 2, p + 3
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False,
+                                               add_generation_prompt=True)
+        for k in range(N):
+            answer = a + b + (k % 2)  # two right, two wrong per group
+            body = {"query": [prompt + f"The answer is {answer}.<|im_end|>"], "prompts": [prompt], "labels": [str(a + b)]}
+            response = requests.post(service.url + "/get_reward", json=body, headers=service.auth, timeout=60)
+            assert response.status_code == 200, response.text
+            out.append(response.json())
+    return out
+
+
+def test_kill_during_an_update_and_restart_continues_from_the_last_checkpoint(model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    policy = model_dir("tiny-qwen2-policy")
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    slow = ("--rm-updates-per-round", "200")  # an update long enough to be killed in the middle of
+    service = ServiceProcess(tmp_path, model_dir("tiny-qwen2-rm"), policy, *slow)
+    _send_round(service, tokenizer, 0)
+    deadline = time.monotonic() + 120
+    while service.health()["updates"] < 1 and time.monotonic() < deadline:  # update 1 done and checkpointed
+        time.sleep(0.2)
+    saved = service.health()
+    assert saved["updates"] == 1 and saved["rm_version"] == 1
+    _send_round(service, tokenizer, 1)
+    while not service.health()["update_in_flight"]:
+        time.sleep(0.05)
+    assert service.stop(signal.SIGKILL) == -signal.SIGKILL  # killed in the middle of update 2
+
+    restarted = ServiceProcess(tmp_path, model_dir("tiny-qwen2-rm"), policy, *slow, port=service.port)
+    try:
+        resumed = restarted.health()
+        # Update 2 was lost with the kill; everything up to the last checkpoint is back, the counter continues.
+        assert resumed["rm_version"] == 1 and resumed["updates"] == 1 and resumed["rounds"] == 1
+        assert resumed["samples"] == saved["samples"]
+        answers = _send_round(restarted, tokenizer, 2)
+        assert {a["extra_logs"]["cooper/rm_version"][0] for a in answers} == {1.0}
+        deadline = time.monotonic() + 120
+        while restarted.health()["rm_version"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert restarted.health()["rm_version"] == 2
+    finally:
+        assert restarted.stop() == 0
+    from cooper_openrlhf.rm.model import load_rm
+
+    model, _, version = load_rm(str(tmp_path / "state" / "final_rm"))
+    assert version == "verifyrm-v1" and model.config.num_labels == 1
