@@ -28,7 +28,7 @@ class RunningService:
     """A RewardService behind uvicorn in a thread; `url`, `service`, `stop()`."""
 
     def __init__(self, model_dir, tmp_path, *, token=None, verify_deadline_s=5.0, lanes=2, max_request_samples=64,
-                 max_body_bytes=1 << 20, group_size=2, mode="rm", chat_template=True):
+                 max_body_bytes=1 << 20, group_size=2, mode="rm", chat_template=True, **service_config):
         import uvicorn
         from transformers import AutoTokenizer
 
@@ -49,7 +49,8 @@ class RunningService:
         config = RuleVerifierConfig(parse_timeout_s=600, compare_timeout_s=600)
         self.pools = [VerifierPool(num_workers=1, deadline_s=verify_deadline_s, config=config) for _ in range(lanes)]
         lanes_fns = [lambda r, c, pool=pool: pool.verify_batch(r, c).outcomes for pool in self.pools]
-        self.service = RewardService(ServiceConfig(mode=mode, group_size=group_size, max_batch=64, max_wait_s=0.002),
+        self.service = RewardService(ServiceConfig(mode=mode, group_size=group_size, max_batch=64, max_wait_s=0.002,
+                                                   **service_config),
                                      scorer, lanes_fns, ServiceLog(str(tmp_path / "logs"), tensorboard=False))
         splitter = (PromptSplitter.from_tokenizer(self.tokenizer) if chat_template
                     else PromptSplitter(special_tokens=self.tokenizer.all_special_tokens))
@@ -75,10 +76,12 @@ class RunningService:
         return {"query": [prompt + completion + "<|im_end|>"], "prompts": [prompt], "labels": [reference]}
 
     def direct_logits(self, triples) -> list[float]:
+        from cooper_openrlhf.algo.negatives import normalize_solution
         from cooper_openrlhf.rm.model import score_logits
 
         model, tokenizer, version = self.rm
         q, r, c = (list(x) for x in zip(*triples))
+        c = [normalize_solution(text) for text in c]  # as the trainer's RM and the service read completions
         return score_logits(model, tokenizer, q, r, c, max_length=256, template_version=version, batch_size=64)
 
     def stop(self):
@@ -202,3 +205,32 @@ def test_rule_mode_pays_the_verifier(model_dir, tmp_path):
         assert health["mode"] == "rule" and json.dumps(health)
     finally:
         running.stop()
+
+
+def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_path):
+    """The trainer's alarm rule on what the service sees: an RM paying ~0.5 for answers the verifier rejects
+    (rule B, gap over the ceiling for a window of rounds) turns the alarm on, and `rule_reward` pays 0 from then."""
+    from cooper_openrlhf.algo.hacking import HackingMonitorConfig
+
+    monitor = HackingMonitorConfig(window=3, gap_ceiling=0.3, rules="B")
+    running = RunningService(model_dir, tmp_path, groups_per_update=1, on_hacking="rule_reward", monitor=monitor)
+    try:
+        paid = []
+        for k in range(5):
+            question = f"What is {k} + 10?"
+            for wrong in (k + 11, k + 12):  # the group's two samples, both wrong
+                paid.append(requests.post(running.url + "/get_reward",
+                                          json=running.body(question, str(k + 10), f"The answer is {wrong}.")).json())
+            for _ in range(100):  # the round is read in the background
+                if running.service.counters["rounds"] > k:
+                    break
+                time.sleep(0.02)
+        rounds = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    finally:
+        running.stop()
+    alarms = [r["cooper/hacking_alarm"] for r in rounds]
+    assert alarms[:2] == [0.0, 0.0] and alarms[2] == 1.0  # fires once the window of 3 rounds is full
+    assert all(0.3 < r["cooper/reward_hacking_gap"] < 0.7 for r in rounds)
+    assert [p["rewards"][0] > 0.3 for p in paid[:6]] == [True] * 6  # the RM's pay, before and at the alarm
+    assert [p["rewards"][0] for p in paid[6:]] == [0.0] * 4  # the rule's from the round after
+    assert rounds[-1]["cooper/paying_rule"] == 1.0

@@ -12,11 +12,13 @@ import ipaddress
 import logging
 import os
 import sys
+from dataclasses import fields
 
 logger = logging.getLogger("cooper_openrlhf.serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from cooper_openrlhf.algo.hacking import HackingMonitorConfig
     from cooper_openrlhf.algo.negatives import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve.modes import REWARD_MODES
@@ -73,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--on-hacking", default="warn", choices=["warn", "rule_reward"],
                    help="on a hacking alarm: warn, or pay the rule reward from then on")
+    g = p.add_argument_group("the hacking monitor (the trainer's rule, algo/hacking.py; a step is a round here)")
+    for f in fields(HackingMonitorConfig):
+        g.add_argument(f"--hacking-{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                       help=f.metadata.get("help"))
     g = p.add_argument_group("state")
     g.add_argument("--state-dir", default=None, help="checkpoints (resumed from on start) and logs; needed by --learn")
     g.add_argument("--checkpoint-every", type=int, default=1, help="updates between checkpoints (0: on shutdown only)")
@@ -159,7 +165,9 @@ def build_service(args):
                            group_timeout_s=args.group_timeout_s, max_batch=args.max_batch,
                            max_wait_s=args.max_wait_ms / 1000, max_queue=args.max_queue,
                            wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
-                           on_hacking=args.on_hacking, monitor=HackingMonitorConfig())
+                           on_hacking=args.on_hacking,
+                           monitor=HackingMonitorConfig(**{f.name: getattr(args, f"hacking_{f.name}")
+                                                           for f in fields(HackingMonitorConfig)}))
     pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s) for _ in range(args.verify_lanes)]
     lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
     learner = checkpointer = state = None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, guard_step
 from cooper_openrlhf.algo.metric_keys import ALARM
+from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.serve import modes
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
@@ -129,7 +130,9 @@ class RewardService:
             raise RuntimeError("the service is shutting down")
         places = [await self._reserve(sample) for sample in samples]
         try:
-            items = [(g.version, s.question, s.reference, s.completion) for g, s in zip(places, samples)]
+            # The RM reads the completion as the trainer's RM does (`normalize_solution`, also what the pairs hold).
+            items = [(g.version, s.question, s.reference, normalize_solution(s.completion))
+                     for g, s in zip(places, samples)]
             logits, outcomes = await asyncio.gather(
                 self.rm_batcher.submit_many(items),
                 self.verify_batcher.submit_many([(s.reference, s.completion) for s in samples]))

@@ -1,0 +1,40 @@
+"""`cli.serve`'s refusals: one `error:` line per mistake, naming the flag, before anything loads."""
+
+import pytest
+
+from cooper_openrlhf.cli.serve import main
+
+
+def _errors(capsys, argv) -> list[str]:
+    assert main(argv) == 2
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+
+
+def test_listening_beyond_loopback_needs_a_token(capsys, model_dir):
+    rm, policy = model_dir("tiny-qwen2-rm"), model_dir("tiny-qwen2-policy")
+    errors = _errors(capsys, ["--rm", rm, "--policy", policy, "--host", "0.0.0.0"])
+    assert errors == ["error: --host 0.0.0.0 is reachable beyond this machine; pass --token-file (clients then send "
+                      "the token), or bind 127.0.0.1"]
+
+
+def test_learning_needs_its_round_size_and_a_state_dir(capsys, model_dir, tmp_path):
+    errors = _errors(capsys, ["--rm", str(tmp_path / "nope"), "--no-chat-template", "--learn",
+                              "--negative-source", "assistant"])
+    assert errors == [f"error: --rm {tmp_path / 'nope'}: no such folder",
+                      "error: --learn needs --groups-per-update (the trainer's prompts per step)",
+                      "error: --learn needs --state-dir (checkpoints: nothing learned is lost on a restart)",
+                      "error: --negative-source assistant needs --assistant-url and --assistant-model"]
+
+
+def test_prompt_format_must_be_said(capsys, model_dir):
+    rm = model_dir("tiny-qwen2-rm")
+    assert _errors(capsys, ["--rm", rm]) == [
+        "error: --policy PATH (whose chat template built the prompts) or --no-chat-template is required"]
+    assert _errors(capsys, ["--rm", rm, "--policy", model_dir("tiny-qwen2-policy"), "--input-template", "Q: {}"]) == [
+        "error: --input-template applies only with --no-chat-template (as OpenRLHF's --data.input_template)"]
+
+
+def test_a_short_token_is_refused(model_dir, tmp_path):
+    (tmp_path / "token").write_text("short\n")
+    with pytest.raises(SystemExit, match="at least 16"):
+        main(["--rm", model_dir("tiny-qwen2-rm"), "--no-chat-template", "--token-file", str(tmp_path / "token")])
