@@ -20,6 +20,8 @@ LAYERS = [  # bottom to top; a module may import from its own layer and the ones
     "rm",  # VerifyRM: model, BCE training, annotation, scoring
     "eval",  # benchmark evaluation
     "ray",  # the Cooper step on OpenRLHF's actors
+    "serve",  # the reward service: Cooper behind a trainer's reward URL
+    "clients",  # reward functions for TRL and verl that call the service
     "report",  # reading runs, figures, tables
     "lab",  # the reward-hacking lab
     "cluster",  # the launchers' pure checks (placement, variables, files)
