@@ -73,9 +73,9 @@ def _answering_policy(out: Path, model_dir) -> list[dict]:
     return [{"input": p.question, "label": p.reference} for p in problems]
 
 
-def _launch(work: Path, policy: Path, rm: str, *extra: str) -> subprocess.CompletedProcess:
+def _launch(work: Path, policy: Path, rm: str, *extra: str, trainable: bool = True) -> subprocess.CompletedProcess:
     argv = [
-        sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", "--remote_rm_trainable",
+        sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", *(["--remote_rm_trainable"] if trainable else []),
         "--actor.model_name_or_path", str(policy), "--reward.model_name_or_path", rm,
         "--data.prompt_dataset", str(work.parent / "prompts.jsonl"), "--data.input_key", "input",
         "--data.label_key", "label", "--data.apply_chat_template", "--data.max_len", "1024",

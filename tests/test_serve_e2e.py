@@ -189,3 +189,35 @@ def test_kill_during_an_update_and_restart_continues_from_the_last_checkpoint(mo
 
     model, _, version = load_rm(str(tmp_path / "state" / "final_rm"))
     assert version == "verifyrm-v1" and model.config.num_labels == 1
+
+
+def test_the_service_pays_train_coopers_static_arm_rollouts_what_the_in_process_rm_paid(prompts, model_dir, tmp_path):
+    """The package's own static arm (frozen RM inside the trainer) for 2 steps; its logged rollouts, sent to the
+    service as OpenRLHF would send them (the policy's chat template, query = prompt + completion), are paid the same
+    rewards as the in-process RM paid them, to float tolerance (same RM, same dtype, other batches)."""
+    from test_cooper_e2e import _launch
+    from test_serve_http import RunningService
+    from transformers import AutoTokenizer
+
+    policy, prompt_file = prompts
+    work = tmp_path / "static"
+    work.mkdir()
+    (tmp_path / "prompts.jsonl").write_text(prompt_file.read_text())
+    _launch(work, policy, model_dir("tiny-qwen2-rm"), trainable=False)
+    rows = [json.loads(line) for path in sorted((work / "samples").glob("rollouts*.jsonl"))
+            for line in path.read_text().splitlines()]
+    assert len(rows) >= 16 and all(row["reward"] is not None for row in rows)
+    service = RunningService(model_dir, tmp_path / "svc", group_size=4)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(policy)
+        bodies = []
+        for row in rows:
+            prompt = tokenizer.apply_chat_template([{"role": "user", "content": row["question"]}], tokenize=False,
+                                                   add_generation_prompt=True)
+            bodies.append({"query": [prompt + row["completion"] + tokenizer.eos_token], "prompts": [prompt],
+                           "labels": [row["reference"]]})
+        paid = [requests.post(service.url + "/get_reward", json=body, timeout=60).json()["rewards"][0]
+                for body in bodies]
+    finally:
+        service.stop()
+    assert paid == pytest.approx([row["reward"] for row in rows], abs=2e-2)
