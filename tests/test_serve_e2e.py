@@ -221,3 +221,61 @@ def test_the_service_pays_train_coopers_static_arm_rollouts_what_the_in_process_
     finally:
         service.stop()
     assert paid == pytest.approx([row["reward"] for row in rows], abs=2e-2)
+
+
+@pytest.fixture
+def vllm_server(prompts, tmp_path):
+    """`vllm serve` (vLLM's own OpenAI-compatible server, the CPU build) of the answering policy: the assistant."""
+    policy, _ = prompts
+    port = free_port()
+    log = open(tmp_path / "vllm.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(policy), "--served-model-name",
+         "assistant", "--port", str(port), "--dtype", "auto", "--max-model-len", "512", "--enforce-eager"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "vllm.log").read_text()[-3000:]
+            try:
+                if requests.get(url + "/models", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                time.sleep(1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(60)
+        log.close()
+
+
+def test_assistant_rewrites_through_an_openai_endpoint_become_negatives(prompts, model_dir, tmp_path, vllm_server):
+    """--negative-source assistant: the service asks `vllm serve` to rewrite each group's positive, keeps the
+    rewrites the verifier proves wrong, and trains on them (the paper's negatives, with no engine of its own)."""
+    from transformers import AutoTokenizer
+
+    from cooper_openrlhf.engines.base import SamplingConfig
+    from cooper_openrlhf.engines.openai_api import OpenAIChatEngine
+
+    replies = OpenAIChatEngine(vllm_server, "assistant").generate(
+        ["What is 2 + 3?", [{"role": "user", "content": "What is 4 + 4?"}]], SamplingConfig(8, 1.0, n=3, seed=1))
+    assert len(replies) == 6 and all(isinstance(r, str) for r in replies)
+
+    policy, _ = prompts
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    service = ServiceProcess(tmp_path / "svc", model_dir("tiny-qwen2-rm"), str(policy), "--negative-source",
+                             "assistant", "--assistant-url", vllm_server, "--assistant-model", "assistant",
+                             "--negative-max-new-tokens", "16")
+    try:
+        for round_index in range(2):
+            _send_round(service, tokenizer, round_index)
+        deadline = time.monotonic() + 120
+        while len(service.rounds()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        service.stop()
+    rounds = service.rounds()
+    assert sum(r["cooper/negative_attempts"] for r in rounds) >= 2 * PROMPTS_PER_STEP  # every positive was sent
+    assert all(r["cooper/pairs_from_rollout"] == 0.0 for r in rounds)
+    assert sum(r.get("cooper/rm_valid_pairs", 0) for r in rounds) > 0  # some rewrites proved wrong, trained on

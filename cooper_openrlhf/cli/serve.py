@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--assistant-model", default=None, help="model name at --assistant-url")
     g.add_argument("--assistant-key-env", default="COOPER_ASSISTANT_API_KEY",
                    help="environment variable holding the assistant endpoint's key, if it needs one")
+    g.add_argument("--negative-max-new-tokens", type=int, default=512, help="tokens per assistant rewrite")
+    g.add_argument("--negative-temperature", type=float, default=1.0, help="sampling temperature of the rewrites")
+    g.add_argument("--negative-retries", type=int, default=3, help="attempts per prompt for a valid rewrite")
     g.add_argument("--rm-lr", type=float, default=1e-5)
     g.add_argument("--rm-weight-decay", type=float, default=0.0)
     g.add_argument("--rm-max-norm", type=float, default=1.0)
@@ -219,7 +222,8 @@ def _build_learner(args, dtype_name: str):
 
         assistant = OpenAIChatEngine(args.assistant_url, args.assistant_model, os.environ.get(args.assistant_key_env))
     builder = PairBuilder(VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s), assistant,
-                          NegativeConfig(seed=args.seed))
+                          NegativeConfig(retries=args.negative_retries, max_new_tokens=args.negative_max_new_tokens,
+                                         temperature=args.negative_temperature, seed=args.seed))
     learner = Learner(trainer, builder, LearnConfig(
         groups_per_update=args.groups_per_update, negative_source=args.negative_source,
         rollout_negative_pick=args.rollout_negative_pick, answerless_negatives=args.answerless_negatives,

@@ -2,8 +2,9 @@
 
 The reward service's assistant: it rewrites verified-correct rollouts into wrong ones (`ray.pair_builder`) without
 holding a model of its own. One POST to `{base_url}/chat/completions` per prompt with `n` samples, sent
-concurrently (a thread per request, at most `max_concurrency`), each with the request's seed; a failed request is
-retried `retries` times and then raises (a missing rewrite would silently cost the RM its negative).
+concurrently (a thread per request, at most `max_concurrency`), each with the request's seed. A connection error,
+timeout or 5xx is retried `retries` times and then raises; a 4xx (the request itself is wrong: too many tokens for
+the model, an unknown model name) raises at once with the server's message.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,9 @@ class OpenAIChatEngine:
         for _ in range(self.retries + 1):
             try:
                 response = requests.post(self.url, json=body, headers=self.headers, timeout=self.timeout_s)
+                if 400 <= response.status_code < 500:
+                    raise RuntimeError(f"assistant endpoint {self.url} refused the request: HTTP "
+                                       f"{response.status_code}: {response.text[:500]}")
                 response.raise_for_status()
                 choices = sorted(response.json()["choices"], key=lambda c: c.get("index", 0))
                 if len(choices) != sampling.n:
