@@ -198,3 +198,27 @@ def test_a_stuck_lane_does_not_hold_up_the_others():
 
     quick, took = asyncio.run(run())
     assert quick == [f"x{i}" for i in range(5)] and took < 1.0
+
+
+# ------------------------------------------------------------------------------------------------ scorer
+def test_scorer_keeps_old_versions_while_pinned_and_publishes_copies(model_dir):
+    from cooper_openrlhf.rm.model import load_rm
+    from cooper_openrlhf.serve.scorer import VersionedScorer
+
+    model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
+    trained, _, _ = load_rm(model_dir("tiny-qwen2-rm"))
+    scorer = VersionedScorer(model, tokenizer, max_length=128, template_version=version, batch_size=4)
+    item = ("What is 1 + 1?", "2", "The answer is 2.")
+    before = scorer.score([(0, *item)])[0]
+    with torch.no_grad():
+        trained.score.weight.mul_(-1.0)  # "training" moved the head
+    assert scorer.publish(trained) == 1
+    with torch.no_grad():
+        trained.score.weight.mul_(0.0)  # training goes on in place: version 1 must not move with it
+    old, new = scorer.score([(0, *item), (1, *item)])
+    assert old == pytest.approx(before, abs=1e-6) and new == pytest.approx(-before, abs=1e-4)
+    assert scorer.retire(in_use={0}) == [] and sorted(scorer.models) == [0, 1]
+    assert scorer.retire(in_use=set()) == [0] and sorted(scorer.models) == [1]
+    with pytest.raises(KeyError, match="no longer kept"):
+        scorer.score([(0, *item)])
+    assert scorer.publish(trained) == 2 and scorer.score([(2, *item)])[0] == pytest.approx(0.0, abs=1e-6)

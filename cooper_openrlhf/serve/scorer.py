@@ -25,6 +25,7 @@ class VersionedScorer:
         model.eval()
         self.models = {version: model}
         self.latest = version
+        self._spare = None  # a retired copy, reused by the next publish instead of a new deepcopy
         self._lock = threading.Lock()  # publish/retire (learner thread) against the scoring thread's lookups
 
     def model_of(self, version: int):
@@ -51,8 +52,8 @@ class VersionedScorer:
     def publish(self, trained_module) -> int:
         """A new version with `trained_module`'s weights (a copy: training goes on in place); returns its number."""
         with self._lock:
-            latest = self.models[self.latest]
-        fresh = copy.deepcopy(latest)
+            latest, fresh, self._spare = self.models[self.latest], self._spare, None
+        fresh = fresh if fresh is not None else copy.deepcopy(latest)
         fresh.load_state_dict(trained_module.state_dict())
         fresh.eval()
         with self._lock:
@@ -65,5 +66,5 @@ class VersionedScorer:
         with self._lock:
             dropped = [v for v in self.models if v != self.latest and v not in in_use]
             for version in dropped:
-                del self.models[version]
+                self._spare = self.models.pop(version)
             return dropped
