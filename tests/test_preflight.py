@@ -365,5 +365,30 @@ def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
     open(os.path.join(out, "ckpt", "_actor", "latest"), "w").write("best_global_step2")
     plan_rl(Env(rl_env))
     open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
-    with pytest.raises(PreflightError, match=r"different steps \(_actor: best_global_step2, _rm: global_step1\)"):
+    with pytest.raises(PreflightError, match=r"different steps \(the policy's last checkpoint is best_global_step2 "
+                                             r"but the RM's is global_step1\)"):
+        plan_rl(Env(rl_env))
+
+
+def test_after_a_best_save_off_the_save_steps_the_job_resumes_both_models_from_the_best_tag(rl_env):
+    """Issue 43: step 3's evaluation was the best so far and 3 is no --ckpt.save_steps step, so the policy and the RM
+    were saved as best_global_step3 only, and both `latest` files name it. The preflight judges the folders the
+    trainer loads (`checkpoint_tags.resume_tags`): it names them, and refuses when the RM's is damaged."""
+    from cooper_openrlhf.cli.launch_record import record_attempt
+
+    out = rl_env["OUT"]
+    env = Env({**rl_env, "SLURM_JOB_ID": "7"})
+    plan = plan_rl(env)
+    record_attempt(os.path.join(out, "launch.json"), plan, plan.commands[0], env)
+    for model in ("_actor", "_rm"):
+        for tag in ("global_step2", "best_global_step3"):
+            os.makedirs(os.path.join(out, "ckpt", model, tag))
+            open(os.path.join(out, "ckpt", model, tag, "mp_rank_00_model_states.pt"), "w").close()
+        open(os.path.join(out, "ckpt", model, "latest"), "w").write("best_global_step3")
+    resumed = plan_rl(Env(rl_env))
+    loads = [os.path.join(out, "ckpt", model, "best_global_step3") for model in ("_actor", "_rm")]
+    assert f"OUT={out}: the job resumes from {loads[0]} and {loads[1]}" in resumed.notes
+    os.remove(os.path.join(loads[1], "mp_rank_00_model_states.pt"))
+    with pytest.raises(PreflightError, match=r"the last checkpoint .*_rm/best_global_step3 \(named by .*_rm/latest\) "
+                                             r"is damaged"):
         plan_rl(Env(rl_env))

@@ -34,6 +34,7 @@ from openrlhf.utils.distributed_util import torch_dist_barrier_and_cuda_sync
 from cooper_openrlhf.algo.losses import pairwise_rm_loss
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.algo.selection import FROM_ASSISTANT, FROM_ROLLOUT
+from cooper_openrlhf.ray.checkpoint_tags import RM_DIR
 from cooper_openrlhf.rm.model import (
     DEFAULT_RM_MAX_LENGTH,
     adamw_config,
@@ -46,7 +47,7 @@ from cooper_openrlhf.rm.model import (
     usable_max_length,
 )
 
-CHECKPOINT_SUBDIR = "_rm"  # beside OpenRLHF's "_actor" under --ckpt.path
+CHECKPOINT_SUBDIR = RM_DIR  # beside OpenRLHF's "_actor" under --ckpt.path
 COUNTERS_KEY = "cooper_rm_counters"  # in the DeepSpeed checkpoint's client state
 SOURCES = (FROM_ASSISTANT, FROM_ROLLOUT)  # negative sources whose pair accuracy is reported
 
