@@ -4,8 +4,12 @@
 unlabelled tensors, as a CUDA kernel does; a GPU user's first crash becomes a failing test on this CPU machine.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from cooper_openrlhf.algo.losses import bce_rm_loss, pairwise_rm_loss
 from cooper_openrlhf.algo.pairs import PairBatch
@@ -67,6 +71,48 @@ def test_reward_actor_micro_loss_runs_with_the_rm_on_cuda(model_dir):
         loss = actor._micro_loss(pairs, [0, 1], sums)
         assert fake.on_cuda(loss) and loss.requires_grad
     assert sums[4] == 1 and sums[6] == 1  # one pair counted per negative source
+
+
+class _Float64Sizes(TorchDispatchMode):
+    """Records the size (elements) of the largest float64 tensor any torch op makes while active: every tensor
+    is allocated through the dispatcher, so a whole-weight float64 copy cannot escape it."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float64:
+                self.largest = max(self.largest, tensor.numel())
+        return out
+
+
+def test_the_rms_rank_weight_check_makes_no_float64_copy_of_a_whole_weight(model_dir, monkeypatch):
+    """Issue 43: after every RM update the ranks' weights are compared by (sum, sum of squares) in float64, and
+    that made a float64 copy of every weight: 8 bytes per element of the largest matrix, 3.7 GB transient for a
+    1.5B RM. The same statistic is now summed over slices of at most MOMENT_CHUNK elements (set small here, below
+    the tiny RM's largest weight): the same value as the whole-tensor sums, no float64 tensor above a slice."""
+    from cooper_openrlhf.ray import reward_actor
+
+    actor = _bare_reward_actor(model_dir)
+    actor.strategy = SimpleNamespace(all_gather=lambda tensor: tensor)  # one rank: the gather is the tensor
+    weights = [p.detach() for p in actor.model.parameters()]
+    largest = max(w.numel() for w in weights)
+    chunk = 1000
+    assert largest > 10 * chunk
+    monkeypatch.setattr(reward_actor, "MOMENT_CHUNK", chunk, raising=False)
+    actor.model = SimpleNamespace(module=actor.model)  # DeepSpeed's engine around the RM
+    with _Float64Sizes() as sizes:
+        assert actor.rank_weight_spread() == 0.0
+    assert 0 < sizes.largest <= chunk, f"a float64 tensor of {sizes.largest} elements (the largest weight: {largest})"
+
+    whole = torch.stack([sum(w.double().sum() for w in weights), sum(w.double().square().sum() for w in weights)])
+    torch.testing.assert_close(reward_actor.weight_moments(weights), whole, rtol=1e-12, atol=0)
+    with _Float64Sizes() as sizes:  # the recorder sees a whole-weight copy when one is made
+        weights[0].double().square()
+    assert sizes.largest == weights[0].numel()
 
 
 class _FakeNccl:
