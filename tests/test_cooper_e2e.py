@@ -408,3 +408,10 @@ def test_the_gpu_smoke_checks_pass_the_cpu_runs_logs_and_fail_a_step_paid_by_ano
     assert resumed_rm_problems(run, run / "ckpt", "best_global_step2", dtype=torch_dtype("auto")) == []
     (problem,) = resumed_rm_problems(run, initial, "best_global_step2", dtype=torch_dtype("auto"))
     assert "step 3 after the resume was not paid by the RM of best_global_step2" in problem
+    # The smoke's resume_best stage runs the same two launches into the same layout; its whole check, on their log:
+    from cooper_openrlhf.cli.gpu_smoke import BEST_TAG, stage_problems
+
+    assert BEST_TAG == "best_global_step2"
+    log = (run / "first.log").read_text() + (run / "run.log").read_text()
+    assert stage_problems("resume_best", run, log, atol=1e-3, dtype=torch_dtype("auto")) == []
+    assert stage_problems("resume_best", run, (run / "first.log").read_text(), atol=1e-3, dtype=torch_dtype("auto"))

@@ -7,8 +7,9 @@ run's own logs, in this order, for a step t in which
   rewrites   the assistant's rewrites made some of them (`cooper/pairs_from_assistant` > 0),
   RM update  the RM update took a step (`cooper/rm_updated` = 1),
   next step  and the RM saved after step t (its `<tag>_rm_hf` export, --ckpt.save_hf) is the one that paid step t+1:
-             it pays step t+1's rollouts what rollouts.jsonl (--cooper.sample_log_dir) says they were paid, and
-             step t's rollouts something else than they were paid (by the RM before the update).
+             it pays step t+1's rollouts what rollouts.jsonl (--cooper.sample_log_dir) says they were paid (within
+             `atol`), and step t's rollouts clearly something else (by more than `atol` and twice that difference)
+             than they were paid by the RM before the update.
 `resumed_rm_problems(run_dir, ckpt_dir, tag, step)` asks it of a resumed run: its first step after `step` was paid
 by the RM of checkpoint `tag` (after a best save, `best_global_stepN`).
 
@@ -102,7 +103,7 @@ def cooper_path_problems(run_dir: Path, ckpt_dir: Path, atol: float = 1e-3,
     for t in candidates:
         after = _paid_by(exports[t], rows[t + 1], dtype)
         before = _paid_by(exports[t], rows[t], dtype)
-        if after <= atol < before:
+        if after <= atol and before > max(atol, 2 * after):
             return []
         problems.append(f"step {t + 1} was not paid by the RM updated at step {t} ({exports[t]}): it differs from the "
                         f"logged rewards of step {t + 1} by {after:.4f} and of step {t} by {before:.4f} (atol {atol})")
