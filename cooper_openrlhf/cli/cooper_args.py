@@ -273,11 +273,12 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
 
 def device_problems(args, cuda: bool | None = None) -> list[str]:
     """Flags the device cannot serve: CPU-only options on a GPU run, and the RM optimizer DeepSpeed would pick
-    that cannot skip a non-finite step. cuda: whether this run's actors have CUDA (default: this process's)."""
-    from cooper_openrlhf.runtime import cuda_available
+    that cannot skip a non-finite step. cuda: whether this run's actors have CUDA (default: `run_on_gpus()`, as the
+    dtype is resolved: a driver on a CPU-only head node of a GPU cluster judges for the GPUs)."""
     from cooper_openrlhf.runtime.dtype import DtypeError, resolve_dtype_name
+    from cooper_openrlhf.runtime.ray_cluster import run_on_gpus
 
-    cuda = cuda_available() if cuda is None else cuda
+    cuda = run_on_gpus() if cuda is None else cuda
     problems = []
     if cuda and args.vllm.sync_backend == "gloo":
         problems.append("--vllm.sync_backend gloo is this package's CPU weight sync; on GPU use nccl (OpenRLHF's "
