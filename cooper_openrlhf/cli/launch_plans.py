@@ -207,7 +207,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         if assistant not in (None, "policy"):
             argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
     argv += list(extra_args)
-    validate_train_cooper_argv(argv[3:], env.int("GPUS_PER_NODE", 8, minimum=0))
+    validate_train_cooper_argv(argv[3:], 0 if cpu_mode(env) else placement.gpus_per_node)
     resumes = check_resumable(out, argv)
     if resumes:
         notes.append(f"OUT={out}: the job resumes from {' and '.join(resumes)}")
