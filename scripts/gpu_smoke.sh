@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The first command on a GPU machine: every GPU-only path of cooper-openrlhf, small. Expect 10-20 minutes, most of
-# it fixed costs (five vLLM engine starts with CUDA-graph capture, DeepSpeed's fused Adam built on first use); no
+# it fixed costs (six vLLM engine starts with CUDA-graph capture, DeepSpeed's fused Adam built on first use); no
 # GPU has run it yet, so that is an estimate, not a measurement.
 #
 #   bash scripts/gpu_smoke.sh [OUT_DIR]      # default OUT_DIR: ./gpu_smoke

@@ -26,7 +26,7 @@ built the weight-sync communicator, the resume stage that step 3 was paid by the
 
 Each stage writes its log under OUT_DIR/<stage>.log and prints PASS, FAIL (with the reasons) or SKIP; the exit
 code is the number of failed stages. On a machine without CUDA, vLLM's GPU build or flash-attn's kernels it stops
-at once with one line naming what is missing. The time is mostly fixed costs: five vLLM engine starts with
+at once with one line naming what is missing. The time is mostly fixed costs: six vLLM engine starts with
 CUDA-graph capture, DeepSpeed's fused Adam built on first use, and one Ray start per stage.
 """
 
