@@ -69,15 +69,16 @@ def rm_schedule_steps(cooper, rollout_steps: int, prompts_per_step: int) -> int:
     return rollout_steps * cooper.rm_updates_per_step * per_pass
 
 
-MOMENT_CHUNK = 1 << 22  # elements per float64 slice in `weight_moments`: 32 MB, whatever the RM's size
+MOMENT_CHUNK = 1 << 22  # elements per float64 slice in `weight_moments`: 32 MB (and its square), whatever the RM
 
 
 @torch.no_grad()
 def weight_moments(weights, chunk: int | None = None) -> torch.Tensor:
     """(2,) float64 [sum, sum of squares] of every element of `weights`, on their device, accumulated in float64
-    over slices of at most `chunk` elements: a float64 copy of a whole weight would be 8 bytes per parameter of
-    the largest matrix (3.7 GB for a 1.5B RM's embedding) after every RM update. Every rank sums in the same order,
-    so ranks holding the same weights get bit-identical results. chunk: default MOMENT_CHUNK."""
+    over slices of at most `chunk` elements: whole-weight float64 copies (`w.double().square()`: two of them, 8 bytes
+    per element each) of the largest matrix would take 3.7 GB for a 1.5B RM's 151,936 x 1,536 embedding after
+    every RM update. Every rank sums in the same order, so ranks holding the same weights get bit-identical
+    results. chunk: default MOMENT_CHUNK."""
     chunk = chunk or MOMENT_CHUNK
     total = None
     for weight in weights:
