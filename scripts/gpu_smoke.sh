@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The first command on a GPU machine: every GPU-only path of cooper-openrlhf, small, in about five minutes.
+# The first command on a GPU machine: every GPU-only path of cooper-openrlhf, small. Expect 10-20 minutes, most of
+# it fixed costs (six vLLM engine starts with CUDA-graph capture, DeepSpeed's fused Adam built on first use); no
+# GPU has run it yet, so that is an estimate, not a measurement.
 #
 #   bash scripts/gpu_smoke.sh [OUT_DIR]      # default OUT_DIR: ./gpu_smoke
 #
-# Stages (PASS/FAIL each, with its log): the trainable RM actor in bf16 + flash attention; verifyrm train under
-# deepspeed; verifyrm annotate with vLLM judge + generator on one GPU; a colocated train_cooper run (sleep modes,
-# NCCL weight sync) that resumes from its checkpoint. On a machine without CUDA, vLLM's GPU build or flash-attn's
-# kernels it stops at once, naming what is missing. Python: $COOPER_PYTHON, else the install's venv, else python3.
+# Stages (PASS/FAIL/SKIP each, with its log): the trainable RM actor in bf16 + flash attention; verifyrm train under
+# deepspeed; verifyrm annotate with vLLM judge + generator on one GPU; then, from a policy taught to answer, a
+# colocated Cooper run (sleep modes, CUDA IPC weight sync), the same run with each role on its own GPU (NCCL
+# broadcast; 3 GPUs, else SKIP) and a run requeued after a best checkpoint. A training stage passes only when its
+# logs show pairs, rewrites, an RM update and the next step paid by the updated RM (docs/cluster.md). On a machine
+# without CUDA, vLLM's GPU build or flash-attn's kernels it stops at once, naming what is missing.
+# Python: $COOPER_PYTHON, else the install's venv, else python3.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${COOPER_VENV:-$HOME/.cache/cooper_openrlhf/venv}"

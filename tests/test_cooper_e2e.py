@@ -6,11 +6,10 @@ Everything is checked from what the runs leave on disk: tensorboard scalars (Ope
 per-step rollouts and pairs (`--cooper.sample_log_dir`), DeepSpeed checkpoints and the RM exports.
 
 Why the positives are real: the tiny random policy almost never writes a verifiable answer. Rather than
-faking the verifier or injecting pairs, the test first fine-tunes that policy for 40 full-batch AdamW
-steps (about 15 s) on its 12 prompts to write "The answer is N." with the prompt's true answer. Sampled at
-temperature 1 it is then right on a fair share of rollouts (and wrong on others), so the rule verifier
-finds genuine positives, and the policy itself, as the default assistant, rewrites them into answers the
-verifier proves different: the whole Cooper path runs unchanged, nothing is stubbed. Rollouts are random,
+faking the verifier or injecting pairs, the test first fine-tunes that policy to answer its 12 prompts
+(`models.answering.fine_tune_to_answer`, about 15 s), so the rule verifier finds genuine positives and the
+policy itself, as the default assistant, rewrites them into answers the verifier proves different: the whole
+Cooper path runs unchanged, nothing is stubbed. Rollouts are random,
 so the assertions hold for any draw in which some prompt has a positive, which at this accuracy is all of
 them in practice.
 
@@ -39,37 +38,12 @@ RM_MAX_LENGTH = 256
 
 def _answering_policy(out: Path, model_dir) -> list[dict]:
     """The tiny policy fine-tuned to answer its prompts (see the module docstring); returns the prompt rows."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from cooper_openrlhf.data.synthetic import make_arithmetic_problems
+    from cooper_openrlhf.models.answering import fine_tune_to_answer
 
-    source = model_dir("tiny-qwen2-policy")
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     problems = make_arithmetic_problems(PROMPTS, seed=0, max_operand=20)
-    encoded = []
-    for problem in problems:
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": problem.question}], tokenize=False,
-                                               add_generation_prompt=True)
-        target = f"The answer is {problem.reference}.{tokenizer.eos_token}"
-        encoded.append((tokenizer(prompt)["input_ids"], tokenizer(target, add_special_tokens=False)["input_ids"]))
-    width = max(len(p) + len(t) for p, t in encoded)
-    ids = torch.full((len(encoded), width), tokenizer.pad_token_id)
-    labels = torch.full((len(encoded), width), -100)
-    mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, (prompt, target) in enumerate(encoded):
-        ids[row, : len(prompt) + len(target)] = torch.tensor(prompt + target)
-        mask[row, : len(prompt) + len(target)] = 1
-        labels[row, len(prompt) : len(prompt) + len(target)] = torch.tensor(target)
-    torch.manual_seed(0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(40):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.to(torch_dtype("auto")).save_pretrained(out)  # the run's dtype: the actor syncs it into vLLM unchanged
-    tokenizer.save_pretrained(out)
+    fine_tune_to_answer(model_dir("tiny-qwen2-policy"), out, [(p.question, p.reference) for p in problems],
+                        torch_dtype("auto"))
     return [{"input": p.question, "label": p.reference} for p in problems]
 
 
@@ -365,3 +339,79 @@ def test_resuming_from_the_step_two_checkpoint_restores_rm_weights_optimizer_and
         # Adam's second moment decays by beta2 = 0.95 per step and only grows otherwise: a fresh optimizer
         # (no restored moments) would fall below this wherever step 3's gradient is small.
         assert (restored["exp_avg_sq"] >= 0.95 * state["exp_avg_sq"] * (1 - 1e-4)).all()
+
+
+# ----------------------------------------------------------------------------- resume after a best save
+@pytest.fixture(scope="module")
+def best_resume(prompts_and_policy, model_dir) -> tuple[Path, dict]:
+    """Issue 43: a run whose last checkpoint is a best save off --ckpt.save_steps, then started again with the same
+    command, as a requeued job is (the launcher always passes --ckpt.load_enable). The held-out evaluation runs at
+    step 2 and its best-metric key is one every evaluation gives the same value (`samples`), so the best save is
+    exactly step 2's: OpenRLHF saves the policy as best_global_step2 only and points `latest` there.
+    Returns (the run folder, {model: (its checkpoint tags, its `latest`)} after the first launch)."""
+    from cooper_openrlhf.data.synthetic import make_arithmetic_problems
+
+    root = prompts_and_policy
+    held_out = root / "best_held_out.jsonl"
+    held_out.write_text("".join(json.dumps({"input": p.question, "label": p.reference}) + "\n"
+                                for p in make_arithmetic_problems(2, seed=2, max_operand=20)))
+    run = root / "best"
+    flags = ("--eval.dataset", str(held_out), "--eval.steps", "2", "--eval.n_samples_per_prompt", "1",
+             "--ckpt.best_metric_key", "samples", "--ckpt.save_steps", "100", "--ckpt.load_enable")
+    _launch(run, root / "policy", model_dir("tiny-qwen2-rm"), *flags)
+    (run / "run.log").rename(run / "first.log")
+    state = {model: ([tag.name for tag in sorted((run / "ckpt" / model).iterdir()) if tag.is_dir()],
+                     (run / "ckpt" / model / "latest").read_text().strip()) for model in ("_actor", "_rm")}
+    _launch(run, root / "policy", model_dir("tiny-qwen2-rm"), *flags)  # the requeued job
+    return run, state
+
+
+def test_a_run_requeued_after_a_best_save_resumes_with_the_rm_of_that_step(best_resume):
+    from cooper_openrlhf.cli.launch_plans import check_last_checkpoint
+    from cooper_openrlhf.report.run_checks import resumed_rm_problems
+    from cooper_openrlhf.report.runs import read_scalars
+
+    run, state = best_resume
+    # The state issue 43 describes: the only checkpoint is step 2's best one, and 2 is no save step.
+    assert state == {model: (["best_global_step2"], "best_global_step2") for model in ("_actor", "_rm")}
+    # The preflight judges it as the trainer resumes: both models from best_global_step2.
+    assert check_last_checkpoint(str(run / "ckpt")) == [str(run / "ckpt" / m / "best_global_step2")
+                                                        for m in ("_actor", "_rm")]
+    assert "resumed the Cooper RM from best_global_step2" in (run / "run.log").read_text()
+    # The requeued job's step 3 was paid by the RM saved with the best policy, the RM after step 2's update...
+    assert resumed_rm_problems(run, run / "ckpt", "best_global_step2", dtype=torch_dtype("auto")) == []
+    # ...and its optimizer-step count went on from there (a fresh RM would have counted from 0).
+    scalars = {name: dict(series) for name, series in read_scalars(run).items()}  # step 3: the requeued job's
+    steps, updated = scalars["cooper/rm_optimizer_steps"], scalars["cooper/rm_updated"]
+    assert steps[2] >= 1, "no RM update in steps 1-2: nothing to carry over (the tiny policy answers most prompts)"
+    assert steps[3] == steps[2] + updated[3]
+
+
+def test_the_gpu_smoke_checks_pass_the_cpu_runs_logs_and_fail_a_step_paid_by_another_rm(runs, best_resume, tmp_path,
+                                                                                         model_dir):
+    """The checks behind `gpu_smoke`'s PASS (report/run_checks.py) on real CPU runs: the first run (pairs, rewrites,
+    RM updates, an RM export every step) passes; told that the RM saved after each step was the initial one, the
+    check finds the next step paid by another RM and says so. The requeued run passes the resume check, and fails
+    it against the initial RM."""
+    from cooper_openrlhf.report.run_checks import cooper_path_problems, resumed_rm_problems
+
+    first, _, _ = runs
+    assert cooper_path_problems(first, first / "ckpt", dtype=torch_dtype("auto")) == []
+    initial = tmp_path / "ckpt"
+    initial.mkdir()
+    for step in (1, 2, 3):
+        (initial / f"global_step{step}_rm_hf").symlink_to(model_dir("tiny-qwen2-rm"))
+        (initial / f"best_global_step{step}_rm_hf").symlink_to(model_dir("tiny-qwen2-rm"))
+    problems = cooper_path_problems(first, initial, dtype=torch_dtype("auto"))
+    assert problems and all("was not paid by the RM updated at step" in p for p in problems), problems
+    run, _ = best_resume
+    assert resumed_rm_problems(run, run / "ckpt", "best_global_step2", dtype=torch_dtype("auto")) == []
+    (problem,) = resumed_rm_problems(run, initial, "best_global_step2", dtype=torch_dtype("auto"))
+    assert "step 3 after the resume was not paid by the RM of best_global_step2" in problem
+    # The smoke's resume_best stage runs the same two launches into the same layout; its whole check, on their log:
+    from cooper_openrlhf.cli.gpu_smoke import BEST_TAG, stage_problems
+
+    assert BEST_TAG == "best_global_step2"
+    log = (run / "first.log").read_text() + (run / "run.log").read_text()
+    assert stage_problems("resume_best", run, log, atol=1e-3, dtype=torch_dtype("auto")) == []
+    assert stage_problems("resume_best", run, (run / "first.log").read_text(), atol=1e-3, dtype=torch_dtype("auto"))

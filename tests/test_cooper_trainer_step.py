@@ -9,6 +9,8 @@ validation accepts for the step's control flow is run; each fake records when it
 tests can check what overlaps what.
 """
 
+import json
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -103,8 +105,9 @@ class FakeGroup:
 
 
 class FakePolicy:
-    def __init__(self, fit_seconds):
+    def __init__(self, fit_seconds, ckpt_dir=None):
         self.fit_seconds = fit_seconds
+        self.ckpt_dir = ckpt_dir  # {ckpt.path}/_actor
 
     def append(self, experience):
         return None
@@ -116,8 +119,14 @@ class FakePolicy:
     def broadcast_to_vllm(self):
         return None
 
-    def save_checkpoint(self, tag, **kwargs):
+    def save_checkpoint(self, tag, client_states=None, **kwargs):
         self.saved = tag
+        if self.ckpt_dir:
+            deepspeed_save(self.ckpt_dir, tag, client_states)
+
+    def get_checkpoint_states(self):
+        """What the policy actor loaded at start-up (`latest`, as OpenRLHF's PolicyModelActor does)."""
+        return deepspeed_load(self.ckpt_dir, None)
 
     def reload_states(self):
         return None
@@ -126,12 +135,35 @@ class FakePolicy:
         return None
 
 
+def deepspeed_save(folder, tag, client_states):
+    """What DeepSpeed's save_checkpoint leaves on disk, as far as a resume reads it: the tag's client state, then
+    `latest` naming the tag."""
+    os.makedirs(os.path.join(folder, tag), exist_ok=True)
+    with open(os.path.join(folder, tag, "client_states.json"), "w") as handle:
+        json.dump(client_states or {}, handle)
+    with open(os.path.join(folder, "latest"), "w") as handle:
+        handle.write(tag)
+
+
+def deepspeed_load(folder, tag):
+    """DeepSpeed's load_checkpoint: `tag`, else what `latest` names; a missing tag loads nothing (None)."""
+    if tag is None:
+        with open(os.path.join(folder, "latest")) as handle:
+            tag = handle.read().strip()
+    path = os.path.join(folder, tag, "client_states.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as handle:
+        return json.load(handle)
+
+
 class FakeRM:
     """Scores a completion by whether it boxes the reference; each update makes every later score 0.5 higher."""
 
-    def __init__(self):
+    def __init__(self, ckpt_dir=None):
         self.bias = 0.0
         self.fits = []
+        self.ckpt_dir = ckpt_dir  # {ckpt.path}/_rm: checkpoints go to disk as DeepSpeed lays them out
 
     def score(self, questions, references, completions):
         return [(2.0 if f"\\boxed{{{r}}}" in c else -1.0) + self.bias for r, c in zip(references, completions)]
@@ -153,6 +185,15 @@ class FakeRM:
 
     def save_checkpoint(self, tag, client_states=None):
         self.saved = getattr(self, "saved", []) + [tag]
+        if self.ckpt_dir:
+            deepspeed_save(self.ckpt_dir, tag, client_states)
+
+    def load_checkpoint(self, tag=None):
+        states = deepspeed_load(self.ckpt_dir, tag)
+        if states is None:  # as TrainableRewardModelActor.load_checkpoint
+            raise FileNotFoundError(f"no reward-model checkpoint {tag} under {self.ckpt_dir}")
+        self.loaded = tag
+        return states
 
     def keep_policy_tags(self):
         return []
@@ -268,12 +309,13 @@ def make_trainer(monkeypatch, pool, tmp_path_factory):
         trainer.critic_model_group = None
         trainer.wandb_logger = trainer.tensorboard_logger = None
         trainer.best_eval_metric_key, trainer.best_eval_metric_value, trainer._latest_eval_metric_value = "", 0.0, None
-        trainer.policy = FakePolicy(policy_seconds)
+        on_disk = args.ckpt.path if "--ckpt.path" in flags else None
+        trainer.policy = FakePolicy(policy_seconds, on_disk and os.path.join(on_disk, "_actor"))
         trainer.actor_model_group = FakeGroup([FakeActor(trainer.policy, "policy", events)])
         trainer.vllm_engines = [FakeActor(FakeEngine(), "engine", events)]
         builder = PairBuilder(pool, SlowAssistant(assistant_seconds, events), NegativeConfig(retries=1),
                               answer_fallback="none")
-        rm = FakeRM()
+        rm = FakeRM(on_disk and os.path.join(on_disk, "_rm"))
         rm_group = None
         if args.reward.model_name_or_path:
             rm_group = FakeGroup([FakeActor(rm, "rm", events)])
@@ -374,14 +416,16 @@ def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(ma
 
 
 @pytest.mark.parametrize("colocated", [False, True])
-def test_colocated_rm_hands_its_cached_memory_back_after_scoring(make_trainer, colocated):
+def test_colocated_rm_hands_its_cached_memory_back_after_scoring_and_after_its_update(make_trainer, colocated):
     """As stock OpenRLHF does after its reward forwards: on shared GPUs the RM's cache is emptied before the
-    policy's turn; on GPUs of its own it is left alone."""
+    policy's turn, and (issue 43) after the RM's own update, before the engines wake for the next rollouts; on
+    GPUs of its own it is left alone."""
     trainer, events, _ = make_trainer((*COOPER, "--train.colocate_all") if colocated else COOPER)
     trainer.train_step(samples(), 1)
-    assert events.count("rm.empty_cache") == (1 if colocated else 0)
+    assert events.count("rm.empty_cache") == (2 if colocated else 0)
     if colocated:
-        assert events.span("rm.score")[1] <= events.span("rm.empty_cache")[0] <= events.span("policy.fit")[0]
+        assert events.span("rm.score")[1] <= events.span("rm.empty_cache", 0)[0] <= events.span("policy.fit")[0]
+        assert events.span("rm.fit")[1] <= events.span("rm.empty_cache", 1)[0]
 
 
 def test_colocated_steps_stay_serial(make_trainer):
@@ -490,6 +534,25 @@ def test_the_rm_checkpoint_follows_the_policys_including_its_best_and_its_rotati
     trainer.save_best_checkpoint({"eval_pass1": 0.5}, 2, {"global_step": 2})
     assert rm.saved[-1] == trainer.policy.saved == "best_global_step2"
     assert events.count("rm.keep_policy_tags") == 2
+
+
+def test_a_run_requeued_after_a_best_save_resumes_the_rm_at_the_policys_best_tag(make_trainer, tmp_path):
+    """Issue 43: step 3 was evaluated (the best so far) but not a save step, so OpenRLHF saved the policy as
+    best_global_step3 only and pointed its `latest` there; the requeued run must load the RM saved beside it
+    (the RM was asked for global_step3, which does not exist, and the run failed)."""
+    flags = (*COOPER, "--ckpt.save_steps", "2", "--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.load_enable")
+    trainer, _, rm = make_trainer(flags)
+    for step in (1, 2, 3):
+        trainer.save_logs_and_checkpoints(step, {}, {"global_step": step, "episode": 0, "total_consumed_prompts": 3 * step,
+                                                     "data_loader_state_dict": {}})
+    trainer.best_eval_metric_key = "eval_pass1"
+    trainer.save_best_checkpoint({"eval_pass1": 0.5}, 3, {"global_step": 3, "episode": 0, "total_consumed_prompts": 9,
+                                                           "data_loader_state_dict": {}})
+    assert sorted(os.listdir(tmp_path / "ckpt" / "_rm")) == ["best_global_step3", "global_step2", "latest"]
+
+    requeued, _, rm = make_trainer(flags)  # a new job on the same folder
+    states = requeued.init_checkpoint_states()
+    assert states["global_step"] == 3 and rm.loaded == "best_global_step3"
 
 
 def test_stale_rm_checkpoints_are_the_tags_the_policy_no_longer_has(tmp_path):

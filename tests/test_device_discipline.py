@@ -4,8 +4,12 @@
 unlabelled tensors, as a CUDA kernel does; a GPU user's first crash becomes a failing test on this CPU machine.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from cooper_openrlhf.algo.losses import bce_rm_loss, pairwise_rm_loss
 from cooper_openrlhf.algo.pairs import PairBatch
@@ -42,6 +46,18 @@ def test_losses_keep_to_the_device_of_their_logits(with_mask):
             pairwise_rm_loss(pos, neg, torch.ones(5, dtype=torch.bool))
 
 
+def _bare_reward_actor(model_dir):
+    """A TrainableRewardModelActor's Python object around a plain tiny RM (no Ray, no DeepSpeed engine)."""
+    from cooper_openrlhf.ray.reward_actor import TrainableRewardModelActor
+    from cooper_openrlhf.rm.model import load_rm
+
+    actor = TrainableRewardModelActor.__ray_metadata__.modified_class.__new__(
+        TrainableRewardModelActor.__ray_metadata__.modified_class)
+    actor.model, actor.tokenizer, actor.template_version = load_rm(str(model_dir("tiny-qwen2-rm")))
+    actor.max_length = 128
+    return actor
+
+
 def _bare_rm_trainer(model_dir):
     """An `rm.pairwise_update.RMTrainer` around a plain tiny RM (no DeepSpeed engine: only the loss is run)."""
     from cooper_openrlhf.rm.model import load_rm
@@ -67,6 +83,48 @@ def test_rm_update_micro_loss_runs_with_the_rm_on_cuda(model_dir):
         loss = _micro_loss(trainer, pairs, [0, 1], sums)
         assert fake.on_cuda(loss) and loss.requires_grad
     assert sums[4] == 1 and sums[6] == 1  # one pair counted per negative source
+
+
+class _Float64Sizes(TorchDispatchMode):
+    """Records the size (elements) of the largest float64 tensor any torch op makes while active: every tensor
+    is allocated through the dispatcher, so a whole-weight float64 copy cannot escape it."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float64:
+                self.largest = max(self.largest, tensor.numel())
+        return out
+
+
+def test_the_rms_rank_weight_check_makes_no_float64_copy_of_a_whole_weight(model_dir, monkeypatch):
+    """Issue 43: after every RM update the ranks' weights are compared by (sum, sum of squares) in float64, and
+    that made two float64 copies of every weight (`w.double().square()`): 3.7 GB transient for a 1.5B RM's
+    embedding. The same statistic is now summed over slices of at most MOMENT_CHUNK elements (set small here, below
+    the tiny RM's largest weight): the same value as the whole-tensor sums, no float64 tensor above a slice."""
+    from cooper_openrlhf.ray import reward_actor
+
+    actor = _bare_reward_actor(model_dir)
+    actor.strategy = SimpleNamespace(all_gather=lambda tensor: tensor)  # one rank: the gather is the tensor
+    weights = [p.detach() for p in actor.model.parameters()]
+    largest = max(w.numel() for w in weights)
+    chunk = 1000
+    assert largest > 10 * chunk
+    monkeypatch.setattr(reward_actor, "MOMENT_CHUNK", chunk, raising=False)
+    actor.model = SimpleNamespace(module=actor.model)  # DeepSpeed's engine around the RM
+    with _Float64Sizes() as sizes:
+        assert actor.rank_weight_spread() == 0.0
+    assert 0 < sizes.largest <= chunk, f"a float64 tensor of {sizes.largest} elements (the largest weight: {largest})"
+
+    whole = torch.stack([sum(w.double().sum() for w in weights), sum(w.double().square().sum() for w in weights)])
+    torch.testing.assert_close(reward_actor.weight_moments(weights), whole, rtol=1e-12, atol=0)
+    with _Float64Sizes() as sizes:  # the recorder sees a whole-weight copy when one is made
+        weights[0].double().square()
+    assert sizes.largest == weights[0].numel()
 
 
 class _FakeNccl:
@@ -107,20 +165,34 @@ def test_verifyrm_training_log_means_go_through_the_strategy_to_the_collectives_
 
 
 @pytest.mark.slow
-def test_the_assistant_engines_device_settings_are_decided_where_the_engine_runs(ray_cluster):
+def test_the_assistant_engines_gpu_settings_are_decided_in_its_bundle_not_in_the_pair_actor(ray_cluster, monkeypatch):
     """The dedicated assistant's GPU decision was made inside the pair actor, which holds no GPU, so a GPU run got
-    the CPU settings. It is now asked in the engine's own bundle: on this CPU cluster's logical GPUs, no CUDA."""
-    from ray.util.placement_group import placement_group, remove_placement_group
+    vLLM-CPU's settings (eager, no prefix caching). The CUDA boundary is faked the way a GPU node behaves: a
+    process sees CUDA exactly when Ray gave it a GPU (here one of the cluster's logical GPUs), and vLLM's engine
+    creation records its options. `_start_assistant_engine` runs as the pair actor would, in a process without a
+    GPU (this one): the probe in the engine's bundle sees CUDA and the engine gets the GPU settings."""
+    import ray
+    from openrlhf.trainer.ray import vllm_engine
+    from ray.util.placement_group import remove_placement_group
 
-    from cooper_openrlhf.ray.pair_actor import assistant_engine_options
-    from cooper_openrlhf.runtime.ray_cluster import bundle_has_cuda
+    from cooper_openrlhf.ray.pair_actor import PairConstructionActor
+    from cooper_openrlhf.runtime import cuda_available, ray_cluster as ray_cluster_module
 
-    group = placement_group([{"GPU": 1, "CPU": 1}], strategy="PACK")
-    ray_cluster.get(group.ready())
+    def sees_cuda():  # in the probe's process: Ray's GPU ids are its CUDA_VISIBLE_DEVICES on a GPU node
+        return bool(ray.get_gpu_ids())
+
+    created = []
+    monkeypatch.setattr(ray_cluster_module, "_cuda_visible", sees_cuda)
+    monkeypatch.setattr(vllm_engine, "create_vllm_engines",
+                        lambda *args, **options: created.append((args, options)) or ["engine"])
+    pair_actor = PairConstructionActor.__ray_metadata__.modified_class.__new__(
+        PairConstructionActor.__ray_metadata__.modified_class)
+    assert not cuda_available() and not sees_cuda()  # like the pair actor: no GPU here
     try:
-        assert bundle_has_cuda(group) is False
+        engines = pair_actor._start_assistant_engine("assistant-model", 7, 4096, {})
+        assert engines == ["engine"]
+        (args, options), = created
+        assert args == (1, 1, "assistant-model") and options["shared_pg"] is pair_actor._placement_group
+        assert (options["enforce_eager"], options["enable_prefix_caching"]) == (False, True)  # the GPU settings
     finally:
-        remove_placement_group(group)
-    gpu, cpu = assistant_engine_options(True, 0, 4096), assistant_engine_options(False, 0, 4096)
-    assert (gpu["enforce_eager"], gpu["enable_prefix_caching"]) == (False, True)
-    assert (cpu["enforce_eager"], cpu["enable_prefix_caching"]) == (True, False)
+        remove_placement_group(pair_actor._placement_group)

@@ -119,6 +119,25 @@ def test_a_failed_job_still_stops_ray_on_every_node_and_fails_the_sbatch(shell):
     assert shell.leftover_steps() == []
 
 
+@pytest.mark.parametrize("cpus", ["6", None])
+def test_every_srun_step_asks_for_the_jobs_cpus_per_task_and_ray_declares_them(shell, cpus):
+    """srun >= 22.05 no longer reads SLURM_CPUS_PER_TASK from the environment: a step given no --cpus-per-task
+    gets one CPU, shared by the node's raylet, GCS and every actor Ray starts there. Every step ray_cluster.sh runs
+    (address lookup, `ray start` on each node, the stops) passes the job's value on, and each node's Ray declares
+    that many CPUs; a job without a value passes none."""
+    (shell.tmp / "logs").mkdir()
+    result = _cluster(shell, 2, 2, **({"SLURM_CPUS_PER_TASK": cpus} if cpus else {}))
+    assert result.returncode == 0, result.stderr
+    steps = shell.calls("srun")
+    assert len(steps) >= 4  # a `ray start` and a stop on each of the 2 nodes
+    asked = [[word for word in call if word.startswith("--cpus-per-task")] for call in steps]
+    assert asked == [[f"--cpus-per-task={cpus}"] if cpus else []] * len(steps)
+    starts = [call for call in shell.calls("ray") if call[2] == "start"]
+    assert len(starts) == 2
+    assert all((f"--num-cpus={cpus}" in call) if cpus else not any(w.startswith("--num-cpus") for w in call)
+               for call in starts)
+
+
 @pytest.mark.parametrize("env, message, log", [
     ({"FAKE_HEAD": "fail"}, "the Ray head on n0 exited before the cluster was ready", "ray-n0.log"),
     ({"FAKE_HEAD": "silent", "HEAD_TIMEOUT": "2"}, "did not answer within 2 s; its log:", "ray-n0.log"),

@@ -157,8 +157,46 @@ def test_rl_plans_parse_with_train_cooper_and_carry_the_official_recipe(rl_env):
     assert "--cooper.assistant" not in rollout.commands[0] and rollout.placement.assistant_gpus == 0
     with pytest.raises(PreflightError, match="unrecognized arguments: --cooper.no_such_flag"):
         plan_rl(Env(rl_env), ["--cooper.no_such_flag", "1"])
-    with pytest.raises(PreflightError, match="(?s)train_cooper rejects the flags: .*--train.async_enable is not supported"):
+    with pytest.raises(PreflightError, match="train_cooper rejects the flags for the job's GPU nodes .*--train.async_enable "
+                                             "is not supported"):
         plan_rl(Env(rl_env), ["--train.async_enable"])
+
+
+def test_colocate_all_on_gpus_turns_on_vllm_and_deepspeed_sleep(rl_env):
+    """Issue 43: COLOCATE_ALL=1 gave --train.colocate_all alone, so one GPU held the resident vLLM engine, the
+    actor's states, the reference's peak and the RM at once (docs/cluster.md: well over 80 GB). On GPUs it now
+    turns on both sleep modes; CPU mode needs neither (vLLM-CPU has no sleep mode)."""
+    from cooper_openrlhf.cli.train_cooper import parse_args
+
+    plan = plan_rl(Env({**rl_env, "COLOCATE_ALL": "1"}))
+    args = parse_args(plan.commands[0][3:])
+    assert args.train.colocate_all and args.vllm.enable_sleep and args.ds.enable_sleep
+    assert plan.placement.vllm_engines == plan.placement.actor_gpus == 4
+    cpu = plan_rl(Env({**rl_env, "COLOCATE_ALL": "1", "GPUS_PER_NODE": "0", "ASSISTANT_MODEL": "policy"}))
+    assert "--train.colocate_all" in cpu.commands[0]
+    assert "--vllm.enable_sleep" not in cpu.commands[0] and "--ds.enable_sleep" not in cpu.commands[0]
+
+
+def test_device_flags_are_judged_for_the_jobs_nodes_not_the_login_node(rl_env, monkeypatch, capsys):
+    """Issue 43: the preflight runs on a login node (here: this CPU machine) for a job on GPU nodes. fp16 is a GPU
+    dtype and gloo weight sync a CPU route: judged for GPUS_PER_NODE=8 the first is accepted and the second refused,
+    in one line naming the flag and the nodes judged; with GPUS_PER_NODE=0 the other way round."""
+    from cooper_openrlhf.cli.preflight import main
+
+    plan = plan_rl(Env(rl_env), ["--ds.param_dtype", "fp16"])
+    assert plan.commands[0][-2:] == ["--ds.param_dtype", "fp16"]
+    for name, value in rl_env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["rl", "--", "--vllm.sync_backend", "gloo"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("preflight rl: error: train_cooper rejects the flags for the job's GPU nodes "
+                           "(GPUS_PER_NODE=8): --vllm.sync_backend gloo is this package's CPU weight sync"), line
+    monkeypatch.setenv("GPUS_PER_NODE", "0")
+    monkeypatch.setenv("ASSISTANT_MODEL", "policy")
+    assert main(["rl", "--", "--ds.param_dtype", "fp16"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("preflight rl: error: train_cooper rejects the flags for the job's CPU nodes "
+                           "(GPUS_PER_NODE=0): --ds.param_dtype fp16: fp16 on CPU is emulated"), line
 
 
 # ----------------------------------------------------------------------------------- VerifyRM stages
@@ -365,5 +403,30 @@ def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
     open(os.path.join(out, "ckpt", "_actor", "latest"), "w").write("best_global_step2")
     plan_rl(Env(rl_env))
     open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
-    with pytest.raises(PreflightError, match=r"different steps \(_actor: best_global_step2, _rm: global_step1\)"):
+    with pytest.raises(PreflightError, match=r"different steps \(the policy's last checkpoint is best_global_step2 "
+                                             r"but the RM's is global_step1\)"):
+        plan_rl(Env(rl_env))
+
+
+def test_after_a_best_save_off_the_save_steps_the_job_resumes_both_models_from_the_best_tag(rl_env):
+    """Issue 43: step 3's evaluation was the best so far and 3 is no --ckpt.save_steps step, so the policy and the RM
+    were saved as best_global_step3 only, and both `latest` files name it. The preflight judges the folders the
+    trainer loads (`checkpoint_tags.resume_tags`): it names them, and refuses when the RM's is damaged."""
+    from cooper_openrlhf.cli.launch_record import record_attempt
+
+    out = rl_env["OUT"]
+    env = Env({**rl_env, "SLURM_JOB_ID": "7"})
+    plan = plan_rl(env)
+    record_attempt(os.path.join(out, "launch.json"), plan, plan.commands[0], env)
+    for model in ("_actor", "_rm"):
+        for tag in ("global_step2", "best_global_step3"):
+            os.makedirs(os.path.join(out, "ckpt", model, tag))
+            open(os.path.join(out, "ckpt", model, tag, "mp_rank_00_model_states.pt"), "w").close()
+        open(os.path.join(out, "ckpt", model, "latest"), "w").write("best_global_step3")
+    resumed = plan_rl(Env(rl_env))
+    loads = [os.path.join(out, "ckpt", model, "best_global_step3") for model in ("_actor", "_rm")]
+    assert f"OUT={out}: the job resumes from {loads[0]} and {loads[1]}" in resumed.notes
+    os.remove(os.path.join(loads[1], "mp_rank_00_model_states.pt"))
+    with pytest.raises(PreflightError, match=r"the last checkpoint .*_rm/best_global_step3 \(named by .*_rm/latest\) "
+                                             r"is damaged"):
         plan_rl(Env(rl_env))

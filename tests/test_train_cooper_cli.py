@@ -54,6 +54,26 @@ def test_a_cpu_head_node_of_a_named_cluster_resolves_auto_for_its_gpus(monkeypat
     assert _parse(BASE).ds.param_dtype == "bf16"
 
 
+def test_a_submitted_job_is_judged_for_its_nodes_dtype_and_device_flags_alike(monkeypatch):
+    """Inside a job (`ray job submit` sets RAY_ADDRESS and the job's runtime env), the driver's own CUDA says nothing:
+    a GPU job driven from a CPU-only head node takes fp16 and refuses gloo weight sync, where the device check
+    judged the head node (it refused fp16 and accepted gloo); a CPU-mode job (the launchers' GPUS_PER_NODE=0 puts
+    the CPU runtime in the job's env) resolves auto to the CPU's dtype, not the GPUs' bf16, and takes gloo."""
+    from cooper_openrlhf.runtime import dtype
+    from cooper_openrlhf.runtime.cpu import CPU_RUNTIME_ENV
+    from cooper_openrlhf.runtime.ray_env import RAY_JOB_CONFIG_ENV
+
+    monkeypatch.setattr(dtype, "cpu_has_bf16_units", lambda: False)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    monkeypatch.setenv(RAY_JOB_CONFIG_ENV, json.dumps({"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"}}}))
+    assert _parse([*BASE, "--ds.param_dtype", "fp16"]).ds.param_dtype == "fp16"
+    with pytest.raises(CooperArgsError, match="--vllm.sync_backend gloo is this package's CPU weight sync"):
+        _parse([*BASE, "--vllm.sync_backend", "gloo"])
+    monkeypatch.setenv(RAY_JOB_CONFIG_ENV, json.dumps({"runtime_env": {"env_vars": {CPU_RUNTIME_ENV: "1"}}}))
+    args = _parse([*BASE, "--vllm.sync_backend", "gloo"])
+    assert (args.ds.param_dtype, args.vllm.sync_backend) == ("fp32", "gloo")
+
+
 def test_verifyrm_train_takes_the_same_dtype_choices():
     from cooper_openrlhf.runtime.openrlhf_args import parse_openrlhf_args
 

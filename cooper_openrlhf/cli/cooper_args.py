@@ -38,7 +38,11 @@ RM_LR_SCHEDULERS = (
 
 
 class CooperArgsError(ValueError):
-    """Cooper flags that cannot work together (raised at start-up)."""
+    """Cooper flags that cannot work together (raised at start-up); `problems` lists them, one line each."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = list(problems) if problems is not None else [message]
 
 
 def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -170,11 +174,13 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def _fail(problems: list[str]) -> None:
     if problems:
-        raise CooperArgsError("invalid Cooper configuration:\n  - " + "\n  - ".join(problems))
+        raise CooperArgsError("invalid Cooper configuration:\n  - " + "\n  - ".join(problems), problems)
 
 
-def validate_cooper_args(args) -> None:
-    """Raise `CooperArgsError` listing every clash among the (hierarchized) flags; returns None when all is well."""
+def validate_cooper_args(args, cuda: bool | None = None) -> None:
+    """Raise `CooperArgsError` listing every clash among the (hierarchized) flags; returns None when all is well.
+    cuda: whether the run's models are on GPUs (`device_problems`; the launchers' preflight says so for the job's
+    nodes, from GPUS_PER_NODE)."""
     cooper, reward = args.cooper, args.reward
     rm_path = reward.model_name_or_path
     needs_rm = cooper.reward_source == "rm" or args.remote_rm_trainable
@@ -261,17 +267,18 @@ def validate_cooper_args(args) -> None:
                         f"{cooper.max_unparseable_reference_share}")
     if cooper.rm_save_path and not args.remote_rm_trainable:
         problems.append("--cooper.rm_save_path is only used with --remote_rm_trainable (a static RM is not re-saved)")
-    problems += device_problems(args)
+    problems += device_problems(args, cuda)
     _fail(problems)
 
 
 def device_problems(args, cuda: bool | None = None) -> list[str]:
     """Flags the device cannot serve: CPU-only options on a GPU run, and the RM optimizer DeepSpeed would pick
-    that cannot skip a non-finite step. cuda: whether this run's actors have CUDA (default: this process's)."""
-    from cooper_openrlhf.runtime import cuda_available
+    that cannot skip a non-finite step. cuda: whether this run's actors have CUDA (default: `run_on_gpus()`, as the
+    dtype is resolved: a driver on a CPU-only head node of a GPU cluster judges for the GPUs)."""
     from cooper_openrlhf.runtime.dtype import DtypeError, resolve_dtype_name
+    from cooper_openrlhf.runtime.ray_cluster import run_on_gpus
 
-    cuda = cuda_available() if cuda is None else cuda
+    cuda = run_on_gpus() if cuda is None else cuda
     problems = []
     if cuda and args.vllm.sync_backend == "gloo":
         problems.append("--vllm.sync_backend gloo is this package's CPU weight sync; on GPU use nccl (OpenRLHF's "

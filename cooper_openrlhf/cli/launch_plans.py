@@ -182,6 +182,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         "--actor.adam.lr", str(env.float("ACTOR_LR", 1e-6)), "--actor.lr_scheduler", "constant_with_warmup",
         "--actor.lr_warmup_ratio", repr(warmup),
         *placement.openrlhf_flags(),
+        *_colocation_flags(env, placement),
         "--vllm.gpu_memory_utilization", str(env.float("VLLM_GPU_MEMORY_UTILIZATION", 0.5 if placement.colocate_all else 0.8)),
         *device_flags,
         "--ds.zero_stage", "2", "--actor.gradient_checkpointing_enable",
@@ -206,8 +207,10 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         if assistant not in (None, "policy"):
             argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
     argv += list(extra_args)
-    validate_train_cooper_argv(argv[3:])
-    check_resumable(out, argv)
+    validate_train_cooper_argv(argv[3:], 0 if cpu_mode(env) else placement.gpus_per_node)
+    resumes = check_resumable(out, argv)
+    if resumes:
+        notes.append(f"OUT={out}: the job resumes from {' and '.join(resumes)}")
     # The job's runtime env comes from the one place that builds it; train_cooper's ray.init adds only what is
     # missing from it (runtime/ray_env.py says why). CPU mode: the CPU runtime in every worker, a small KV cache.
     # Imported here: it imports torch, which the other stages' checks and each attempt's launch.json do without.
@@ -218,6 +221,15 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
                                      on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
+
+
+def _colocation_flags(env: Env, placement: Placement) -> list[str]:
+    """COLOCATE_ALL=1 on GPUs: vLLM's and DeepSpeed's sleep modes, without which one GPU holds the resident engine,
+    the actor's states, the reference's peak and the RM at once (docs/cluster.md's memory table: well over 80 GB for
+    the paper's configuration). CPU mode needs neither (and vLLM-CPU has no sleep mode)."""
+    if not placement.colocate_all or cpu_mode(env):
+        return []
+    return ["--vllm.enable_sleep", "--ds.enable_sleep"]
 
 
 def _eval_flags(env: Env, input_key: str, label_key: str) -> list[str]:
@@ -263,11 +275,12 @@ def _first_difference(old: list[str], new: list[str]) -> str:
     return "the order of the flags"
 
 
-def check_resumable(out: str, argv: list[str]) -> None:
-    """A run folder with checkpoints is resumed (`--ckpt.load_enable`) only by the configuration that wrote them."""
+def check_resumable(out: str, argv: list[str]) -> list[str]:
+    """A run folder with checkpoints is resumed (`--ckpt.load_enable`) only by the configuration that wrote them.
+    Returns the checkpoint folders the job will load (none for a fresh run)."""
     ckpt = os.path.join(out, "ckpt")
     if not (os.path.isdir(ckpt) and os.listdir(ckpt)):
-        return
+        return []
     record = os.path.join(out, LAUNCH_RECORD)
     try:
         with open(record, encoding="utf-8") as handle:
@@ -280,61 +293,61 @@ def check_resumable(out: str, argv: list[str]) -> None:
         raise PreflightError(f"OUT={out}: its checkpoint folder {ckpt} was written by another configuration "
                              f"({_first_difference(before, run_configuration(argv))}); a resumed job would continue "
                              "that run: use a new OUT, or remove the folder to start afresh")
-    check_last_checkpoint(ckpt)
+    return check_last_checkpoint(ckpt)
 
 
 # What DeepSpeed writes per rank into a checkpoint tag folder (a save cut off by a kill leaves some missing).
 _CHECKPOINT_FILES = ("mp_rank_00_model_states.pt",)
 
 
-def check_last_checkpoint(ckpt: str) -> None:
-    """The checkpoint `--ckpt.load_enable` would load (each model's `latest` tag) is whole, and the policy's and the
-    RM's name the same step; otherwise refuse, naming the folder, instead of loading half a state or overwriting it."""
-    tags = {}
-    for model in sorted(os.listdir(ckpt)):
-        latest = os.path.join(ckpt, model, "latest")
-        if not os.path.isfile(latest):
+def check_last_checkpoint(ckpt: str) -> list[str]:
+    """The checkpoints `--ckpt.load_enable` would load are whole: the policy's `latest` tag, and the RM's checkpoint
+    of that step, chosen as the trainer chooses it (`ray.checkpoint_tags.resume_tags`: after a best save,
+    `best_global_stepN`); otherwise refuse, naming the folder, instead of loading half a state or overwriting it.
+    Returns the folders a resumed job loads."""
+    from cooper_openrlhf.ray.checkpoint_tags import POLICY_DIR, RM_DIR, CheckpointMismatch, resume_tags
+
+    out = os.path.dirname(ckpt)
+    try:
+        policy_tag, rm_tag = resume_tags(ckpt)
+    except CheckpointMismatch as exc:
+        raise PreflightError(f"OUT={out}: the models' last checkpoints are of different steps ({exc}): a save was cut "
+                             "off between them; point every model's `latest` at the same whole tag, or remove the "
+                             "folder") from None
+    loads = []
+    for model, tag in ((POLICY_DIR, policy_tag), (RM_DIR, rm_tag)):
+        if tag is None:
             continue
-        with open(latest, encoding="utf-8") as handle:
-            tag = handle.read().strip()
-        folder = os.path.join(ckpt, model, tag)
+        folder, latest = os.path.join(ckpt, model, tag), os.path.join(ckpt, model, "latest")
         missing = [name for name in _CHECKPOINT_FILES if not os.path.isfile(os.path.join(folder, name))]
         if not os.path.isdir(folder) or missing:
-            raise PreflightError(f"OUT={os.path.dirname(ckpt)}: the last checkpoint {folder} (named by {latest}) is "
+            raise PreflightError(f"OUT={out}: the last checkpoint {folder} (named by {latest}) is "
                                  f"damaged ({'missing' if not os.path.isdir(folder) else 'no ' + ', '.join(missing)}); "
                                  f"a resumed job would fail to load it. Point {latest} at an earlier whole tag "
                                  "(each model's), or remove the folder to start afresh")
-        tags[model] = tag
-    if len({_tag_step(tag) for tag in tags.values()}) > 1:
-        raise PreflightError(f"OUT={os.path.dirname(ckpt)}: the models' last checkpoints are of different steps "
-                             f"({', '.join(f'{m}: {t}' for m, t in tags.items())}): a save was cut off between them; "
-                             "point every model's `latest` at the same whole tag, or remove the folder")
+        loads.append(folder)
+    return loads
 
 
-# OpenRLHF saves the policy as `best_global_stepN` too, right after `global_stepN`, when step N's evaluation is the
-# best so far; its `latest` then names that tag, a copy of the same step (client state included), while the RM,
-# which keeps no best tag, names `global_stepN`.
-_TAG_STEP = re.compile(r"(?:best_)?global_step(\d+)")
-
-
-def _tag_step(tag: str) -> int | str:
-    """The rollout step a checkpoint tag holds (any other tag stands for itself)."""
-    match = _TAG_STEP.fullmatch(tag)
-    return int(match.group(1)) if match else tag
-
-
-def validate_train_cooper_argv(argv: list[str]) -> None:
-    """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks."""
+def validate_train_cooper_argv(argv: list[str], gpus_per_node: int) -> None:
+    """train_cooper's own parse: OpenRLHF's parser and validation block plus Cooper's cross-checks, with the device
+    flags judged for the nodes the job runs on (GPUS_PER_NODE), not for the node the preflight runs on: a login
+    node without a GPU would refuse fp16 and accept gloo weight sync for a GPU job."""
     from cooper_openrlhf.cli.cooper_args import CooperArgsError
     from cooper_openrlhf.cli.train_cooper import parse_args
     from cooper_openrlhf.runtime import install_cpu_runtime
+    from cooper_openrlhf.runtime.dtype import DtypeError
 
     install_cpu_runtime()  # OpenRLHF's modules import flash-attn's CUDA kernels; a no-op where CUDA exists
 
+    nodes = f"the job's {'GPU' if gpus_per_node else 'CPU'} nodes (GPUS_PER_NODE={gpus_per_node})"
     try:
-        _parse_or_fail("train_cooper flags (launcher defaults + command-line arguments)", lambda: parse_args(argv))
-    except (CooperArgsError, AssertionError) as exc:
-        raise PreflightError(f"train_cooper rejects the flags: {exc}") from None
+        _parse_or_fail("train_cooper flags (launcher defaults + command-line arguments)",
+                       lambda: parse_args(argv, gpu_run=gpus_per_node > 0))
+    except CooperArgsError as exc:
+        raise PreflightError(f"train_cooper rejects the flags for {nodes}: {'; '.join(exc.problems)}") from None
+    except (DtypeError, AssertionError) as exc:
+        raise PreflightError(f"train_cooper rejects the flags for {nodes}: {exc}") from None
 
 # --------------------------------------------------------------------------------- VerifyRM stages
 def _shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:

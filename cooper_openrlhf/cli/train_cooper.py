@@ -35,11 +35,15 @@ logger = logging.getLogger("cooper_openrlhf.train_cooper")
 
 
 # --------------------------------------------------------------------------------------- parsing
-def parse_args(argv: list[str] | None = None):
-    """Stock parser + Cooper's flags, Cooper's checks, then stock validation -> hierarchized args."""
+def parse_args(argv: list[str] | None = None, gpu_run: bool | None = None):
+    """Stock parser + Cooper's flags, Cooper's checks, then stock validation -> hierarchized args.
+
+    gpu_run: whether the run's models are on GPUs, for the dtype and the device checks (default: decided here,
+    `runtime.openrlhf_args`); the launchers' preflight passes what the job's nodes have (GPUS_PER_NODE)."""
     # Cooper grades --eval.dataset with its rule verifier; the stock block asserts a remote RM for it.
-    return validated_train_ppo_ray_args(argv, extend=add_cooper_args, check=validate_cooper_args,
-                                        hold_back=("eval.dataset",))
+    return validated_train_ppo_ray_args(argv, extend=add_cooper_args,
+                                        check=lambda args: validate_cooper_args(args, cuda=gpu_run),
+                                        hold_back=("eval.dataset",), gpu_run=gpu_run)
 
 
 # ------------------------------------------------------------------------------ start-up checks

@@ -3,14 +3,18 @@
 OpenRLHF saves the policy under {ckpt.path}/_actor/<tag> and rotates those checkpoints by eval metric; the RM
 saves under {ckpt.path}/_rm/<tag> with the same tag (`reward_actor.save_checkpoint`) and then keeps exactly the
 tags the policy kept (`keep_policy_tags`), so a resume always finds the RM of the policy it loads, and a best
-policy is kept with the RM it was trained against. After a hacking alarm under --cooper.on_hacking stop the step
+policy is kept with the RM it was trained against. A resume loads the RM at the tag the policy loaded
+(`checkpoint_tags.resume_tags`), `best_global_stepN` after a best save. After a hacking alarm under --cooper.on_hacking stop the step
 is checkpointed whatever --ckpt.save_steps says, and the run ends with `HackingAlarm`.
 """
+
+import os
 
 import ray
 from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo.hacking import HackingAlarm
+from cooper_openrlhf.ray.checkpoint_tags import RM_DIR, resume_tags
 
 logger = init_logger(__name__)
 
@@ -20,14 +24,21 @@ class CheckpointUnit:
     checkpoint methods and best-metric fields."""
 
     def init_checkpoint_states(self):
-        """OpenRLHF's resume, plus the RM checkpoint of the same global step (model, optimizer, scheduler, counters)."""
+        """OpenRLHF's resume, plus the RM checkpoint of the policy checkpoint it loaded (model, optimizer, scheduler,
+        counters): after a best save that is `best_global_stepN`, and N need not be a --ckpt.save_steps step."""
         states = super().init_checkpoint_states()
         step = states["global_step"]
         if self.rm_trainable and step > 0:
-            rm_states = ray.get(self.rm_group.async_run_method(method_name="load_checkpoint", tag=f"global_step{step}"))[0]
+            policy_tag, tag = resume_tags(self.args.ckpt.path)  # the tag the policy's DeepSpeed `latest` named
+            if tag is None:
+                raise FileNotFoundError(f"the policy resumed from {policy_tag} (step {step}) but "
+                                        f"{os.path.join(self.args.ckpt.path, RM_DIR)} holds no RM checkpoint")
+            rm_states = ray.get(self.rm_group.async_run_method(method_name="load_checkpoint", tag=tag))[0]
             if rm_states.get("global_step") != step:
-                raise RuntimeError(f"the RM checkpoint global_step{step} records step {rm_states.get('global_step')}")
-            logger.info("resumed the Cooper RM at global step %d: %s", step, rm_states.get("cooper_rm_counters"))
+                raise RuntimeError(f"the RM checkpoint {tag} records step {rm_states.get('global_step')}, the policy's "
+                                   f"{policy_tag} step {step}")
+            logger.info("resumed the Cooper RM from %s with the policy's %s (global step %d): %s", tag, policy_tag,
+                        step, rm_states.get("cooper_rm_counters"))
         return states
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:

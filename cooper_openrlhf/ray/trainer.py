@@ -369,6 +369,10 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         results = [ray.get(call) for call in refs]
         if sleeping:
             ray.get(self.rm_group.async_run_method(method_name="offload_states"))
+        if self.args.train.colocate_all:
+            # As after scoring (`rm_logits`): the update's cached blocks go back to the shared GPUs before the
+            # engines wake for the next step's rollouts.
+            ray.get(self.rm_group.async_run_method(method_name="empty_cache"))
         merged = merge_rm_metrics([call_results[0] for call_results in results])  # ranks all-reduce their metrics
         step.metrics.update(merged)
         if step.rm_launched_at is not None and "cooper/rm_fit_seconds" in merged:

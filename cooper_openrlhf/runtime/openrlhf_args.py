@@ -79,7 +79,7 @@ def _cuda() -> bool:
 
 @contextlib.contextmanager
 def intercepted_train_ppo_ray(argv: list[str] | None = None, extend=None, check=None, capture_parser: bool = False,
-                              held_back: dict | None = None):
+                              held_back: dict | None = None, gpu_run: bool | None = None):
     """While active, running `openrlhf.cli.train_ppo_ray` as `__main__` goes through this package's hooks.
 
     capture_parser: the extended parser is raised out of the module (`_ParserBuilt`) before parsing.
@@ -87,8 +87,11 @@ def intercepted_train_ppo_ray(argv: list[str] | None = None, extend=None, check=
     (before the stock block, which assumes a stock configuration), and the module's `train` made a no-op.
     held_back: {flat dest: None} of flags the stock block must not see (its assertions assume stock semantics for
     them); their parsed values are stored into this dict and the block sees None.
+    gpu_run: whether the run's models are on GPUs, for the dtype (default: `ray_cluster.run_on_gpus()`).
     """
     from openrlhf.utils.config import hierarchize
+
+    from cooper_openrlhf.runtime.ray_cluster import run_on_gpus
 
     original_parse_args = argparse.ArgumentParser.parse_args
 
@@ -97,7 +100,7 @@ def intercepted_train_ppo_ray(argv: list[str] | None = None, extend=None, check=
         if capture_parser:
             raise _ParserBuilt(parser)
         flat = resolve_param_dtype(original_parse_args(parser, argv if args is None else args, namespace),
-                                   gpu_run=_train_ppo_ray_runs_on_gpus())
+                                   gpu_run=run_on_gpus() if gpu_run is None else gpu_run)
         if check is not None:
             check(hierarchize(flat))
         for dest in held_back or {}:
@@ -112,15 +115,6 @@ def intercepted_train_ppo_ray(argv: list[str] | None = None, extend=None, check=
         yield
     finally:
         argparse.ArgumentParser.parse_args = original_parse_args
-
-
-def _train_ppo_ray_runs_on_gpus() -> bool:
-    """A run joining a named Ray cluster (RAY_ADDRESS) runs on its GPUs even from a CPU-only head node."""
-    import torch
-
-    from cooper_openrlhf.runtime.ray_cluster import ray_cluster_address
-
-    return torch.cuda.is_available() or ray_cluster_address() is not None
 
 
 def _run_train_ppo_ray() -> dict:
@@ -147,12 +141,14 @@ def parse_openrlhf_args(argv: list[str], parser: argparse.ArgumentParser | None 
     return hierarchize(resolve_param_dtype(parser.parse_args(argv)))
 
 
-def validated_train_ppo_ray_args(argv: list[str] | None, extend=None, check=None, hold_back: tuple[str, ...] = ()):
+def validated_train_ppo_ray_args(argv: list[str] | None, extend=None, check=None, hold_back: tuple[str, ...] = (),
+                                 gpu_run: bool | None = None):
     """`argv` parsed and validated exactly as `python -m openrlhf.cli.train_ppo_ray` would -> hierarchized args.
 
-    hold_back: flat dests ("eval.dataset") kept from the stock validation and put back into the result."""
+    hold_back: flat dests ("eval.dataset") kept from the stock validation and put back into the result.
+    gpu_run: whether the run's models are on GPUs (`intercepted_train_ppo_ray`)."""
     held_back = dict.fromkeys(hold_back)
-    with intercepted_train_ppo_ray(argv, extend=extend, check=check, held_back=held_back):
+    with intercepted_train_ppo_ray(argv, extend=extend, check=check, held_back=held_back, gpu_run=gpu_run):
         namespace = _run_train_ppo_ray()
     args = namespace["args"]
     for dest, value in held_back.items():

@@ -12,7 +12,7 @@ import os
 import ray
 
 from cooper_openrlhf.runtime import cpu
-from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
+from cooper_openrlhf.runtime.ray_env import cooper_runtime_env, submitted_job_runtime_env
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,19 @@ CPU_LOGICAL_GPUS = 8
 def ray_cluster_address() -> str | None:
     """The Ray cluster a driver is told to join (RAY_ADDRESS, as `ray.init()` reads it), or None for a local one."""
     return os.environ.get("RAY_ADDRESS") or None
+
+
+def run_on_gpus() -> bool:
+    """Whether this run's models compute on GPUs. A driver joining a named cluster (RAY_ADDRESS) may sit on a
+    CPU-only head node, so there its own CUDA says nothing: the run is on GPUs unless the job it was submitted as
+    carries the CPU runtime (the launchers' CPU mode, GPUS_PER_NODE=0, puts it in the job's env). Without a named
+    cluster the run is local: on GPUs when this process sees CUDA."""
+    if cpu.cuda_available():
+        return True
+    if ray_cluster_address() is None:
+        return False
+    job_env = (submitted_job_runtime_env() or {}).get("env_vars") or {}
+    return job_env.get(cpu.CPU_RUNTIME_ENV) != "1"
 
 
 def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = None, **ray_init_kwargs) -> None:
