@@ -33,14 +33,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def make_stream(policy: str, count: int, group_size: int) -> list[dict]:
-    """`count` OpenRLHF request bodies: groups of `group_size` answers to arithmetic questions, right and wrong."""
+def make_stream(policy: str, count: int, group_size: int, offset: int = 0) -> list[dict]:
+    """`count` OpenRLHF request bodies: groups of `group_size` answers to arithmetic questions, right and wrong;
+    `offset` shifts the questions (a fresh set of prompts)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(policy)
     bodies = []
     for k in range(count):
         group, member = divmod(k, group_size)
+        group += offset
         a, b = 3 + group % 97, 5 + group // 97
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False,
                                                add_generation_prompt=True)
@@ -118,7 +120,10 @@ def bare_forward(args, bodies: list[dict]) -> tuple[int, float]:
     samples = [splitter.split(b["query"][0], b["prompts"][0], b["labels"][0]) for b in bodies]
     model, tokenizer, version = load_rm(args.rm, dtype=torch_dtype(resolve_dtype_name(args.dtype)))
     max_length = usable_max_length(model)
-    columns = ([s.question for s in samples], [s.reference for s in samples], [s.completion for s in samples])
+    from cooper_openrlhf.algo.negatives import normalize_solution
+
+    columns = ([s.question for s in samples], [s.reference for s in samples],
+               [normalize_solution(s.completion) for s in samples])
     best = (0, 0.0)
     for batch in (1, 8, 32, 64):
         score_logits(model, tokenizer, *(c[:batch] for c in columns), max_length=max_length, template_version=version,
@@ -156,22 +161,30 @@ def main() -> None:
     print(f"{args.requests} single-sample requests per level; RM {args.rm} ({args.dtype}; serve_rm "
           f"{args.openrlhf_dtype}); {os.cpu_count()} CPUs", flush=True)
     results: dict[str, dict[int, tuple[float, float, float]]] = {}
+    kinds = args.servers.split(",")
     with tempfile.TemporaryDirectory() as workdir:
-        for kind in args.servers.split(","):
-            port = free_port()
-            url = f"http://127.0.0.1:{port}/get_reward"
-            process = start_server(kind, args, port, workdir)
-            try:
+        # All servers up at once, measured in turn at each level: a machine whose load drifts during the run
+        # shifts every server's numbers alike, so the ratios hold.
+        servers = {}
+        try:
+            for kind in kinds:
+                port = free_port()
+                servers[kind] = (f"http://127.0.0.1:{port}/get_reward", start_server(kind, args, port, workdir))
+            for kind, (url, process) in servers.items():
                 wait_up(url, process, process.log)
-                asyncio.run(run_load(url, make_stream(args.policy, 64, args.group_size), 16))  # warm-up
+                asyncio.run(run_load(url, make_stream(args.policy, 64, args.group_size, offset=10_000), 16))  # warm-up
                 results[kind] = {}
-                for level in levels:
-                    rate, latencies = asyncio.run(run_load(url, bodies, level))
+            for level in levels:
+                for kind, (url, _) in servers.items():
+                    # each server gets prompts it has not seen (a learning server would otherwise re-open old groups)
+                    stream = make_stream(args.policy, args.requests, args.group_size, offset=1000 * level)
+                    rate, latencies = asyncio.run(run_load(url, stream, level))
                     q = statistics.quantiles(latencies, n=100)
                     results[kind][level] = (rate, q[49], q[98])
                     print(f"  {kind:9s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
                           f"p99 {q[98] * 1000:7.1f} ms", flush=True)
-            finally:
+        finally:
+            for _, process in servers.values():
                 process.terminate()
                 process.wait(60)
     batch, limit = bare_forward(args, bodies)

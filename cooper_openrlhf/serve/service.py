@@ -128,8 +128,10 @@ class RewardService:
         """Rewards of the samples (one request's); raises when any cannot be scored."""
         if self._closing:
             raise RuntimeError("the service is shutting down")
-        places = [await self._reserve(sample) for sample in samples]
+        places: list[Group] = []
         try:
+            for sample in samples:  # inside the try: a request cancelled while waiting gives back what it took
+                places.append(await self._reserve(sample))
             # The RM reads the completion as the trainer's RM does (`normalize_solution`, also what the pairs hold).
             items = [(g.version, s.question, s.reference, normalize_solution(s.completion))
                      for g, s in zip(places, samples)]
