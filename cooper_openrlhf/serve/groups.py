@@ -42,6 +42,7 @@ class Group:
     opened_at: float
     reserved: int = 0  # places taken (scored or being scored)
     scored: list[ScoredSample] = field(default_factory=list)
+    proven_wrong: list[bool] | None = None  # per sample, once the learner has prepared the complete group
 
 
 class GroupTracker:

@@ -13,6 +13,7 @@ Runs in the service's learner thread, one round at a time; knows nothing of HTTP
 """
 
 import logging
+import time
 from dataclasses import dataclass
 
 from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
@@ -80,10 +81,20 @@ class Learner:
     def __init__(self, trainer: RMTrainer, pair_builder, config: LearnConfig):
         self.trainer, self.pair_builder, self.config = trainer, pair_builder, config
 
-    def pairs_of(self, texts: RoundTexts, group_size: int, round_index: int) -> tuple[PairBatch, dict[str, float]]:
+    def prepare(self, group: Group) -> None:
+        """Prove which of a complete group's samples are wrong (the verifier's both-ways check, the slow part of
+        building pairs), as soon as the group completes: a round's update then waits only for its last group."""
+        group.proven_wrong = self.pair_builder.proven_wrong([s.sample.reference for s in group.scored],
+                                                            [s.outcome for s in group.scored])
+
+    def pairs_of(self, groups: list[Group], texts: RoundTexts, group_size: int,
+                 round_index: int) -> tuple[PairBatch, dict[str, float]]:
         """The round's PairBatch (one slot per group) and its `cooper/*` pair metrics."""
+        for group in groups:
+            if group.proven_wrong is None:
+                self.prepare(group)
         correct = [o.verdict == Verdict.CORRECT for o in texts.outcomes]
-        proven_wrong = self.pair_builder.proven_wrong(texts.references, texts.outcomes)
+        proven_wrong = [wrong for group in groups for wrong in group.proven_wrong]
         answerless = [o.verdict == Verdict.NO_ANSWER for o in texts.outcomes]
         return self.pair_builder.build_pairs(
             texts.questions, texts.references, texts.completions, correct, group_size, step=round_index,
@@ -92,8 +103,10 @@ class Learner:
 
     def learn(self, groups: list[Group], group_size: int, round_index: int) -> tuple[bool, dict[str, float]]:
         """(whether the RM changed, metrics): the round's pairs and one Cooper RM update on them."""
+        start = time.perf_counter()
         texts = RoundTexts.of(groups)
-        pairs, metrics = self.pairs_of(texts, group_size, round_index)
+        pairs, metrics = self.pairs_of(groups, texts, group_size, round_index)
+        metrics["timing/serve_pairs"] = time.perf_counter() - start
         metrics.update(pairwise_update(self.trainer, pairs, pairs.num_valid, passes=self.config.passes))
         updated = bool(metrics["cooper/rm_updated"]) and metrics.get("cooper/rm_steps_skipped", 0) < self.config.passes
         if not pairs.num_valid:

@@ -63,6 +63,12 @@ class ServiceConfig:
             raise ValueError("group_size must be >= 1 and groups_per_update >= 0")
 
 
+def _log_failed_preparation(future) -> None:
+    """A group the learner could not prepare is prepared again when its round is learned from (and fails there)."""
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("preparing a complete group failed (retried at its round): %s", future.exception())
+
+
 @dataclass
 class Scored:
     """What the service answers for one sample."""
@@ -97,6 +103,7 @@ class RewardService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooper-learner")
         self._rounds: asyncio.Task | None = None
         self._closing = False
+        self._waited = 0.0  # seconds new groups spent waiting for updates since the last round
         if state:
             self._load_state(state)
 
@@ -149,6 +156,9 @@ class RewardService:
             complete = self.groups.record(group, ScoredSample(sample, logit, outcome, reward))
             if complete is not None:
                 self.ready.append(complete)
+                if self.learner is not None:  # its pairs' slow part now, in the learner thread, not at the round's end
+                    prepared = asyncio.get_running_loop().run_in_executor(self._executor, self.learner.prepare, complete)
+                    prepared.add_done_callback(_log_failed_preparation)
             answers.append(Scored(reward, logit, outcome.verdict, group.version))
         self.counters["samples"] += len(samples)
         self._wake_rounds()
@@ -158,11 +168,13 @@ class RewardService:
         """The sample's group place; a new group first waits for an update in flight (module docstring)."""
         if self.config.wait_for_update and not self.groups.has_filling_group(sample.prompt) \
                 and not self.update_done.is_set():
+            start = time.perf_counter()
             try:
                 await asyncio.wait_for(self.update_done.wait(), self.config.update_wait_timeout_s)
             except asyncio.TimeoutError:
                 logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
                                self.config.update_wait_timeout_s, self.version)
+            self._waited += time.perf_counter() - start
         return self.groups.reserve(sample.prompt, self.version)
 
     # --------------------------------------------------------------------------------------- rounds
@@ -195,14 +207,17 @@ class RewardService:
         versions = [group.version for group in groups]  # the versions that scored the round's groups
         metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
         if self.learner is not None:
+            metrics["timing/serve_waited"], self._waited = self._waited, 0.0  # new groups' waits for the last update
             self.update_done.clear()
             try:
                 updated, learned = await asyncio.get_running_loop().run_in_executor(
                     self._executor, self.learner.learn, groups, self.config.group_size, index)
                 metrics.update(learned)
                 if updated:
+                    start = time.perf_counter()
                     await asyncio.get_running_loop().run_in_executor(
                         self._executor, self.scorer.publish, self.learner.trainer.model.module)
+                    metrics["timing/serve_publish"] = time.perf_counter() - start
                     self.counters["updates"] += 1
                     self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
             except Exception:
