@@ -183,6 +183,7 @@ def build_service(args):
         template_version = learner.trainer.template_version
     else:
         scoring_model, tokenizer, template_version = load_rm(args.rm, dtype=torch_dtype(dtype_name))
+        scoring_model.to(scoring_device())  # with --learn DeepSpeed places the RM (and so its scoring copy)
         max_length = usable_max_length(scoring_model, args.rm_max_length or recorded_max_length(scoring_model.config))
         version = 0
     scorer = VersionedScorer(scoring_model, tokenizer, max_length=max_length, template_version=template_version,
@@ -191,6 +192,13 @@ def build_service(args):
     service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer, state=state)
     service.verifier_pools = pools
     return service, checkpointer
+
+
+def scoring_device() -> str:
+    """Where a service without --learn scores: this process's GPU when it has one (CUDA_VISIBLE_DEVICES picks it)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _build_learner(args, dtype_name: str):
