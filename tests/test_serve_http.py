@@ -28,7 +28,8 @@ class RunningService:
     """A RewardService behind uvicorn in a thread; `url`, `service`, `stop()`."""
 
     def __init__(self, model_dir, tmp_path, *, token=None, verify_deadline_s=5.0, lanes=2, max_request_samples=64,
-                 max_body_bytes=1 << 20, group_size=2, mode="rm", chat_template=True, **service_config):
+                 max_body_bytes=1 << 20, group_size=2, mode="rm", chat_template=True, tensorboard=False,
+                 **service_config):
         import uvicorn
         from transformers import AutoTokenizer
 
@@ -51,7 +52,7 @@ class RunningService:
         lanes_fns = [lambda r, c, pool=pool: pool.verify_batch(r, c).outcomes for pool in self.pools]
         self.service = RewardService(ServiceConfig(mode=mode, group_size=group_size, max_batch=64, max_wait_s=0.002,
                                                    **service_config),
-                                     scorer, lanes_fns, ServiceLog(str(tmp_path / "logs"), tensorboard=False))
+                                     scorer, lanes_fns, ServiceLog(str(tmp_path / "logs"), tensorboard=tensorboard))
         splitter = (PromptSplitter.from_tokenizer(self.tokenizer) if chat_template
                     else PromptSplitter(special_tokens=self.tokenizer.all_special_tokens))
         app = build_app(self.service, splitter, token=token,
@@ -213,7 +214,8 @@ def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_
     from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 
     monitor = HackingMonitorConfig(window=3, gap_ceiling=0.3, rules="B")
-    running = RunningService(model_dir, tmp_path, groups_per_update=1, on_hacking="rule_reward", monitor=monitor)
+    running = RunningService(model_dir, tmp_path, groups_per_update=1, on_hacking="rule_reward", monitor=monitor,
+                             tensorboard=True)
     try:
         paid = []
         for k in range(5):
@@ -234,3 +236,7 @@ def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_
     assert [p["rewards"][0] > 0.3 for p in paid[:6]] == [True] * 6  # the RM's pay, before and at the alarm
     assert [p["rewards"][0] for p in paid[6:]] == [0.0] * 4  # the rule's from the round after
     assert rounds[-1]["cooper/paying_rule"] == 1.0
+    from cooper_openrlhf.report.runs import load_run
+
+    run = load_run(tmp_path / "logs")  # the package's report reads a service run like a training run
+    assert run.arm == "reward-service" and [v for _, v in run.scalars["cooper/hacking_alarm"]] == alarms

@@ -4,7 +4,8 @@
 and the same scalars to tensorboard (`{out}/tensorboard`), under the trainer's own keys (`cooper/*`), so the
 package's report and hacking replay read a service run as they read a training run. `/metrics` is Prometheus'
 text format (`prometheus_client`): request counters and latencies by route and status, and the service's gauges
-(RM version, queues, groups, updates, the last round's metrics).
+(RM version, queues, groups, updates, the last round's metrics). `{out}/run_info.json` names the run (arm
+"reward-service"), so `python -m cooper_openrlhf.cli.report STATE_DIR/logs` draws a service run's figures.
 """
 
 import json
@@ -24,7 +25,7 @@ def prometheus_name(key: str) -> str:
 
 
 class ServiceLog:
-    def __init__(self, out_dir: str | None, tensorboard: bool = True):
+    def __init__(self, out_dir: str | None, tensorboard: bool = True, arm: str = "reward-service"):
         self.registry = CollectorRegistry()
         self.requests = Counter("cooper_serve_requests", "HTTP requests by route and status", ["route", "status"],
                                 registry=self.registry)
@@ -36,6 +37,8 @@ class ServiceLog:
         self._jsonl = self._writer = None
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, "run_info.json"), "w", encoding="utf-8") as handle:
+                json.dump({"arm": arm, "seed": 0}, handle)
             self._jsonl = open(os.path.join(out_dir, "metrics.jsonl"), "a", encoding="utf-8")
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
