@@ -25,6 +25,14 @@ def _model(path: Path) -> str:
     return str(path)
 
 
+def _reward_model(path) -> str:
+    """A folder whose config is a one-logit sequence classifier's (what VERIFY_RM must hold)."""
+    _model(path)
+    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForSequenceClassification"],
+                                                  "model_type": "qwen2", "num_labels": 1}))
+    return str(path)
+
+
 class Shell:
     """Runs a launcher with the shims first on PATH; `calls(tool)` reads what the shims recorded."""
 
@@ -182,7 +190,7 @@ def rl_env(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"question": f"{i} + 1?", "answer": str(i + 1), "instruction": "boxed"}) + "\n"
                                for i in range(64)))
-    return {"POLICY": _model(tmp_path / "policy"), "VERIFY_RM": _model(tmp_path / "rm"), "ASSISTANT_MODEL": "policy",
+    return {"POLICY": _model(tmp_path / "policy"), "VERIFY_RM": _reward_model(tmp_path / "rm"), "ASSISTANT_MODEL": "policy",
             "PROMPTS": str(prompts), "OUT": str(tmp_path / "out"), "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32"}
 
 
