@@ -251,15 +251,16 @@ def train_cooper(args) -> None:
     from cooper_openrlhf.ray.trainer import CooperTrainer
     from cooper_openrlhf.runtime.secrets import redact_namespace
 
-    # Cooper: bad input fails here, before Ray or any actor starts.
+    strategy = get_strategy(args)
+    # Cooper: the args first, so that a log whose run stops at a check below still says what was asked; secrets
+    # redacted (job logs are shared). Then bad input fails here, before Ray or any actor starts.
+    strategy.print(redact_namespace(args, os.environ))
     check_model_folders(args)
     check_prompt_files(args)
     if args.reward.model_name_or_path:
         check_reward_model(args.reward.model_name_or_path)
-    strategy = get_strategy(args)
     check_prompt_dataset(args, strategy)
     start_ray()
-    strategy.print(redact_namespace(args, os.environ))  # the job log is shared: no key, no token
 
     # As stock: one placement group for colocated actor/ref (and, with colocate_all, vLLM and the RM).
     actor_gpus = args.actor.num_nodes * args.actor.num_gpus_per_node

@@ -17,6 +17,7 @@ import argparse
 import re
 import shlex
 import sys
+import types
 from collections.abc import Iterable, Mapping
 
 REDACTED = "***"
@@ -78,7 +79,9 @@ def redact_argv(argv: Iterable[str], environ: Mapping[str, str] | None = None) -
     words, out = list(argv), []
     for index, word in enumerate(words):
         flag = word.split("=", 1)[0]
-        if index and words[index - 1] in SECRET_FLAGS:
+        if word.startswith(ENV_REFERENCE) or flag in SECRET_FLAGS and word.split("=", 1)[-1].startswith(ENV_REFERENCE):
+            out.append(word)  # names the variable that holds the secret, not the secret
+        elif index and words[index - 1] in SECRET_FLAGS:
             out.append(REDACTED)
         elif flag in SECRET_FLAGS and "=" in word:
             out.append(f"{flag}={REDACTED}")
@@ -96,13 +99,14 @@ def redact_env(values: Mapping[str, str]) -> dict[str, str]:
 def redact_namespace(args, environ: Mapping[str, str] | None = None, _prefix: str = ""):
     """A copy of an (OpenRLHF hierarchized) argparse namespace with secret flags' values and URL credentials
     replaced: what `strategy.print(args)` may show."""
-    copy = argparse.Namespace()
+    copy = type(args)()
     for name, value in vars(args).items():
         dotted = f"{_prefix}{name}"
-        if isinstance(value, argparse.Namespace):
+        if isinstance(value, (argparse.Namespace, types.SimpleNamespace)):  # OpenRLHF's groups are SimpleNamespaces
             value = redact_namespace(value, environ, f"{dotted}.")
         elif isinstance(value, str):
-            value = REDACTED if f"--{dotted}" in SECRET_FLAGS and value else scrub(value, environ)
+            secret = f"--{dotted}" in SECRET_FLAGS and value and not value.startswith(ENV_REFERENCE)
+            value = REDACTED if secret else scrub(value, environ)
         setattr(copy, name, value)
     return copy
 
