@@ -140,7 +140,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     if assistant not in (None, "policy"):
         check_model_dir(env, "ASSISTANT_MODEL", assistant)
     rows = read_rows("PROMPTS", prompts)
-    check_rows_have_keys("PROMPTS", prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    check_prompts_prepared(prompts, rows, input_key, label_key)
     check_writable_dir("OUT", out)
     notes = []
     if not any("instruction" in row for row in rows[:1]):
@@ -221,6 +221,26 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
                                      on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
+
+
+def check_prompts_prepared(prompts: str, rows: list[dict], input_key: str, label_key: str) -> None:
+    """PROMPTS rows have the question and a final answer under INPUT_KEY and LABEL_KEY. A common dataset's own file
+    (GSM8K's worked "... #### 72" answers, MATH's problem/answer, {question, reference}) is pointed to the one step
+    that prepares it, `cluster.prompts`, which reads those keys as they are."""
+    from cooper_openrlhf.rm.data import detect_prompt_format
+
+    fmt = detect_prompt_format(rows[0]) if rows and "instruction" not in rows[0] else None
+    prepare = (f"prepare it first: python -m cooper_openrlhf.cluster.prompts --input {prompts} --out prompts.jsonl "
+               "(appends the answer-format instruction; writes question and answer), then PROMPTS=prompts.jsonl")
+    if fmt == "gsm8k" and label_key == "answer":
+        raise PreflightError(f"PROMPTS={prompts}: a GSM8K file (row 1's 'answer' is a worked solution ending "
+                             f"'#### ...', not a final answer); {prepare}")
+    try:
+        check_rows_have_keys("PROMPTS", prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    except PreflightError as exc:
+        if fmt is None:
+            raise
+        raise PreflightError(f"{exc}. The rows are in the {fmt} format: {prepare}") from None
 
 
 def check_verify_rm(env: Env, path: str) -> None:
@@ -436,7 +456,7 @@ def plan_annotate(env: Env, extra_args: list[str] = ()) -> Plan:
     generators = [g for g in env.require("GENERATORS", "comma-separated generator model folders").split(",") if g]
     judge = env.require("JUDGE", "the LLM judge's model folder (the paper: Qwen3-4B)")
     out = env.require("OUT", "the annotation folder (shards/, annotated/)")
-    fmt = env.choice("FORMAT", "plain", PROMPT_FORMATS)
+    fmt = env.choice("FORMAT", "auto", PROMPT_FORMATS)
     shards = env.int("SHARDS", 8)
     tp = env.int("GPUS_PER_TASK", 1)
     for index, generator in enumerate(generators):

@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = annotate.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompts", help="JSON Lines file of questions with reference answers")
     source.add_argument("--synthetic", type=int, metavar="N", help="use N built-in synthetic arithmetic problems")
-    annotate.add_argument("--format", default="plain", choices=PROMPT_FORMATS,
-                          help="--prompts format: plain = {question, reference} rows, or a benchmark's own format")
+    annotate.add_argument("--format", default="auto", choices=PROMPT_FORMATS,
+                          help="--prompts format: auto (default) = told from the first row's keys; plain = {question, reference}; "
+                               "question-answer = {question, answer}; or a benchmark's own format")
     annotate.add_argument("--synthetic-seed", type=int, default=0, help="seed of the synthetic problems")
     annotate.add_argument("--limit", type=int, help="use only the first N prompts")
     annotate.add_argument("--generator", action="append", required=True, help="generator model path, repeatable")
