@@ -244,3 +244,50 @@ def test_the_evaluation_bootstrap_se_is_scipys():
     values = [1.0, 0.0, 0.5, 0.25, 1.0, 0.75, 0.0, 0.5, 1.0, 0.25]
     expected = stats.bootstrap((np.array(values),), np.mean, n_resamples=1000, method="percentile", rng=3).standard_error
     assert bootstrap_se(values, resamples=1000, seed=3) == pytest.approx(expected, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------- the prompt format
+@pytest.mark.parametrize("row, reference", [
+    ({"question": "What is 2 + 3?", "reference": "5"}, "5"),
+    ({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"}, "5"),  # GSM8K
+    ({"question": "What is 2 + 3?", "answer": "5"}, "5"),
+    ({"question": "What is 2 + 3?", "answer": 5}, "5"),
+    ({"problem": "What is 2 + 3?", "answer": "5", "solution": "2 + 3 = 5", "level": "Level 1"}, "5"),  # MATH
+    ({"Body": "Tom has 2 apples.", "Question": "He buys 3. How many?", "Answer": 5.0}, "5"),  # SVAMP
+    ({"question": "What is 2 + 3?", "final_answer": ["$5$"]}, "5"),  # OlympiadBench
+])
+def test_the_prompt_step_reads_common_datasets_keys_without_a_format_flag(tmp_path, row, reference):
+    from cooper_openrlhf.cluster import prompts
+
+    source = tmp_path / "mine.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    assert prompts.main(["--input", str(source), "--out", str(tmp_path / "out.jsonl")]) == 0
+    (written,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert written["answer"] == reference and written["question"].endswith(prompts.INSTRUCTIONS["gsm8k-verl"])
+
+
+def test_a_row_of_unknown_keys_is_refused_with_the_format_and_an_example(tmp_path, capsys):
+    from cooper_openrlhf.cluster import prompts
+
+    source = tmp_path / "mine.jsonl"
+    source.write_text(json.dumps({"text": "What is 2 + 3?", "label": "5"}) + "\n")
+    assert prompts.main(["--input", str(source), "--out", str(tmp_path / "out.jsonl")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {source}:1: no known prompt keys (fields present: ['label', 'text'])")
+    assert '{"question": "What is 2 + 3?", "reference": "5"}' in line
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"},
+     "a GSM8K file (row 1's 'answer' is a worked solution ending '#### ...', not a final answer); prepare it first: "
+     "python -m cooper_openrlhf.cluster.prompts --input"),
+    ({"problem": "What is 2 + 3?", "answer": "5"},
+     "row 1 has no field 'question' (set by INPUT_KEY); fields present: ['answer', 'problem']. The rows are in the "
+     "math500 format: prepare it first"),
+])
+def test_a_raw_dataset_file_given_as_prompts_points_to_the_prompt_step(rl_env, tmp_path, row, message):
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps(row) + "\n" for _ in range(64)))
+    with pytest.raises(PreflightError) as raised:
+        plan_rl(Env({**rl_env, "PROMPTS": str(raw)}))
+    assert message in str(raised.value)
