@@ -70,6 +70,20 @@ def test_train_cooper_prints_its_args_with_the_wandb_key_and_the_reward_token_re
     assert args.logger.wandb.key == "w" * 40  # the run itself still has it
 
 
+def test_the_reward_clients_errors_name_the_service_without_its_token():
+    import socket
+
+    from cooper_openrlhf.clients.http import RewardClient, RewardServiceError
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "svctoken" + "3" * 24
+    with pytest.raises(RewardServiceError) as raised:
+        RewardClient(f"http://127.0.0.1:{port}/get_reward?token={token}", retries=0, timeout_s=2).score(["a"], ["a"], ["1"])
+    assert token not in str(raised.value) and f"127.0.0.1:{port}/get_reward?token=***" in str(raised.value)
+
+
 def test_a_wandb_key_named_by_its_variable_must_be_set_where_the_run_starts(monkeypatch):
     from cooper_openrlhf.cli.cooper_args import CooperArgsError
     from cooper_openrlhf.cli.train_cooper import parse_args
