@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None = None, gpu_run: bool | None = None):
 # ------------------------------------------------------------------------------ start-up checks
 EXIT_BAD_INPUT = 2
 REFERENCE_PARSE_TIMEOUT_S = 5
+SHOWN_BAD_REFERENCES = 5
 
 
 class StartupError(ValueError):
@@ -97,7 +98,6 @@ def check_prompt_files(args) -> None:
         local = os.path.isabs(spec) or spec.startswith(".") or spec.endswith((".json", ".jsonl", ".parquet", ".csv"))
         if local and not os.path.exists(spec):
             raise StartupError(f"--data.prompt_dataset {spec}: data file does not exist")
-SHOWN_BAD_REFERENCES = 5
 
 
 def reference_problem(reference: str) -> str | None:
