@@ -25,8 +25,9 @@ OPENRLHF_STACK = [
 # above, named here because the package imports them itself.
 SERVE = ["fastapi", "uvicorn", "prometheus_client", "aiohttp", "requests"]
 
-# The run report's figures (cooper_openrlhf/report/); tensorboard, which reads the event files, comes with openrlhf.
-REPORT = ["matplotlib>=3.8"]
+# The run report's figures and statistics (cooper_openrlhf/report/, eval/metrics.py: scipy.stats' bootstrap and
+# permutation test); tensorboard, which reads the event files, comes with openrlhf.
+REPORT = ["matplotlib>=3.8", "scipy>=1.15"]
 
 setup(
     name="cooper-openrlhf",

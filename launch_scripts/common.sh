@@ -52,10 +52,10 @@ check_before_submit() {
   preflight "$@"
 }
 
-# Run a command, or print it (shell-quoted) under DRY_RUN=1.
+# Run a command, or print it (shell-quoted, every secret shown as ***: runtime/secrets.py) under DRY_RUN=1.
 run() {
   if dry_run; then
-    printf '+'; printf ' %q' "$@"; printf '\n'
+    "$COOPER_PYTHON" -m cooper_openrlhf.runtime.secrets "$@"
   else
     "$@"
   fi

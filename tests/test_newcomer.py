@@ -48,3 +48,55 @@ def test_the_readmes_scripts_and_make_targets_exist():
         assert (REPO / script).is_file(), script
     targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
     assert set(re.findall(r"\bmake (\w+)", readme)) <= targets
+
+
+def _quick_start_2_script() -> str:
+    """The README's cluster quick start, as a script: its bash block, less the GPU smoke test (GPUs only)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Quick start 2", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section.split("Without Slurm", 1)[0], re.S)
+    return "\n".join(line for line in block.splitlines() if "scripts/gpu_smoke.sh" not in line)
+
+
+def test_the_readmes_cluster_quick_start_runs_in_dry_run_on_a_users_own_problems(tmp_path):
+    """A newcomer's first hour: their own problems file (MATH's problem/answer keys, not this package's), model
+    folders, and the README's quick start 2 run as written with DRY_RUN=1 -- only the variables the README sets, every
+    launcher started the one way the README shows (`bash`, checked), each step's outputs standing in for a finished
+    step. Every stage checks and prints its commands; nothing is submitted."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = _quick_start_2_script()
+    assert "sbatch launch_scripts" not in (REPO / "README.md").read_text(), "one way to submit: bash, checked"
+    (tmp_path / "launch_scripts").symlink_to(REPO / "launch_scripts")
+    (tmp_path / "my_problems.jsonl").write_text("".join(
+        json.dumps({"problem": f"What is {i} + {i + 1}?", "answer": str(2 * i + 1), "solution": "..."}) + "\n"
+        for i in range(100)))
+    classifier = {"architectures": ["Qwen2ForSequenceClassification"], "model_type": "qwen2", "num_labels": 1}
+    folders = {"models/policy": {}, "models/judge": {}, "models/rm-base": {}, "runs/verifyrm/best": classifier,
+               **{f"runs/{arm}/final": {} for arm in ("cooper", "static", "rule")}}  # what the steps before leave
+    for folder, config in folders.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "config.json").write_text(json.dumps(config))
+    rows = {"gsm8k": {"question": "1+1?", "answer": "#### 2"}, "math500": {"problem": "1+1?", "answer": "2"},
+            "svamp": {"Body": "b", "Question": "1+1?", "Answer": 2},
+            "olympiadbench": {"question": "1+1?", "final_answer": ["2"]}}
+    for name, row in rows.items():
+        (tmp_path / "benchmarks" / name).mkdir(parents=True)
+        (tmp_path / "benchmarks" / name / "test.jsonl").write_text(json.dumps(row) + "\n")
+
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/tmp"),
+           "PYTHONPATH": str(REPO), "DRY_RUN": "1"}  # the checkout's package, `python` the venv's
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "wrote 36 prompts" in out and "wrote 64 held-out prompts" in out
+    assert out.count("cooper_openrlhf.cli.verifyrm annotate") == 8  # one task per shard
+    assert "cooper_openrlhf.cli.verifyrm train" in out
+    submits = [line for line in out.splitlines() if "ray job submit" in line]
+    assert len(submits) == 3 and sum("--remote_rm_trainable" in line for line in submits) == 1  # cooper, static, rule
+    assert out.count("cooper_openrlhf.cli.evaluate") == 4 and "cooper_openrlhf.cli.report" in out
+    assert "error:" not in result.stderr

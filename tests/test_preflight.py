@@ -106,12 +106,20 @@ def _model(path):
     return str(path)
 
 
+def _reward_model(path) -> str:
+    """A folder whose config is a one-logit sequence classifier's (what VERIFY_RM must hold)."""
+    _model(path)
+    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForSequenceClassification"],
+                                                  "model_type": "qwen2", "num_labels": 1}))
+    return str(path)
+
+
 @pytest.fixture
 def rl_env(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"question": f"{i} + 1? Let's think", "answer": str(i + 1),
                                            "instruction": "gsm8k-verl"}) + "\n" for i in range(64)))
-    return {"POLICY": _model(tmp_path / "policy"), "VERIFY_RM": _model(tmp_path / "rm"),
+    return {"POLICY": _model(tmp_path / "policy"), "VERIFY_RM": _reward_model(tmp_path / "rm"),
             "ASSISTANT_MODEL": _model(tmp_path / "assistant"), "PROMPTS": str(prompts), "OUT": str(tmp_path / "out"),
             "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32"}
 
@@ -124,7 +132,7 @@ def rl_env(tmp_path):
     ({"POLICY": "Qwen/Qwen2.5-1.5B-Instruct"}, "POLICY=Qwen/Qwen2.5-1.5B-Instruct: model folder does not exist (a hub id?"),
     ({"LABEL_KEY": "label"}, "row 1 has no field 'label' (set by LABEL_KEY)"),
     ({"NEGATIVE_SOURCE": "judge"}, "NEGATIVE_SOURCE='judge'"),
-    ({"TRAIN_BATCH_SIZE": "24"}, "TRAIN_BATCH_SIZE=24: must be a multiple of MICRO_BATCH_SIZE=4 x 4 actor GPUs"),
+    ({"TRAIN_BATCH_SIZE": "24"}, "TRAIN_BATCH_SIZE=24 must be a multiple of MICRO_BATCH_SIZE=4 x 4 actor GPUs"),
     ({"ARM": "ppo"}, "ARM='ppo'"),
 ])
 def test_rl_preflight_fails_before_parsing_naming_the_variable(rl_env, change, message):

@@ -267,8 +267,39 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
                         f"{cooper.max_unparseable_reference_share}")
     if cooper.rm_save_path and not args.remote_rm_trainable:
         problems.append("--cooper.rm_save_path is only used with --remote_rm_trainable (a static RM is not re-saved)")
+    problems += batch_problems(args) + secret_problems(args)
     problems += device_problems(args, cuda)
     _fail(problems)
+
+
+def batch_problems(args) -> list[str]:
+    """OpenRLHF's "The number of sample batches must be greater than or equal to the effective number of actor
+    processes" (train_ppo_ray.py's validation), said with the flags that fix it: each actor rank takes at least one
+    micro-batch of every rollout step's samples."""
+    rollout, actor, ds = args.rollout, args.actor, args.ds
+    samples = rollout.n_samples_per_prompt * rollout.batch_size
+    ranks = actor.num_nodes * actor.num_gpus_per_node // ds.ring_attn_size // ds.tensor_parallel_size
+    if rollout.micro_batch_size < 1 or samples // rollout.micro_batch_size >= ranks:
+        return []
+    return [f"--rollout.micro_batch_size {rollout.micro_batch_size}: --rollout.batch_size {rollout.batch_size} x "
+            f"--rollout.n_samples_per_prompt {rollout.n_samples_per_prompt} = {samples} samples per rollout step make "
+            f"{samples // rollout.micro_batch_size} micro-batch(es), fewer than the {ranks} actor processes "
+            f"(--actor.num_nodes x --actor.num_gpus_per_node), each of which needs one (OpenRLHF: \"the number of "
+            f"sample batches must be >= the effective number of actor processes\"); use --rollout.micro_batch_size "
+            f"<= {max(1, samples // ranks)} (launchers: ROLLOUT_MICRO_BATCH_SIZE)"]
+
+
+def secret_problems(args, environ=None) -> list[str]:
+    """A wandb key given as `env:NAME` (what the launchers pass) needs NAME set where the run starts."""
+    import os
+
+    from cooper_openrlhf.runtime.secrets import MissingSecretError, resolve_env_reference
+
+    try:
+        resolve_env_reference("--logger.wandb.key", args.logger.wandb.key, os.environ if environ is None else environ)
+    except MissingSecretError as exc:
+        return [f"{exc} (export the wandb key there, as wandb reads it)"]
+    return []
 
 
 def device_problems(args, cuda: bool | None = None) -> list[str]:

@@ -22,6 +22,7 @@ so `--seeds 6` or `--arms rule` on a finished lab reports its old runs with the 
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -30,6 +31,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cooper_openrlhf.lab.presets import ARMS, NEEDS_PAIR_SOURCE, PRESETS, parse_arms
+from cooper_openrlhf.runtime.secrets import WANDB_KEY_FROM_ENV
 
 logger = logging.getLogger("cooper_openrlhf.lab")
 
@@ -82,10 +84,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="stop before the pair stage and the arms when the BCE-trained starting RM is no verifier "
                              "on its held-out triples (accuracy near the majority-class rate or ROC-AUC below 0.6): "
                              "a pre-registered batch must not spend its runs on a flat RM")
+    parser.add_argument("--wandb-project", default=None, metavar="NAME",
+                        help="also log every arm to Weights & Biases in this project, with the key from WANDB_API_KEY "
+                             "(as wandb reads it: never on a command line or in command.txt)")
     parser.add_argument("--prepare-only", action="store_true",
                         help="build (or reuse) the task, policy and starting RM, print the starting RM's probe, run no arm")
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
+    if args.wandb_project and not os.environ.get("WANDB_API_KEY"):
+        parser.error("--wandb-project: WANDB_API_KEY is not set (export the key there, as wandb reads it)")
     try:
         args.arm_list = parse_arms(args.arms, preset)
     except ValueError as exc:
@@ -248,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
     with tqdm(total=len(plan), desc=f"lab {preset.name}", unit="run") as progress:
         results = run_arms(preset, files, plan, timeout_s=args.run_timeout, parallel=preset.parallel_runs,
-                           on_done=lambda info: progress.update())
+                           on_done=lambda info: progress.update(), extra_flags=wandb_flags(args.wandb_project))
     # The report and lab.json hold every finished run of the folder, earlier invocations' too, so a lab grown by
     # more seeds or arms is reported whole (check_same_setup keeps a folder to one configuration).
     reported = with_earlier_runs(files, plan, ARMS)
@@ -280,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
     return 1 if failed else 0
+
+
+def wandb_flags(project: str | None) -> tuple[str, ...]:
+    """train_cooper's wandb flags for `--wandb-project`: the key stays in WANDB_API_KEY (train_cooper reads it)."""
+    return ("--logger.wandb.key", WANDB_KEY_FROM_ENV, "--logger.wandb.project", project) if project else ()
 
 
 if __name__ == "__main__":

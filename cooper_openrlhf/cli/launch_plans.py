@@ -32,6 +32,7 @@ from cooper_openrlhf.cluster.checks import (
 )
 from cooper_openrlhf.algo.negatives import NEGATIVE_SOURCES
 from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
+from cooper_openrlhf.runtime.secrets import SECRET_FLAGS, WANDB_KEY_FROM_ENV
 
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
 
@@ -135,10 +136,11 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     check_model_dir(env, "POLICY", policy)
     if verify_rm:
         check_model_dir(env, "VERIFY_RM", verify_rm)
+        check_verify_rm(env, verify_rm)
     if assistant not in (None, "policy"):
         check_model_dir(env, "ASSISTANT_MODEL", assistant)
     rows = read_rows("PROMPTS", prompts)
-    check_rows_have_keys("PROMPTS", prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    check_prompts_prepared(prompts, rows, input_key, label_key)
     check_writable_dir("OUT", out)
     notes = []
     if not any("instruction" in row for row in rows[:1]):
@@ -152,12 +154,8 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     train_batch = env.int("TRAIN_BATCH_SIZE", 512)
     micro = env.int("MICRO_BATCH_SIZE", 4)
     episodes = env.int("NUM_EPISODES", 15)
-    if train_batch % (micro * placement.actor_gpus):
-        raise PreflightError(f"TRAIN_BATCH_SIZE={train_batch}: must be a multiple of MICRO_BATCH_SIZE={micro} x "
-                             f"{placement.actor_gpus} actor GPUs (DeepSpeed's gradient accumulation)")
-    if rollout_batch * n % train_batch:
-        raise PreflightError(f"TRAIN_BATCH_SIZE={train_batch}: must divide ROLLOUT_BATCH_SIZE={rollout_batch} x "
-                             f"N_SAMPLES={n} = {rollout_batch * n} samples of one rollout step")
+    rollout_micro = env.int("ROLLOUT_MICRO_BATCH_SIZE", 16)
+    check_batch_sizes(env, placement, n, rollout_batch, rollout_micro, train_batch, micro)
     warmup = _warmup_ratio(env, len(rows), n, rollout_batch, train_batch, episodes)
     job = env.get("SLURM_JOB_ID", "dryrun")
     if cpu_mode(env):  # the CPU runtime's routes (docs/cluster.md): gloo weight sync, eager attention, dtype auto
@@ -175,7 +173,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         "--data.max_len", str(env.int("MAX_LEN", 1024)), "--rollout.max_new_tokens", str(env.int("MAX_NEW_TOKENS", 512)),
         "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", str(n),
         "--rollout.temperature", str(env.float("TEMPERATURE", 1.0)), "--rollout.top_p", "1.0",
-        "--rollout.batch_size", str(rollout_batch), "--rollout.micro_batch_size", str(env.int("ROLLOUT_MICRO_BATCH_SIZE", 16)),
+        "--rollout.batch_size", str(rollout_batch), "--rollout.micro_batch_size", str(rollout_micro),
         "--train.batch_size", str(train_batch), "--train.micro_batch_size", str(micro),
         "--train.max_epochs", "1", "--train.num_episodes", str(episodes),
         "--algo.kl.use_loss", "--algo.kl.estimator", "k3", "--algo.kl.init_coef", str(env.float("KL_COEF", 0.001)),
@@ -195,6 +193,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         "--cooper.sample_log_dir", os.path.join(out, "samples"),
         *eval_flags, *(["--data.max_samples", str(max_samples)] if max_samples else []),
     ]
+    argv += wandb_flags(env)
     if arm == "rule":
         argv += ["--cooper.reward_source", "rule"]
     else:
@@ -207,6 +206,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         if assistant not in (None, "policy"):
             argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
     argv += list(extra_args)
+    notes += secret_flag_notes(extra_args)
     validate_train_cooper_argv(argv[3:], 0 if cpu_mode(env) else placement.gpus_per_node)
     resumes = check_resumable(out, argv)
     if resumes:
@@ -221,6 +221,85 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     runtime_env = cooper_runtime_env({**launcher_defaults, **{k: v for k, v in env.values.items() if v != ""}},
                                      on_cpu=cpu_mode(env))
     return Plan("rl", [argv], notes, placement, runtime_env)
+
+
+def check_prompts_prepared(prompts: str, rows: list[dict], input_key: str, label_key: str) -> None:
+    """PROMPTS rows have the question and a final answer under INPUT_KEY and LABEL_KEY. A common dataset's own file
+    (GSM8K's worked "... #### 72" answers, MATH's problem/answer, {question, reference}) is pointed to the one step
+    that prepares it, `cluster.prompts`, which reads those keys as they are."""
+    from cooper_openrlhf.rm.data import detect_prompt_format
+
+    fmt = detect_prompt_format(rows[0]) if rows and "instruction" not in rows[0] else None
+    prepare = (f"prepare it first: python -m cooper_openrlhf.cluster.prompts --input {prompts} --out prompts.jsonl "
+               "(appends the answer-format instruction; writes question and answer), then PROMPTS=prompts.jsonl")
+    if fmt == "gsm8k" and label_key == "answer":
+        raise PreflightError(f"PROMPTS={prompts}: a GSM8K file (row 1's 'answer' is a worked solution ending "
+                             f"'#### ...', not a final answer); {prepare}")
+    try:
+        check_rows_have_keys("PROMPTS", prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    except PreflightError as exc:
+        if fmt is None:
+            raise
+        raise PreflightError(f"{exc}. The rows are in the {fmt} format: {prepare}") from None
+
+
+def check_verify_rm(env: Env, path: str) -> None:
+    """VERIFY_RM holds a one-logit sequence classifier (the config only: what train_cooper checks at job start)."""
+    if env.is_pending(path):
+        return
+    from cooper_openrlhf.rm.model import NotASequenceClassifierError, check_reward_model
+
+    try:
+        check_reward_model(path)
+    except NotASequenceClassifierError as exc:
+        raise PreflightError(f"VERIFY_RM={path}: not a VerifyRM export: {exc}") from None
+
+
+def _divisors_up_to(number: int, limit: int) -> list[int]:
+    return [d for d in range(1, limit + 1) if number % d == 0]
+
+
+def check_batch_sizes(env: Env, placement: Placement, n: int, rollout_batch: int, rollout_micro: int,
+                      train_batch: int, micro: int) -> None:
+    """The batch arithmetic OpenRLHF asserts at start-up, with the launcher variable that fixes each failure. The
+    actor's GPU count comes from the placement (ACTOR_GPUS, else NODES x GPUS_PER_NODE), so a count that does not
+    fit the batch is said to be the placement's, not TRAIN_BATCH_SIZE's alone."""
+    actor = placement.actor_gpus
+    given = env.get("ACTOR_GPUS")
+    source = (f"ACTOR_GPUS={actor}" if given else f"the CPU placement gives the actor {actor} slot(s)" if cpu_mode(env)
+              else f"NODES={placement.nodes} x GPUS_PER_NODE={placement.gpus_per_node} gives the actor {actor} GPU(s) "
+              f"({placement.describe()})")
+    if train_batch % (micro * actor):
+        fitting = _divisors_up_to(train_batch // micro, actor) if train_batch % micro == 0 else []
+        fixes = [f"ACTOR_GPUS={fitting[-1]}"] if fitting else []
+        fixes.append(f"a TRAIN_BATCH_SIZE that is a multiple of MICRO_BATCH_SIZE={micro} x {actor} = {micro * actor}")
+        raise PreflightError(f"{source}: TRAIN_BATCH_SIZE={train_batch} must be a multiple of MICRO_BATCH_SIZE={micro} "
+                             f"x {actor} actor GPUs (DeepSpeed's gradient accumulation); set {' or '.join(fixes)}")
+    if rollout_batch * n % train_batch:
+        raise PreflightError(f"TRAIN_BATCH_SIZE={train_batch}: must divide ROLLOUT_BATCH_SIZE={rollout_batch} x "
+                             f"N_SAMPLES={n} = {rollout_batch * n} samples of one rollout step")
+    # OpenRLHF: "The number of sample batches must be greater than or equal to the effective number of actor
+    # processes" (train_ppo_ray.py): every actor rank takes at least one micro-batch of each rollout step.
+    batches = rollout_batch * n // rollout_micro
+    if batches < actor:
+        largest = rollout_batch * n // actor
+        raise PreflightError(
+            f"ROLLOUT_MICRO_BATCH_SIZE={rollout_micro}: ROLLOUT_BATCH_SIZE={rollout_batch} x N_SAMPLES={n} = "
+            f"{rollout_batch * n} samples per rollout step make {batches} micro-batch(es), fewer than the {actor} actor "
+            f"GPU(s) ({source}), each of which needs one (OpenRLHF: \"the number of sample batches must be >= the "
+            f"effective number of actor processes\"); set ROLLOUT_MICRO_BATCH_SIZE <= {largest}")
+
+
+def wandb_flags(env: Env) -> list[str]:
+    """Weights & Biases on when WANDB_API_KEY is set, as wandb itself reads it: the key stays in the environment
+    (which the job and every Ray node inherit), never on a command line, in a log or in launch.json."""
+    return ["--logger.wandb.key", WANDB_KEY_FROM_ENV] if env.get("WANDB_API_KEY") else []
+
+
+def secret_flag_notes(extra_args) -> list[str]:
+    given = [flag for flag in SECRET_FLAGS if any(word.split("=", 1)[0] == flag for word in extra_args)]
+    return [f"{flag} on the command line is visible to `ps` and in Ray's job list (the records here show it as "
+            f"***); export WANDB_API_KEY instead and drop the flag" for flag in given]
 
 
 def _colocation_flags(env: Env, placement: Placement) -> list[str]:
@@ -249,8 +328,11 @@ LAUNCH_RECORD = "launch.json"
 _PER_ATTEMPT_FLAGS = ("--logger.wandb.run_name",)
 
 def run_configuration(argv: list[str]) -> list[str]:
-    """The command minus what differs between attempts of one run: what a checkpoint must have been written by."""
-    words = list(argv[3:])
+    """The command minus what differs between attempts of one run: what a checkpoint must have been written by.
+    Secrets are redacted (it is recorded in launch.json): another wandb key is still the same run."""
+    from cooper_openrlhf.runtime.secrets import redact_argv
+
+    words = redact_argv(argv[3:])
     for flag in _PER_ATTEMPT_FLAGS:
         if flag in words:
             index = words.index(flag)
@@ -374,7 +456,7 @@ def plan_annotate(env: Env, extra_args: list[str] = ()) -> Plan:
     generators = [g for g in env.require("GENERATORS", "comma-separated generator model folders").split(",") if g]
     judge = env.require("JUDGE", "the LLM judge's model folder (the paper: Qwen3-4B)")
     out = env.require("OUT", "the annotation folder (shards/, annotated/)")
-    fmt = env.choice("FORMAT", "plain", PROMPT_FORMATS)
+    fmt = env.choice("FORMAT", "auto", PROMPT_FORMATS)
     shards = env.int("SHARDS", 8)
     tp = env.int("GPUS_PER_TASK", 1)
     for index, generator in enumerate(generators):
@@ -474,7 +556,7 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = ()) -> Plan:
             "--ds.zero_stage", "2",
             *(["--ds.attn_implementation", "eager"] if cpu else
               ["--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2"]),
-            "--train.batch_size", str(batch), "--train.micro_batch_size", str(micro), *extra_args]
+            "--train.batch_size", str(batch), "--train.micro_batch_size", str(micro), *wandb_flags(env), *extra_args]
     train_at = argv.index("train")
     args, unknown = _parse_or_fail("verifyrm train flags", lambda: build_parser().parse_known_args(argv[train_at:]))
     strays = [a for a in unknown if a.startswith("--") and not a.startswith(("--ds.", "--train."))]

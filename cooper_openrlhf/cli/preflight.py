@@ -19,7 +19,6 @@ exits with status 2, in seconds.
 import argparse
 import json
 import os
-import shlex
 import sys
 
 EXIT_BAD_INPUT = 2
@@ -43,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args, extra: list[str]) -> int:
     from cooper_openrlhf.cluster.checks import Env, PreflightError
     from cooper_openrlhf.cli.launch_plans import merge_annotations, plan_stage
+    from cooper_openrlhf.runtime.secrets import shell_line
 
     env = Env(os.environ)
     if args.stage == "merge-annotations":
@@ -71,7 +71,7 @@ def _run(args, extra: list[str]) -> int:
         print(f"placement: {plan.placement.describe()}")
     for index, argv in enumerate(commands):
         label = f"task {args.task if args.task is not None else index}: " if len(plan.commands) > 1 else ""
-        print(f"{label}{shlex.join(argv)}")
+        print(f"{label}{shell_line(argv, os.environ)}")  # secrets redacted: dry runs and job logs are shared
     if args.argv_out:
         if len(commands) != 1:
             raise PreflightError(f"--argv-out needs one command; the {args.stage} stage has {len(commands)}: pass --task")

@@ -11,8 +11,11 @@ normalises) the args; `--ds.param_dtype` defaults to `auto` and is resolved ther
 
 `train_cooper(args)` is stock `train(args)` (openrlhf/cli/train_ppo_ray.py:19-180) with these
 differences, each marked "Cooper:" below:
-  1. start-up checks: every prompt row has a reference that math-verify parses as a final answer (up to
-     --cooper.max_unparseable_reference_share of the rows may fail); the RM path is a one-logit sequence classifier;
+  1. start-up checks, before Ray starts: every model path is a model folder (or a hub id the hub or its cache can
+     serve); every prompt row has a reference that math-verify parses as a final answer (up to
+     --cooper.max_unparseable_reference_share of the rows may fail); the RM path is a one-logit sequence classifier.
+     A mistake found there, or by the flag checks, is one `error:` line and exit status 2, as in the other CLIs
+     (tracebacks are for bugs); the args are printed with their secrets redacted (`runtime.secrets`);
   2. Ray: with RAY_ADDRESS set, stock's `ray.init` joins that cluster (whatever the driver has); else, on a
      machine without CUDA, `runtime.ray_cluster.init_local_ray()` (logical over-commit + CPU shims);
   3. the reward group is `TrainableRewardModelActor` (stock: `RewardModelActor`), initialised with the run's
@@ -24,6 +27,8 @@ differences, each marked "Cooper:" below:
 
 import logging
 import os
+import re
+import sys
 
 import ray
 from ray.util.placement_group import placement_group
@@ -47,8 +52,52 @@ def parse_args(argv: list[str] | None = None, gpu_run: bool | None = None):
 
 
 # ------------------------------------------------------------------------------ start-up checks
+EXIT_BAD_INPUT = 2
 REFERENCE_PARSE_TIMEOUT_S = 5
 SHOWN_BAD_REFERENCES = 5
+
+
+class StartupError(ValueError):
+    """A mistake in the run's input found at start-up (a model folder, a prompt row): reported as one `error:` line."""
+
+
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def check_model_folder(flag: str, path: str) -> None:
+    """`path` is a model folder with config.json, or a hub id (ORG/NAME, no such folder here) that the hub can serve:
+    online, transformers downloads it; offline (HF_HUB_OFFLINE=1, as the launchers run) only from the hub cache."""
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise StartupError(f"{flag} {path}: no config.json in the folder; not a Hugging Face model folder")
+        return
+    if os.path.exists(path):
+        raise StartupError(f"{flag} {path}: a file, not a model folder")
+    if _HUB_ID.fullmatch(path):
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        if not constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(path, "config.json"), str):
+            return
+        raise StartupError(f"{flag} {path}: model folder does not exist, and as a hub id it is not in the hub cache "
+                           "(HF_HUB_OFFLINE=1)")
+    raise StartupError(f"{flag} {path}: model folder does not exist")
+
+
+def check_model_folders(args) -> None:
+    """Every model the run loads, before any actor starts (the policy's path serves the reference model too)."""
+    check_model_folder("--actor.model_name_or_path", args.actor.model_name_or_path)
+    if args.reward.model_name_or_path:
+        check_model_folder("--reward.model_name_or_path", args.reward.model_name_or_path)
+    if args.cooper.assistant == "model" and args.cooper.assistant_model_path:
+        check_model_folder("--cooper.assistant_model_path", args.cooper.assistant_model_path)
+
+
+def check_prompt_files(args) -> None:
+    """Each --data.prompt_dataset that names a local file exists (else `datasets` would look it up on the hub)."""
+    for spec in filter(None, (part.strip() for part in args.data.prompt_dataset.split(","))):
+        local = os.path.isabs(spec) or spec.startswith(".") or spec.endswith((".json", ".jsonl", ".parquet", ".csv"))
+        if local and not os.path.exists(spec):
+            raise StartupError(f"--data.prompt_dataset {spec}: data file does not exist")
 
 
 def reference_problem(reference: str) -> str | None:
@@ -99,11 +148,11 @@ def check_prompt_dataset(args, strategy) -> None:
             where = f"prompt dataset {spec}, row {row_index} (0-based)"
             total += 1
             if input_key not in row:
-                raise ValueError(f"{where}: no field {input_key!r} (--data.input_key)")
+                raise StartupError(f"{where}: no field {input_key!r} (--data.input_key); fields present: {sorted(row)}")
             try:
                 raw_question(row, input_key)
             except ValueError as exc:
-                raise ValueError(f"{where}: {exc}") from None
+                raise StartupError(f"{where}: {exc}") from None
             reference = row.get(label_key)
             problem = "missing" if reference is None else reference_problem(str(reference))
             if problem is not None:
@@ -113,7 +162,7 @@ def check_prompt_dataset(args, strategy) -> None:
     share, allowed = len(bad) / total, args.cooper.max_unparseable_reference_share
     shown = "\n  ".join(bad[:SHOWN_BAD_REFERENCES])
     if share > allowed:
-        raise ValueError(
+        raise StartupError(
             f"{len(bad)} of {total} prompt rows ({share:.1%}) have no reference the rule verifier can use, more than "
             f"--cooper.max_unparseable_reference_share {allowed}; Cooper verifies every rollout against it. "
             f"Fix or drop the rows. First ones:\n  {shown}")
@@ -200,14 +249,18 @@ def train_cooper(args) -> None:
 
     from cooper_openrlhf.ray.reward_actor import TrainableRewardModelActor
     from cooper_openrlhf.ray.trainer import CooperTrainer
+    from cooper_openrlhf.runtime.secrets import redact_namespace
 
     strategy = get_strategy(args)
-    # Cooper: bad input fails here, before any actor starts.
-    check_prompt_dataset(args, strategy)
+    # Cooper: the args first, so that a log whose run stops at a check below still says what was asked; secrets
+    # redacted (job logs are shared). Then bad input fails here, before Ray or any actor starts.
+    strategy.print(redact_namespace(args, os.environ))
+    check_model_folders(args)
+    check_prompt_files(args)
     if args.reward.model_name_or_path:
         check_reward_model(args.reward.model_name_or_path)
+    check_prompt_dataset(args, strategy)
     start_ray()
-    strategy.print(args)
 
     # As stock: one placement group for colocated actor/ref (and, with colocate_all, vLLM and the RM).
     actor_gpus = args.actor.num_nodes * args.actor.num_gpus_per_node
@@ -293,15 +346,41 @@ def report(args) -> None:
     print("Cooper run finished.\n  " + "\n  ".join(lines), flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean a mistake in the command or its inputs, not a bug: one `error:` line for them."""
+    from cooper_openrlhf.cli.cooper_args import CooperArgsError
+    from cooper_openrlhf.rm.model import NotASequenceClassifierError
+    from cooper_openrlhf.runtime.dtype import DtypeError
+    from cooper_openrlhf.runtime.ray_env import WorkersCannotImportError
+
+    return StartupError, CooperArgsError, NotASequenceClassifierError, DtypeError, WorkersCannotImportError
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.runtime import install_cpu_runtime
     from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     put_tools_first_on_path()  # the local Ray it starts inherits it
     install_cpu_runtime()  # before openrlhf.models is imported; a no-op with CUDA
-    train_cooper(parse_args(argv))
+    mistakes = user_errors()
+    try:
+        args = parse_args(argv)
+    except AssertionError as exc:  # OpenRLHF's own validation block checks the flags with asserts
+        return _error(f"OpenRLHF rejects the flags: {exc}")
+    except mistakes as exc:
+        return _error(str(exc))
+    try:
+        train_cooper(args)
+    except mistakes as exc:
+        return _error(str(exc))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

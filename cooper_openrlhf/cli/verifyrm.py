@@ -17,6 +17,7 @@ ends the command with exit status 2 and a message naming the file, line and fiel
 import argparse
 import json
 import logging
+import os
 import sys
 
 from cooper_openrlhf.rm.data import PROMPT_FORMATS, RecipeDataError
@@ -89,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = annotate.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompts", help="JSON Lines file of questions with reference answers")
     source.add_argument("--synthetic", type=int, metavar="N", help="use N built-in synthetic arithmetic problems")
-    annotate.add_argument("--format", default="plain", choices=PROMPT_FORMATS,
-                          help="--prompts format: plain = {question, reference} rows, or a benchmark's own format")
+    annotate.add_argument("--format", default="auto", choices=PROMPT_FORMATS,
+                          help="--prompts format: auto (default) = told from the first row's keys; plain = {question, reference}; "
+                               "question-answer = {question, answer}; or a benchmark's own format")
     annotate.add_argument("--synthetic-seed", type=int, default=0, help="seed of the synthetic problems")
     annotate.add_argument("--limit", type=int, help="use only the first N prompts")
     annotate.add_argument("--generator", action="append", required=True, help="generator model path, repeatable")
@@ -188,6 +190,7 @@ def run_annotate(args) -> int:
 
 def run_train(args, openrlhf_argv: list[str]) -> int:
     from cooper_openrlhf.rm.bce_train import TrainConfig, train
+    from cooper_openrlhf.runtime.secrets import resolve_env_reference
 
     flag = vars(args)  # dotted names: OpenRLHF's
     config = TrainConfig(
@@ -197,7 +200,9 @@ def run_train(args, openrlhf_argv: list[str]) -> int:
         warmup_ratio=args.lr_warmup_ratio, min_lr_ratio=args.min_lr_ratio, weight_decay=flag["adam.weight_decay"],
         max_norm=args.max_norm, max_length=flag["data.max_len"], eval_batch_size=args.eval_batch_size,
         best_metric=args.best_metric, tensorboard=not args.no_tensorboard,
-        tensorboard_dir=flag["logger.tensorboard_dir"], wandb_key=flag["logger.wandb.key"],
+        # `env:WANDB_API_KEY` (what the launcher passes): the key from the environment, never on the command line
+        tensorboard_dir=flag["logger.tensorboard_dir"],
+        wandb_key=resolve_env_reference("--logger.wandb.key", flag["logger.wandb.key"], os.environ),
         wandb_project=flag["logger.wandb.project"], wandb_run_name=flag["logger.wandb.run_name"],
     )
     summary = train(config, openrlhf_argv)
@@ -270,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf.models.paths import ModelNotMaterializedError
+    from cooper_openrlhf.runtime.secrets import MissingSecretError
     from cooper_openrlhf.rm.annotate import AnnotateError
     from cooper_openrlhf.rm.model import NotASequenceClassifierError
 
@@ -282,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_score(args)
         return run_compare(args)
     except (RecipeDataError, AnnotateError, NotASequenceClassifierError, ModelNotMaterializedError,
-            FileNotFoundError) as exc:
+            FileNotFoundError, MissingSecretError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

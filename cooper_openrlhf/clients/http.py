@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import requests
 
+from cooper_openrlhf.runtime.secrets import redact_url
+
 RETRY_STATUSES = (500, 502, 503, 504)
 
 
@@ -33,6 +35,7 @@ class RewardClient:
     def __init__(self, url: str, token: str | None = None, token_env: str = "COOPER_REWARD_TOKEN",
                  retries: int = 5, timeout_s: float = 180.0, backoff_s: float = 0.5):
         self.url, self.retries, self.timeout_s, self.backoff_s = url, retries, timeout_s, backoff_s
+        self.shown_url = redact_url(url)  # what errors name: a `?token=` in the URL stays out of logs
         token = token or os.environ.get(token_env)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.session = requests.Session()
@@ -47,17 +50,17 @@ class RewardClient:
             try:
                 response = self.session.post(self.url, json=body, headers=self.headers, timeout=self.timeout_s)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+                problem = redact_url(f"{type(exc).__name__}: {exc}")  # requests names the whole URL
                 continue
             if response.status_code in RETRY_STATUSES:
                 problem = f"HTTP {response.status_code}: {response.text[:300]}"
                 continue
             if response.status_code != 200:
-                raise RewardServiceError(f"{self.url} refused the request: HTTP {response.status_code}: "
+                raise RewardServiceError(f"{self.shown_url} refused the request: HTTP {response.status_code}: "
                                          f"{response.text[:500]}")
             data = response.json()
             rewards = data["rewards"]
             if len(rewards) != len(queries):
-                raise RewardServiceError(f"{self.url} returned {len(rewards)} rewards for {len(queries)} samples")
+                raise RewardServiceError(f"{self.shown_url} returned {len(rewards)} rewards for {len(queries)} samples")
             return Scores([float(r) for r in rewards], data.get("extra_logs") or {})
-        raise RewardServiceError(f"{self.url} did not answer after {self.retries + 1} attempts ({problem})")
+        raise RewardServiceError(f"{self.shown_url} did not answer after {self.retries + 1} attempts ({problem})")

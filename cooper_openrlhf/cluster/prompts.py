@@ -1,6 +1,11 @@
 """Prompt data for the RL arms: the question with the answer-format instruction appended, and its reference.
 
-`python -m cooper_openrlhf.cluster.prompts --input gsm8k/train.jsonl --format gsm8k --out prompts.jsonl`
+`python -m cooper_openrlhf.cluster.prompts --input my_problems.jsonl --out prompts.jsonl`
+
+Input: JSON Lines (or JSON, Parquet), one problem per row: a question and its final answer, e.g.
+{"question": "What is 2 + 3?", "reference": "5"}, or a common dataset's own keys, told from the first row
+(`rm.data.detect_prompt_format`): {question, answer} (GSM8K's "... #### 72" answers too), {problem, answer} (MATH500,
+DeepScaleR), {Body, Question, Answer} (SVAMP), {question, final_answer} (OlympiadBench); `--format` forces one.
 
 Why a data step: with `--data.apply_chat_template` OpenRLHF renders the prompt field through the chat
 template and ignores `--data.input_template`, so an instruction given there never reaches the policy.
@@ -54,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cluster.prompts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="JSON Lines of questions with reference answers")
-    parser.add_argument("--format", default="plain", choices=PROMPT_FORMATS,
-                        help="plain = {question, reference} rows, or a benchmark's own format (gsm8k: answer after ####)")
+    parser.add_argument("--format", default="auto", choices=PROMPT_FORMATS,
+                        help="auto (default): told from the first row's keys (README, quick start 2); plain = {question, "
+                             "reference}; question-answer = {question, answer}; or a benchmark's own format (gsm8k: "
+                             "answer after ####)")
     parser.add_argument("--out", required=True, help="the prompt file for PROMPTS= of the RL launcher")
     parser.add_argument("--instruction", default="gsm8k-verl", choices=sorted(INSTRUCTIONS),
                         help="answer-format instruction appended to every question")

@@ -9,16 +9,17 @@ shape for "no answer could be extracted". Definitions:
   on Code", eq. 1): per question 1 - C(n-c, k) / C(n, k) with n samples of which c are correct,
   averaged over questions. With n == k it is the share of questions with any correct sample.
 - bootstrap SE of avg@k: the standard deviation of avg@k over `resamples` resamplings of the
-  questions with replacement, from a seeded generator (same inputs, same SE).
+  questions with replacement (`scipy.stats.bootstrap`), from a seeded generator (same inputs, same SE).
 - no-answer share: no-answer samples over all samples.
 - the average over benchmarks: unweighted means of the per-benchmark numbers (the paper's
   "Avg." column); its SE combines the benchmarks' SEs as independent: sqrt(sum SE^2) / B.
 """
 
 import math
-import random
 from dataclasses import asdict, dataclass
 from typing import Sequence
+
+import numpy as np
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -32,16 +33,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def bootstrap_se(values: Sequence[float], resamples: int = 1000, seed: int = 0) -> float:
-    """Standard error of the mean of `values` by the bootstrap (resampling with replacement); 0 for < 2 values."""
+    """Standard error of the mean of `values` by the bootstrap (resampling with replacement, `scipy.stats.bootstrap`'s
+    standard deviation of the resampled means); 0 for < 2 values."""
     if resamples < 2:
         raise ValueError(f"resamples must be >= 2, got {resamples}")
-    n = len(values)
-    if n < 2:
+    if len(values) < 2:
         return 0.0
-    rng = random.Random(seed)
-    means = [sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples)]
-    center = sum(means) / resamples
-    return math.sqrt(sum((m - center) ** 2 for m in means) / (resamples - 1))
+    from scipy import stats
+
+    result = stats.bootstrap((np.asarray(values, dtype=float),), np.mean, n_resamples=resamples,
+                             method="percentile", rng=seed)
+    return float(result.standard_error)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cooper_openrlhf.lab.presets import ARM_FLAGS, LabPreset, arm_flags
+from cooper_openrlhf.runtime.secrets import redact_argv
 
 logger = logging.getLogger(__name__)
 
@@ -211,8 +212,10 @@ def _launch(argv: list[str], log: Path, timeout_s: float | None) -> int:
         return status
 
 
-def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: float | None = None) -> dict:
-    """Run (or skip, when already done) one arm x seed; returns its run_info. Never raises for a failed run."""
+def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: float | None = None,
+            extra_flags: tuple[str, ...] = ()) -> dict:
+    """Run (or skip, when already done) one arm x seed; returns its run_info. Never raises for a failed run.
+    extra_flags: appended to the arm's command, changing how it logs, not what it trains (`cli.lab --wandb-project`)."""
     run = files.run_dir(arm, seed)
     if read_info(run).get("status") == "done":
         logger.info("%s seed %d: done earlier, skipped (%s)", arm, seed, run)
@@ -223,8 +226,8 @@ def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: 
     log = run / "run.log"
     info = {"arm": arm, "seed": seed, "status": "running", "log": str(log), "preset": preset.name}
     _write_info(run, info)
-    argv = train_cooper_argv(preset, files, arm, seed)
-    (run / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
+    argv = [*train_cooper_argv(preset, files, arm, seed), *extra_flags]
+    (run / "command.txt").write_text(" ".join(redact_argv(argv, os.environ)) + "\n", encoding="utf-8")
     started = time.perf_counter()
     status = _launch(argv, log, timeout_s)
     text = log.read_text(encoding="utf-8", errors="replace") if status != 0 else ""
@@ -249,8 +252,9 @@ def expected_cost(arm: str) -> int:
 
 
 def run_arms(preset: LabPreset, files: LabFiles, plan: list[tuple[str, int]], timeout_s: float | None = None,
-             parallel: int = 1, on_done: Callable[[dict], None] | None = None) -> list[dict]:
-    """`run_arm` for each (arm, seed) of `plan`: one at a time in plan order, or up to `parallel` at once, the longest
+             parallel: int = 1, on_done: Callable[[dict], None] | None = None,
+             extra_flags: tuple[str, ...] = ()) -> list[dict]:
+    """`run_arm` (with `extra_flags`) for each (arm, seed) of `plan`: one at a time in plan order, or up to `parallel` at once, the longest
     first; their run_infos in plan order, `on_done` called with each as it finishes. When the lab stops (an
     exception in this thread: Ctrl-C, SIGTERM, an error, or a run's) every run in progress is stopped with it and
     none is started after."""
@@ -261,7 +265,7 @@ def run_arms(preset: LabPreset, files: LabFiles, plan: list[tuple[str, int]], ti
     order = sorted(range(len(plan)), key=lambda i: -expected_cost(plan[i][0])) if parallel > 1 else range(len(plan))
     _STOPPING.clear()
     with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="lab-run") as pool:
-        started = {i: pool.submit(run_arm, preset, files, *plan[i], timeout_s) for i in order}
+        started = {i: pool.submit(run_arm, preset, files, *plan[i], timeout_s, extra_flags) for i in order}
         futures = [started[i] for i in range(len(plan))]
         try:
             for future in as_completed(futures):

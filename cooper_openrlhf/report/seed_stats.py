@@ -9,12 +9,13 @@ are correlated (the policy changes slowly), so a slope's plain standard error, w
 is too small: Newey-West's estimator widens it by the residuals' autocovariance.
 """
 
-import itertools
 import math
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
 
 FINAL_EVALUATIONS = 3  # held-out evaluations averaged into a run's final value
 RESAMPLES = 10_000
@@ -30,15 +31,16 @@ def final_value(curve: Sequence[tuple[int, float]], last: int = FINAL_EVALUATION
 
 def bootstrap_mean_interval(values: Sequence[float], resamples: int = RESAMPLES, seed: int = 0,
                             level: float = LEVEL) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean over `values` (seeds); (v, v) for a single value."""
+    """Percentile bootstrap interval of the mean over `values` (seeds), `scipy.stats.bootstrap`; (v, v) for a single
+    value."""
     if not values:
         raise ValueError("no values to bootstrap")
     if len(values) == 1:
         return values[0], values[0]
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples))
-    tail = (1 - level) / 2
-    return means[int(tail * resamples)], means[min(resamples - 1, int((1 - tail) * resamples))]
+    result = stats.bootstrap((np.asarray(values, dtype=float),), np.mean, n_resamples=resamples,
+                             confidence_level=level, method="percentile", rng=seed)
+    low, high = result.confidence_interval
+    return float(low), float(high)
 
 
 @dataclass(frozen=True)
@@ -56,22 +58,21 @@ class PairedComparison:
         return self.interval[0] <= 0.0 <= self.interval[1]
 
 
+EXACT_SIGN_FLIPS_UP_TO = 16  # seeds; 2^16 = 65,536 sign patterns
+
+
 def sign_flip_p_value(differences: Sequence[float], resamples: int = RESAMPLES, seed: int = 0) -> float:
-    """Two-sided permutation p-value of mean(differences) under "each difference's sign is a coin flip": exact over
-    all 2^n sign patterns up to 16 seeds, Monte Carlo beyond."""
+    """Two-sided permutation p-value of mean(differences) under "each difference's sign is a coin flip":
+    `scipy.stats.permutation_test(permutation_type="samples")` on the one sample of paired differences.
+
+    Up to EXACT_SIGN_FLIPS_UP_TO seeds every one of the 2^n sign patterns is enumerated (scipy does so when asked
+    for at least 2^n resamples): a batch's verdict then does not depend on a random draw, and with few seeds a
+    Monte Carlo p-value's own noise would sit right at the threshold. Beyond, `resamples` random patterns."""
     n = len(differences)
-    observed = abs(statistics.fmean(differences))
-    if n <= 16:
-        patterns = itertools.product((1, -1), repeat=n)
-        hits = total = 0
-        for signs in patterns:
-            total += 1
-            hits += abs(sum(s * d for s, d in zip(signs, differences)) / n) >= observed - 1e-12
-        return hits / total
-    rng = random.Random(seed)
-    hits = sum(abs(statistics.fmean(d * rng.choice((1, -1)) for d in differences)) >= observed - 1e-12
-               for _ in range(resamples))
-    return (hits + 1) / (resamples + 1)
+    result = stats.permutation_test((np.asarray(differences, dtype=float),), np.mean, vectorized=True,
+                                    permutation_type="samples", alternative="two-sided", rng=seed,
+                                    n_resamples=2 ** n if n <= EXACT_SIGN_FLIPS_UP_TO else resamples)
+    return float(result.pvalue)
 
 
 def paired_comparison(a_by_seed: dict[int, float], b_by_seed: dict[int, float]) -> PairedComparison | None:

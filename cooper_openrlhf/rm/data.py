@@ -1,8 +1,11 @@
 """The VerifyRM recipe's files: prompts in, labelled triples out and back in, and the train/eval split.
 
-Prompts (what `annotate` reads): a JSON Lines file in one of `PROMPT_FORMATS` -- "plain" rows are
-{"question": str, "reference": str}; the others are the benchmark formats of `data/benchmarks.py` --
-or the built-in synthetic arithmetic set. Labelled triples (what `annotate` writes and `train` reads):
+Prompts (what `annotate` and `cluster.prompts` read): a JSON Lines file in one of `PROMPT_FORMATS` -- "plain" rows
+are {"question": str, "reference": str}; "question-answer" rows {"question": str, "answer": a final answer}; the
+others are the benchmark formats of `data/benchmarks.py` -- or the built-in synthetic arithmetic set. "auto" (the
+default) tells the format from the first row's keys (`detect_prompt_format`), so the common datasets' files are
+read as they are: GSM8K (question, answer with "#### 72"), MATH500 / DeepScaleR-style (problem, answer), SVAMP
+(Body, Question, Answer), OlympiadBench (question, final_answer). Labelled triples (what `annotate` writes and `train` reads):
 {"question", "reference", "completion", "label": 0/1, ...}; extra fields are kept as they are.
 
 Every unreadable row raises `RecipeDataError` naming the file, the 1-based line and the field.
@@ -13,13 +16,22 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from cooper_openrlhf.data.benchmarks import BENCHMARKS, BenchmarkFormatError, load_benchmark
+from cooper_openrlhf.data.benchmarks import BENCHMARKS, BenchmarkFormatError, load_benchmark, load_qa_file
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.rows import RowFormatError, iter_rows
 from cooper_openrlhf.data.synthetic import make_arithmetic_problems
 from cooper_openrlhf.verify.extract import normalize_answer
 
-PROMPT_FORMATS = ("plain", *sorted(name for name in BENCHMARKS if name != "verifybench"))
+PROMPT_FORMATS = ("auto", "plain", "question-answer", *sorted(name for name in BENCHMARKS if name != "verifybench"))
+# What "auto" looks for in a file's first row, in order: (format, the keys it needs).
+_FORMAT_KEYS = (
+    ("plain", ("question", "reference")),
+    ("svamp", ("Body", "Question", "Answer")),
+    ("olympiadbench", ("question", "final_answer")),
+    ("gsm8k", ("question", "answer")),  # only when the answer carries GSM8K's "####" marker
+    ("question-answer", ("question", "answer")),
+    ("math500", ("problem", "answer")),
+)
 
 
 class RecipeDataError(ValueError):
@@ -60,12 +72,42 @@ def _text_field(row: dict, name: str, where: str, *, answer: bool = False) -> st
     return value
 
 
-def load_prompts(path: str | Path, fmt: str = "plain", limit: int | None = None) -> list[MathProblem]:
-    """Questions with reference answers from `path` in format `fmt` (first `limit` rows if given)."""
+def detect_prompt_format(row: dict) -> str | None:
+    """The prompt format whose keys `row` has (`_FORMAT_KEYS`), or None."""
+    for fmt, keys in _FORMAT_KEYS:
+        if all(key in row for key in keys):
+            if fmt == "gsm8k" and "####" not in str(row["answer"]):
+                continue
+            return fmt
+    return None
+
+
+def _detect_file_format(path: str | Path) -> str:
+    for line_number, row in _json_rows(path):
+        fmt = detect_prompt_format(row)
+        if fmt is None:
+            known = "; ".join(f"{name}: {', '.join(keys)}" for name, keys in _FORMAT_KEYS)
+            raise RecipeDataError(f"{path}:{line_number}: no known prompt keys (fields present: {sorted(row)}); a row "
+                                  f"needs a question and its final answer, e.g. {{\"question\": \"What is 2 + 3?\", "
+                                  f"\"reference\": \"5\"}}, or a common dataset's own keys ({known})")
+        return fmt
+    raise RecipeDataError(f"{path}: no prompts")
+
+
+def load_prompts(path: str | Path, fmt: str = "auto", limit: int | None = None) -> list[MathProblem]:
+    """Questions with reference answers from `path` in format `fmt` (first `limit` rows if given); "auto" reads the
+    format from the first row's keys."""
     if fmt not in PROMPT_FORMATS:
         raise KeyError(f"unknown prompt format {fmt!r}; valid: {list(PROMPT_FORMATS)}")
+    if fmt == "auto":
+        fmt = _detect_file_format(path)
     problems: list[MathProblem] = []
-    if fmt == "plain":
+    if fmt == "question-answer":
+        try:
+            problems = list(load_qa_file(path, "question", "answer", source=str(path)).records)
+        except BenchmarkFormatError as exc:
+            raise RecipeDataError(str(exc)) from exc
+    elif fmt == "plain":
         for line_number, row in _json_rows(path):
             where = f"{path}:{line_number}"
             question = _text_field(row, "question", where)

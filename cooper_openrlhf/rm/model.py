@@ -33,6 +33,7 @@ stock OpenRLHF.
 import contextlib
 import logging
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,14 +63,22 @@ class OpenRLHFIncompatibleError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------- loading
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
 def _read_config(path: str):
     from transformers import AutoConfig
 
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
         raise NotASequenceClassifierError(f"{path} is a folder without config.json: not a Hugging Face model folder")
+    if not os.path.exists(path) and not _HUB_ID.fullmatch(path):  # transformers would call it a bad hub id
+        raise NotASequenceClassifierError(f"{path}: folder does not exist")
     try:
         return AutoConfig.from_pretrained(path)
     except (OSError, ValueError, KeyError) as exc:
+        if not os.path.exists(path):
+            raise NotASequenceClassifierError(f"{path}: folder does not exist, nor could the hub serve it as a model "
+                                              f"id ({str(exc).splitlines()[0]})") from None
         raise NotASequenceClassifierError(f"could not read a model config from {path}: {exc}") from exc
 
 
