@@ -288,11 +288,11 @@ def make_trainer(monkeypatch, pool, tmp_path_factory):
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
     from openrlhf.trainer.ray import vllm_engine
 
-    from cooper_openrlhf.ray import checkpoints, evaluation
+    from cooper_openrlhf.ray import checkpoints, evaluation, rm_scoring
     from cooper_openrlhf.ray import trainer as trainer_module
     from cooper_openrlhf.ray.pair_builder import PairBuilder
 
-    for module in (trainer_module, checkpoints, evaluation, ppo_trainer, vllm_engine):
+    for module in (trainer_module, checkpoints, evaluation, rm_scoring, ppo_trainer, vllm_engine):
         monkeypatch.setattr(module, "ray", FakeRay)
 
     def make(flags=(), assistant_seconds=0.0, policy_seconds=0.05):

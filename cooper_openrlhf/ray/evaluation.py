@@ -21,8 +21,8 @@ logger = init_logger(__name__)
 
 
 class HeldOutEvaluation:
-    """Needs of the trainer: decode_rollouts, pair_actor, rm_group, rm_logits, rm_rewards, rm_eval_rows,
-    rm_trainable, sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
+    """Needs of the trainer: decode_rollouts, pair_actor, rm_group, rm_logits and rm_rewards (`ray/rm_scoring.py`),
+    rm_eval_rows, rm_trainable, sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
 
     @torch.no_grad()
     def evaluate(self, global_step, **generate_kwargs):

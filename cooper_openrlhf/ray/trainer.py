@@ -55,12 +55,12 @@ from cooper_openrlhf.algo import selection
 from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, alarm_response, guard_step
 from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
 from cooper_openrlhf.algo.metric_keys import ALARM
-from cooper_openrlhf.algo.negatives import normalize_solution
-from cooper_openrlhf.algo.pairs import PairBatch, distinct, even_slices
-from cooper_openrlhf.algo.rewards import gate_answerless, get_reward_form, rule_reward
+from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
 from cooper_openrlhf.ray.pair_builder import RolloutVerdicts
+from cooper_openrlhf.ray.rm_scoring import RMScoring, rm_actors
 from cooper_openrlhf.ray.step_records import (
     PendingPairs,
     RolloutTexts,
@@ -80,12 +80,7 @@ _PPOTrainer = PPOTrainer.__ray_metadata__.modified_class  # Ray actor classes ca
 NO_CORRECT_ROLLOUT_WINDOW = 5  # steps without a single verified-correct rollout before the warning
 
 
-def rm_actors(group) -> list:
-    """The RM group's rank actors, in rank order (OpenRLHF's RayActorGroup keeps them in `_actor_handlers`)."""
-    return group._actor_handlers
-
-
-class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
+class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer):
     """PPOTrainer whose `train_step` is Cooper's step (module docstring). Created through `CooperTrainer.remote`.
 
     reward_model_group: the `TrainableRewardModelActor` RayActorGroup (None for the rule arm without an RM).
@@ -299,31 +294,6 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
             sample.rewards = reward.reshape(1).clone()
             sample.info["reward"] = reward.reshape(1).clone()
         return rewards, logits, metrics
-
-    def rm_rewards(self, logits: torch.Tensor, answerless) -> torch.Tensor:
-        """What the RM pays each rollout: the reward form of its logit, 0 for answerless text with
-        --cooper.require_answer. Training and held-out rollouts alike, so every RM metric is what the policy is paid."""
-        rewards = self.reward_form(logits, self.cooper.reward_threshold)
-        return gate_answerless(rewards, answerless) if self.cooper.require_answer else rewards
-
-    def rm_logits(self, texts: RolloutTexts) -> torch.Tensor:
-        """(B,) RM logits of the normalised completions: each distinct triple scored once, the distinct ones split
-        evenly over the RM ranks."""
-        completions = [normalize_solution(text) for text in texts.completions]
-        triples, inverse = distinct(list(zip(texts.questions, texts.references, completions)))
-        actors = rm_actors(self.rm_group)
-        parts = [part for part in even_slices(len(triples), len(actors)) if part.stop > part.start]
-        refs = [actor.score.remote(*(list(column) for column in zip(*triples[part])))
-                for actor, part in zip(actors, parts)]
-        scored = [logit for chunk in ray.get(refs) for logit in chunk]
-        # On the CPU on purpose: this actor holds no GPU, and the logits become the samples' rewards, which OpenRLHF
-        # keeps on the CPU (tests/test_device_lint.py ALLOWED).
-        logits = torch.tensor([scored[i] for i in inverse], dtype=torch.float32)
-        if self.args.train.colocate_all:
-            # As stock OpenRLHF after its reward forwards: the RM's cached blocks go back to the shared GPUs
-            # before the policy's forward and update need them.
-            ray.get(self.rm_group.async_run_method(method_name="empty_cache"))
-        return logits
 
     # ------------------------------------------------------------------------------- RM update
     def update_rm(self, pairs: Future) -> dict[str, float]:
