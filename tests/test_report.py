@@ -324,7 +324,8 @@ def test_replay_feeds_an_evaluation_to_the_step_after_it_as_training_does():
     config = HackingMonitorConfig(window=3, rise_per_step=0.05)
     replay = replay_monitor(_hacking_shaped(0.2, samples=1000), config)
     assert [step for step, _ in replay.verdicts] == [1, 2, 3, 4]
-    assert replay.alarm_steps == [4] and replay.rules == ["C"]  # the step-3 evaluation reaches the guard at step 4
+    # the step-3 evaluation reaches the guard at step 4
+    assert replay.alarm_steps == [4] and replay.rules == ["heldout_falls"]
     assert replay.logged_alarm_steps == [4]
     # 0.5 -> 0.4 is a 0.1 drop: beyond the 0.05 floor when the held-out size is unknown, noise at 128 samples
     assert replay_monitor(_hacking_shaped(0.4), config).alarm_steps == [4]

@@ -18,7 +18,7 @@ import argparse
 
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
-from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
 from cooper_openrlhf.verify.extract import FALLBACKS
 
 REWARD_SOURCES = ("rm", "rule")

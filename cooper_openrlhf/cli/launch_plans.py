@@ -30,7 +30,7 @@ from cooper_openrlhf.cluster.checks import (
     check_writable_dir,
     read_rows,
 )
-from cooper_openrlhf.algo.negatives import NEGATIVE_SOURCES
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
 from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
 
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"

@@ -13,13 +13,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.data.benchmarks import BENCHMARKS, BenchmarkFormatError, load_benchmark
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.rows import RowFormatError, iter_rows
 from cooper_openrlhf.data.synthetic import make_arithmetic_problems
 from cooper_openrlhf.verify.extract import normalize_answer
 
-PROMPT_FORMATS = ("plain", *sorted(name for name in BENCHMARKS if name != "verifybench"))
+PROMPT_FORMATS = Registry("prompt format", ("plain", *sorted(name for name in BENCHMARKS if name != "verifybench")))
 
 
 class RecipeDataError(ValueError):
@@ -62,8 +63,7 @@ def _text_field(row: dict, name: str, where: str, *, answer: bool = False) -> st
 
 def load_prompts(path: str | Path, fmt: str = "plain", limit: int | None = None) -> list[MathProblem]:
     """Questions with reference answers from `path` in format `fmt` (first `limit` rows if given)."""
-    if fmt not in PROMPT_FORMATS:
-        raise KeyError(f"unknown prompt format {fmt!r}; valid: {list(PROMPT_FORMATS)}")
+    PROMPT_FORMATS.check(fmt)
     problems: list[MathProblem] = []
     if fmt == "plain":
         for line_number, row in _json_rows(path):
