@@ -164,7 +164,7 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
         pairs = self.beside.submit(self.pairs_of, pending, rm_logits)
         rm_update = self.beside.submit(self.update_rm, pairs) if self.overlap else None
         # Policy: OpenRLHF's step unchanged (experience, GRPO update, weight sync); the sync waits for the rewrites.
-        self.step = StepState(clock, pending and pending.rewrites)
+        self.step = StepState(clock, pending.rewrites if pending else None)
         status, next_step = super().train_step(rollout_samples, global_step)
         self.step = None
         with clock.stage("rm_update"):  # colocated: OpenRLHF's reload -> fit -> offload, after the policy's update
