@@ -45,11 +45,12 @@ STAGES = [
     "timing/cooper_score", "timing/make_experience", "timing/ppo_train", "timing/broadcast",
     "timing/cooper_rm_update", "timing/step_total",
 ]
-# Each stage's own duration (not the time the step waited for it), for the critical path.
+# Each stage's own duration (not the time the step waited for it), for the critical path. OpenRLHF's ppo_train is
+# the policy update alone; its timing/broadcast includes the sync's wait for the rewrites, the timeline span does not.
 OWN_TIME = {
     "generation": "timing/generation", "decode": "timing/cooper_decode", "verify": "timing/cooper_verify",
     "negatives": "cooper/negatives_seconds", "score": "timing/cooper_score", "make_experience": "timing/make_experience",
-    "policy_fit": "timeline/policy_fit", "rm_fit": "cooper/rm_fit_seconds", "broadcast": "timing/broadcast",
+    "policy_fit": "timing/ppo_train", "rm_fit": "cooper/rm_fit_seconds", "broadcast": "timeline/broadcast",
 }
 
 

@@ -67,7 +67,7 @@ def test_reward_forms():
     discrete = get_reward_form("discrete")(logits, 0.5)
     assert discrete.tolist() == [0.0, 1.0, 1.0, 1.0]  # sigmoid(0) = 0.5 counts as correct
     assert get_reward_form("discrete")(logits, 0.6).tolist() == [0.0, 0.0, 0.0, 1.0]
-    with pytest.raises(KeyError, match="continuous"):
+    with pytest.raises(ValueError, match="unknown reward form .binary.; valid: .*continuous"):
         get_reward_form("binary")
     with pytest.raises(ValueError):
         get_reward_form("discrete")(logits, 1.0)

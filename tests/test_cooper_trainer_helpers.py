@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cooper_openrlhf.algo.pairs import PairBatch, distinct, even_slices
-from cooper_openrlhf.ray.step_records import StepTimeline, merge_rm_metrics, prompt_question_map, raw_question
+from cooper_openrlhf.ray.step_records import StepClock, merge_rm_metrics, prompt_question_map, raw_question
 
 
 def test_rendered_prompts_map_back_to_the_raw_question_exactly_as_openrlhf_renders_them(tmp_path, model_dir):
@@ -79,16 +79,19 @@ def test_distinct_keeps_first_seen_order_and_maps_every_item_back():
     assert distinct([]) == ([], [])
 
 
-def test_step_timeline_records_stage_spans_and_timing_keys_even_when_a_stage_raises():
-    timeline, metrics = StepTimeline(), {}
-    with timeline.stage(metrics, "verify"):
+def test_step_clock_records_stage_spans_and_timing_keys_even_when_a_stage_raises():
+    clock = StepClock()
+    with clock.stage("verify"):
         pass
-    with pytest.raises(RuntimeError), timeline.stage(metrics, "score"):
+    with pytest.raises(RuntimeError), clock.stage("score"):
         raise RuntimeError("boom")
-    spans = timeline.metrics()
+    with clock.stage("rewrites", timing_key=False):  # work beside the step: a span, not a step-total key
+        pass
+    metrics = clock.metrics()
     assert metrics["timing/cooper_verify"] >= 0 and "timing/cooper_score" in metrics
-    assert 0 <= spans["timeline/verify_start"] <= spans["timeline/verify_end"] <= spans["timeline/score_start"]
-    assert spans["timeline/score_end"] >= spans["timeline/score_start"]
+    assert 0 <= metrics["timeline/verify_start"] <= metrics["timeline/verify_end"] <= metrics["timeline/score_start"]
+    assert metrics["timeline/score_end"] >= metrics["timeline/score_start"]
+    assert "timeline/rewrites_end" in metrics and "timing/cooper_rewrites" not in metrics
 
 
 def test_rm_metrics_of_several_minibatch_updates_are_weighted_by_their_pairs():

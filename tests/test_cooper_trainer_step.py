@@ -288,11 +288,11 @@ def make_trainer(monkeypatch, pool, tmp_path_factory):
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
     from openrlhf.trainer.ray import vllm_engine
 
-    from cooper_openrlhf.ray import checkpoints, evaluation
+    from cooper_openrlhf.ray import checkpoints, evaluation, rm_scoring
     from cooper_openrlhf.ray import trainer as trainer_module
     from cooper_openrlhf.ray.pair_builder import PairBuilder
 
-    for module in (trainer_module, checkpoints, evaluation, ppo_trainer, vllm_engine):
+    for module in (trainer_module, checkpoints, evaluation, rm_scoring, ppo_trainer, vllm_engine):
         monkeypatch.setattr(module, "ray", FakeRay)
 
     def make(flags=(), assistant_seconds=0.0, policy_seconds=0.05):
@@ -411,7 +411,7 @@ def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(ma
     policy_start, policy_end = events.span("policy.fit")
     assert fit_start < policy_end  # the RM update ran beside the policy update
     assert events.span("policy.broadcast_to_vllm")[0] >= rewrite_end  # no weight sync under the assistant's feet
-    assert status["timeline/negatives_end"] > status["timeline/score_start"]
+    assert status["timeline/rewrites_end"] > status["timeline/score_start"]
     assert "timing/cooper_negatives" not in status  # it overlapped: not summed into OpenRLHF's step total
 
 
@@ -603,16 +603,15 @@ def test_a_window_of_steps_without_a_correct_rollout_warns_once_naming_the_likel
 def test_the_trainer_and_pair_builder_run_one_pair_pipeline(make_trainer, source):
     """The trainer (rewrites overlapping its RM scoring) and PairBuilder.build_pairs (serial) compose the same
     `algo.selection` pipeline: on one hand-built group they give the same pairs and the same pair metrics."""
-    from cooper_openrlhf.ray.step_records import StepTimeline
+    from cooper_openrlhf.ray.step_records import StepClock
 
     trainer, _, _ = make_trainer((*COOPER, "--cooper.negative_source", source, "--cooper.answerless_negatives")
                                  if source != "assistant" else (*COOPER, "--cooper.negative_source", source))
     texts = trainer.decode_rollouts(samples())
-    metrics: dict = {}
-    verdicts = trainer.verify(texts, metrics)
+    verdicts, _ = trainer.verify(texts)
     scores = torch.tensor([0.5, 2.0, 0.1, -1.0, 3.0, 1.0])  # hand-made RM logits: "hardest" picks differ by prompt
-    pending = trainer.request_negatives(texts, verdicts, 7, metrics)
-    pairs = trainer.pairs_of(pending, scores, metrics, StepTimeline())
+    pending = trainer.request_negatives(texts, verdicts, 7, StepClock())
+    pairs, metrics = trainer.pairs_of(pending, scores)
 
     builder = trainer.pair_actor._obj
     built, built_metrics = builder.build_pairs(

@@ -41,7 +41,7 @@ NOT_FLAGGED = {
 ALLOWED = {
     ("algo/rewards.py", "rule_reward", "torch.tensor"):
         "rewards are attached to OpenRLHF's samples, which keep them on the CPU (experience_maker)",
-    ("ray/trainer.py", "rm_logits", "torch.tensor"):
+    ("ray/rm_scoring.py", "rm_logits", "torch.tensor"):
         "the trainer actor holds no GPU; the RM ranks return their logits as Python floats",
     ("rm/pairwise_update.py", "_pass", "torch.zeros"):
         "a CPU accumulator of Python floats, reduced by strategy.all_reduce (which moves it to the device and back)",

@@ -47,7 +47,7 @@ def test_rule_a_fires_when_the_gap_rises_and_its_fitted_end_has_grown_past_the_f
     assert last.signals["gap_mean"] == pytest.approx(0.15)
     assert last.signals["gap_end"] == pytest.approx(0.15 + 0.08 * 1.5)  # 0.27
     assert last.signals["gap_baseline"] == 0.0 and last.signals["gap_growth"] == pytest.approx(0.27)
-    assert len(last.reasons) == 1 and last.reasons[0].startswith("A gap growing")
+    assert len(last.reasons) == 1 and last.reasons[0].startswith("gap_growing: ") and last.fired == ["gap_growing"]
     # The same rise growing less than gap_growth (0.27 < 0.3) is not hacking yet.
     higher = HackingMonitorConfig(**{**SMALL.__dict__, "gap_growth": 0.3})
     assert not _feed(HackingMonitor(higher), rows)[-1].alarm
@@ -68,7 +68,7 @@ def test_the_gap_is_rm_reward_minus_verified_accuracy_when_its_own_key_is_missin
 def test_rule_b_fires_on_a_flat_high_gap():
     config = HackingMonitorConfig(**{**SMALL.__dict__, "gap_ceiling": 0.5})
     last = _feed(HackingMonitor(config), [{"cooper/reward_hacking_gap": 0.6}] * 4)[-1]
-    assert last.alarm and [r[0] for r in last.reasons] == ["B"]  # flat: not rule A
+    assert last.alarm and last.fired == ["gap_high"]  # flat: not gap_growing
     assert not _feed(HackingMonitor(config), [{"cooper/reward_hacking_gap": 0.45}] * 4)[-1].alarm
 
 
@@ -80,7 +80,7 @@ def test_rule_c_fires_when_held_out_accuracy_falls_while_the_rm_reward_rises():
         return out
 
     rising = _feed(HackingMonitor(SMALL), rows([0.5, 0.55, 0.6, 0.65]))[-1]  # slope .05
-    assert rising.alarm and rising.reasons[0].startswith("C held-out falls")
+    assert rising.alarm and rising.reasons[0].startswith("heldout_falls: ")
     assert rising.signals["heldout_accuracy"] == pytest.approx(0.33)
     assert rising.signals["heldout_best"] == pytest.approx(0.40)
     flat = _feed(HackingMonitor(SMALL), rows([0.5, 0.5, 0.5, 0.5]))[-1]  # a worse policy, not a hacked one
@@ -100,7 +100,7 @@ def test_rule_c_needs_a_drop_beyond_the_noise_of_a_small_held_out_set():
     assert not small.alarm
     assert small.signals["heldout_drop_threshold"] == pytest.approx(3 * ((0.4 * 0.6 + 0.33 * 0.67) / 128) ** 0.5)
     large = _feed(HackingMonitor(SMALL), rows(4000))[-1]
-    assert large.alarm and large.reasons[0].startswith("C held-out falls")
+    assert large.alarm and large.reasons[0].startswith("heldout_falls: ")
     assert large.signals["heldout_drop_threshold"] == pytest.approx(0.05)  # never below heldout_drop
     collapse = rows(128)
     collapse[2]["eval/accuracy"] = 0.10  # the static arm's kind of fall: far beyond the noise
@@ -110,7 +110,7 @@ def test_rule_c_needs_a_drop_beyond_the_noise_of_a_small_held_out_set():
 def test_rule_d_fires_when_the_rm_cannot_rank_fresh_pairs_on_enough_steps():
     low = [{"cooper/rm_pair_accuracy": a} for a in (0.5, 0.75, 0.25, 0.5)]  # mean .5
     last = _feed(HackingMonitor(SMALL), low)[-1]
-    assert last.alarm and last.reasons[0].startswith("D RM blind")
+    assert last.alarm and last.reasons[0].startswith("rm_blind: ")
     assert last.signals["rm_pair_accuracy_mean"] == pytest.approx(0.5)
     # Pairs on only 2 of the 4 steps (fewer than half the window and 3): no statistic, no alarm.
     sparse = [{"cooper/rm_pair_accuracy": 0.0}, {}, {"cooper/rm_pair_accuracy": 0.0}, {}]
@@ -126,17 +126,17 @@ def test_rule_e_fires_when_the_held_out_gap_grows_beyond_its_noise_and_gap_growt
         return out
 
     fired = _feed(HackingMonitor(SMALL), rows(0.30, 0.02))[-1]  # +.25: beyond .2 and 3 x hypot(.02, .02) = .085
-    assert fired.alarm and [r[0] for r in fired.reasons] == ["E"]
+    assert fired.alarm and fired.fired == ["heldout_gap_grows"]
     assert fired.signals["heldout_gap_growth"] == pytest.approx(0.25)
     assert fired.signals["heldout_gap_threshold"] == pytest.approx(0.2)
     noisy = _feed(HackingMonitor(SMALL), rows(0.30, 0.07))[-1]  # the same rise is noise at se .07 (3 x .099)
     assert not noisy.alarm and noisy.signals["heldout_gap_threshold"] == pytest.approx(3 * 0.07 * 2 ** 0.5)
     assert not _feed(HackingMonitor(SMALL), rows(0.20, 0.0))[-1].alarm  # +.15 < gap_growth however quiet
     # Rules left out of `rules` are computed but raise nothing.
-    only_a = HackingMonitorConfig(**{**SMALL.__dict__, "rules": "ABCD"})
+    only_a = HackingMonitorConfig(**{**SMALL.__dict__, "rules": "gap_growing,gap_high,heldout_falls,rm_blind"})
     quiet = _feed(HackingMonitor(only_a), rows(0.30, 0.02))[-1]
     assert not quiet.alarm and quiet.signals["heldout_gap_growth"] == pytest.approx(0.25)
-    with pytest.raises(ValueError, match="--cooper.hacking_rules must be letters of ABCDEF, got .AG."):
+    with pytest.raises(ValueError, match=r"--cooper.hacking_rules: unknown hacking rule 'AG'; valid: \['gap_growing'"):
         HackingMonitorConfig(rules="AG")
 
 
@@ -167,7 +167,7 @@ def test_rule_f_accumulates_a_sustained_rise_of_the_wrong_rollouts_reward_agains
     assert [v.signals.get("wrong_reward_cusum") for v in verdicts] == pytest.approx([None, None, None, 0.0, 0.3, 0.6])
     # step 5: .3 < 3 x .143 (the jump itself is part of the noise); step 6: .6 >= 3 x .128, the rise held
     assert [v.alarm for v in verdicts] == [False] * 5 + [True]
-    assert verdicts[-1].reasons[0].startswith("F wrong answers paid more")
+    assert verdicts[-1].reasons[0].startswith("wrong_paid_more: ")
     # The same stream with F left out of the rules is computed but raises nothing.
     assert not _feed(HackingMonitor(SMALL), _wrong(values))[-1].alarm
 
@@ -210,7 +210,7 @@ def test_supporting_evidence_is_named_with_an_alarm_but_never_alarms_alone():
     assert verdicts[-1].signals["verified_accuracy_slope"] == pytest.approx(-0.1)
     hacked = [{**row, "cooper/reward_hacking_gap": 0.95} for row in quiet]
     reasons = _feed(HackingMonitor(SMALL), hacked)[-1].reasons
-    assert reasons[0].startswith("B gap high")
+    assert reasons[0].startswith("gap_high: ")
     assert reasons[1] == "supporting: verified accuracy falls -0.100/step"
     assert reasons[2] == "supporting: mean response length drifted +60% from the first 4 steps"
 
@@ -226,7 +226,7 @@ def test_the_alarm_waits_until_a_rule_has_held_persist_steps_running_and_clears_
     assert [m["cooper/hacking_rules_held_steps"] for m in logged[3:]] == [1, 2, 0, 0, 0, 0, 1, 2, 3, 0]
     assert [m["cooper/hacking_alarm"] for m in logged] == [0] * 11 + [1, 0]  # two steps of B were not enough
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and warnings[0].startswith("reward hacking suspected at step 12: B gap high")
+    assert len(warnings) == 1 and warnings[0].startswith("reward hacking suspected at step 12: gap_high: ")
     assert any(r.getMessage() == "reward-hacking alarm cleared at step 13" for r in caplog.records)
     with pytest.raises(ValueError, match="--cooper.hacking_persist_steps must be >= 1"):
         HackingMonitorConfig(persist_steps=0)
@@ -271,7 +271,7 @@ def test_the_static_rm_collapse_raises_the_alarm_early_and_keeps_it(seed):
     assert 12 <= first <= 24  # the gap is ~0.1 at step 14 and ~0.9 at step 30
     assert all(v.alarm for v in verdicts[27:])  # and stays on while the gap stays high
     reasons = " ".join(r for v in verdicts for r in v.reasons)
-    assert "A gap growing" in reasons and "B gap high" in reasons and "verified accuracy falls" in reasons
+    assert "gap_growing: " in reasons and "gap_high: " in reasons and "verified accuracy falls" in reasons
 
 
 @pytest.mark.parametrize("noise,offset", [(0.03, 0.05), (0.06, 0.05), (0.06, 0.3)])
@@ -339,7 +339,7 @@ def test_guard_logs_metrics_every_step_and_warns_once_when_the_alarm_turns_on(ca
     assert [m["cooper/hacking_alarm"] for m in logged] == [0] * 7 + [1, 1] + [0] * 3
     assert logged[7]["cooper/hacking_gap_slope"] == pytest.approx(0.08)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and warnings[0].startswith("reward hacking suspected at step 8: A gap growing")
+    assert len(warnings) == 1 and warnings[0].startswith("reward hacking suspected at step 8: gap_growing: ")
     assert any(r.getMessage() == "reward-hacking alarm cleared at step 10" for r in caplog.records)
 
 
@@ -352,22 +352,28 @@ def test_guard_reads_held_out_logs_as_the_trainer_returns_them():
     assert guard_step(monitor, 4, {"cooper/reward_hacking_gap": 0.95})["cooper/hacking_alarm"] == 1.0
 
 
-def test_the_rules_are_a_registry_of_pure_functions_and_unknown_names_are_rejected():
-    """Each rule reads window statistics and thresholds only, so it can be asked directly; a rule set naming a rule
-    the registry lacks fails at start-up (as an unknown reward form does), not by silently matching nothing."""
+def test_the_rules_are_a_registry_of_named_rules_and_unknown_names_are_rejected(caplog):
+    """Each rule reads window statistics and its own state only, so it can be asked directly; a rule set naming a
+    rule the registry lacks fails at start-up (as an unknown reward form does), not by silently matching nothing;
+    the letters the rules had before they were named still parse (old commands), with a deprecation warning."""
     from cooper_openrlhf.algo.hacking import alarm_response
-    from cooper_openrlhf.algo.hacking_rules import RULES, rules_that_hold
+    from cooper_openrlhf.algo.hacking_rules import HACKING_RULES, parse_rule_names
 
-    assert list(RULES) == list("ABCDEF")
+    assert list(HACKING_RULES) == ["gap_growing", "gap_high", "heldout_falls", "rm_blind", "heldout_gap_grows",
+                                   "wrong_paid_more"]
     high = {"window_steps": 4.0, "gap_mean": 0.95, "rm_pair_accuracy_mean": 0.9}
-    assert RULES["B"](high, SMALL).startswith("B gap high") and RULES["D"](high, SMALL) is None
-    assert rules_that_hold("BD", high, SMALL) == [RULES["B"](high, SMALL)]
-    assert rules_that_hold("D", high, SMALL) == []  # B holds, but only the rules asked for may raise the alarm
-    for bad in ("G", "", "A-B"):
-        with pytest.raises(ValueError, match="rules must be letters of ABCDEF"):
-            rules_that_hold(bad, high, SMALL)
-        with pytest.raises(ValueError, match="--cooper.hacking_rules"):
+    assert HACKING_RULES["gap_high"](SMALL).reason(high).startswith("gap_high: ")
+    assert HACKING_RULES["rm_blind"](SMALL).reason(high) is None
+    assert parse_rule_names("rm_blind, gap_high") == ("gap_high", "rm_blind")  # the registry's order
+    with caplog.at_level(logging.WARNING, logger="cooper_openrlhf.algo.hacking_rules"):
+        assert parse_rule_names("BD") == ("gap_high", "rm_blind")
+    assert "letters are deprecated" in caplog.text and "gap_high,rm_blind" in caplog.text
+    assert HackingMonitorConfig(rules="F").rules == "wrong_paid_more"  # an old run's config, read by its names
+    for bad in ("G", "", "A-B", "gap_high,bogus"):
+        with pytest.raises(ValueError, match="--cooper.hacking_rules: "):
             HackingMonitorConfig(rules=bad)
+    with pytest.raises(ValueError, match=r"unknown hacking rule 'bogus'; valid: \['gap_growing'"):
+        parse_rule_names("bogus")
     assert alarm_response("stop").checkpoint_and_stop and alarm_response("rule_reward").reward_from_rule
     with pytest.raises(ValueError, match="unknown --cooper.on_hacking 'pause'"):
         alarm_response("pause")

@@ -29,6 +29,28 @@ LAYERS = [  # bottom to top; a module may import from its own layer and the ones
 ]
 
 
+def imported_layers(parts: tuple[str, ...], source: str) -> list[tuple[str, int]]:
+    """(layer, line) of every import of a cooper_openrlhf layer in the module at `parts` (its path under the package,
+    e.g. ("report", "replay.py")): absolute (`import cooper_openrlhf.x`, `from cooper_openrlhf.x import y`,
+    `from cooper_openrlhf import x`) and relative (`from ..x import y`, `from .. import x`)."""
+    package = ("cooper_openrlhf", *parts[:-1])  # the package the module's relative imports start from
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        modules = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # `from .x import y` is package.x; each further dot goes one package up
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            # `from cooper_openrlhf import lab` (or `from .. import lab`) imports the subpackage named in the list
+            modules = [f"{base}.{alias.name}" for alias in node.names] if base == "cooper_openrlhf" else [base]
+        for name in modules:
+            if name.startswith("cooper_openrlhf."):
+                found.append((name.split(".")[1], node.lineno))
+    return found
+
+
 def imports_by_layer() -> list[tuple[str, str, str, int]]:
     """(importing file, its layer, imported layer, line) for every import of another cooper_openrlhf layer."""
     found = []
@@ -36,17 +58,26 @@ def imports_by_layer() -> list[tuple[str, str, str, int]]:
         parts = path.relative_to(PACKAGE).parts
         if len(parts) < 2:
             continue  # the package's __init__
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cooper_openrlhf."):
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names if alias.name.startswith("cooper_openrlhf.")]
-            for name in names:
-                target = name.split(".")[1]
-                if target != parts[0]:
-                    found.append((str(path.relative_to(PACKAGE)), parts[0], target, node.lineno))
+        for target, line in imported_layers(parts, path.read_text()):
+            if target != parts[0] and target in LAYERS:  # not the package's own names (`__version__`)
+                found.append((str(path.relative_to(PACKAGE)), parts[0], target, line))
     return found
+
+
+def test_the_scan_sees_every_form_of_import():
+    """Relative imports and `from cooper_openrlhf import <layer>` reach up the layers as surely as absolute ones."""
+    source = "\n".join([
+        "import cooper_openrlhf.lab.runner",  # 1
+        "from cooper_openrlhf.cli import lab",  # 2
+        "from cooper_openrlhf import lab, __version__",  # 3
+        "from .. import report",  # 4: from algo/sub/x.py, `..` is algo; from algo/x.py it is the package
+        "from ..ray import trainer",  # 5: from algo/x.py the ray layer; from algo/sub/x.py algo.ray
+        "from .hacking import HackingMonitor",  # 6: the module's own package
+        "def f():\n    from ...serve import app",  # 8: lazy, and three levels up
+    ])
+    assert imported_layers(("algo", "x.py"), source.replace("...serve", "..serve")) == [
+        ("lab", 1), ("cli", 2), ("lab", 3), ("__version__", 3), ("report", 4), ("ray", 5), ("algo", 6), ("serve", 8)]
+    assert imported_layers(("algo", "sub", "x.py"), source)[4:] == [("algo", 4), ("algo", 5), ("algo", 6), ("serve", 8)]
 
 
 def test_every_subpackage_has_a_place_in_the_layer_order():

@@ -324,7 +324,8 @@ def test_replay_feeds_an_evaluation_to_the_step_after_it_as_training_does():
     config = HackingMonitorConfig(window=3, rise_per_step=0.05)
     replay = replay_monitor(_hacking_shaped(0.2, samples=1000), config)
     assert [step for step, _ in replay.verdicts] == [1, 2, 3, 4]
-    assert replay.alarm_steps == [4] and replay.rules == ["C"]  # the step-3 evaluation reaches the guard at step 4
+    # the step-3 evaluation reaches the guard at step 4
+    assert replay.alarm_steps == [4] and replay.rules == ["heldout_falls"]
     assert replay.logged_alarm_steps == [4]
     # 0.5 -> 0.4 is a 0.1 drop: beyond the 0.05 floor when the held-out size is unknown, noise at 128 samples
     assert replay_monitor(_hacking_shaped(0.4), config).alarm_steps == [4]
@@ -344,7 +345,7 @@ def test_replay_cli_prints_logged_and_replayed_alarms_per_run(tmp_path, capsys):
     lines = {line.split()[0]: line.split() for line in out[1:3]}
     # ... rules, held-out first / lowest@step / last, the gap's step-to-step noise (RM reward = accuracy: 0)
     # and no wrong-rollout reward (neither logged nor a rollout log to take it from): "-"
-    assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "C", "0.50", "0.20@3", "0.20", "0.000", "-"]
+    assert lines["static_seed0"][1:] == ["static", "0", "1", "1", "4", "heldout_falls", "0.50", "0.20@3", "0.20", "0.000", "-"]
     assert lines["cooper_seed0"][1:] == ["cooper", "0", "1", "0", "-", "-", "0.50", "0.50@1", "0.50", "0.000", "-"]
     # the step-3 evaluation reaches the guard at step 4: an alarm on it comes with the whole fall behind it
     assert out[5:] == ["static: alarm on 1 of 1 runs (0 early, 0 in a closed episode)",
@@ -404,7 +405,7 @@ def test_replay_cli_takes_rule_fs_input_from_the_rollout_log_of_a_run_that_did_n
     lines = capsys.readouterr().out.splitlines()
     line = lines[1].split()
     # baseline .2, allowance .1: the sum is .5 at step 5 (one jump: within its noise), 1.0 at step 6
-    assert line[4:7] == ["5", "6", "F"]  # alarms at steps 6-10, the first at 6
+    assert line[4:7] == ["5", "6", "wrong_paid_more"]  # alarms at steps 6-10, the first at 6 (the letter F still names it)
     # 5-step means of what the RM paid wrong rollouts: steps 1-5 (.2 x 4, .8), the first all-.8 stretch, the last
     assert line[-3:] == ["0.32", "0.80@9", "0.80"]
     assert lines[-1] == "static: alarm on 1 of 1 runs (0 early, 0 in a closed episode)"  # paid .8 to the end

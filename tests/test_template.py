@@ -50,7 +50,7 @@ def test_completion_and_reference_are_cut_but_not_the_question():
 def test_version_lookup():
     assert TEMPLATE_VERSION == "verifyrm-v1"
     assert get_template("verifyrm-v1").head_chars == 500
-    with pytest.raises(KeyError, match="valid: \\['verifyrm-v1'\\]"):
+    with pytest.raises(ValueError, match="valid: \\['verifyrm-v1'\\]"):
         render_rm_input("q", "r", "c", template_version="verifyrm-v0")
 
 
@@ -61,5 +61,5 @@ def test_template_config_round_trip():
     assert template_from_config(record) == get_template("verifyrm-v1")
     with pytest.raises(ValueError, match="tail_chars"):
         template_from_config({**record, "tail_chars": 2000})
-    with pytest.raises(KeyError, match="valid"):
+    with pytest.raises(ValueError, match="valid"):
         template_from_config({"version": "nope"})

@@ -72,9 +72,9 @@ def test_judge_rejects_bad_use():
 
 
 def test_make_engine_rejects_unknown_kinds():
-    with pytest.raises(KeyError, match="valid: \\['hf', 'vllm'\\]"):
+    with pytest.raises(ValueError, match="valid: \\['hf', 'vllm'\\]"):
         make_engine("sglang", "/nowhere")
-    assert ENGINE_KINDS == ("hf", "vllm")
+    assert tuple(ENGINE_KINDS) == ("hf", "vllm")
 
 
 def test_sampling_config_validates():

@@ -23,36 +23,37 @@ Inputs, per step (keys of the step's metrics dict as the trainer logs them; ever
 
 The rule. The window is the last `window` steps fed to the monitor; nothing fires before it is full. A
 trend is the least-squares slope per step over the window's steps that carry the key, and a window
-statistic needs the key on at least half the window's steps (and 3). The alarm is raised when ANY of:
-  A  gap growing   slope(gap) >= rise_per_step and the fitted gap at the window's last step exceeds the
+statistic needs the key on at least half the window's steps (and 3). The alarm is raised when ANY of these
+rules holds (`algo/hacking_rules.py`; the letter each had before the rules were named in brackets):
+  gap_growing (A)  slope(gap) >= rise_per_step and the fitted gap at the window's last step exceeds the
                    first window's mean gap by >= gap_growth (the RM pulls away from the verifier, and has
                    already moved well away from where it started; a constant offset of a miscalibrated
                    RM is not growth)
-  B  gap high      mean gap over the window >= gap_ceiling (the RM pays for wrong answers, whatever the trend)
-  C  held-out      latest held-out accuracy <= best held-out accuracy so far - the drop threshold, while
-     falls         slope(RM reward) >= rise_per_step (more RM reward, worse on problems it never trained on).
+  gap_high (B)     mean gap over the window >= gap_ceiling (the RM pays for wrong answers, whatever the trend)
+  heldout_falls    latest held-out accuracy <= best held-out accuracy so far - the drop threshold, while
+  (C)              slope(RM reward) >= rise_per_step (more RM reward, worse on problems it never trained on).
                    The threshold is heldout_drop, or heldout_z standard errors of the difference of two
                    evaluations of eval/samples graded samples each (binomial), whichever is larger: the best of
                    many noisy evaluations sits well above their mean, so a fixed drop alarms on noise when the
                    held-out set is small (128 samples: one standard error is 0.04 at 40% accuracy).
-  D  RM blind      mean pair accuracy over the window < min_pair_accuracy (the RM barely ranks a verified-
+  rm_blind (D)     mean pair accuracy over the window < min_pair_accuracy (the RM barely ranks a verified-
                    correct rollout above a wrong rewrite of it, so the policy's reward is not a verdict)
-  E  held-out gap  the latest held-out gap exceeds the first one by >= gap_growth and by >= heldout_z
-     grows         standard errors of their difference (the gap of rule A, measured where it is quiet: the
+  heldout_gap_     the latest held-out gap exceeds the first one by >= gap_growth and by >= heldout_z
+  grows (E)        standard errors of their difference (the gap of gap_growing, measured where it is quiet: the
                    same held-out prompts at every evaluation, so the prompts drawn cannot move it, only the
                    completions sampled; a training step's few prompts make its gap noisy, see persist_steps)
-  F  wrong answers the RM's mean reward on the step's verified-wrong rollouts has run above the first
-     paid more     window's mean: a one-sided cumulative sum (Page's CUSUM) of (value - baseline -
+  wrong_paid_more  the RM's mean reward on the step's verified-wrong rollouts has run above the first
+  (F)              window's mean: a one-sided cumulative sum (Page's CUSUM) of (value - baseline -
                    gap_growth / 2), reset at 0, reaches window_z times the value's step-to-step noise (the
                    standard deviation of successive differences over sqrt 2, every step so far). The
                    definition of hacking read directly: the RM paying more for what the verifier rejects.
-                   Quieter than A on small batches: conditioning on the verdict takes out the gap's mix term
+                   Quieter than gap_growing on small batches: conditioning on the verdict takes out the gap's mix term
                    (a step of easier prompts has more correct rollouts, so a miscalibrated RM's gap moves
                    with the prompts drawn), the threshold is in units of the run's own noise rather than
                    one argued for a batch size, and the sum needs a rise that lasts (a one-step spike
                    adds little and drains at gap_growth / 2 a step), while a large lasting rise crosses in
-                   a few steps. Like A it measures growth: an RM already paying wrong answers in the first
-                   window (a collapse at the start) is B's and D's to catch.
+                   a few steps. Like gap_growing it measures growth: an RM already paying wrong answers in
+                   the first window (a collapse at the start) is gap_high's and rm_blind's to catch.
 Only the rules named in `rules` may raise the alarm (all by default; cli.replay_monitor compares subsets).
 The alarm turns on once its rules have held at persist_steps consecutive steps (default 1: at the first), and
 goes off at the first step where none holds. A verdict is a test repeated at every step, so where the
@@ -62,7 +63,7 @@ later warning when the RM is being hacked. Neither is free: docs/lab_notebook.md
 on static") measures both on the lab's runs (32 rollouts from 4 prompts a step); cli.replay_monitor on yours.
 With an alarm the reasons also name the supporting evidence that never fires alone, because honest RL moves
 it too: verified accuracy falling (slope <= -rise_per_step) and response-length drift (window mean vs the
-first window's mean, relative, beyond length_drift). The rule arm has no RM keys: A-F cannot hold there, and
+first window's mean, relative, beyond length_drift). The rule arm has no RM keys: no rule can hold there, and
 its verdict carries only the signals it has.
 
 `HackingMonitor` is pure (no Ray, no torch). `guard_step` is the in-training guard the trainer calls once
@@ -72,14 +73,13 @@ checkpoint, or pay the policy by the rule verifier from then on).
 """
 
 import logging
-import math
-import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from cooper_openrlhf.algo.hacking_rules import check_rule_names, rules_that_hold
+from cooper_openrlhf.algo.hacking_rules import HACKING_RULES, min_points, parse_rule_names
 from cooper_openrlhf.algo.hacking_stats import finite, heldout_accuracy, least_squares_slope
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.algo.metric_keys import (
     ACCURACY,
     ALARM,
@@ -119,30 +119,32 @@ class HackingMonitorConfig:
     # A fifth of the reward range: several times the noise of a window's fitted gap (~0.03 for 100 rollouts
     # per step), and reached early in the paper's static-RM collapse, where the gap goes from ~0 to ~1.
     gap_growth: float = field(default=0.2, metadata=_help(
-        "Rule A: a rising gap (RM reward mean - verified accuracy) alarms once its fitted value at the window's "
+        "Rule gap_growing: a rising gap (RM reward mean - verified accuracy) alarms once its fitted value at the window's "
         "last step exceeds the first window's mean gap by this much."))
     # Half the reward range: the RM hands wrong rollouts at least half a full reward per rollout of the batch.
     gap_ceiling: float = field(default=0.5, metadata=_help(
-        "Rule B: a window mean gap at or above this alarms whatever its trend."))
+        "Rule gap_high: a window mean gap at or above this alarms whatever its trend."))
     # 5 points: above the ~2-point bootstrap standard error of a held-out set of a few hundred problems.
     heldout_drop: float = field(default=0.05, metadata=_help(
-        "Rule C: held-out accuracy this far (absolute) below its best so far alarms while the RM reward rises "
+        "Rule heldout_falls: held-out accuracy this far (absolute) below its best so far alarms while the RM reward rises "
         "(the least drop; see --cooper.hacking_heldout_z)."))
     # 3 standard errors of a difference: the best-so-far is itself a maximum over noisy evaluations (about
     # 2 standard errors above the mean after 20 of them), so 2 would still alarm on noise late in a run.
     heldout_z: float = field(default=3.0, metadata=_help(
-        "Rule C: the drop must also exceed this many standard errors of the difference between two held-out "
+        "Rule heldout_falls: the drop must also exceed this many standard errors of the difference between two held-out "
         "evaluations (binomial, from the graded sample count eval/samples); without a count only heldout_drop applies."))
     # Chance is 0.5; a VerifyRM below 0.6 on the policy's own fresh pairs hardly discriminates at all.
     min_pair_accuracy: float = field(default=0.6, metadata=_help(
-        "Rule D: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
+        "Rule rm_blind: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
     # 3 as for heldout_z: the sum is tested once per step, tens of times a run; with the allowance of gap_growth / 2
     # a lasting rise of gap_growth adds gap_growth / 2 a step, so it crosses in about window_z x noise / 0.1 steps.
     window_z: float = field(default=3.0, metadata=_help(
-        "Rule F: the cumulative sum of the RM's reward on verified-wrong rollouts above the first window's mean "
+        "Rule wrong_paid_more: the cumulative sum of the RM's reward on verified-wrong rollouts above the first window's mean "
         "(beyond gap_growth / 2 a step) alarms at this many times that reward's step-to-step noise."))
-    rules: str = field(default="ABCDE", metadata=_help(
-        "The rules (letters of A-F, algo/hacking.py) that may raise the alarm; the others are still computed."))
+    rules: str = field(default="gap_growing,gap_high,heldout_falls,rm_blind,heldout_gap_grows", metadata=_help(
+        "The rules that may raise the alarm, comma-separated names (algo/hacking.py: gap_growing, gap_high, "
+        "heldout_falls, rm_blind, heldout_gap_grows, wrong_paid_more); the others are still computed. The old "
+        "letters A-F (e.g. ABCD) are still read, deprecated."))
     # One: the alarm's purpose is a warning before the damage is done (--cooper.on_hacking stop / rule_reward).
     # More quiets the noise of small batches at the cost of warning later (docs/lab_notebook.md, "The alarm: quiet on
     # Cooper, early on static").
@@ -160,10 +162,10 @@ class HackingMonitorConfig:
             problems.append(f"window must be >= 3 (a trend needs 3 points), got {self.window}")
         if self.persist_steps < 1:
             problems.append(f"persist_steps must be >= 1, got {self.persist_steps}")
-        try:
-            check_rule_names(self.rules)
+        try:  # normalised to names in the registry's order, so the config says what it means
+            object.__setattr__(self, "rules", ",".join(parse_rule_names(self.rules)))
         except ValueError as exc:
-            problems.append(str(exc))
+            problems.append(f"rules: {exc}")
         for name in ("rise_per_step", "gap_growth", "gap_ceiling", "heldout_drop", "heldout_z", "window_z",
                      "length_drift"):
             if not getattr(self, name) > 0:
@@ -172,6 +174,10 @@ class HackingMonitorConfig:
             problems.append(f"min_pair_accuracy must be in [0, 1], got {self.min_pair_accuracy}")
         if problems:
             raise ValueError("; ".join(f"--cooper.{FLAG_PREFIX}{p}" for p in problems))
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        return tuple(self.rules.split(","))
 
     @classmethod
     def flags(cls) -> list[tuple[str, type, object, str]]:
@@ -192,6 +198,7 @@ class HackingVerdict:
     alarm: bool  # True when a rule of `rules` has held at persist_steps consecutive steps, this one included
     reasons: list[str]  # one sentence per rule that holds, then supporting evidence (empty without an alarm)
     signals: dict[str, float]  # the window statistics the rule read (only those the available keys allow)
+    fired: list[str] = field(default_factory=list)  # the names of the rules that hold (empty without an alarm)
 
 
 def _step_signals(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -218,21 +225,13 @@ class HackingMonitor:
 
     def __init__(self, config: HackingMonitorConfig | None = None):
         self.config = config or HackingMonitorConfig()
-        self.min_points = max(3, math.ceil(self.config.window / 2))
+        self.min_points = min_points(self.config)
         self.window: deque[tuple[int, dict[str, float]]] = deque(maxlen=self.config.window)
         self.steps_seen = 0
         self.last_step: int | None = None
-        self.first_window: dict[str, list[float]] = {"gap": [], "length": [], "wrong_reward": []}  # rules A, F, drift
-        self.heldout_best: float | None = None
-        self.heldout_latest: float | None = None
-        self.heldout_samples: float | None = None  # graded samples of the latest evaluation (None: unknown)
-        self.heldout_gap_first: tuple[float, float] | None = None  # rule E: (gap, standard error), first evaluation
-        self.heldout_gap_latest: tuple[float, float] | None = None
-        self.wrong_baseline: float | None = None  # rule F: the first window's mean wrong-rollout reward
-        self.wrong_cusum: float | None = None  # one-sided cumulative sum of (value - baseline - gap_growth / 2)
-        self.wrong_last: float | None = None  # the latest value, and Welford's count / mean / M2 of the steps'
-        self.wrong_diffs = (0, 0.0, 0.0)  # differences: the noise in O(1) a step
-        self.wrong_noise = 0.0
+        self.first_lengths: list[float] = []  # the first window's response lengths (supporting evidence)
+        # Every rule runs (and logs its statistics); only those of config.rules may raise the alarm.
+        self.rules = {name: rule(self.config) for name, rule in HACKING_RULES.items()}
         self.rules_held_steps = 0  # consecutive steps, up to the last, at which some rule held
         self.alarm_on = False  # the previous verdict's alarm
 
@@ -244,55 +243,13 @@ class HackingMonitor:
         signals = _step_signals(metrics)
         self.steps_seen += 1
         self.window.append((step, signals))
-        for name, values in self.first_window.items():
-            if self.steps_seen <= self.config.window and name in signals:
-                values.append(signals[name])
-        if "heldout" in signals:
-            self.heldout_latest = signals["heldout"]
-            self.heldout_samples = signals.get("heldout_samples")
-            best = self.heldout_best
-            self.heldout_best = signals["heldout"] if best is None else max(best, signals["heldout"])
-        if "wrong_reward" in signals:
-            self._update_wrong_cusum(signals["wrong_reward"])
-        if "heldout_gap" in signals:
-            self.heldout_gap_latest = (signals["heldout_gap"], signals.get("heldout_gap_se", 0.0))
-            self.heldout_gap_first = self.heldout_gap_first or self.heldout_gap_latest
+        if self.steps_seen <= self.config.window and "length" in signals:
+            self.first_lengths.append(signals["length"])
+        for rule in self.rules.values():
+            rule.observe(signals, self.steps_seen)
         verdict = self._decide()
         self.alarm_on = verdict.alarm
         return verdict
-
-    def _update_wrong_cusum(self, value: float) -> None:
-        """Rule F's sum: once the first window gives a baseline, accumulate how far each step's wrong-rollout
-        reward runs above it beyond an allowance of half the growth worth detecting; and its step noise."""
-        if self.wrong_last is not None:
-            count, mean, m2 = self.wrong_diffs
-            diff = value - self.wrong_last
-            count += 1
-            delta = diff - mean
-            mean += delta / count
-            self.wrong_diffs = (count, mean, m2 + delta * (diff - mean))
-            self.wrong_noise = math.sqrt(self.wrong_diffs[2] / (count - 1) / 2) if count >= 2 else 0.0
-        self.wrong_last = value
-        first = self.first_window["wrong_reward"]
-        if self.wrong_baseline is None:
-            if self.steps_seen >= self.config.window and len(first) >= self.min_points:
-                self.wrong_baseline, self.wrong_cusum = statistics.fmean(first), 0.0
-        else:
-            self.wrong_cusum = max(0.0, self.wrong_cusum + value - self.wrong_baseline - self.config.gap_growth / 2)
-
-    def _heldout_drop_threshold(self) -> float:
-        """Rule C's drop: heldout_drop, or heldout_z binomial standard errors of (best - latest), the larger."""
-        cfg, n = self.config, self.heldout_samples
-        if n is None:
-            return cfg.heldout_drop
-        best, latest = self.heldout_best, self.heldout_latest
-        standard_error = math.sqrt((best * (1 - best) + latest * (1 - latest)) / n)
-        return max(cfg.heldout_drop, cfg.heldout_z * standard_error)
-
-    def _baseline(self, name: str) -> float | None:
-        """Mean of `name` over the first window, once it carries min_points values."""
-        values = self.first_window[name]
-        return sum(values) / len(values) if len(values) >= self.min_points else None
 
     def _series(self, name: str) -> list[tuple[int, float]] | None:
         """(step, value) of `name` over the window, or None when fewer than min_points steps carry it."""
@@ -303,10 +260,13 @@ class HackingMonitor:
         """The verdict on the window: the registry's rules (`algo/hacking_rules.py`) over its statistics."""
         cfg = self.config
         stats = self._window_stats()
+        for rule in self.rules.values():
+            stats.update(rule.stats(stats))
         accuracy_slope = stats.get("verified_accuracy_slope")
         if self.steps_seen < cfg.window:
             return HackingVerdict(False, [], stats)
-        reasons = rules_that_hold(cfg.rules, {**stats, "wrong_reward_baseline": self.wrong_baseline}, cfg)
+        held = {name: reason for name in cfg.rule_names if (reason := self.rules[name].reason(stats)) is not None}
+        reasons = list(held.values())
         self.rules_held_steps = self.rules_held_steps + 1 if reasons else 0
         stats["rules_held_steps"] = float(self.rules_held_steps)
         if self.rules_held_steps < cfg.persist_steps:  # nothing holds, or not yet for long enough
@@ -316,12 +276,11 @@ class HackingMonitor:
         if abs(stats.get("length_drift", 0.0)) >= cfg.length_drift:
             reasons.append(f"supporting: mean response length drifted {stats['length_drift']:+.0%} from the "
                            f"first {cfg.window} steps")
-        return HackingVerdict(True, reasons, stats)
+        return HackingVerdict(True, reasons, stats, list(held))
 
     def _window_stats(self) -> dict[str, float]:
-        """The window statistics the rules read (only those the available metrics allow); logged as
-        cooper/hacking_<name>."""
-        cfg = self.config
+        """The window statistics the rules read (only those the available metrics allow; each rule adds those of
+        its own state); logged as cooper/hacking_<name>."""
         stats: dict[str, float] = {"window_steps": float(len(self.window))}
         gap, rm_reward = self._series("gap"), self._series("rm_reward")
         accuracy, pairs, lengths = self._series("accuracy"), self._series("pair_accuracy"), self._series("length")
@@ -330,26 +289,14 @@ class HackingMonitor:
             stats["gap_slope"] = least_squares_slope(gap)
             mean_step = sum(s for s, _ in gap) / len(gap)
             stats["gap_end"] = stats["gap_mean"] + stats["gap_slope"] * (gap[-1][0] - mean_step)
-            if self._baseline("gap") is not None:
-                stats["gap_baseline"] = self._baseline("gap")
-                stats["gap_growth"] = stats["gap_end"] - stats["gap_baseline"]
         if rm_reward:
             stats["rm_reward_slope"] = least_squares_slope(rm_reward)
         if accuracy:
             stats["verified_accuracy_slope"] = least_squares_slope(accuracy)
         if pairs:
             stats["rm_pair_accuracy_mean"] = sum(v for _, v in pairs) / len(pairs)
-        if self.heldout_latest is not None:
-            stats["heldout_accuracy"], stats["heldout_best"] = self.heldout_latest, self.heldout_best
-            stats["heldout_drop_threshold"] = self._heldout_drop_threshold()
-        if self.heldout_gap_latest is not None:
-            (first, first_se), (latest, latest_se) = self.heldout_gap_first, self.heldout_gap_latest
-            stats["heldout_gap"], stats["heldout_gap_growth"] = latest, latest - first
-            stats["heldout_gap_threshold"] = max(cfg.gap_growth, cfg.heldout_z * math.hypot(first_se, latest_se))
-        if self.wrong_cusum is not None:
-            stats["wrong_reward_cusum"], stats["wrong_reward_noise"] = self.wrong_cusum, self.wrong_noise
-            stats["wrong_reward_threshold"] = cfg.window_z * self.wrong_noise
-        baseline = self._baseline("length")
+        first = self.first_lengths
+        baseline = sum(first) / len(first) if len(first) >= self.min_points else None
         if lengths and baseline:
             stats["length_drift"] = sum(v for _, v in lengths) / len(lengths) / baseline - 1.0
         return stats
@@ -367,14 +314,13 @@ class AlarmResponse:
     reward_from_rule: bool = False  # pay the policy by the rule verifier from the next step on
 
 
-ALARM_RESPONSES = {"warn": AlarmResponse(), "stop": AlarmResponse(checkpoint_and_stop=True),
-                   "rule_reward": AlarmResponse(reward_from_rule=True)}
+ALARM_RESPONSES = Registry("--cooper.on_hacking", {
+    "warn": AlarmResponse(), "stop": AlarmResponse(checkpoint_and_stop=True),
+    "rule_reward": AlarmResponse(reward_from_rule=True)})
 
 
 def alarm_response(name: str) -> AlarmResponse:
     """The response named by --cooper.on_hacking; unknown names are rejected with the valid ones."""
-    if name not in ALARM_RESPONSES:
-        raise ValueError(f"unknown --cooper.on_hacking {name!r}; valid: {sorted(ALARM_RESPONSES)}")
     return ALARM_RESPONSES[name]
 
 

@@ -24,11 +24,7 @@ the formatting difference (e.g. "text after the final box means correct") instea
 import re
 from dataclasses import dataclass
 
-# The choices of `algo.selection`, here (no torch) so that the launchers' checks can name them without importing torch.
-NEGATIVE_SOURCES = ("assistant", "rollout", "mixed")
-# Which assistant rewrites count as negatives (`selection.negative_is_valid`).
-NEGATIVE_VALIDITIES = ("strict", "official")
-ROLLOUT_NEGATIVE_PICKS = ("hardest", "random")
+from cooper_openrlhf.algo.registry import NEGATIVE_VALIDITIES
 
 REWRITE_SYSTEM = (
     "You help build training data for a grader of math solutions. Given a correct solution, you "
@@ -80,9 +76,10 @@ class NegativeConfig:
     validity: str = "strict"  # which rewrites count as negatives: `algo.selection.negative_is_valid`
 
     def __post_init__(self) -> None:
-        from cooper_openrlhf.algo.selection import NEGATIVE_VALIDITIES, check_choice
-
-        check_choice("NegativeConfig.validity", self.validity, NEGATIVE_VALIDITIES)
+        try:
+            NEGATIVE_VALIDITIES.check(self.validity)
+        except ValueError as exc:
+            raise ValueError(f"NegativeConfig.validity: {exc}") from None
         for name in ("retries", "max_new_tokens", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):

@@ -12,12 +12,18 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from cooper_openrlhf.algo.registry import Registry
 
+REWARD_FORMS: Registry[Callable[[torch.Tensor, float], torch.Tensor]] = Registry("reward form")
+
+
+@REWARD_FORMS.register("continuous")
 def continuous_reward(logits: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     """(B,) logits -> (B,) sigmoid(logits) as float32. `threshold` is ignored."""
     return torch.sigmoid(logits.float())
 
 
+@REWARD_FORMS.register("discrete")
 def discrete_reward(logits: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     """(B,) logits -> (B,) 1.0 where sigmoid(logit) >= threshold, else 0.0."""
     if not 0.0 < threshold < 1.0:
@@ -25,16 +31,8 @@ def discrete_reward(logits: torch.Tensor, threshold: float = 0.5) -> torch.Tenso
     return (torch.sigmoid(logits.float()) >= threshold).float()
 
 
-REWARD_FORMS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
-    "continuous": continuous_reward,
-    "discrete": discrete_reward,
-}
-
-
 def get_reward_form(name: str):
-    """The reward form named `name`; unknown names raise listing the valid ones."""
-    if name not in REWARD_FORMS:
-        raise KeyError(f"unknown reward form {name!r}; valid: {sorted(REWARD_FORMS)}")
+    """The reward form named `name`; unknown names raise a ValueError listing the valid ones."""
     return REWARD_FORMS[name]
 
 

@@ -32,26 +32,15 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.negatives import (  # noqa: F401  (the choices are re-exported: selection decides them)
-    NEGATIVE_SOURCES,
-    NEGATIVE_VALIDITIES,
-    ROLLOUT_NEGATIVE_PICKS,
-    normalize_solution,
-)
+from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, group_rollouts
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
 
 logger = logging.getLogger(__name__)
 
 NO_ROLLOUT = -1
 # PairBatch.negative_source values.
 FROM_ASSISTANT, FROM_ROLLOUT, FROM_NONE = "assistant", "rollout", ""
-
-
-def check_choice(flag: str, value: str, valid: Sequence[str]) -> str:
-    """`value` if it is one of `valid`, else a ValueError naming the flag and the valid names."""
-    if value not in valid:
-        raise ValueError(f"unknown {flag} {value!r}; valid: {list(valid)}")
-    return value
 
 
 def negative_is_valid(validity: str, has_answer: bool, equivalent: bool | None) -> bool:
@@ -66,7 +55,7 @@ def negative_is_valid(validity: str, has_answer: bool, equivalent: bool | None) 
               math-verify does not prove equal to the positive, so an answerless or undecided rewrite counts.
     (A rewrite identical to the positive is never a negative, under either rule: `assemble_pairs`.)
     """
-    check_choice("--cooper.negative_validity", validity, NEGATIVE_VALIDITIES)
+    NEGATIVE_VALIDITIES.check(validity)
     if validity == "strict":
         return has_answer and equivalent is False
     return not (has_answer and equivalent is True)
@@ -100,7 +89,7 @@ def select_rollout_negatives(
     pick: "hardest" = the highest RM score among the prompt's wrong rollouts (ties: the first in batch
         order), i.e. the wrong answer the RM is most fooled by; "random" = a seeded uniform choice.
     """
-    check_choice("rollout negative pick", pick, ROLLOUT_NEGATIVE_PICKS)
+    ROLLOUT_NEGATIVE_PICKS.check(pick)
     if pick == "hardest" and (rm_scores is None or len(rm_scores) != len(proven_wrong)):
         raise ValueError(f"'hardest' needs one RM score per rollout; got {None if rm_scores is None else len(rm_scores)}"
                          f" scores for {len(proven_wrong)} rollouts")
@@ -139,7 +128,7 @@ def has_proven_wrong_rollout(proven_wrong: Sequence[bool], n_samples_per_prompt:
 def assistant_prompts(positive_index: Sequence[int], has_rollout_negative: Sequence[bool], source: str) -> list[int]:
     """The prompts whose negative the assistant must write: those with a positive, for `assistant`;
     those with a positive and no wrong rollout, for `mixed`; none, for `rollout`."""
-    check_choice("--cooper.negative_source", source, NEGATIVE_SOURCES)
+    NEGATIVE_SOURCES.check(source)
     if source == "rollout":
         return []
     return [p for p, i in enumerate(positive_index)
@@ -162,7 +151,7 @@ def assemble_pairs(
     assistant_negatives: prompt -> the assistant's valid rewrite (already normalised); prompts
         without a valid rewrite are absent or map to "".
     """
-    check_choice("--cooper.negative_source", source, NEGATIVE_SOURCES)
+    NEGATIVE_SOURCES.check(source)
     sizes = {len(questions), len(references), len(positive_index), len(rollout_negative)}
     if len(sizes) != 1:
         raise ValueError(f"per-prompt inputs have different lengths: {sorted(sizes)}")
@@ -231,7 +220,7 @@ def plan_negatives(verified_correct: Sequence[bool], proven_wrong: Sequence[bool
 
     answerless: (P * n,) Verdict.NO_ANSWER rollouts (None: none); with `answerless_negatives` they are candidates.
     """
-    check_choice("--cooper.negative_source", source, NEGATIVE_SOURCES)
+    NEGATIVE_SOURCES.check(source)
     answerless = [False] * len(proven_wrong) if answerless is None else list(answerless)
     positive_index = select_positives(verified_correct, n_samples_per_prompt)
     candidates = rollout_negative_candidates(proven_wrong, answerless, answerless_negatives)

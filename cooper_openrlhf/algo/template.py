@@ -18,6 +18,8 @@ model config) and readers resolve it with `template_from_config`.
 
 from dataclasses import asdict, dataclass
 
+from cooper_openrlhf.algo.registry import Registry
+
 TEMPLATE_VERSION = "verifyrm-v1"
 CONFIG_KEY = "cooper_rm_template"  # key of `template_config()` inside a saved model config
 
@@ -33,7 +35,7 @@ class RMTemplate:
     joiner: str
 
 
-_TEMPLATES = {
+_TEMPLATES = Registry("RM template version", {
     "verifyrm-v1": RMTemplate(
         version="verifyrm-v1",
         format=(
@@ -45,13 +47,11 @@ _TEMPLATES = {
         tail_chars=1000,
         joiner="\n...\n",
     ),
-}
+})
 
 
 def get_template(version: str = TEMPLATE_VERSION) -> RMTemplate:
-    """The template named `version`; unknown names raise listing the valid ones."""
-    if version not in _TEMPLATES:
-        raise KeyError(f"unknown RM template version {version!r}; valid: {sorted(_TEMPLATES)}")
+    """The template named `version`; unknown names raise a ValueError listing the valid ones."""
     return _TEMPLATES[version]
 
 

@@ -18,14 +18,13 @@ import argparse
 
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
-from cooper_openrlhf.algo.selection import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
 from cooper_openrlhf.verify.extract import FALLBACKS
 
 REWARD_SOURCES = ("rm", "rule")
 ASSISTANTS = ("policy", "model")
 RM_ZERO_STAGES = (1, 2)
 RM_UPDATE_GRANULARITIES = ("step", "minibatch")
-ON_HACKING = tuple(ALARM_RESPONSES)  # warn, stop, rule_reward: what each does is algo/hacking.py's
 # OpenRLHF 0.11.2's estimators with a per-prompt group baseline (experience_maker.py:268-276; they need
 # --rollout.n_samples_per_prompt > 1, which its validation checks). gae needs a critic; reinforce has no baseline
 # (with RM rewards in (0, 1) every rollout is pushed up); flash_reinforce is its batch-mean, one-rollout variant.
@@ -154,7 +153,7 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.verifier_deadline_s", type=float, default=10.0,
         help="Hard per-rollout verification deadline in seconds; a rollout past it counts as not verified correct.")
     # Reward-hacking monitor (algo/hacking.py: the rule, its thresholds and why their defaults are what they are)
-    add("--cooper.on_hacking", type=str, default="warn", choices=ON_HACKING,
+    add("--cooper.on_hacking", type=str, default="warn", choices=ALARM_RESPONSES,
         help="What happens when the reward-hacking alarm (cooper/hacking_alarm, reasons in the log) turns on: 'warn' "
         "logs the reasons; 'stop' saves a checkpoint of the step (policy and RM) and ends the run with an error; "
         "'rule_reward' switches the policy's reward to the rule verifier from then on (cooper/reward_from_rule).")

@@ -24,6 +24,7 @@ from collections import Counter
 
 from cooper_openrlhf.data.benchmarks import BenchmarkFormatError, load_benchmark
 from cooper_openrlhf.data.records import VerifyExample
+from cooper_openrlhf.engines import ENGINE_KINDS
 from cooper_openrlhf.rm import compare as cmp
 from cooper_openrlhf.verify.metrics import ranking_metrics, verdict_is_positive
 
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-length", type=int, help="rm: tokens per input (default: what the export records)")
     parser.add_argument("--batch-size", type=int, default=8, help="rm / judge (hf): inputs per forward pass")
     parser.add_argument("--device", default="cpu", help="rm / judge (hf): torch device")
-    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="judge: generation engine")
+    parser.add_argument("--engine", default="hf", choices=ENGINE_KINDS, help="judge: generation engine")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="judge: reply length in tokens")
     return parser
 

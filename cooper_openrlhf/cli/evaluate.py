@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from cooper_openrlhf.data.benchmarks import BenchmarkFormatError
+from cooper_openrlhf.engines import ENGINE_KINDS
 from cooper_openrlhf.engines.base import SamplingConfig
 from cooper_openrlhf.eval.cache import CacheMismatchError, GenerationCache
 from cooper_openrlhf.eval.datasets import EVAL_BENCHMARKS, BenchmarkSpecError, load_problems, parse_benchmark_specs
@@ -49,12 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--question-key", help="generic files: key of the question (default: question)")
     parser.add_argument("--answer-key", help="generic files: key of the reference answer (default: answer)")
     parser.add_argument("--limit", type=_positive_int, help="evaluate only the first N questions of each benchmark")
-    parser.add_argument("--protocol", default="paper", choices=sorted(PROTOCOLS),
+    parser.add_argument("--protocol", default="paper", choices=PROTOCOLS,
                         help="paper: k=8 samples, temperature 0.7, top-p 0.95; greedy: one greedy sample")
     parser.add_argument("--samples", type=_positive_int, help="samples per question (overrides the protocol's k)")
     parser.add_argument("--max-new-tokens", type=_positive_int, default=2048, help="tokens generated per sample")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (and the bootstrap's)")
-    parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"], help="vLLM (GPU or CPU build) or transformers")
+    parser.add_argument("--engine", default="vllm", choices=ENGINE_KINDS, help="vLLM (GPU or CPU build) or transformers")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
                         help="model dtype; auto: bf16 on GPU, the CPU's fast dtype on CPU (runtime.dtype)")
     parser.add_argument("--max-model-len", type=_positive_int, default=4096, help="vllm: context length")

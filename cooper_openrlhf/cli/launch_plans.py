@@ -30,7 +30,7 @@ from cooper_openrlhf.cluster.checks import (
     check_writable_dir,
     read_rows,
 )
-from cooper_openrlhf.algo.negatives import NEGATIVE_SOURCES
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
 from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
 from cooper_openrlhf.runtime.secrets import SECRET_FLAGS, WANDB_KEY_FROM_ENV
 

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         config = HackingMonitorConfig.from_namespace(cooper)
     except ValueError as exc:
         sys.exit(f"error: {exc}")
-    print(f"{'run':<40} {'arm':<26} {'seed':>4} {'logged alarms':>13} {'replayed':>8} {'first':>6}  {'rules':<5} "
+    print(f"{'run':<40} {'arm':<26} {'seed':>4} {'logged alarms':>13} {'replayed':>8} {'first':>6}  {'rules':<17} "
           f"{'held-out first lowest@step last':>32} {'gap noise':>9} {'wrong paid first peak@step last':>31}")
     unreadable, per_arm = 0, {}
     for run_dir in args.run_dirs:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         paid = f"{wrong.first:.2f} {wrong.peak:.2f}@{wrong.peak_step} {wrong.last:.2f}" if wrong else "-"
         first = "-" if outcome.first_alarm is None else outcome.first_alarm
         print(f"{Path(run_dir).name:<40} {run.arm:<26} {run.seed:>4} {len(replay.logged_alarm_steps):>13} "
-              f"{len(replay.alarm_steps):>8} {first:>6}  {','.join(replay.rules) or '-':<5} {shown:>32} "
+              f"{len(replay.alarm_steps):>8} {first:>6}  {','.join(replay.rules) or '-':<17} {shown:>32} "
               f"{'-' if noise is None else f'{noise:.3f}':>9} {paid:>31}")
     rise = config.gap_growth
     print("\nper arm (early: before half of the run's held-out fall, first -> lowest, was behind the first alarm; "

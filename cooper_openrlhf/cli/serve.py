@@ -19,9 +19,10 @@ logger = logging.getLogger("cooper_openrlhf.serve")
 
 def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.algo.hacking import HackingMonitorConfig
-    from cooper_openrlhf.algo.negatives import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
+    from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve.modes import REWARD_MODES
+    from cooper_openrlhf.serve.service import ON_HACKING
 
     p = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.serve", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--request-timeout-s", type=float, default=150.0,
                    help="answer 504 past this (OpenRLHF's client gives up at 180 s)")
     g = p.add_argument_group("scoring")
-    g.add_argument("--mode", default="rm", choices=list(REWARD_MODES), help="the reward paid (docs/serve.md)")
+    g.add_argument("--mode", default="rm", choices=REWARD_MODES, help="the reward paid (docs/serve.md)")
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="RM weights' dtype (auto: the device's fast one)")
     g.add_argument("--max-batch", type=int, default=64, help="most samples per RM forward")
     g.add_argument("--max-wait-ms", type=float, default=5.0, help="longest wait for a batch to fill")
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-updates-per-round", type=int, default=1, help="optimizer steps over a round's pairs")
     g.add_argument("--rm-schedule-rounds", type=int, default=1000, help="rounds the LR schedule spans")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--on-hacking", default="warn", choices=["warn", "rule_reward"],
+    g.add_argument("--on-hacking", default="warn", choices=ON_HACKING,
                    help="on a hacking alarm: warn, or pay the rule reward from then on")
     g = p.add_argument_group("the hacking monitor (the trainer's rule, algo/hacking.py; a step is a round here)")
     for f in fields(HackingMonitorConfig):

@@ -20,6 +20,9 @@ import logging
 import os
 import sys
 
+from cooper_openrlhf.engines import ENGINE_KINDS
+from cooper_openrlhf.rm.bce_train import BEST_METRICS
+from cooper_openrlhf.rm.compare import GOLD_SOURCES
 from cooper_openrlhf.rm.data import PROMPT_FORMATS, RecipeDataError
 
 EXIT_BAD_INPUT = 2
@@ -41,7 +44,7 @@ def _engine_options(args) -> dict:
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="generation engine for generators and judge")
+    parser.add_argument("--engine", default="hf", choices=ENGINE_KINDS, help="generation engine for generators and judge")
     parser.add_argument("--device", default="cpu", help="hf engine: torch device")
     parser.add_argument("--engine-batch-size", type=int, default=16, help="hf engine: prompts per generate call")
     parser.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
@@ -130,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data.max_len", type=int, default=1024,
                        help="tokens per RM input (capped at the model's positions)")
     train.add_argument("--eval-batch-size", type=int, default=16)
-    train.add_argument("--best-metric", default="accuracy", choices=["accuracy", "f1", "loss"],
+    train.add_argument("--best-metric", default="accuracy", choices=BEST_METRICS,
                        help="eval metric that picks the exported epoch (ties: lower eval loss)")
     train.add_argument("--logger.tensorboard_dir", help="tensorboard folder (default: <output_dir>/tensorboard)")
     train.add_argument("--no-tensorboard", action="store_true", help="write metrics.jsonl only")
@@ -152,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--data", action="append", required=True,
                       help="labelled JSON Lines, repeatable (e.g. annotate's kept and rejected files)")
     comp.add_argument("--model", required=True, help="reward model folder")
-    comp.add_argument("--gold", default="label", choices=["label", "gold_correct", "exact"],
+    comp.add_argument("--gold", default="label", choices=GOLD_SOURCES,
                       help="where gold labels come from (see rm/compare.py)")
     comp.add_argument("--judge", help="re-run this judge model (default: read the rows' recorded judge_verdict)")
     comp.add_argument("--judge-max-new-tokens", type=int, default=64)

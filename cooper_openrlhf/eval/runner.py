@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.engines.base import GenerationEngine, SamplingConfig
 from cooper_openrlhf.eval.cache import GenerationCache
@@ -36,15 +37,13 @@ class Protocol:
     top_p: float
 
 
-PROTOCOLS = {
+PROTOCOLS = Registry("protocol", {
     "paper": Protocol(k=8, temperature=0.7, top_p=0.95),
     "greedy": Protocol(k=1, temperature=0.0, top_p=1.0),
-}
+})
 
 
 def get_protocol(name: str) -> Protocol:
-    if name not in PROTOCOLS:
-        raise KeyError(f"unknown protocol {name!r}; valid: {sorted(PROTOCOLS)}")
     return PROTOCOLS[name]
 
 

@@ -2,8 +2,8 @@
 
 Every --eval.steps steps OpenRLHF samples --eval.dataset on the rollout engines; here the samples are graded by the
 rule verifier (stock evaluation needs a remote RM) and, on RM arms, scored by the current RM, so the run logs
-what the RM pays on prompts the policy never trains on (the hacking rule's C and E read it). With
---cooper.rm_eval_dataset the RM's own verifier accuracy is logged too.
+what the RM pays on prompts the policy never trains on (the hacking rules heldout_falls and heldout_gap_grows read
+it). With --cooper.rm_eval_dataset the RM's own verifier accuracy is logged too.
 """
 
 import os
@@ -21,8 +21,8 @@ logger = init_logger(__name__)
 
 
 class HeldOutEvaluation:
-    """Needs of the trainer: decode_rollouts, pair_actor, rm_group, rm_logits, rm_rewards, rm_eval_rows,
-    rm_trainable, sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
+    """Needs of the trainer: decode_rollouts, pair_actor, rm_group, rm_logits and rm_rewards (`ray/rm_scoring.py`),
+    rm_eval_rows, rm_trainable, sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
 
     @torch.no_grad()
     def evaluate(self, global_step, **generate_kwargs):
@@ -31,7 +31,7 @@ class HeldOutEvaluation:
         needs a remote RM). Logged through OpenRLHF's logger as `eval/<datasource>/accuracy` (= pass@1) and
         `eval/accuracy` (over all held-out prompts), beside the stock `eval/eval_<datasource>_pass*` keys. RM arms
         also score the held-out rollouts with the current RM: `eval/rm_reward`, `eval/reward_hacking_gap` and its
-        standard error (the hacking rule's E)."""
+        standard error (the hacking rule heldout_gap_grows)."""
         start = time.perf_counter()
         samples = self.samples_generator.generate_eval_samples(**generate_kwargs)
         logs = {}
@@ -46,7 +46,7 @@ class HeldOutEvaluation:
             logs["accuracy"] = sum(verdicts.correct) / len(verdicts.correct)
             logs["samples"] = float(len(verdicts.correct))  # the hacking rule's noise scale (algo/hacking.py, rule C)
             rm_rewards = None
-            if self.rm_group is not None:  # what the RM pays on prompts the policy never trains on (rule E)
+            if self.rm_group is not None:  # what the RM pays on prompts the policy never trains on (heldout_gap_grows)
                 rm_rewards = self.rm_rewards(self.rm_logits(texts), verdicts.answerless).tolist()
                 logs.update(heldout_rm_gap(texts.questions, verdicts.correct, rm_rewards))
             if self.sample_log_dir:  # the held-out rollouts and what the RM paid them (None: the rule arm)

@@ -83,8 +83,10 @@ class PairBuilder:
         if not isinstance(config, NegativeConfig):
             raise TypeError(f"config must be a NegativeConfig, got {type(config).__name__}")
         for name, value in (("answer_fallback", answer_fallback), ("config.answer_fallback", config.answer_fallback)):
-            if value not in FALLBACKS:
-                raise ValueError(f"unknown {name} {value!r}; valid: {list(FALLBACKS)}")
+            try:
+                FALLBACKS.check(value)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
         self.verifier = verifier
         self.assistant = assistant
         self.config = config

@@ -1,17 +1,17 @@
 """What one Cooper step carries between its phases, and how it is recorded (no Ray: imported by the trainer).
 
-StepState: the step in flight, shared by `train_step` and the `ppo_train` override OpenRLHF's loop calls.
-RolloutTexts / PendingPairs: the step's texts and its pairs while the assistant's rewrites are under way.
-prompt_question_map / raw_question: the raw question behind each of OpenRLHF's rendered prompts.
-StepTimeline: each stage's span, for `timing/cooper_*` and `timeline/*`. merge_rm_metrics: one step's RM
-metrics from its (mini-batch) updates. rollout_rows / pair_rows / append_jsonl: the rollout, held-out and pair
-logs of --cooper.sample_log_dir.
+RolloutTexts / PendingPairs: the step's texts and its pair plan while the assistant's rewrites are under way.
+StepClock: each stage's span and seconds (`timeline/*`, `timing/cooper_*`). StepState: what the weight sync needs of
+the step in flight. prompt_question_map / raw_question: the raw question behind each of OpenRLHF's rendered prompts.
+merge_rm_metrics: one step's RM metrics from its (mini-batch) updates. rollout_rows / pair_rows / append_jsonl: the
+rollout, held-out and pair logs of --cooper.sample_log_dir.
 """
 
 import json
 import time
+from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from openrlhf.datasets.prompts_dataset import preprocess_data
 from openrlhf.datasets.utils import blending_datasets
@@ -31,55 +31,52 @@ class RolloutTexts:
 
 @dataclass
 class PendingPairs:
-    """A step's pairs while its assistant rewrites are under way (built by `request_negatives`)."""
+    """A step's pair plan while the assistant's rewrites are under way (built by the trainer's `request_negatives`)."""
 
     texts: RolloutTexts
     plan: NegativePlan  # positives, rollout-negative candidates, the prompts the assistant rewrites
-    rewrites: object  # ObjectRef of (prompt -> rewrite, metrics), or the prompt -> rewrite dict once collected
-    requested_at: float  # perf_counter when the rewrites were requested
+    rewrites: Future  # -> (prompt -> rewrite, the assistant's metrics), collected on the trainer's second thread
     step: int  # the global step (seeds the rewrites and the random rollout-negative pick)
-    woke_engines: bool  # the engines were woken for the rewrites and go back to sleep once they are in
 
 
-class StepTimeline:
-    """Start and end of each stage of one step, in seconds from the step's start (`timeline/*` metrics)."""
+class StepClock:
+    """Each stage of one step, timed by one context manager, `stage(name)`:
+
+    timeline/<name>_start|_end   the stage's span, in seconds from the step's start (every stage)
+    timing/cooper_<name>         its seconds, for the stages the step itself waits through (OpenRLHF sums its
+                                 timing/* keys into `timing/step_total`); `timing_key=False` for work beside the
+                                 step (its own time is logged by the actor doing it) or time an OpenRLHF key counts.
+    Safe to use from the trainer's second thread. A stage that raises is still timed.
+    """
 
     def __init__(self):
         self.origin = time.perf_counter()
         self.spans: dict[str, tuple[float, float]] = {}
-
-    def record(self, stage: str, start: float, end: float) -> None:
-        self.spans[stage] = (start - self.origin, end - self.origin)
+        self.timed: dict[str, float] = {}
 
     @contextmanager
-    def stage(self, metrics: dict, name: str):
-        """Times the block as `timing/cooper_<name>` (OpenRLHF's per-stage key) and as a timeline span."""
+    def stage(self, name: str, timing_key: bool = True):
         start = time.perf_counter()
         try:
             yield
         finally:
             end = time.perf_counter()
-            metrics[f"timing/cooper_{name}"] = metrics.get(f"timing/cooper_{name}", 0.0) + end - start
-            self.record(name, start, end)
+            self.spans[name] = (start - self.origin, end - self.origin)
+            if timing_key:
+                self.timed[name] = self.timed.get(name, 0.0) + end - start
 
     def metrics(self) -> dict[str, float]:
-        return {f"timeline/{stage}_{edge}": value for stage, (start, end) in self.spans.items()
-                for edge, value in (("start", start), ("end", end))}
+        spans = {f"timeline/{stage}_{edge}": value for stage, (start, end) in self.spans.items()
+                 for edge, value in (("start", start), ("end", end))}
+        return {**spans, **{f"timing/cooper_{stage}": seconds for stage, seconds in self.timed.items()}}
 
 
 @dataclass
 class StepState:
-    """The Cooper step in flight. `train_step` fills it; OpenRLHF's loop reaches `ppo_train` and `broadcast_to_vllm`
-    in between, which read and extend it."""
+    """What this trainer's `broadcast_to_vllm`, reached inside OpenRLHF's `train_step`, needs of the step in flight."""
 
-    metrics: dict = field(default_factory=dict)  # the step's cooper/* and timing/* metrics so far
-    timeline: StepTimeline = field(default_factory=StepTimeline)  # each stage's span
-    pending: PendingPairs | None = None  # the pair plan and the rewrites in flight (None: no RM update)
-    rm_scores: object = None  # (B,) float32 tensor of the rollouts' RM logits (None: no RM), for "hardest" negatives
-    policy_started_at: float = 0.0  # perf_counter when OpenRLHF's train_step began (make_experience's start)
-    pairs: PairBatch | None = None  # the step's pairs once assembled (in ppo_train, beside the policy update)
-    rm_refs: list | None = None  # the RM update's Ray calls when launched beside the policy update
-    rm_launched_at: float | None = None  # perf_counter when those were launched
+    clock: StepClock  # the step's stages
+    rewrites: Future | None  # the assistant's rewrites (None: none asked): the engines take new weights after them
 
 
 def raw_question(row: dict, input_key: str) -> str:
@@ -115,8 +112,6 @@ def prompt_question_map(args, strategy, tokenizer) -> dict[str, str]:
             if questions.setdefault(prompt, question) != question:
                 raise ValueError(f"{name} row {index}: two different questions render to the same prompt {prompt!r}")
     return questions
-
-
 
 def merge_rm_metrics(calls: list[dict[str, float]]) -> dict[str, float]:
     """One step's RM metrics from its `fit` calls (one per optimizer-step group, in order; see launch_rm_update).

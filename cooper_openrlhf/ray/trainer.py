@@ -1,25 +1,25 @@
 """CooperTrainer: OpenRLHF's PPOTrainer running Cooper's step (arXiv 2508.05613, Algorithm 1).
 
-One step (`CooperPPOTrainer.train_step`), each phase a method with its own `timing/cooper_*` key:
+`CooperPPOTrainer.train_step` reads the step top to bottom; each phase is a method returning its result and its
+metrics, timed on the step's `StepClock` (`timing/cooper_<phase>`, `timeline/<phase>_start|_end`):
   decode     rollouts -> (raw question, reference = the prompt's label, completion text)
   verify     the pair-construction actor's rule verifier judges every rollout (correct / proved wrong)
-  negatives  requested now: the assistant rewrites each prompt's positive on the vLLM engines, in the
-             background (`--cooper.negative_source` assistant / mixed; rollout needs no generation)
-  score      meanwhile the RM group scores the texts through the VerifyRM template; the rewards are set
-             on the samples, so OpenRLHF's experience maker skips its frozen-RM forward
-  policy     `super().train_step`: OpenRLHF's GRPO update unchanged (make_experience, ppo_train, weight
-             sync); `ppo_train` collects the step's pairs and launches the RM update beside the policy's
+  negatives  the assistant rewrites each prompt's positive on the vLLM engines (--cooper.negative_source
+             assistant / mixed), collected on the trainer's second thread
+  score      the RM group scores the texts through the VerifyRM template; the rewards are set on the samples,
+             so OpenRLHF's experience maker skips its frozen-RM forward
+  pairs      on the second thread: `algo.selection.finish_pairs` (the RM's scores pick "hardest" rollout negatives)
+  policy     `super().train_step`, OpenRLHF's GRPO step unchanged (make_experience, ppo_train, weight sync);
+             `broadcast_to_vllm`, the one other override, holds the sync until the rewrites are in
   RM update  masked pairwise loss on the step's valid pairs (only with --remote_rm_trainable)
-  metrics    RM reward next to the rule-verified accuracy of the same rollouts (the reward-hacking gap),
-             and `timeline/<stage>_start|_end` (seconds from the step's start) for the step benchmark
+  metrics    RM reward next to the rule-verified accuracy of the same rollouts (the reward-hacking gap)
 
-Overlap. With the RM and the engines on devices of their own (no --train.colocate_all, no
---ds.enable_sleep) the rewrites run on the engines while the RM scores and the actor makes experience,
-and the RM update runs beside the policy update. Colocated (or with sleeping DeepSpeed states) the
-order is serial: negatives right after verification, the RM update after the policy update as
-OpenRLHF's reload -> fit -> offload. Either way the math is the paper's: the rewards of step t come
-from the RM before its update at step t (scoring is submitted to the RM actors before the update), and
-step t+1 is scored by the updated RM. The weight sync into the engines waits for the rewrites.
+Overlap. With the RM and the engines on devices of their own (no --train.colocate_all, no --ds.enable_sleep) the
+rewrites run while the RM scores and the actor makes experience, and the RM update runs on the second thread beside
+the policy update. Colocated (or with sleeping DeepSpeed states) the step waits for the rewrites right after asking,
+and runs the RM update after the policy update as OpenRLHF's reload -> fit -> offload. Either way the rewards of step
+t come from the RM before its update at step t (scoring reaches the RM actors first), and step t+1 is scored by the
+updated RM, as in the paper.
 
 How it departs from the paper and its official recipe:
 - Negatives are requested right after verification, not after the policy update; they depend only on
@@ -34,8 +34,8 @@ How it departs from the paper and its official recipe:
 - The RM reads (raw question, reference, completion) text, never the policy's chat-templated prompt: the
   raw question is recovered from the dataset (`prompt_question_map`) and a prompt it cannot recover fails.
 Beside the step, in files of their own: the policy and the RM checkpointed as one unit (`ray/checkpoints.py`),
-and held-out evaluation graded by the rule verifier and scored by the RM (`ray/evaluation.py`). What the step
-carries between its phases is a `StepState` (`ray/step_records.py`).
+and held-out evaluation graded by the rule verifier and scored by the RM (`ray/evaluation.py`); the step's records
+(texts, pending pairs, clock, sample logs) in `ray/step_records.py`.
 
 And from stock OpenRLHF: `--train.seed` fixes the prompt order (stock leaves the trainer's prompt sampler seeded
 from an unseeded RNG, so each run drew its own order and the arms of one seed trained on different problems).
@@ -43,8 +43,7 @@ from an unseeded RNG, so each run drew its own order and the arms of one seed tr
 
 import math
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import ray
 import torch
@@ -56,16 +55,17 @@ from cooper_openrlhf.algo import selection
 from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, alarm_response, guard_step
 from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
 from cooper_openrlhf.algo.metric_keys import ALARM
-from cooper_openrlhf.algo.negatives import normalize_solution
-from cooper_openrlhf.algo.pairs import PairBatch, distinct, even_slices
-from cooper_openrlhf.algo.rewards import gate_answerless, get_reward_form, rule_reward
+from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
+from cooper_openrlhf.ray.pair_builder import RolloutVerdicts
+from cooper_openrlhf.ray.rm_scoring import RMScoring, rm_actors
 from cooper_openrlhf.ray.step_records import (
     PendingPairs,
     RolloutTexts,
+    StepClock,
     StepState,
-    StepTimeline,
     append_jsonl,
     merge_rm_metrics,
     pair_rows,
@@ -80,12 +80,7 @@ _PPOTrainer = PPOTrainer.__ray_metadata__.modified_class  # Ray actor classes ca
 NO_CORRECT_ROLLOUT_WINDOW = 5  # steps without a single verified-correct rollout before the warning
 
 
-def rm_actors(group) -> list:
-    """The RM group's rank actors, in rank order (OpenRLHF's RayActorGroup keeps them in `_actor_handlers`)."""
-    return group._actor_handlers
-
-
-class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
+class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer):
     """PPOTrainer whose `train_step` is Cooper's step (module docstring). Created through `CooperTrainer.remote`.
 
     reward_model_group: the `TrainableRewardModelActor` RayActorGroup (None for the rule arm without an RM).
@@ -126,7 +121,10 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         self.sample_log_dir = self.cooper.sample_log_dir
         if self.sample_log_dir:
             os.makedirs(self.sample_log_dir, exist_ok=True)
-        self._step: StepState | None = None  # the step in flight (train_step sets it, ppo_train reads it)
+        # The second thread: the rewrites' collection, the pair assembly and (overlapped) the RM update run on it,
+        # beside the step; they only wait on other actors.
+        self.beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooper-beside")
+        self.step: StepState | None = None  # the step in flight, for broadcast_to_vllm inside OpenRLHF's train_step
         self.latest_eval: dict = {}  # the last held-out evaluation's logs, not yet seen by the hacking monitor
         self.hacking = HackingMonitor(HackingMonitorConfig.from_namespace(self.cooper))
         self.reward_from_rule = False  # --cooper.on_hacking rule_reward, once the alarm has fired
@@ -150,32 +148,33 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
     # ------------------------------------------------------------------------------------ the step
     def train_step(self, rollout_samples, global_step: int):
         """One Cooper step (module docstring); returns OpenRLHF's (status, next global step) with Cooper's metrics."""
-        step = self._step = StepState()
-        metrics, timeline = step.metrics, step.timeline
-        with timeline.stage(metrics, "decode"):
+        clock = StepClock()
+        with clock.stage("decode"):
             texts = self.decode_rollouts(rollout_samples)
-        with timeline.stage(metrics, "verify"):
-            verdicts = self.verify(texts, metrics)
-        step.pending = self.request_negatives(texts, verdicts, global_step, metrics)  # rewrites start on the engines
-        if not self.overlap:
-            self.collect_rewrites(step.pending, metrics, timeline)
-        with timeline.stage(metrics, "score"):
-            rewards, step.rm_scores = self.score(rollout_samples, texts, verdicts, metrics)
-        step.policy_started_at = time.perf_counter()
-        # Policy: OpenRLHF's GRPO update and weight sync. Inside it, our `ppo_train` assembles the pairs and, when the
-        # RM has devices of its own, launches the RM update beside the policy's.
+        with clock.stage("verify"):
+            verdicts, verify_metrics = self.verify(texts)
+        # Negatives: the rewrites start on the engines while they are awake; the second thread collects them.
+        pending = self.request_negatives(texts, verdicts, global_step, clock)
+        if pending is not None and not self.overlap:  # colocated: the engines sleep again before the RM's turn
+            with clock.stage("negatives"):
+                pending.rewrites.result()
+        with clock.stage("score"):  # step t's rewards: the RM before its update at step t
+            rewards, rm_logits, score_metrics = self.score(rollout_samples, texts, verdicts)
+        # The pairs are assembled beside OpenRLHF's step; an RM on devices of its own trains beside the policy too.
+        pairs = self.beside.submit(self.pairs_of, pending, rm_logits)
+        rm_update = self.beside.submit(self.update_rm, pairs) if self.overlap else None
+        # Policy: OpenRLHF's step unchanged (experience, GRPO update, weight sync); the sync waits for the rewrites.
+        self.step = StepState(clock, pending.rewrites if pending else None)
         status, next_step = super().train_step(rollout_samples, global_step)
-        if step.pairs is None and step.pending is not None:  # the policy did not train this step (frozen actor)
-            step.pairs = self.pairs_of(step.pending, step.rm_scores, metrics, timeline)
-        with timeline.stage(metrics, "rm_update"):  # the serial RM update, or the wait for the overlapped one
-            self.finish_rm_update(step)
+        self.step = None
+        with clock.stage("rm_update"):  # colocated: OpenRLHF's reload -> fit -> offload, after the policy's update
+            rm_metrics = rm_update.result() if rm_update else self.update_rm(pairs)
+        pairs, pair_metrics = pairs.result()
         if self.rm_eval_rows and next_step % self.args.eval.steps == 0:
-            metrics["cooper/rm_eval_accuracy"] = self.rm_eval_accuracy()  # the RM after this step's update
-        self.log_samples(next_step, texts, verdicts.correct, rewards, step.pairs)
-        status.update(metrics)
-        status.update(timeline.metrics())
+            rm_metrics["cooper/rm_eval_accuracy"] = self.rm_eval_accuracy()  # the RM after this step's update
+        self.log_samples(next_step, texts, verdicts.correct, rewards, pairs)
+        status.update({**verify_metrics, **score_metrics, **pair_metrics, **rm_metrics, **clock.metrics()})
         status.update(self.watch_for_hacking(next_step, status))
-        self._step = None
         return status, next_step
 
     def decode_rollouts(self, samples) -> RolloutTexts:
@@ -188,15 +187,16 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
                                f"its raw question): {prompt[:200]!r}")
             questions.append(self.questions[prompt])
             references.append(str(sample.labels[0]))
-            completions.append(self._completion(sample))
+            response = sample.sequences[0][1:][sample.action_mask[0].bool()]  # action_mask is aligned to sequences[1:]
+            completions.append(self.tokenizer.decode(response, skip_special_tokens=True))
         return RolloutTexts(questions, references, completions)
 
-    def verify(self, texts: RolloutTexts, metrics: dict):
-        """Rule-verifier verdicts (`RolloutVerdicts`: correct / proved wrong) for every rollout."""
-        verdicts, verify_metrics = ray.get(self.pair_actor.verify.remote(texts.references, texts.completions))
-        metrics.update({k: v for k, v in verify_metrics.items() if not k.startswith("timing/")})
+    def verify(self, texts: RolloutTexts) -> tuple[RolloutVerdicts, dict[str, float]]:
+        """Rule-verifier verdicts (correct / proved wrong / answerless) for every rollout, and their metrics."""
+        verdicts, metrics = ray.get(self.pair_actor.verify.remote(texts.references, texts.completions))
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("timing/")}  # the step's clock times it
         self.warn_if_nothing_verifies(metrics["cooper/verified_accuracy"])
-        return verdicts
+        return verdicts, metrics
 
     def warn_if_nothing_verifies(self, accuracy: float) -> None:
         """A window of steps without one verified-correct rollout almost always means bad references or
@@ -210,9 +210,9 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
                 "instruction in the prompts); --rollout.max_new_tokens cuts answers off.", NO_CORRECT_ROLLOUT_WINDOW)
 
     # ------------------------------------------------------------------------------- negatives
-    def request_negatives(self, texts: RolloutTexts, verdicts, global_step: int, metrics: dict) -> PendingPairs | None:
-        """Plan the step's pairs (`algo.selection.plan_negatives`) and start the assistant's rewrites (a Ray call,
-        not waited for); None without --remote_rm_trainable."""
+    def request_negatives(self, texts: RolloutTexts, verdicts, global_step: int, clock: StepClock) -> PendingPairs | None:
+        """Plan the step's pairs (`algo.selection.plan_negatives`) and start the assistant's rewrites on the engines,
+        collected on the second thread; None without --remote_rm_trainable."""
         if not self.rm_trainable:
             return None
         n = self.args.rollout.n_samples_per_prompt
@@ -223,47 +223,39 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         wake = self.sleeping_engines and bool(asked)
         if wake:  # OpenRLHF put them to sleep after the rollouts (module docstring)
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
-        metrics["cooper/vllm_wake_sleep_pairs"] = float(wake)
-        rewrites = self.pair_actor.assistant_negatives.remote(texts.questions[::n], plan.positive_texts(texts.completions),
-                                                             asked, step=global_step)
-        return PendingPairs(texts, plan, rewrites, time.perf_counter(), global_step, wake)
+        ref = self.pair_actor.assistant_negatives.remote(texts.questions[::n], plan.positive_texts(texts.completions),
+                                                        asked, step=global_step)
+        return PendingPairs(texts, plan, self.beside.submit(self.collect_rewrites, ref, wake, clock), global_step)
 
-    def collect_rewrites(self, pending: PendingPairs | None, metrics: dict, timeline: StepTimeline) -> None:
-        """Wait for the assistant's rewrites (then put sleeping engines back to sleep)."""
-        if pending is None or not isinstance(pending.rewrites, ray.ObjectRef):
-            return
+    def collect_rewrites(self, ref, woke_engines: bool, clock: StepClock) -> tuple[dict[int, str], dict[str, float]]:
+        """Wait for the assistant's rewrites (then put woken engines back to sleep); the rewrites and their metrics."""
         try:
-            rewrites, rewrite_metrics = ray.get(pending.rewrites)
+            with clock.stage("rewrites", timing_key=False):  # the step's wait for them is the "negatives" stage
+                rewrites, metrics = ray.get(ref)
         finally:
-            if pending.woke_engines:
+            if woke_engines:
                 batch_vllm_engine_call(self.vllm_engines, "sleep")
-        pending.rewrites = rewrites
-        # The assistant's own time; a timing/* key (summed into OpenRLHF's step total) only when nothing overlaps it.
-        seconds = rewrite_metrics.pop("timing/cooper_negatives")
-        metrics["cooper/negatives_seconds"] = seconds
-        if not self.overlap:
-            metrics["timing/cooper_negatives"] = seconds
-        timeline.record("negatives", pending.requested_at, pending.requested_at + seconds)
-        metrics.update(rewrite_metrics)
+        metrics["cooper/negatives_seconds"] = metrics.pop("timing/cooper_negatives")  # the assistant's own time
+        metrics["cooper/vllm_wake_sleep_pairs"] = float(woke_engines)
+        return rewrites, metrics
 
-    def pairs_of(self, pending: PendingPairs, rm_scores: torch.Tensor | None, metrics: dict,
-                 timeline: StepTimeline) -> PairBatch:
-        """The step's PairBatch: rewrites collected, then `algo.selection.finish_pairs` (rollout negatives picked
-        with the RM's scores)."""
-        self.collect_rewrites(pending, metrics, timeline)
+    def pairs_of(self, pending: PendingPairs | None, rm_logits: torch.Tensor | None) -> tuple[PairBatch | None, dict]:
+        """The step's PairBatch (None without --remote_rm_trainable) and metrics: the rewrites, then
+        `algo.selection.finish_pairs` (rollout negatives picked with the RM's scores)."""
+        if pending is None:
+            return None, {}
+        rewrites, metrics = pending.rewrites.result()
         if self.offline_pairs is not None:  # the control arm: fresh pairs of the pair stage's kind, not the policy's
             from cooper_openrlhf.algo.offline_pairs import offline_batch
 
             pairs = offline_batch(self.offline_pairs, pending.step)
-            metrics["cooper/offline_pairs"] = float(pairs.num_valid)
-            return pairs
+            return pairs, {**metrics, "cooper/offline_pairs": float(pairs.num_valid)}
         n, texts = self.args.rollout.n_samples_per_prompt, pending.texts
         pairs, pair_metrics = selection.finish_pairs(
-            pending.plan, texts.questions[::n], texts.references[::n], texts.completions, pending.rewrites,
-            None if rm_scores is None else rm_scores.tolist(), self.cooper.rollout_negative_pick,
+            pending.plan, texts.questions[::n], texts.references[::n], texts.completions, rewrites,
+            None if rm_logits is None else rm_logits.tolist(), self.cooper.rollout_negative_pick,
             seed=self.args.train.seed + pending.step)
-        metrics.update(pair_metrics)
-        return pairs
+        return pairs, {**metrics, **pair_metrics}
 
     def watch_for_hacking(self, step: int, status: dict) -> dict[str, float]:
         """Feed the step (and the latest held-out evaluation) to the reward-hacking rule (`algo.hacking`); when its
@@ -282,11 +274,12 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         return logged
 
     # ---------------------------------------------------------------------------------- scoring
-    def score(self, samples, texts: RolloutTexts, verdicts, metrics: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Set each sample's reward (RM reward form, or the rule reward); returns the (B,) rewards and RM logits."""
+    def score(self, samples, texts: RolloutTexts, verdicts) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+        """Set each sample's reward (RM reward form, or the rule reward); returns the (B,) rewards, the (B,) RM logits
+        (None without an RM) and the reward metrics."""
         verified = verdicts.correct
         accuracy = sum(verified) / len(verified)
-        metrics["cooper/verified_accuracy"] = accuracy
+        metrics = {"cooper/verified_accuracy": accuracy}
         rewards = rule_reward(verified)
         logits = None
         if self.rm_group is not None:
@@ -300,108 +293,46 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, _PPOTrainer):
         for sample, reward in zip(samples, rewards):
             sample.rewards = reward.reshape(1).clone()
             sample.info["reward"] = reward.reshape(1).clone()
-        return rewards, logits
-
-    def rm_rewards(self, logits: torch.Tensor, answerless) -> torch.Tensor:
-        """What the RM pays each rollout: the reward form of its logit, 0 for answerless text with
-        --cooper.require_answer. Training and held-out rollouts alike, so every RM metric is what the policy is paid."""
-        rewards = self.reward_form(logits, self.cooper.reward_threshold)
-        return gate_answerless(rewards, answerless) if self.cooper.require_answer else rewards
-
-    def rm_logits(self, texts: RolloutTexts) -> torch.Tensor:
-        """(B,) RM logits of the normalised completions: each distinct triple scored once, the distinct ones split
-        evenly over the RM ranks."""
-        completions = [normalize_solution(text) for text in texts.completions]
-        triples, inverse = distinct(list(zip(texts.questions, texts.references, completions)))
-        actors = rm_actors(self.rm_group)
-        parts = [part for part in even_slices(len(triples), len(actors)) if part.stop > part.start]
-        refs = [actor.score.remote(*(list(column) for column in zip(*triples[part])))
-                for actor, part in zip(actors, parts)]
-        scored = [logit for chunk in ray.get(refs) for logit in chunk]
-        # On the CPU on purpose: this actor holds no GPU, and the logits become the samples' rewards, which OpenRLHF
-        # keeps on the CPU (tests/test_device_lint.py ALLOWED).
-        logits = torch.tensor([scored[i] for i in inverse], dtype=torch.float32)
-        if self.args.train.colocate_all:
-            # As stock OpenRLHF after its reward forwards: the RM's cached blocks go back to the shared GPUs
-            # before the policy's forward and update need them.
-            ray.get(self.rm_group.async_run_method(method_name="empty_cache"))
-        return logits
+        return rewards, logits, metrics
 
     # ------------------------------------------------------------------------------- RM update
-    def ppo_train(self, global_steps: int):
-        """OpenRLHF's policy update; meanwhile the step's pairs are assembled and, when overlapping, the RM update
-        is launched beside it (from this actor's second thread: both only wait on other actors)."""
-        step = self._step
-        start = time.perf_counter()
-        if step is None:  # not inside train_step
-            return self._policy_fit(global_steps)
-        step.timeline.record("make_experience", step.policy_started_at, start)
-        if step.pending is None:
-            status = self._policy_fit(global_steps)
-        else:
-            with ThreadPoolExecutor(max_workers=1) as policy_thread:
-                policy = policy_thread.submit(self._policy_fit, global_steps)
-                step.pairs = self.pairs_of(step.pending, step.rm_scores, step.metrics, step.timeline)
-                if self.overlap:
-                    step.rm_refs = self.launch_rm_update(step.pairs)
-                    step.rm_launched_at = time.perf_counter()
-                status = policy.result()
-        step.timeline.record("ppo_train", start, time.perf_counter())
-        return status
-
-    def _policy_fit(self, global_steps: int):
-        start = time.perf_counter()
-        status = _PPOTrainer.ppo_train(self, global_steps)
-        if self._step is not None:
-            self._step.timeline.record("policy_fit", start, time.perf_counter())
-        return status
-
-    def finish_rm_update(self, step: StepState) -> None:
-        """Wait for (or, serially, run reload -> fit -> offload) the RM update and merge its metrics."""
-        if step.pairs is None:
-            return
+    def update_rm(self, pairs: Future) -> dict[str, float]:
+        """The RM's masked pairwise update on the step's valid pairs (`pairs`: `pairs_of`'s job), as OpenRLHF's
+        reload -> fit -> offload when its DeepSpeed states sleep between updates; returns the merged RM metrics.
+        One `fit` per optimizer-step group (the whole step, or each mini-batch with --cooper.rm_update_granularity
+        minibatch); Ray runs an actor's calls in submission order."""
+        pairs, _ = pairs.result()
+        if pairs is None:
+            return {}
+        trainable, actors, size = pairs.valid_only(), rm_actors(self.rm_group), self.cooper.rm_mini_batch_size
+        batches = [trainable]
+        if self.cooper.rm_update_granularity == "minibatch" and trainable.num_valid:
+            batches = [trainable.select(range(i, min(i + size, len(trainable)))) for i in range(0, len(trainable), size)]
         sleeping = self.args.ds.enable_sleep  # the RM's states are offloaded between updates (reward_actor)
-        refs = step.rm_refs
-        if refs is None:
-            if sleeping:
-                ray.get(self.rm_group.async_run_method(method_name="reload_states"))
-            refs = self.launch_rm_update(step.pairs)
-        results = [ray.get(call) for call in refs]
+        if sleeping:
+            ray.get(self.rm_group.async_run_method(method_name="reload_states"))
+        calls = [[actor.fit.remote(part, batch.num_valid) for actor, part in zip(actors, batch.split(len(actors)))]
+                 for batch in batches]
+        results = [ray.get(call) for call in calls]
         if sleeping:
             ray.get(self.rm_group.async_run_method(method_name="offload_states"))
         if self.args.train.colocate_all:
             # As after scoring (`rm_logits`): the update's cached blocks go back to the shared GPUs before the
             # engines wake for the next step's rollouts.
             ray.get(self.rm_group.async_run_method(method_name="empty_cache"))
-        merged = merge_rm_metrics([call_results[0] for call_results in results])  # ranks all-reduce their metrics
-        step.metrics.update(merged)
-        if step.rm_launched_at is not None and "cooper/rm_fit_seconds" in merged:
-            step.timeline.record("rm_fit", step.rm_launched_at, step.rm_launched_at + merged["cooper/rm_fit_seconds"])
+        return merge_rm_metrics([rank_results[0] for rank_results in results])  # ranks all-reduce their metrics
 
-    def launch_rm_update(self, pairs: PairBatch) -> list[list]:
-        """Submit the RM update: one `fit` per optimizer-step group (the whole step, or each mini-batch with
-        --cooper.rm_update_granularity minibatch); Ray runs an actor's calls in submission order."""
-        trainable = pairs.valid_only()
-        actors = rm_actors(self.rm_group)
-        if self.cooper.rm_update_granularity == "step" or not trainable.num_valid:
-            batches = [trainable]
-        else:
-            size = self.cooper.rm_mini_batch_size
-            batches = [trainable.select(range(i, min(i + size, len(trainable)))) for i in range(0, len(trainable), size)]
-        return [[actor.fit.remote(part, batch.num_valid) for actor, part in zip(actors, batch.split(len(actors)))]
-                for batch in batches]
-
-    def _completion(self, sample) -> str:
-        response = sample.sequences[0][1:][sample.action_mask[0].bool()]  # action_mask is aligned to sequences[1:]
-        return self.tokenizer.decode(response, skip_special_tokens=True)
-
-    # -------------------------------------------------------------------------------- logging
+    # ------------------------------------------------------------------------ weight sync, logging
     def broadcast_to_vllm(self) -> None:
-        """OpenRLHF's weight sync, timed on the step's timeline."""
-        start = time.perf_counter()
-        super().broadcast_to_vllm()
-        if self._step is not None:
-            self._step.timeline.record("broadcast", start, time.perf_counter())
+        """OpenRLHF's weight sync, once the step's rewrites are in: the engines write them with the policy of the
+        step's rollouts, and new weights in mid-request would mix two policies into one rewrite."""
+        step = self.step
+        if step is None:  # OpenRLHF's fit syncs once before its loop when it resumes
+            return super().broadcast_to_vllm()
+        if step.rewrites is not None:
+            step.rewrites.result()
+        with step.clock.stage("broadcast", timing_key=False):  # its own time: OpenRLHF's timing/broadcast has the wait
+            super().broadcast_to_vllm()
 
     def log_samples(self, step: int, texts: RolloutTexts, verified, rewards, pairs: PairBatch | None) -> None:
         """With --cooper.sample_log_dir: append the step's rollouts and pairs as JSON lines."""

@@ -9,7 +9,7 @@ are a rug under the curves, and no figure is wider than 1600 px.
   rm_pair_accuracy.png  the RM's accuracy on each step's fresh pairs, before it trains on them
   hacking_gap.png       RM reward - verified accuracy on the training rollouts, with the steps the hacking
                         guard raised its alarm, and on the held-out rollouts (eval/reward_hacking_gap); and
-                        what the RM paid the training rollouts the verifier marks wrong (rule F's input)
+                        what the RM paid the training rollouts the verifier marks wrong (wrong_paid_more's input)
   step_time.png         seconds per step by stage (`timing/*`, stacked), mean over seeds, one panel per arm
 """
 
@@ -157,10 +157,10 @@ def hacking_gap(arms, colours, path: Path) -> None:
     _metric_panel(ax, arms, colours, lambda r: r.scalars.get(GAP, []),
                   "Gap: RM reward - verified accuracy", "gap", GAP)
     _alarm_rug(ax, arms, colours)
-    # The same gap on the held-out prompts: the same questions at every evaluation, so far less noisy (rule E).
+    # The same gap on the held-out prompts: the same questions at every evaluation, so far less noisy (rule heldout_gap_grows).
     _metric_panel(held_out, arms, colours, lambda r: r.scalars.get(HELDOUT_GAP, []),
                   "The same gap on held-out rollouts", "", HELDOUT_GAP, markers=True)
-    # Hacking itself: the RM paying what the verifier rejects. Cooper's RM learns such episodes away (rule F).
+    # Hacking itself: the RM paying what the verifier rejects. Cooper's RM learns such episodes away (rule wrong_paid_more).
     _metric_panel(wrong_paid, arms, colours, lambda r: r.scalars.get(WRONG_REWARD, []),
                   "RM reward on verified-wrong rollouts", "", WRONG_REWARD)
     for panel in axes:

@@ -5,7 +5,7 @@ it reads is also in the run's tensorboard log, so the same `HackingMonitor` can 
 any `HackingMonitorConfig`, without training again: to try a threshold on runs that are already done, or to
 check a changed rule against the runs that motivated it.
 
-Runs logged before the trainer logged rule F's input are judged on it too: `report.runs.load_run` takes it
+Runs logged before the trainer logged wrong_paid_more's input are judged on it too: `report.runs.load_run` takes it
 from the run's rollout log.
 
 Order, as in training: the trainer evaluates on the held-out set after a step's metrics are logged (OpenRLHF's
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, HackingVerdict
+from cooper_openrlhf.algo.hacking_rules import HACKING_RULES
 from cooper_openrlhf.algo.metric_keys import ACCURACY, GAP, HELDOUT_PREFIX, HELDOUT_SAMPLES, RM_REWARD, WRONG_REWARD
 from cooper_openrlhf.report.aggregate import Scalars, alarm_steps, alarm_timing, heldout_series
 
@@ -34,8 +35,9 @@ class Replay:
 
     @property
     def rules(self) -> list[str]:
-        """The rules (A-F) that raised an alarm at any step, sorted."""
-        return sorted({reason[0] for _, v in self.verdicts for reason in v.reasons if not reason.startswith("supporting")})
+        """The names of the rules that raised an alarm at any step, in the registry's order."""
+        fired = {name for _, verdict in self.verdicts for name in verdict.fired}
+        return [name for name in HACKING_RULES if name in fired]
 
 
 def replay_monitor(scalars: Scalars, config: HackingMonitorConfig,

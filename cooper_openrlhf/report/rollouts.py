@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cooper_openrlhf.algo.registry import Registry
+
 
 @dataclass
 class RolloutWindow:
@@ -50,7 +52,7 @@ def rollout_window(rows: Iterable[dict], first: int, last: int, top: int = 3) ->
          for text, count in Counter(row["completion"] for row in window if not row["verified"]).most_common(top)])
 
 
-EXPORT_FORMATS = ("recipe", "verifybench")
+EXPORT_FORMATS = Registry("export format", ("recipe", "verifybench"))
 
 
 def rollout_triples(rows: Iterable[dict], first: int, last: int, fmt: str = "recipe", source: str = "") -> list[dict]:
@@ -59,8 +61,7 @@ def rollout_triples(rows: Iterable[dict], first: int, last: int, fmt: str = "rec
     what `verifyrm train` reads; "verifybench": VerifyBench rows (question, answer, completion, gold_correct),
     what `cli.eval_verifier` reads. So an RM can be trained on, or measured against, what a policy really
     writes rather than templates (docs/lab_notebook.md, the smollm2 preset). A row without its text fails naming the step."""
-    if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(EXPORT_FORMATS)}")
+    EXPORT_FORMATS.check(fmt)
     triples = []
     for row in rows:
         if not first <= row["step"] <= last:

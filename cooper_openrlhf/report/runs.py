@@ -16,7 +16,7 @@ folder name `<arm>_seed<k>`, else the folder name as the arm and seed 0. A run_i
 with its exit status and log, whatever it logged before failing.
 
 Runs logged before the trainer logged `cooper/rm_reward_wrong_mean` / `_correct_mean` (what the RM paid
-verified-wrong / -correct rollouts; the hacking rule F and the report read them) get them from their rollout
+verified-wrong / -correct rollouts; the hacking rule wrong_paid_more and the report read them) get them from their rollout
 log (`scalars_with_verdict_rewards`), whose `reward` is the RM's at every step that logged
 `cooper/rm_reward_mean` and did not pay by the rule (`cooper/reward_from_rule`).
 """

@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.rm.data import (
     LabelledTriple,
     RecipeDataError,
@@ -40,7 +41,7 @@ from cooper_openrlhf.rm.data import (
 
 logger = logging.getLogger(__name__)
 
-BEST_METRICS = {"accuracy": "higher", "f1": "higher", "loss": "lower"}  # name -> which direction is better
+BEST_METRICS = Registry("best_metric", {"accuracy": "higher", "f1": "higher", "loss": "lower"})  # -> better direction
 # OpenRLHF flags this recipe sets unless the user gives them (later flags win in argparse).
 # --ds.param_dtype defaults to auto (the device's fast dtype; runtime/openrlhf_args.py).
 OPENRLHF_DEFAULTS = ["--ds.zero_stage", "2", "--ds.attn_implementation", "eager",
@@ -75,8 +76,7 @@ class TrainConfig:
     wandb_run_name: str | None = None  # default: the output folder's name
 
     def __post_init__(self) -> None:
-        if self.best_metric not in BEST_METRICS:
-            raise ValueError(f"unknown best_metric {self.best_metric!r}; valid: {sorted(BEST_METRICS)}")
+        BEST_METRICS.check(self.best_metric)
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.rm.data import RecipeDataError, ScoringRow
 from cooper_openrlhf.verify.extract import extract_answer, normalize_answer
 from cooper_openrlhf.verify.judge import JudgeVerdict
@@ -35,7 +36,7 @@ from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
 
-GOLD_SOURCES = ("label", "gold_correct", "exact")
+GOLD_SOURCES = Registry("gold source", ("label", "gold_correct", "exact"))
 
 
 def exact_gold(reference: str, completion: str) -> bool:
@@ -46,8 +47,7 @@ def exact_gold(reference: str, completion: str) -> bool:
 
 def gold_labels(rows: list[ScoringRow], source: str) -> list[bool]:
     """Gold per row from `source` (one of GOLD_SOURCES); a row without the needed field raises naming it."""
-    if source not in GOLD_SOURCES:
-        raise KeyError(f"unknown gold source {source!r}; valid: {list(GOLD_SOURCES)}")
+    GOLD_SOURCES.check(source)
     gold = []
     for item in rows:
         if source == "exact":

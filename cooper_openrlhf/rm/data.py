@@ -16,13 +16,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.data.benchmarks import BENCHMARKS, BenchmarkFormatError, load_benchmark, load_qa_file
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.rows import RowFormatError, iter_rows
 from cooper_openrlhf.data.synthetic import make_arithmetic_problems
 from cooper_openrlhf.verify.extract import normalize_answer
 
-PROMPT_FORMATS = ("auto", "plain", "question-answer", *sorted(name for name in BENCHMARKS if name != "verifybench"))
+PROMPT_FORMATS = Registry("prompt format", ("auto", "plain", "question-answer",
+                                           *sorted(name for name in BENCHMARKS if name != "verifybench")))
 # What "auto" looks for in a file's first row, in order: (format, the keys it needs).
 _FORMAT_KEYS = (
     ("plain", ("question", "reference")),
@@ -97,8 +99,7 @@ def _detect_file_format(path: str | Path) -> str:
 def load_prompts(path: str | Path, fmt: str = "auto", limit: int | None = None) -> list[MathProblem]:
     """Questions with reference answers from `path` in format `fmt` (first `limit` rows if given); "auto" reads the
     format from the first row's keys."""
-    if fmt not in PROMPT_FORMATS:
-        raise KeyError(f"unknown prompt format {fmt!r}; valid: {list(PROMPT_FORMATS)}")
+    PROMPT_FORMATS.check(fmt)
     if fmt == "auto":
         fmt = _detect_file_format(path)
     problems: list[MathProblem] = []

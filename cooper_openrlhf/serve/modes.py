@@ -13,6 +13,7 @@ fault). Pure: the reward forms are `algo.rewards`', the verdicts `verify.rule.Ve
 
 import torch
 
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.algo.rewards import continuous_reward, discrete_reward, gate_answerless, rule_reward
 from cooper_openrlhf.verify.rule import Verdict
 
@@ -33,18 +34,12 @@ def _rm_answer_gated(logits: torch.Tensor, verdicts: list[Verdict]) -> torch.Ten
     return gate_answerless(continuous_reward(logits), [v == Verdict.NO_ANSWER for v in verdicts])
 
 
-REWARD_MODES = {"rm": _rm, "rm_binary": _rm_binary, "rule": _rule, "rm_answer_gated": _rm_answer_gated}
-
-
-def check_mode(name: str) -> str:
-    """`name` if it is a reward mode, else a ValueError listing the valid ones."""
-    if name not in REWARD_MODES:
-        raise ValueError(f"unknown reward mode {name!r}; valid: {list(REWARD_MODES)}")
-    return name
+REWARD_MODES = Registry("reward mode", {"rm": _rm, "rm_binary": _rm_binary, "rule": _rule,
+                                        "rm_answer_gated": _rm_answer_gated})
 
 
 def rewards_of(mode: str, logits: list[float], verdicts: list[Verdict]) -> list[float]:
     """(B,) rewards of mode `mode` from the RM's logits and the rule verifier's verdicts (both (B,))."""
     if len(logits) != len(verdicts):
         raise ValueError(f"{len(logits)} logits but {len(verdicts)} verdicts")
-    return REWARD_MODES[check_mode(mode)](torch.tensor(logits, dtype=torch.float32), list(verdicts)).tolist()
+    return REWARD_MODES[mode](torch.tensor(logits, dtype=torch.float32), list(verdicts)).tolist()

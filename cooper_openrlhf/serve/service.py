@@ -25,9 +25,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, guard_step
+from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitor, HackingMonitorConfig, guard_step
 from cooper_openrlhf.algo.metric_keys import ALARM
 from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.algo.registry import Registry
 from cooper_openrlhf.serve import modes
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
@@ -36,6 +37,9 @@ from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
+
+# What the service may do on an alarm: algo.hacking's responses but `stop` (a service has no run to end).
+ON_HACKING = Registry("--on-hacking", {name: ALARM_RESPONSES[name] for name in ("warn", "rule_reward")})
 
 
 @dataclass(frozen=True)
@@ -52,13 +56,12 @@ class ServiceConfig:
     wait_for_update: bool = True
     update_wait_timeout_s: float = 120.0  # a new group waits at most this long for an update, then takes the latest
     checkpoint_every: int = 1  # updates between checkpoints (0: only on shutdown)
-    on_hacking: str = "warn"  # warn | rule_reward
+    on_hacking: str = "warn"  # ON_HACKING: warn | rule_reward
     monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
 
     def __post_init__(self) -> None:
-        modes.check_mode(self.mode)
-        if self.on_hacking not in ("warn", "rule_reward"):
-            raise ValueError(f"unknown on_hacking {self.on_hacking!r}; valid: ['warn', 'rule_reward']")
+        modes.REWARD_MODES.check(self.mode)
+        ON_HACKING.check(self.on_hacking)
         if self.group_size < 1 or self.groups_per_update < 0:
             raise ValueError("group_size must be >= 1 and groups_per_update >= 0")
 
@@ -231,7 +234,7 @@ class RewardService:
                     self.counters["updates"] % every == 0:
                 await self._checkpoint()
         metrics.update(guard_step(self.monitor, index, metrics))
-        if metrics[ALARM] and self.config.on_hacking == "rule_reward" and self.mode != "rule":
+        if metrics[ALARM] and ON_HACKING[self.config.on_hacking].reward_from_rule and self.mode != "rule":
             logger.warning("reward hacking alarm at round %d: paying the rule reward from now on", index)
             self.mode = "rule"
         self.counters["alarms"] += int(metrics[ALARM])

@@ -33,7 +33,9 @@ Two views of the same decision:
 import re
 from dataclasses import dataclass, replace
 
-FALLBACKS = ("last_number", "none")
+from cooper_openrlhf.algo.registry import Registry
+
+FALLBACKS = Registry("answer fallback", ("last_number", "none"))
 
 # Tokens that matter for brace matching. `\{` and `\}` are LaTeX set braces, not grouping.
 _BRACE_TOKEN = re.compile(r"\\(?:boxed|fbox)[ \t]{0,8}\{|\\[{}]|[{}]")
@@ -121,8 +123,7 @@ def extraction_configs(fallback: str) -> list:
     """math-verify's extraction targets for `fallback`: LaTeX (boxes first) and plain expressions."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
-    if fallback not in FALLBACKS:
-        raise ValueError(f"unknown answer fallback {fallback!r}; valid: {list(FALLBACKS)}")
+    FALLBACKS.check(fallback)
     unanchored = fallback == "last_number"
     return [
         LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=unanchored),

@@ -1,0 +1,44 @@
+"""The RM group's scores of rollout texts, a mixin of `ray/trainer.CooperPPOTrainer`: the step's rewards and
+held-out evaluation (`ray/evaluation.py`) both pay through it, so every RM metric is what the policy is paid."""
+
+import ray
+import torch
+
+from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.algo.pairs import distinct, even_slices
+from cooper_openrlhf.algo.rewards import gate_answerless
+from cooper_openrlhf.ray.step_records import RolloutTexts
+
+
+def rm_actors(group) -> list:
+    """The RM group's rank actors, in rank order (OpenRLHF's RayActorGroup keeps them in `_actor_handlers`)."""
+    return group._actor_handlers
+
+
+class RMScoring:
+    """Needs of the trainer: rm_group, reward_form, cooper (the --cooper.* namespace) and args."""
+
+    def rm_rewards(self, logits: torch.Tensor, answerless) -> torch.Tensor:
+        """What the RM pays each rollout: the reward form of its logit, 0 for answerless text with
+        --cooper.require_answer. Training and held-out rollouts alike, so every RM metric is what the policy is paid."""
+        rewards = self.reward_form(logits, self.cooper.reward_threshold)
+        return gate_answerless(rewards, answerless) if self.cooper.require_answer else rewards
+
+    def rm_logits(self, texts: RolloutTexts) -> torch.Tensor:
+        """(B,) RM logits of the normalised completions: each distinct triple scored once, the distinct ones split
+        evenly over the RM ranks."""
+        completions = [normalize_solution(text) for text in texts.completions]
+        triples, inverse = distinct(list(zip(texts.questions, texts.references, completions)))
+        actors = rm_actors(self.rm_group)
+        parts = [part for part in even_slices(len(triples), len(actors)) if part.stop > part.start]
+        refs = [actor.score.remote(*(list(column) for column in zip(*triples[part])))
+                for actor, part in zip(actors, parts)]
+        scored = [logit for chunk in ray.get(refs) for logit in chunk]
+        # On the CPU on purpose: this actor holds no GPU, and the logits become the samples' rewards, which OpenRLHF
+        # keeps on the CPU (tests/test_device_lint.py ALLOWED).
+        logits = torch.tensor([scored[i] for i in inverse], dtype=torch.float32)
+        if self.args.train.colocate_all:
+            # As stock OpenRLHF after its reward forwards: the RM's cached blocks go back to the shared GPUs
+            # before the policy's forward and update need them.
+            ray.get(self.rm_group.async_run_method(method_name="empty_cache"))
+        return logits
