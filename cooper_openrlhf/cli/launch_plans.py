@@ -136,7 +136,6 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     check_model_dir(env, "POLICY", policy)
     if verify_rm:
         check_model_dir(env, "VERIFY_RM", verify_rm)
-        check_verify_rm(env, verify_rm)
     if assistant not in (None, "policy"):
         check_model_dir(env, "ASSISTANT_MODEL", assistant)
     rows = read_rows("PROMPTS", prompts)
@@ -156,6 +155,8 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     episodes = env.int("NUM_EPISODES", 15)
     rollout_micro = env.int("ROLLOUT_MICRO_BATCH_SIZE", 16)
     check_batch_sizes(env, placement, n, rollout_batch, rollout_micro, train_batch, micro)
+    if verify_rm:  # after the cheap checks: reading a model config imports torch and transformers (seconds)
+        check_verify_rm(env, verify_rm)
     warmup = _warmup_ratio(env, len(rows), n, rollout_batch, train_batch, episodes)
     job = env.get("SLURM_JOB_ID", "dryrun")
     if cpu_mode(env):  # the CPU runtime's routes (docs/cluster.md): gloo weight sync, eager attention, dtype auto
