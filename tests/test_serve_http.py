@@ -192,7 +192,7 @@ def test_a_hung_verification_answers_at_its_deadline_while_others_flow(model_dir
         status, data = hung[0]
         assert status == 200 and data["extra_logs"]["cooper/rule_correct"] == [0.0]  # TIMEOUT is not correct
         assert 0 < data["rewards"][0] < 1  # still the RM's real reward
-        assert deadline - 0.3 <= hung_took < deadline + 3.0  # it did hang, and was cut at its deadline
+        assert deadline - 1.0 <= hung_took < deadline + 3.0  # it did hang (sent 0.3 s before the clock), cut at its deadline
     finally:
         running.stop()
 
