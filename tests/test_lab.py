@@ -548,21 +548,24 @@ def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tm
         ("static", 2), ("rule", 2), ("rule", 0), ("static", 1), ("cooper", 1)]
 
 
-def test_the_labs_last_lines_read_the_curves_against_the_papers_claim():
+def test_the_labs_last_lines_read_the_curves_and_never_call_one_seeds_curve_the_papers_finding():
     from cooper_openrlhf.lab.reading import FULL_LAB_FIGURE, reading
 
     rm = {"static": [(1, 0.36), (40, 0.64)], "cooper": [(1, 0.38), (40, 0.92)]}
     heldout = {"static": [(2, 0.42), (40, 0.02)], "cooper": [(2, 0.41), (40, 0.26)], "rule": [(2, 0.37), (40, 0.30)]}
     one_seed = reading(rm, heldout, {"static": 1, "cooper": 1, "rule": 1})
-    assert one_seed[0].endswith("hacked, as the paper's static RM is.")
-    assert "level with the rule reward" in one_seed[1]
-    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run, which the paper's do not.")
+    assert one_seed[0].endswith("the signature of a hacked RM in this run (reward up, held-out accuracy down, by more "
+                                "than 0.05 each).")
+    assert "level with the rule reward in this run" in one_seed[1]
+    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run.")
     assert "One seed per arm cannot show this reliably" in one_seed[2] and FULL_LAB_FIGURE in one_seed[2]
+    assert "none of the above is the paper's finding" in one_seed[2]
+    assert not any("paper" in line for line in one_seed[:2])  # a draw's curve is described, never called the paper's
     held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
     three = reading(rm, held, {"static": 3, "cooper": 3, "rule": 3})
     assert "not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more than 0.05" in three[0]
     assert three[1] == "Cooper: held-out accuracy 0.41 -> 0.44, the rule-reward arm's 0.37 -> 0.42: level with the rule " \
-                       "reward, as in the paper."
+                       "reward in this run."
     assert len(three) == 2  # enough seeds: no caveat
     assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare
 
@@ -582,7 +585,7 @@ def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too
     assert lines[2].startswith("Held-out accuracy started at 0.03 at most")
     # The first and last windows' means, not the end points: a ramp's window means sit inside its ends.
     assert lines[3].startswith("On the training prompts") and "static 0.30 -> 0.14" in lines[3]
-    assert lines[3].endswith("the hacking the paper describes; Cooper's ends level with the rule arm's.")
+    assert lines[3].endswith("the signature of a hacked RM; Cooper's ends level with the rule arm's.")
     # A static arm that keeps its verified accuracy, a Cooper arm that ends below rule; a held-out start with room.
     verified = {"rule": ramp(0.30, 0.34), "static": ramp(0.30, 0.32), "cooper": ramp(0.30, 0.20)}
     heldout = {arm: [(4, 0.30), (40, 0.30)] for arm in ("static", "cooper", "rule")}
@@ -598,7 +601,10 @@ def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too
                          "goes on; Cooper's RM, trained as it goes, ends paying them less.")
     flat = {"static": ramp(0.60, 0.60), "cooper": ramp(0.60, 0.60)}
     assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, flat)[-1].endswith(
-        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them no less.")
+        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them about as much.")
+    more = {"static": ramp(0.12, 0.15), "cooper": ramp(0.12, 0.25)}  # batch 33b's seed means
+    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, more)[-1].endswith(
+        "Cooper's RM ends paying them more than the static RM.")
     # Without a rule or static curve there is nothing to read the rollouts against.
     assert len(reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, {"static": verified["static"]})) == 2
 
@@ -634,3 +640,24 @@ def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_
     # A policy the lab did not warm-start (--policy) has no such accuracies: the line is left out.
     assert lab_cli.starting_lines({**setup, "policy": {"policy": "smollm2-135m-instruct"}}) == [
         "  starting RM: pays right answers most"]
+
+
+def test_the_labs_last_line_is_the_committed_verdict_whatever_the_run_shows():
+    """`make demo` ends with the pre-registered batch's verdict (Cooper did not beat the control), held to the
+    committed verdict file, after any reading of its own one-seed curves."""
+    from cooper_openrlhf.lab.reading import COMMITTED_RESULT, read_runs
+
+    verdict = json.loads((Path(__file__).resolve().parents[1] / COMMITTED_RESULT["verdict"]).read_text())
+    primary, mean, ci, p = COMMITTED_RESULT["primary"]
+    assert verdict["primary"]["difference"] == primary and verdict["primary"]["seeds"] == COMMITTED_RESULT["seeds"]
+    assert (round(verdict["primary"]["mean"], 3), tuple(round(c, 3) for c in verdict["primary"]["ci"]),
+            round(verdict["primary"]["p"], 3)) == (mean, ci, p)
+    assert verdict["primary"]["verdict"] != "above"  # the words below say Cooper did not beat the control
+    static_rule = next(r for r in verdict["secondary"] if r.get("difference") == COMMITTED_RESULT["static_rule"][0])
+    _, mean, ci, p = COMMITTED_RESULT["static_rule"]
+    assert (round(static_rule["mean"], 3), tuple(round(c, 3) for c in static_rule["ci"]), round(static_rule["p"], 3)) \
+        == (mean, ci, p) and static_rule["p"] >= 0.05
+
+    last = read_runs([])[-1]  # no run finished: the committed result is still the last line
+    assert last.startswith("The committed result (batch 33b, 8 seeds per arm") and "Cooper did not beat the control" in last
+    assert "-0.014, 95% CI [-0.059, +0.027], p 0.570" in last

@@ -222,6 +222,17 @@ def starting_lines(setup: dict) -> list[str]:
     return lines
 
 
+def write_record(path: Path, record: dict, ran: int) -> bool:
+    """Write the lab's record (lab.json) unless this invocation ran no run and a record exists: a re-report of
+    finished runs (e.g. `--seeds 3` over a batch's 8) must not replace the record of the invocation that ran them
+    (its command, wall time, commit). Returns whether it wrote."""
+    if ran == 0 and path.is_file():
+        logger.info("no run ran: %s kept as the record of the invocation that ran them (the report is rewritten)", path)
+        return False
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -232,8 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
+    from cooper_openrlhf.lab.batch import check_folder_commit
+
     stop_runs_on_sigterm()
     preset, out = args.preset_obj, args.out
+    # A folder of a pre-registered batch runs only from the plan's commit, by hand as by `cli.batch` (nothing is
+    # touched before the check).
+    check_folder_commit(Path(__file__).resolve().parents[2], out)
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
     started = time.perf_counter()
@@ -246,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join([f"lab {preset.name}: prepared {out}", *starting_lines(setup)]))
         return 0
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
+    done_before = {key for key in plan if read_info(files.run_dir(*key)).get("status") == "done"}
     with tqdm(total=len(plan), desc=f"lab {preset.name}", unit="run") as progress:
         results = run_arms(preset, files, plan, timeout_s=args.run_timeout, parallel=preset.parallel_runs,
                            on_done=lambda info: progress.update())
@@ -262,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
               # this invocation's wall time, and every reported run's own time (a lab resumed over days is not one wall)
               "wall_seconds": round(wall, 1), "run_seconds": round(sum(r.get("seconds") or 0 for r in all_runs), 1),
               "setup": setup, "runs": all_runs, "preset_settings": asdict(preset)}
-    (out / "lab.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    write_record(out / "lab.json", record, ran=sum((r["arm"], r["seed"]) not in done_before for r in results))
     if args.publish:
         from cooper_openrlhf.report.publish import publish_report
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 FINAL_EVALUATIONS = 3  # held-out evaluations averaged into a run's final value
 RESAMPLES = 10_000
 LEVEL = 0.95
+ALPHA = 0.05  # the sign-flip p below which a difference can count (with its interval off 0): the plans' rule
 
 
 def final_value(curve: Sequence[tuple[int, float]], last: int = FINAL_EVALUATIONS) -> float:
@@ -52,26 +53,41 @@ class PairedComparison:
 
     @property
     def within_noise(self) -> bool:
-        """The interval includes 0: the seeds cannot tell the arms apart."""
-        return self.interval[0] <= 0.0 <= self.interval[1]
+        """The seeds cannot tell the arms apart: the interval includes 0, or the sign-flip p is not below ALPHA. The
+        pre-registered plans' rule (report/plan_test.py), the one meaning of "within noise" in every report."""
+        return self.interval[0] <= 0.0 <= self.interval[1] or self.p_value >= ALPHA
 
 
-def sign_flip_p_value(differences: Sequence[float], resamples: int = RESAMPLES, seed: int = 0) -> float:
-    """Two-sided permutation p-value of mean(differences) under "each difference's sign is a coin flip": exact over
-    all 2^n sign patterns up to 16 seeds, Monte Carlo beyond."""
+def sign_flip_p_value(differences: Sequence[float], resamples: int = RESAMPLES, seed: int = 0,
+                      alternative: str = "two-sided") -> float:
+    """Permutation p-value of mean(differences) under "each difference's sign is a coin flip": exact over all 2^n
+    sign patterns up to 16 seeds, Monte Carlo beyond. `alternative`: "two-sided" (|mean| as extreme), "greater"
+    (the mean as high), "less" (as low)."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, got {alternative!r}")
     n = len(differences)
-    observed = abs(statistics.fmean(differences))
+    statistic = {"two-sided": abs, "greater": lambda m: m, "less": lambda m: -m}[alternative]
+    observed = statistic(statistics.fmean(differences))
     if n <= 16:
         patterns = itertools.product((1, -1), repeat=n)
         hits = total = 0
         for signs in patterns:
             total += 1
-            hits += abs(sum(s * d for s, d in zip(signs, differences)) / n) >= observed - 1e-12
+            hits += statistic(sum(s * d for s, d in zip(signs, differences)) / n) >= observed - 1e-12
         return hits / total
     rng = random.Random(seed)
-    hits = sum(abs(statistics.fmean(d * rng.choice((1, -1)) for d in differences)) >= observed - 1e-12
+    hits = sum(statistic(statistics.fmean(d * rng.choice((1, -1)) for d in differences)) >= observed - 1e-12
                for _ in range(resamples))
     return (hits + 1) / (resamples + 1)
+
+
+def equivalence_p_value(differences: Sequence[float], margin: float) -> float:
+    """Two one-sided tests (TOST) of "the mean difference lies within (-margin, +margin)": the larger of the
+    sign-flip p of mean > -margin and of mean < +margin. Below ALPHA: equivalent at that margin."""
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be > 0, got {margin}")
+    return max(sign_flip_p_value([d + margin for d in differences], alternative="greater"),
+               sign_flip_p_value([d - margin for d in differences], alternative="less"))
 
 
 def paired_comparison(a_by_seed: dict[int, float], b_by_seed: dict[int, float]) -> PairedComparison | None:
