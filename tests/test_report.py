@@ -685,3 +685,17 @@ def test_the_blindspot_figure_reads_each_labs_chosen_climb_and_finals(tmp_path):
             {"lab": "median", "climb": -0.05, "arm": "static", "finals": {0: 0.41, 1: 0.39}}]
     out = blindspot.dependence_figure(rows, tmp_path / "blindspot.png")
     assert out.stat().st_size > 1000
+
+
+def test_rollout_pair_accuracy_ranks_each_groups_right_rollouts_against_its_wrong_ones():
+    from cooper_openrlhf.report.negatives import rollout_pair_accuracy, window_means
+
+    rows = [{"step": 1, "question": "q1", "verified": True, "reward": 0.9},
+            {"step": 1, "question": "q1", "verified": False, "reward": 0.2},
+            {"step": 1, "question": "q1", "verified": False, "reward": 0.9},  # a tie: half
+            {"step": 1, "question": "q2", "verified": False, "reward": 0.95},  # no right rollout: no pair
+            {"step": 2, "question": "q1", "verified": True, "reward": 0.3},
+            {"step": 2, "question": "q1", "verified": False, "reward": 0.6},
+            {"step": 2, "question": "q1", "verified": False, "reward": None}]  # unscored: left out
+    assert rollout_pair_accuracy(rows) == {1: (0.75, 2), 2: (0.0, 1)}
+    assert window_means({1: 0.5, 2: 1.0, 5: 0.0}, [(1, 2), (3, 4), (5, 9)]) == [0.75, None, 0.0]
