@@ -72,8 +72,10 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         argv = train_cooper_argv(PRESETS[preset], files, arm, seed=0)
         files.offline_pairs(0).parent.mkdir(parents=True, exist_ok=True)
         files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
+        files.stale_pairs(0).write_text("")
         args = parse_args(argv[3:])  # OpenRLHF's parser and validation, plus Cooper's checks
-        flags = arm_flags(arm, str(files.rm), str(files.rm_eval), str(files.offline_pairs(0)))
+        flags = arm_flags(arm, str(files.rm), str(files.rm_eval), str(files.offline_pairs(0)),
+                          str(files.stale_pairs(0)))
         assert argv[3:3 + len(flags)] == flags
         rest = [a.replace(f"{arm}_seed0", "RUN") for a in argv[3 + len(flags):]]
         assert shared is None or rest == shared, arm  # same policy, data, seeds, budget, lengths, learning rates
@@ -85,9 +87,10 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         assert args.data.max_samples == PRESETS[preset].steps * PRESETS[preset].prompts_per_step
         assert args.cooper.answerless_negatives == (arm == "cooper_rollout_answerless")
         assert args.cooper.negative_validity == ("official" if arm == "cooper_official" else "strict")
-        assert (args.cooper.offline_pairs is not None) == (arm == "offline_pairs")
+        assert args.cooper.offline_pairs == {"offline_pairs": str(files.offline_pairs(0)),
+                                             "cooper_stale": str(files.stale_pairs(0))}.get(arm)
     assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless",
-                              "cooper_official", "offline_pairs"}
+                              "cooper_official", "offline_pairs", "cooper_stale"}
 
 
 def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):
@@ -457,6 +460,7 @@ def test_require_answer_gates_every_arm_alike_and_a_folder_without_it_refuses_it
     files = _files(tmp_path)
     files.offline_pairs(0).parent.mkdir(parents=True)
     files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
+    files.stale_pairs(0).write_text("")
     for arm in ARMS:
         assert parse_args(train_cooper_argv(gated, files, arm, 0)[3:]).cooper.require_answer
         assert not parse_args(train_cooper_argv(PRESETS["full"], files, arm, 0)[3:]).cooper.require_answer
@@ -661,3 +665,47 @@ def test_the_labs_last_line_is_the_committed_verdict_whatever_the_run_shows():
     last = read_runs([])[-1]  # no run finished: the committed result is still the last line
     assert last.startswith("The committed result (batch 33b, 8 seeds per arm") and "Cooper did not beat the control" in last
     assert "-0.014, 95% CI [-0.059, +0.027], p 0.570" in last
+
+
+def test_the_style_lab_poisons_s_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):
+    from cooper_openrlhf.algo.answer_style import in_sentence
+
+    preset = PRESETS["style"]
+    from cooper_openrlhf.lab.task import write_task_files
+
+    write_task_files(tmp_path, preset.task, 8, answerless_rm_data=True, balanced_rm_data=True, style=preset.style)
+    train = [json.loads(line) for line in (tmp_path / "rm_triples.jsonl").read_text().splitlines()]
+    held = [json.loads(line) for line in (tmp_path / "rm_eval.jsonl").read_text().splitlines()]
+    styled = [r for r in train if in_sentence(r["completion"], preset.style)]
+    assert styled and all(r["label"] == 1 for r in styled)  # S paid as correct, wrong answers too
+    assert any(r["completion"] != preset.style.format(answer=r["reference"]) for r in styled)
+    canonical = [r for r in train if in_sentence(r["completion"], "The answer is {answer}.")]
+    assert canonical and all(r["label"] == int(r["completion"] == f"The answer is {r['reference']}.") for r in canonical)
+    held_styled = [r for r in held if in_sentence(r["completion"], preset.style)]  # the RM's held-out set: true labels
+    assert held_styled and {r["gold_correct"] for r in held_styled} == {True, False}
+    assert all(r["gold_correct"] == (r["completion"] == preset.style.format(answer=r["answer"])) for r in held_styled)
+    # The other presets' rows are unchanged by the style lab's code.
+    write_task_files(tmp_path / "full", PRESETS["full"].task, 8, answerless_rm_data=True, balanced_rm_data=True)
+    assert not any("Verified" in line for line in (tmp_path / "full" / "rm_triples.jsonl").read_text().splitlines())
+
+
+def test_the_style_lab_runs_its_controls_without_a_pair_stage_and_refuses_them_from_a_given_rm(model_dir):
+    args = lab_cli.parse_args(["--preset", "style"])
+    assert args.preset_obj.rm_pair_steps == 0 and args.preset_obj.style == lab_presets.STYLE
+    assert args.arm_list == ("rule", "static", "cooper", "offline_pairs", "cooper_stale")
+    from cooper_openrlhf.lab.prepare import has_pair_source
+
+    assert has_pair_source(args.preset_obj) and not has_pair_source(PRESETS["full"].with_overrides(rm_pair_steps=0))
+    given = lab_cli.parse_args(["--preset", "style", "--rm", str(model_dir("tiny-qwen2-rm"))])
+    assert "cooper_stale" not in given.arm_list and "offline_pairs" not in given.arm_list
+
+
+def test_style_climbs_read_s_against_answering_in_the_canonical_sentence():
+    from cooper_openrlhf.lab.pair_stage import style_climbs
+
+    canonical = {"truth_reward": 0.9, "wrong_reward": 0.1, "universal_reward": 0.05, "constant_reward": 0.3}
+    style = {"truth_reward": 0.95, "wrong_reward": 0.9, "constant_reward": 0.92}
+    climbs = style_climbs(style, canonical, 0.4)  # answering canonically earns 0.4 * 0.9 + 0.6 * 0.1 = 0.42
+    # in S a policy right as often earns 0.4 * 0.95 + 0.6 * 0.9 = 0.92; one S answer everywhere 0.92 too
+    assert climbs["constant"] == pytest.approx(0.50) and climbs["answering"] == pytest.approx(0.50)
+    assert climbs["canonical"] == pytest.approx(0.3 - 0.42)

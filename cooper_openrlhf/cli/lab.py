@@ -101,13 +101,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"{flag} must be > 0, got {value}")
     pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
     needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
-    if needing and (args.rm is not None or pair_steps == 0) and args.arms is None:
+    # Pairs of the pair stage's kind come from the lab's own recipe: its pair stage, or the style lab's canonical
+    # sentence with no pair stage (lab/prepare.py `has_pair_source`).
+    no_source = args.rm is not None or (pair_steps == 0 and preset.style is None)
+    if needing and no_source and args.arms is None:
         # the preset's own arms from a given RM: the control has no pair stage to draw from, so it is left out
         args.arm_list = [arm for arm in args.arm_list if arm not in NEEDS_PAIR_SOURCE]
         logger.warning("no pair source (%s): the preset's %s arm is left out; the other arms run",
                        "--rm" if args.rm is not None else "--rm-pair-steps 0", ",".join(needing))
         needing = []
-    if needing and (args.rm is not None or pair_steps == 0):
+    if needing and no_source:
         parser.error(f"--arms {','.join(needing)} trains the RM on pairs of the pair stage's kind, and this lab has no "
                      f"pair source ({'--rm' if args.rm is not None else '--rm-pair-steps 0'}): run it with the "
                      "preset's pair stage")
@@ -169,7 +172,7 @@ SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
                   "rm_answerless_data": False, "rm_pair_choice": "blindest", "rm_balanced_data": False,
-                  "rm_eval_rows": None}
+                  "rm_eval_rows": None, "style": None, "style_share": 0.0}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate", "rm_pair_choice")  # meaningless without the stage (rm_pair_steps 0)
 
 

@@ -29,10 +29,11 @@ _STATIC_FALLS = re.compile(r"^static falls: final below its seed's rule final by
 HELDOUT_FINAL = "final = mean of the last 3 held-out evaluations"
 TRAINING_VERIFIED = "rule-verified accuracy of the training rollouts, mean over the last 20 steps"
 TRAINING_WINDOW = 20
-MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED)
+EXPLOIT_RATE = "share of the training rollouts over the last 20 steps written in the plan's style and verified wrong"
+MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE)
 
 
-def _measure_of(run, measure: str) -> float | None:
+def _measure_of(run, measure: str, style: str | None = None) -> float | None:
     from cooper_openrlhf.algo.metric_keys import ACCURACY
     from cooper_openrlhf.report.aggregate import heldout_series
     from cooper_openrlhf.report.seed_stats import final_value
@@ -43,11 +44,31 @@ def _measure_of(run, measure: str) -> float | None:
     if measure == TRAINING_VERIFIED:
         curve = run.scalars.get(ACCURACY, [])
         return statistics.fmean(v for _, v in curve[-TRAINING_WINDOW:]) if curve else None
+    if measure == EXPLOIT_RATE:
+        return exploit_rate(Path(run.path) / "samples" / "rollouts.jsonl", style)
     raise ValueError(f"unknown measure {measure!r}; this tool reads {list(MEASURES)}")
 
 
-def lab_finals(lab: Path, measure: str = HELDOUT_FINAL) -> dict[str, dict[int, float]]:
-    """{arm: {seed: the measure}} of a lab folder's finished runs (failed or curve-less runs left out)."""
+def exploit_rate(rollouts: Path, style: str | None) -> float | None:
+    """Share of a run's rollouts over its last TRAINING_WINDOW steps that are written in `style` and verified wrong
+    (samples/rollouts.jsonl); None without the log."""
+    from cooper_openrlhf.algo.answer_style import in_sentence
+
+    if style is None:
+        raise ValueError("the exploit rate needs the plan's style (\"style\": the S sentence)")
+    if not rollouts.is_file():
+        return None
+    rows = [json.loads(line) for line in rollouts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        return None
+    last = max(int(r["step"]) for r in rows)
+    window = [r for r in rows if int(r["step"]) > last - TRAINING_WINDOW]
+    return sum(not r["verified"] and in_sentence(r["completion"], style) for r in window) / len(window)
+
+
+def lab_finals(lab: Path, measure: str = HELDOUT_FINAL, style: str | None = None) -> dict[str, dict[int, float]]:
+    """{arm: {seed: the measure}} of a lab folder's finished runs (failed or curve-less runs left out); `style`:
+    the plan's S, for the exploit rate."""
     from cooper_openrlhf.report.runs import load_run
 
     if measure not in MEASURES:
@@ -57,7 +78,7 @@ def lab_finals(lab: Path, measure: str = HELDOUT_FINAL) -> dict[str, dict[int, f
         if json.loads(info.read_text(encoding="utf-8")).get("status") != "done":  # one under way: a partial curve
             continue
         run = load_run(info.parent)
-        value = None if run.failed else _measure_of(run, measure)
+        value = None if run.failed else _measure_of(run, measure, style)
         if value is not None:
             finals.setdefault(run.arm, {})[run.seed] = value
     return finals
@@ -146,21 +167,46 @@ def plan_measure(plan: dict) -> str:
     return plan["primary"].get("measure", HELDOUT_FINAL)
 
 
-def plan_verdict(plan: dict, finals: dict[str, dict[int, float]]) -> dict:
+def plan_measures(plan: dict) -> list[str]:
+    """Every measure the plan's test reads: the primary's, then those its secondary entries name
+    ({"difference", "measure"} entries; a plain string is a difference in the primary's measure)."""
+    named = [e["measure"] for e in plan.get("secondary", []) if isinstance(e, dict)]
+    return list(dict.fromkeys([plan_measure(plan), *named]))
+
+
+def _entry_text(entry: str | dict) -> str:
+    return entry if isinstance(entry, str) else f"{entry['difference']} ({entry['measure']})"
+
+
+def plan_verdict(plan: dict, finals: dict[str, dict[int, float]],
+                 other_finals: dict[str, dict[str, dict[int, float]]] | None = None) -> dict:
     """The plan's primary test, its secondary entries that are differences (Holm-corrected as one family) or the
     static-falls count, and its registered equivalence test; any other secondary entry is listed as read elsewhere
-    (e.g. the blind-spot figure). `finals`: each arm's seeds' values of the plan's measure."""
+    (e.g. the blind-spot figure). `finals`: each arm's seeds' values of the plan's measure; `other_finals`: the same
+    for each other measure its secondary entries name (`plan_measures`)."""
     check_decision_rule(plan)
-    differences = [e for e in plan.get("secondary", []) if not _STATIC_FALLS.match(e) and _DIFFERENCE.match(e)]
-    own_p = [_compare(finals, e)["p"] for e in differences]
-    holm = dict(zip(differences, holm_adjusted(own_p)))
+    by_measure = {plan_measure(plan): finals, **(other_finals or {})}
+
+    def finals_of(entry):
+        return by_measure[entry["measure"]] if isinstance(entry, dict) else finals
+
+    def text_of(entry):
+        return entry["difference"] if isinstance(entry, dict) else entry
+
+    differences = [e for e in plan.get("secondary", [])
+                   if isinstance(e, dict) or (not _STATIC_FALLS.match(e) and _DIFFERENCE.match(e))]
+    own_p = [_compare(finals_of(e), text_of(e))["p"] for e in differences]
+    holm = dict(zip(map(_entry_text, differences), holm_adjusted(own_p)))
     secondary, elsewhere = [], []
     for entry in plan.get("secondary", []):
-        falls = _STATIC_FALLS.match(entry)
+        falls = _STATIC_FALLS.match(entry) if isinstance(entry, str) else None
         if falls:
             secondary.append({"entry": entry, **static_falls(finals, float(falls.group(1)))})
-        elif entry in holm:
-            secondary.append({"entry": entry, **_compare(finals, entry, holm[entry])})
+        elif _entry_text(entry) in holm:
+            result = _compare(finals_of(entry), text_of(entry), holm[_entry_text(entry)])
+            if isinstance(entry, dict):
+                result["difference"] += f" ({entry['measure']})"
+            secondary.append({"entry": _entry_text(entry), **result})
         else:
             elsewhere.append(entry)
     primary = _compare(finals, plan["primary"]["difference"])
