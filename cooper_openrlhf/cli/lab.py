@@ -4,6 +4,7 @@
   python -m cooper_openrlhf.cli.lab --preset full --out runs/lab   # 5 arms x 3 seeds
   python -m cooper_openrlhf.cli.lab --preset full --prepare-only   # task, policy, starting RM and its probe only
   python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
+  python -m cooper_openrlhf.cli.lab --preset style --seeds 2       # the style lab: S paid as correct (issue 45)
   python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
   python -m cooper_openrlhf.cli.lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
   python -m cooper_openrlhf.cli.lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)

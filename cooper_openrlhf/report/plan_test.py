@@ -211,6 +211,16 @@ def plan_verdict(plan: dict, finals: dict[str, dict[int, float]],
             elsewhere.append(entry)
     primary = _compare(finals, plan["primary"]["difference"])
     primary["in_words"] = PRIMARY_WORDS[primary["verdict"]]
+    gate = plan["primary"].get("validity_gate")
+    if gate:  # the primary counts only if the control was hurt, as registered ({"difference", "must_be"})
+        checked = _compare(finals, gate["difference"])
+        primary["validity_gate"] = {**gate, **{k: checked[k] for k in ("mean", "ci", "p", "verdict")},
+                                    "passed": checked["verdict"] == gate["must_be"]}
+        if not primary["validity_gate"]["passed"]:
+            primary["verdict"] = "uninformative"
+            primary["in_words"] = (f"uninformative: the validity gate failed ({checked['difference']} "
+                                   f"{checked['mean']:+.3f}, p {checked['p']:.3f}: {checked['verdict']}, not "
+                                   f"{gate['must_be']}), so the control was not shown hurt")
     return {"lab": plan["primary"]["lab"], "commit": plan.get("commit"), "measure": plan_measure(plan),
             "primary": {"entry": plan["primary"]["difference"], **primary},
             "secondary": secondary, "elsewhere": elsewhere,
@@ -259,6 +269,11 @@ def render(verdict: dict, plan_path: str = "") -> str:
                   + ("The plan registered this correction." if verdict.get("holm_registered") else
                      "The plan registered no correction: the Holm column was added after its runs, and without it "
                      "the secondaries are exploratory.")]
+    gate = primary.get("validity_gate")
+    if gate:
+        lines += ["", f"Validity gate (registered): {gate['difference']} must be {gate['must_be']} by the plan's rule: "
+                      f"{gate['mean']:+.3f} [{gate['ci'][0]:+.3f}, {gate['ci'][1]:+.3f}], p {gate['p']:.3f}, "
+                      f"{gate['verdict']}: {'passed' if gate['passed'] else 'failed, so the primary is uninformative'}."]
     for r in verdict.get("equivalence", []):
         low, high = r["ci"]
         lines += ["", f"Equivalence (registered in the plan): {r['difference']} = {r['mean']:+.3f} [{low:+.3f}, "
