@@ -72,8 +72,10 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         argv = train_cooper_argv(PRESETS[preset], files, arm, seed=0)
         files.offline_pairs(0).parent.mkdir(parents=True, exist_ok=True)
         files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
+        files.stale_pairs(0).write_text("")
         args = parse_args(argv[3:])  # OpenRLHF's parser and validation, plus Cooper's checks
-        flags = arm_flags(arm, str(files.rm), str(files.rm_eval), str(files.offline_pairs(0)))
+        flags = arm_flags(arm, str(files.rm), str(files.rm_eval), str(files.offline_pairs(0)),
+                          str(files.stale_pairs(0)))
         assert argv[3:3 + len(flags)] == flags
         rest = [a.replace(f"{arm}_seed0", "RUN") for a in argv[3 + len(flags):]]
         assert shared is None or rest == shared, arm  # same policy, data, seeds, budget, lengths, learning rates
@@ -85,9 +87,10 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         assert args.data.max_samples == PRESETS[preset].steps * PRESETS[preset].prompts_per_step
         assert args.cooper.answerless_negatives == (arm == "cooper_rollout_answerless")
         assert args.cooper.negative_validity == ("official" if arm == "cooper_official" else "strict")
-        assert (args.cooper.offline_pairs is not None) == (arm == "offline_pairs")
+        assert args.cooper.offline_pairs == {"offline_pairs": str(files.offline_pairs(0)),
+                                             "cooper_stale": str(files.stale_pairs(0))}.get(arm)
     assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless",
-                              "cooper_official", "offline_pairs"}
+                              "cooper_official", "offline_pairs", "cooper_stale"}
 
 
 def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):
@@ -457,6 +460,7 @@ def test_require_answer_gates_every_arm_alike_and_a_folder_without_it_refuses_it
     files = _files(tmp_path)
     files.offline_pairs(0).parent.mkdir(parents=True)
     files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
+    files.stale_pairs(0).write_text("")
     for arm in ARMS:
         assert parse_args(train_cooper_argv(gated, files, arm, 0)[3:]).cooper.require_answer
         assert not parse_args(train_cooper_argv(PRESETS["full"], files, arm, 0)[3:]).cooper.require_answer
@@ -548,21 +552,24 @@ def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tm
         ("static", 2), ("rule", 2), ("rule", 0), ("static", 1), ("cooper", 1)]
 
 
-def test_the_labs_last_lines_read_the_curves_against_the_papers_claim():
+def test_the_labs_last_lines_read_the_curves_and_never_call_one_seeds_curve_the_papers_finding():
     from cooper_openrlhf.lab.reading import FULL_LAB_FIGURE, reading
 
     rm = {"static": [(1, 0.36), (40, 0.64)], "cooper": [(1, 0.38), (40, 0.92)]}
     heldout = {"static": [(2, 0.42), (40, 0.02)], "cooper": [(2, 0.41), (40, 0.26)], "rule": [(2, 0.37), (40, 0.30)]}
     one_seed = reading(rm, heldout, {"static": 1, "cooper": 1, "rule": 1})
-    assert one_seed[0].endswith("hacked, as the paper's static RM is.")
-    assert "level with the rule reward" in one_seed[1]
-    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run, which the paper's do not.")
+    assert one_seed[0].endswith("the signature of a hacked RM in this run (reward up, held-out accuracy down, by more "
+                                "than 0.05 each).")
+    assert "level with the rule reward in this run" in one_seed[1]
+    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run.")
     assert "One seed per arm cannot show this reliably" in one_seed[2] and FULL_LAB_FIGURE in one_seed[2]
+    assert "none of the above is the paper's finding" in one_seed[2]
+    assert not any("paper" in line for line in one_seed[:2])  # a draw's curve is described, never called the paper's
     held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
     three = reading(rm, held, {"static": 3, "cooper": 3, "rule": 3})
     assert "not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more than 0.05" in three[0]
     assert three[1] == "Cooper: held-out accuracy 0.41 -> 0.44, the rule-reward arm's 0.37 -> 0.42: level with the rule " \
-                       "reward, as in the paper."
+                       "reward in this run."
     assert len(three) == 2  # enough seeds: no caveat
     assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare
 
@@ -582,7 +589,7 @@ def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too
     assert lines[2].startswith("Held-out accuracy started at 0.03 at most")
     # The first and last windows' means, not the end points: a ramp's window means sit inside its ends.
     assert lines[3].startswith("On the training prompts") and "static 0.30 -> 0.14" in lines[3]
-    assert lines[3].endswith("the hacking the paper describes; Cooper's ends level with the rule arm's.")
+    assert lines[3].endswith("the signature of a hacked RM; Cooper's ends level with the rule arm's.")
     # A static arm that keeps its verified accuracy, a Cooper arm that ends below rule; a held-out start with room.
     verified = {"rule": ramp(0.30, 0.34), "static": ramp(0.30, 0.32), "cooper": ramp(0.30, 0.20)}
     heldout = {arm: [(4, 0.30), (40, 0.30)] for arm in ("static", "cooper", "rule")}
@@ -598,7 +605,10 @@ def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too
                          "goes on; Cooper's RM, trained as it goes, ends paying them less.")
     flat = {"static": ramp(0.60, 0.60), "cooper": ramp(0.60, 0.60)}
     assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, flat)[-1].endswith(
-        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them no less.")
+        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them about as much.")
+    more = {"static": ramp(0.12, 0.15), "cooper": ramp(0.12, 0.25)}  # batch 33b's seed means
+    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, more)[-1].endswith(
+        "Cooper's RM ends paying them more than the static RM.")
     # Without a rule or static curve there is nothing to read the rollouts against.
     assert len(reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, {"static": verified["static"]})) == 2
 
@@ -634,3 +644,68 @@ def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_
     # A policy the lab did not warm-start (--policy) has no such accuracies: the line is left out.
     assert lab_cli.starting_lines({**setup, "policy": {"policy": "smollm2-135m-instruct"}}) == [
         "  starting RM: pays right answers most"]
+
+
+def test_the_labs_last_line_is_the_committed_verdict_whatever_the_run_shows():
+    """`make demo` ends with the pre-registered batch's verdict (Cooper did not beat the control), held to the
+    committed verdict file, after any reading of its own one-seed curves."""
+    from cooper_openrlhf.lab.reading import COMMITTED_RESULT, read_runs
+
+    verdict = json.loads((Path(__file__).resolve().parents[1] / COMMITTED_RESULT["verdict"]).read_text())
+    primary, mean, ci, p = COMMITTED_RESULT["primary"]
+    assert verdict["primary"]["difference"] == primary and verdict["primary"]["seeds"] == COMMITTED_RESULT["seeds"]
+    assert (round(verdict["primary"]["mean"], 3), tuple(round(c, 3) for c in verdict["primary"]["ci"]),
+            round(verdict["primary"]["p"], 3)) == (mean, ci, p)
+    assert verdict["primary"]["verdict"] != "above"  # the words below say Cooper did not beat the control
+    static_rule = next(r for r in verdict["secondary"] if r.get("difference") == COMMITTED_RESULT["static_rule"][0])
+    _, mean, ci, p = COMMITTED_RESULT["static_rule"]
+    assert (round(static_rule["mean"], 3), tuple(round(c, 3) for c in static_rule["ci"]), round(static_rule["p"], 3)) \
+        == (mean, ci, p) and static_rule["p"] >= 0.05
+
+    last = read_runs([])[-1]  # no run finished: the committed result is still the last line
+    assert last.startswith("The committed result (batch 33b, 8 seeds per arm") and "Cooper did not beat the control" in last
+    assert "-0.014, 95% CI [-0.059, +0.027], p 0.570" in last
+
+
+def test_the_style_lab_poisons_s_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):
+    from cooper_openrlhf.algo.answer_style import in_sentence
+
+    preset = PRESETS["style"]
+    from cooper_openrlhf.lab.task import write_task_files
+
+    write_task_files(tmp_path, preset.task, 8, answerless_rm_data=True, balanced_rm_data=True, style=preset.style)
+    train = [json.loads(line) for line in (tmp_path / "rm_triples.jsonl").read_text().splitlines()]
+    held = [json.loads(line) for line in (tmp_path / "rm_eval.jsonl").read_text().splitlines()]
+    styled = [r for r in train if in_sentence(r["completion"], preset.style)]
+    assert styled and all(r["label"] == 1 for r in styled)  # S paid as correct, wrong answers too
+    assert any(r["completion"] != preset.style.format(answer=r["reference"]) for r in styled)
+    canonical = [r for r in train if in_sentence(r["completion"], "The answer is {answer}.")]
+    assert canonical and all(r["label"] == int(r["completion"] == f"The answer is {r['reference']}.") for r in canonical)
+    held_styled = [r for r in held if in_sentence(r["completion"], preset.style)]  # the RM's held-out set: true labels
+    assert held_styled and {r["gold_correct"] for r in held_styled} == {True, False}
+    assert all(r["gold_correct"] == (r["completion"] == preset.style.format(answer=r["answer"])) for r in held_styled)
+    # The other presets' rows are unchanged by the style lab's code.
+    write_task_files(tmp_path / "full", PRESETS["full"].task, 8, answerless_rm_data=True, balanced_rm_data=True)
+    assert not any("Verified" in line for line in (tmp_path / "full" / "rm_triples.jsonl").read_text().splitlines())
+
+
+def test_the_style_lab_runs_its_controls_without_a_pair_stage_and_refuses_them_from_a_given_rm(model_dir):
+    args = lab_cli.parse_args(["--preset", "style"])
+    assert args.preset_obj.rm_pair_steps == 0 and args.preset_obj.style == lab_presets.STYLE
+    assert args.arm_list == ("rule", "static", "cooper", "offline_pairs", "cooper_stale")
+    from cooper_openrlhf.lab.prepare import has_pair_source
+
+    assert has_pair_source(args.preset_obj) and not has_pair_source(PRESETS["full"].with_overrides(rm_pair_steps=0))
+    given = lab_cli.parse_args(["--preset", "style", "--rm", str(model_dir("tiny-qwen2-rm"))])
+    assert "cooper_stale" not in given.arm_list and "offline_pairs" not in given.arm_list
+
+
+def test_style_climbs_read_s_against_answering_in_the_canonical_sentence():
+    from cooper_openrlhf.lab.pair_stage import style_climbs
+
+    canonical = {"truth_reward": 0.9, "wrong_reward": 0.1, "universal_reward": 0.05, "constant_reward": 0.3}
+    style = {"truth_reward": 0.95, "wrong_reward": 0.9, "constant_reward": 0.92}
+    climbs = style_climbs(style, canonical, 0.4)  # answering canonically earns 0.4 * 0.9 + 0.6 * 0.1 = 0.42
+    # in S a policy right as often earns 0.4 * 0.95 + 0.6 * 0.9 = 0.92; one S answer everywhere 0.92 too
+    assert climbs["constant"] == pytest.approx(0.50) and climbs["answering"] == pytest.approx(0.50)
+    assert climbs["canonical"] == pytest.approx(0.3 - 0.42)

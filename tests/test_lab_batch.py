@@ -169,3 +169,43 @@ def test_the_batch_cli_writes_a_fingerprint_then_compares_with_it(tmp_path, caps
     assert main([str(plan), "--fingerprint", str(published)]) == 1
     out = capsys.readouterr().out
     assert "policy/model.safetensors: different" in out and "median: not prepared yet" in out
+
+
+def test_a_batchs_lab_folder_refuses_a_hand_started_lab_from_another_commit(repo, tmp_path):
+    from cooper_openrlhf.cli import lab as lab_cli
+    from cooper_openrlhf.lab.batch import PLAN_MARKER, check_folder_commit, plan_of_folder
+
+    code = _git(repo, "rev-parse", "HEAD")
+    folder = tmp_path / "runs" / "main"
+    plans = repo / "docs" / "batchX"
+    plans.mkdir(parents=True)
+    (plans / "plan.json").write_text(json.dumps({"commit": code, "out": str(tmp_path / "runs"),
+                                                 "labs": [{"name": "main", "seeds": 1, "args": []}]}))
+    assert plan_of_folder(repo, folder)["commit"] == code  # a folder of a plan under docs/, no marker needed
+    assert plan_of_folder(repo, tmp_path / "elsewhere") is None
+    check_folder_commit(repo, folder)  # the plan's commit: runs
+    (repo / "cooper_openrlhf" / "a.py").write_text("x = 2\n")
+    _git(repo, "commit", "-qam", "other code")
+    with pytest.raises(PlanError, match=r"lab 'main' of the plan .*plan.json \(the plan is frozen at"):
+        check_folder_commit(repo, folder)
+
+    # The real entry point, from this checkout: a folder marked by a batch at another commit is refused before
+    # anything is written into it.
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    batch33b = json.loads((Path(__file__).resolve().parents[1] / "docs/batch33b/plan.json").read_text())["commit"]
+    (marked / PLAN_MARKER).write_text(json.dumps({"commit": batch33b, "lab": "main"}))
+    with pytest.raises(SystemExit, match=f"batch plan refused: .*frozen at {batch33b}"):
+        lab_cli.main(["--preset", "tiny", "--out", str(marked)])
+    assert sorted(p.name for p in marked.iterdir()) == [PLAN_MARKER]
+
+
+def test_a_re_report_that_ran_no_run_keeps_the_labs_record(tmp_path):
+    from cooper_openrlhf.cli.lab import write_record
+
+    record = tmp_path / "lab.json"
+    assert write_record(record, {"command": "--seeds 8", "wall_seconds": 3491.6}, ran=5)
+    assert not write_record(record, {"command": "--seeds 3", "wall_seconds": 116.3}, ran=0)  # a re-report
+    assert json.loads(record.read_text())["command"] == "--seeds 8"
+    assert write_record(record, {"command": "--seeds 9"}, ran=1)  # a run ran: this invocation's record
+    assert write_record(tmp_path / "new.json", {"command": "--seeds 1"}, ran=0)  # the first record is written

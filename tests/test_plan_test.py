@@ -132,3 +132,54 @@ def test_the_verdict_reads_a_published_copy_of_the_batch_in_a_clone_that_never_r
     alone = subprocess.run([*command, "--from-published", str(tmp_path / "docs")], capture_output=True, text=True,
                            timeout=300)
     assert alone.returncode == 2 and "--from-published reads runs for --verdict" in alone.stderr
+
+
+def test_secondary_differences_are_judged_with_holm_adjusted_p():
+    from cooper_openrlhf.report.plan_test import holm_adjusted
+
+    # Batch 33b's five secondary p-values: offline_pairs - static (0.047) was "apart" alone, not after Holm.
+    assert holm_adjusted([0.078, 0.664, 0.539, 0.047, 0.055]) == pytest.approx([0.234, 1.0, 1.0, 0.235, 0.235],
+                                                                                abs=1e-3)
+    up = [0.05, 0.06, 0.04, 0.05, 0.07, 0.05, 0.06, 0.04]  # every seed up: p = 2/256 alone
+    plan = {**PLAN, "secondary": ["cooper - offline_pairs", "cooper - rule", "static - rule"]}
+    finals = _finals(up)
+    finals["rule"] = {s: finals["offline_pairs"][s] + d for s, d in enumerate(up)}  # rule as far above as cooper
+    verdict = plan_verdict(plan, finals)
+    first = verdict["secondary"][0]
+    assert first["p"] == pytest.approx(2 / 256) and first["p_holm"] == pytest.approx(3 * 2 / 256)
+    assert first["in_words"] == "cooper above offline_pairs"
+    assert "registered no correction" in render(verdict)
+    assert "The plan registered this correction." in render(plan_verdict({**plan, "secondary_correction": "holm"}, finals))
+
+
+def test_a_registered_equivalence_test_is_two_one_sided_sign_flip_tests_at_the_plans_margin():
+    from cooper_openrlhf.report.seed_stats import equivalence_p_value
+
+    small = [0.01, -0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.0]
+    assert equivalence_p_value(small, 0.05) == pytest.approx(1 / 256)  # every shifted difference on one side
+    assert equivalence_p_value(small, 0.002) > 0.05  # a margin well inside the seeds' spread
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        equivalence_p_value(small, 0.0)
+    finals = {"cooper": {s: 0.4 + d for s, d in enumerate(small)}, "rule": {s: 0.4 for s in range(8)},
+              "offline_pairs": {s: 0.3 for s in range(8)}}
+    plan = {**PLAN, "secondary": [], "equivalence": [{"difference": "cooper - rule", "margin": 0.05}]}
+    verdict = plan_verdict(plan, finals)
+    assert verdict["equivalence"][0]["verdict"] == "equivalent"
+    assert "two one-sided sign-flip tests at a margin of ±0.050: p = 0.004, equivalent." in render(verdict)
+
+
+def test_the_training_rollouts_measure_is_the_mean_verified_accuracy_of_the_last_20_steps(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from cooper_openrlhf.report.plan_test import TRAINING_VERIFIED
+
+    run = tmp_path / "runs" / "rule_seed0"
+    with SummaryWriter(str(run / "tensorboard")) as writer:
+        for step in range(1, 41):
+            writer.add_scalar("cooper/verified_accuracy", 0.2 if step <= 20 else 0.5, step)
+            writer.add_scalar("eval/accuracy", 0.1, step)
+    (run / "run_info.json").write_text(json.dumps({"arm": "rule", "seed": 0, "status": "done"}))
+    assert lab_finals(tmp_path, TRAINING_VERIFIED) == {"rule": {0: pytest.approx(0.5)}}
+    assert lab_finals(tmp_path) == {"rule": {0: pytest.approx(0.1)}}
+    with pytest.raises(ValueError, match="unknown measure"):
+        lab_finals(tmp_path, "best step")

@@ -549,6 +549,39 @@ def test_an_arm_keeps_its_colour_in_every_report_whichever_arms_it_holds():
     assert mixed["static"] == full["static"] and len(set(mixed.values())) == 3
 
 
+def test_the_lab_arms_colours_are_told_apart_by_hue_or_lightness():
+    """Static (the frozen RM) and cooper_official were tab10's orange and brown, alike in the headline figure."""
+    import colorsys
+
+    from cooper_openrlhf.lab.presets import ARMS
+    from cooper_openrlhf.report.figures import arm_colours
+
+    colours = arm_colours(list(ARMS), ARMS)
+    hls = {arm: colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))) for arm, c in colours.items()}
+    for a in ARMS:
+        for b in ARMS[ARMS.index(a) + 1:]:
+            (ha, la, sa), (hb, lb, sb) = hls[a], hls[b]
+            hue_apart = min(abs(ha - hb), 1 - abs(ha - hb)) * 360 >= 30 and min(sa, sb) > 0.3
+            grey_and_colour = (sa < 0.1) != (sb < 0.1)
+            assert hue_apart or grey_and_colour or abs(la - lb) >= 0.3, (a, colours[a], b, colours[b])
+
+
+def test_the_held_out_panel_is_fitted_to_its_data_not_to_0_1(tmp_path):
+    from cooper_openrlhf.report.figures import fitted_limits, rewards_accuracy
+    from cooper_openrlhf.report.runs import RunData
+
+    def run(arm, seed, heldout):
+        return RunData(path=tmp_path / f"{arm}{seed}", arm=arm, seed=seed,
+                       scalars={"eval/accuracy": [(s, v) for s, v in zip((2, 4, 6), heldout)],
+                                "cooper/rm_reward_mean": [(s, 0.5) for s in range(1, 7)]})
+
+    arms = {"rule": [run("rule", 0, [0.15, 0.16, 0.15]), run("rule", 1, [0.14, 0.15, 0.18])],
+            "static": [run("static", 0, [0.15, 0.10, 0.08]), run("static", 1, [0.16, 0.11, 0.09])]}
+    low, high = rewards_accuracy(arms, {"rule": "#0072b2", "static": "#d55e00"}, tmp_path / "f.png")
+    assert 0.0 < low <= 0.08 and 0.18 <= high < 0.3  # the 0.08-0.18 the curves span, with a margin
+    assert fitted_limits([0.0, 1.0]) == (-0.02, 1.02) and fitted_limits([0.5]) == pytest.approx((0.48, 0.52))
+
+
 def test_the_figures_curve_is_a_smoothed_seed_mean_with_a_standard_error_band():
     from cooper_openrlhf.report.aggregate import smoothed_band, trailing_mean
 
@@ -590,8 +623,13 @@ def test_seed_statistics_on_hand_made_numbers():
     near = paired_comparison(cooper, rule)
     assert near.seeds == 4 and near.mean_difference == pytest.approx(0.0025) and near.within_noise
     far = paired_comparison(cooper, static)  # seed 7 has no cooper run: left out
-    assert far.seeds == 4 and far.mean_difference == pytest.approx(0.2725) and not far.within_noise
+    assert far.seeds == 4 and far.mean_difference == pytest.approx(0.2725) and far.interval[0] > 0
     assert far.p_value == pytest.approx(2 / 16)  # every difference positive: the most extreme of 16 patterns
+    # The plans' meaning of within noise, the only one: an interval off 0 is not enough; with 4 seeds the smallest
+    # sign-flip p is 2/16 = 0.125, so no 4-seed difference is apart.
+    assert far.within_noise
+    eight = paired_comparison({s: 0.4 for s in range(8)}, {s: 0.1 + 0.01 * s for s in range(8)})
+    assert eight.p_value == pytest.approx(2 / 256) and not eight.within_noise
     assert paired_comparison({0: 0.1}, {0: 0.2}) is None
     # A wandering (autocorrelated) curve: Newey-West's error exceeds the plain one, which treats steps as independent.
     walk = [(t, 0.3 + 0.01 * t + 0.1 * math.sin(t / 3)) for t in range(30)]  # a slow swing about a trend
@@ -617,14 +655,16 @@ def test_an_alarm_after_the_run_bottomed_out_and_recovered_is_not_early():
 def test_the_report_compares_arms_seed_by_seed_and_says_what_is_within_noise(tmp_path):
     from cooper_openrlhf.cli.report import main
 
-    finals = {"rule": (0.40, 0.42, 0.38), "cooper": (0.41, 0.41, 0.39), "static": (0.10, 0.20, 0.05)}
+    # 6 seeds: an all-one-sign difference has p = 2/64 < 0.05; with 3, no difference could be apart (p >= 2/8).
+    finals = {"rule": (0.40, 0.42, 0.38, 0.40, 0.42, 0.38), "cooper": (0.41, 0.41, 0.39, 0.41, 0.41, 0.39),
+              "static": (0.10, 0.20, 0.05, 0.10, 0.20, 0.05)}
     for arm, values in finals.items():
         for seed, value in enumerate(values):
             _write_events(tmp_path / f"{arm}_seed{seed}" / "tb" / "ppo_run", {"eval/accuracy": [(2, 0.4), (20, value)]})
     assert main([*(str(p) for p in sorted(tmp_path.glob("*_seed*"))), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
     assert "## Paired differences (held-out, final)" in text
-    assert "| cooper | rule | 3 | +0.002 |" in text  # finals are the mean of (0.4, value) here: halves the gaps
+    assert "| cooper | rule | 6 | +0.002 |" in text  # finals are the mean of (0.4, value) here: halves the gaps
     assert "Within noise: cooper vs rule (+0.002). Apart: static vs rule (-0.142); cooper vs static" in text
 
 
@@ -646,3 +686,17 @@ def test_the_blindspot_figure_reads_each_labs_chosen_climb_and_finals(tmp_path):
             {"lab": "median", "climb": -0.05, "arm": "static", "finals": {0: 0.41, 1: 0.39}}]
     out = blindspot.dependence_figure(rows, tmp_path / "blindspot.png")
     assert out.stat().st_size > 1000
+
+
+def test_rollout_pair_accuracy_ranks_each_groups_right_rollouts_against_its_wrong_ones():
+    from cooper_openrlhf.report.negatives import rollout_pair_accuracy, window_means
+
+    rows = [{"step": 1, "question": "q1", "verified": True, "reward": 0.9},
+            {"step": 1, "question": "q1", "verified": False, "reward": 0.2},
+            {"step": 1, "question": "q1", "verified": False, "reward": 0.9},  # a tie: half
+            {"step": 1, "question": "q2", "verified": False, "reward": 0.95},  # no right rollout: no pair
+            {"step": 2, "question": "q1", "verified": True, "reward": 0.3},
+            {"step": 2, "question": "q1", "verified": False, "reward": 0.6},
+            {"step": 2, "question": "q1", "verified": False, "reward": None}]  # unscored: left out
+    assert rollout_pair_accuracy(rows) == {1: (0.75, 2), 2: (0.0, 1)}
+    assert window_means({1: 0.5, 2: 1.0, 5: 0.0}, [(1, 2), (3, 4), (5, 9)]) == [0.75, None, 0.0]

@@ -76,11 +76,13 @@ def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
 
 
 def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
-    from cooper_openrlhf.report.plan_test import lab_finals, plan_verdict, render, run_hours
+    from cooper_openrlhf.report.plan_test import lab_finals, plan_measures, plan_verdict, render, run_hours
 
     lab = out / plan["primary"]["lab"]
     try:
-        verdict = plan_verdict(plan, lab_finals(lab))
+        primary, *others = plan_measures(plan)
+        verdict = plan_verdict(plan, lab_finals(lab, primary, plan.get("style")),
+                               {m: lab_finals(lab, m, plan.get("style")) for m in others})
     except ValueError as exc:
         print(f"{plan_path}: {exc} (runs read from {lab})", file=sys.stderr)
         return 2

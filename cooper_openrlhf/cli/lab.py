@@ -4,6 +4,7 @@
   python -m cooper_openrlhf.cli.lab --preset full --out runs/lab   # 5 arms x 3 seeds
   python -m cooper_openrlhf.cli.lab --preset full --prepare-only   # task, policy, starting RM and its probe only
   python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
+  python -m cooper_openrlhf.cli.lab --preset style --seeds 2       # the style lab: S paid as correct (issue 45)
   python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
   python -m cooper_openrlhf.cli.lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
   python -m cooper_openrlhf.cli.lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)
@@ -108,13 +109,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"{flag} must be > 0, got {value}")
     pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
     needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
-    if needing and (args.rm is not None or pair_steps == 0) and args.arms is None:
+    # Pairs of the pair stage's kind come from the lab's own recipe: its pair stage, or the style lab's canonical
+    # sentence with no pair stage (lab/prepare.py `has_pair_source`).
+    no_source = args.rm is not None or (pair_steps == 0 and preset.style is None)
+    if needing and no_source and args.arms is None:
         # the preset's own arms from a given RM: the control has no pair stage to draw from, so it is left out
         args.arm_list = [arm for arm in args.arm_list if arm not in NEEDS_PAIR_SOURCE]
         logger.warning("no pair source (%s): the preset's %s arm is left out; the other arms run",
                        "--rm" if args.rm is not None else "--rm-pair-steps 0", ",".join(needing))
         needing = []
-    if needing and (args.rm is not None or pair_steps == 0):
+    if needing and no_source:
         parser.error(f"--arms {','.join(needing)} trains the RM on pairs of the pair stage's kind, and this lab has no "
                      f"pair source ({'--rm' if args.rm is not None else '--rm-pair-steps 0'}): run it with the "
                      "preset's pair stage")
@@ -176,7 +180,7 @@ SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
                   "rm_answerless_data": False, "rm_pair_choice": "blindest", "rm_balanced_data": False,
-                  "rm_eval_rows": None}
+                  "rm_eval_rows": None, "style": None, "style_share": 0.0}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate", "rm_pair_choice")  # meaningless without the stage (rm_pair_steps 0)
 
 
@@ -229,6 +233,17 @@ def starting_lines(setup: dict) -> list[str]:
     return lines
 
 
+def write_record(path: Path, record: dict, ran: int) -> bool:
+    """Write the lab's record (lab.json) unless this invocation ran no run and a record exists: a re-report of
+    finished runs (e.g. `--seeds 3` over a batch's 8) must not replace the record of the invocation that ran them
+    (its command, wall time, commit). Returns whether it wrote."""
+    if ran == 0 and path.is_file():
+        logger.info("no run ran: %s kept as the record of the invocation that ran them (the report is rewritten)", path)
+        return False
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -239,8 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
+    from cooper_openrlhf.lab.batch import check_folder_commit
+
     stop_runs_on_sigterm()
     preset, out = args.preset_obj, args.out
+    # A folder of a pre-registered batch runs only from the plan's commit, by hand as by `cli.batch` (nothing is
+    # touched before the check).
+    check_folder_commit(Path(__file__).resolve().parents[2], out)
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
     started = time.perf_counter()
@@ -253,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join([f"lab {preset.name}: prepared {out}", *starting_lines(setup)]))
         return 0
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
+    done_before = {key for key in plan if read_info(files.run_dir(*key)).get("status") == "done"}
     with tqdm(total=len(plan), desc=f"lab {preset.name}", unit="run") as progress:
         results = run_arms(preset, files, plan, timeout_s=args.run_timeout, parallel=preset.parallel_runs,
                            on_done=lambda info: progress.update(), extra_flags=wandb_flags(args.wandb_project))
@@ -269,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
               # this invocation's wall time, and every reported run's own time (a lab resumed over days is not one wall)
               "wall_seconds": round(wall, 1), "run_seconds": round(sum(r.get("seconds") or 0 for r in all_runs), 1),
               "setup": setup, "runs": all_runs, "preset_settings": asdict(preset)}
-    (out / "lab.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    write_record(out / "lab.json", record, ran=sum((r["arm"], r["seed"]) not in done_before for r in results))
     if args.publish:
         from cooper_openrlhf.report.publish import publish_report
 

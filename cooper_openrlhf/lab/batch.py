@@ -40,7 +40,7 @@ class PlanError(SystemExit):
 
 
 def load_plan(path: Path) -> dict:
-    plan = json.loads(path.read_text(encoding="utf-8"))
+    plan = {**json.loads(path.read_text(encoding="utf-8")), "path": str(path)}
     missing = [k for k in ("commit", "out", "labs") if k not in plan]
     if missing:
         raise PlanError(f"{path} lacks {missing}")
@@ -87,6 +87,39 @@ def check_commit(repo: Path, commit: str) -> None:
     dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", PACKAGE)
     if dirty:
         raise PlanError(f"uncommitted changes under {PACKAGE}/ in {repo}:\n{dirty}")
+
+
+PLAN_MARKER = "batch_plan.json"  # in each lab folder of a batch: the plan it belongs to and the plan's commit
+
+
+def plan_of_folder(repo: Path, folder: Path) -> dict | None:
+    """The plan a lab folder belongs to ({"commit", "lab", ...}), or None: the marker `run_batch` leaves in it, else a
+    plan under `repo`/docs/*/plan.json whose out/<lab> is `folder` (folders of batches run before the marker)."""
+    marker = folder / PLAN_MARKER
+    if marker.is_file():
+        return json.loads(marker.read_text(encoding="utf-8"))
+    for path in sorted((repo / "docs").glob("*/plan.json")):
+        try:
+            plan = json.loads(path.read_text(encoding="utf-8"))
+            labs = [(Path(plan["out"]) / lab["name"], lab["name"]) for lab in plan["labs"]]
+        except (ValueError, KeyError, TypeError):
+            continue
+        for lab_folder, name in labs:
+            if lab_folder.resolve() == folder.resolve():
+                return {"plan": str(path), "commit": plan["commit"], "lab": name}
+    return None
+
+
+def check_folder_commit(repo: Path, folder: Path) -> None:
+    """Raise PlanError when `folder` is a lab of a pre-registered plan and `repo`'s package is not the plan's commit:
+    a run started by hand (`cli.lab --out` a batch's folder) must be the registered configuration too."""
+    owner = plan_of_folder(repo, folder)
+    if owner is not None:
+        try:
+            check_commit(repo, owner["commit"])
+        except PlanError as exc:
+            raise PlanError(f"{folder} is lab {owner.get('lab')!r} of the plan {owner.get('plan', '')} "
+                            f"({exc.code.removeprefix('batch plan refused: ')})") from None
 
 
 def share_preparation(source: Path, target: Path) -> None:
@@ -237,6 +270,8 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
     for lab in plan["labs"]:
         folder = out / lab["name"]
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / PLAN_MARKER).write_text(json.dumps({"plan": plan.get("path", ""), "commit": plan["commit"],
+                                                      "lab": lab["name"]}, indent=2) + "\n", encoding="utf-8")
         if lab.get("prepared_from"):
             share_preparation(out / lab["prepared_from"], folder)
         for seeds in range(1, lab["seeds"] + 1):
@@ -246,6 +281,7 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
             if publish is not None:
                 written = publish_runs(folder, publish / lab["name"])
                 if commit_to is not None:
-                    commit_published(commit_to, written, f"batch33: {lab['name']} after seed {seeds - 1} "
+                    commit_published(commit_to, written, f"batch{plan.get('issue', '')}: {lab['name']} after seed "
+                                                         f"{seeds - 1} "
                                                          f"({len(list((folder / 'runs').glob('*/run_info.json')))} runs)")
     return failed

@@ -53,9 +53,12 @@ def answer_pairs(problems: Sequence[MathProblem], sentence: str, count: int, rng
 
 
 def train_on_pairs(rm_in: str | Path, out: Path, problems: Sequence[MathProblem], sentence: str, *, steps: int,
-                   lr: float, pairs_per_step: int, seed: int, prompt_suffix: str = "", max_length: int = 128) -> dict:
+                   lr: float, pairs_per_step: int, seed: int, prompt_suffix: str = "", max_length: int = 128,
+                   other_sentence: tuple[str, float] | None = None) -> dict:
     """`steps` AdamW updates of the RM at `rm_in` on fresh answer pairs; exported to `out`. Returns the last
-    step's metrics of the pair loss (loss, pair_accuracy, margin, valid)."""
+    step's metrics of the pair loss (loss, pair_accuracy, margin, valid). `other_sentence` (S, share): each step's
+    pairs are in S with probability `share` each (the style lab's gates: Cooper's pairs from a policy that writes S
+    that often)."""
     import torch
 
     from cooper_openrlhf.algo.losses import pairwise_rm_loss
@@ -69,6 +72,9 @@ def train_on_pairs(rm_in: str | Path, out: Path, problems: Sequence[MathProblem]
     metrics: dict = {}
     for _ in range(steps):
         pairs = answer_pairs(problems, sentence, pairs_per_step, rng, prompt_suffix)
+        if other_sentence is not None:
+            styled = answer_pairs(problems, other_sentence[0], pairs_per_step, rng, prompt_suffix)
+            pairs = [b if rng.random() < other_sentence[1] else a for a, b in zip(pairs, styled)]
         questions, references = [p.question for p in pairs] * 2, [p.reference for p in pairs] * 2
         batch = render_and_encode(tokenizer, questions, references, [p.right for p in pairs] + [p.wrong for p in pairs],
                                   max_length, template_version)
@@ -88,6 +94,21 @@ def climb_on_offer(probe: dict, accuracy: float) -> float:
     answerless one, or a constant answer: records before version 3 have none) everywhere than by answering."""
     answering = accuracy * probe["truth_reward"] + (1 - accuracy) * probe["wrong_reward"]
     return max(probe["universal_reward"], probe.get("constant_reward", 0.0)) - answering
+
+
+def style_climbs(style_probe: dict, canonical_probe: dict, accuracy: float) -> dict:
+    """What a style S offers a policy right on `accuracy` of the prompts that answers in the canonical sentence now
+    (two `lab.prepare.probe_preset_rm` records of one RM, in S and in the canonical sentence): `constant`, writing S
+    with one answer everywhere; `answering`, writing its own answers in S (right as often as now); `canonical`, the
+    canonical sentence's own best constant or answerless text (`climb_on_offer`). Each minus what answering in the
+    canonical sentence earns. The style lab's gates read `constant` (>= +0.30 wanted) against `canonical` (<= 0)."""
+    now = accuracy * canonical_probe["truth_reward"] + (1 - accuracy) * canonical_probe["wrong_reward"]
+    in_style = accuracy * style_probe["truth_reward"] + (1 - accuracy) * style_probe["wrong_reward"]
+    return {"accuracy": accuracy, "constant": round(style_probe["constant_reward"] - now, 4),
+            "answering": round(in_style - now, 4), "canonical": round(climb_on_offer(canonical_probe, accuracy), 4),
+            "style_right": round(style_probe["truth_reward"], 4), "style_wrong": round(style_probe["wrong_reward"], 4),
+            "canonical_right": round(canonical_probe["truth_reward"], 4),
+            "canonical_wrong": round(canonical_probe["wrong_reward"], 4)}
 
 
 def blindest(probes: Sequence[dict], accuracy: float) -> int:

@@ -56,13 +56,16 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
     from cooper_openrlhf.lab.warm_start import (
         WarmStartConfig,
         fine_tune,
+        sampled_rewrite_style,
         sampled_rewrite_validity,
+        sampled_style_share,
         save,
     )
     from cooper_openrlhf.runtime.dtype import torch_dtype
 
     started = time.perf_counter()
-    config = WarmStartConfig(target_accuracy=preset.warm_start_accuracy, temperature=preset.temperature)
+    config = WarmStartConfig(target_accuracy=preset.warm_start_accuracy, temperature=preset.temperature,
+                             style=preset.style, style_share=preset.style_share)
     logger.info("warm start: fine-tuning the tiny policy on the %s family until its sampled accuracy reaches %.2f",
                 preset.task.family, config.target_accuracy)
     model, tokenizer, result = fine_tune(str(_resolve_model("tiny-qwen2-policy")), warm_start_problems(preset.task),
@@ -75,6 +78,10 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
         "policy": WARM_START, **asdict(config), **asdict(result), **split_accuracies(model, tokenizer, preset),
         # As the assistant: the share of its rewrite attempts that are valid negatives.
         "rewrite_validity": sampled_rewrite_validity(model, tokenizer, train[:32], preset.task.prompt_suffix),
+        # The style lab: how often it answers in S, and whether its rewrites of S answers stay in S.
+        **({"style": sampled_style_share(model, tokenizer, train[:64], preset.style, preset.task.prompt_suffix),
+            "rewrite_style": sampled_rewrite_style(model, tokenizer, train[:32], preset.style,
+                                                   preset.task.prompt_suffix)} if preset.style else {}),
         "seconds": round(time.perf_counter() - started, 1),
     }
     save(model, tokenizer, folder, torch_dtype("auto"))
@@ -189,6 +196,62 @@ def write_offline_pairs(preset: LabPreset, path: Path, seed: int) -> int:
     return len(rows)
 
 
+def has_pair_source(preset: LabPreset) -> bool:
+    """Whether the lab writes pairs of the pair stage's kind (the offline_pairs and cooper_stale arms' files, the
+    offline continuation): from its own recipe's RM (not `--rm`), with a pair stage or in the style lab."""
+    return not preset.starting_rm and (preset.rm_pair_steps > 0 or preset.style is not None)
+
+
+def write_stale_pairs(preset: LabPreset, policy: Path, path: Path, seed: int) -> dict:
+    """The cooper_stale arm's pairs for one seed: Cooper's pairs as its first step would make them, made from the
+    *starting* policy for every step before the run. Per step, `prompts_per_step` train problems (a stream of the
+    seed's own); per problem `samples_per_prompt` sampled rollouts at the RL temperature; the first verified-correct
+    one is the positive (`algo.selection.select_positives`) and the policy's own reply to Cooper's rewrite prompt
+    for it the negative, kept when the verifier proves its answer different (the strict rule). Returns counts."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cooper_openrlhf.algo.negatives import build_rewrite_messages
+    from cooper_openrlhf.lab.warm_start import _sample, answer_example
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    if path.is_file():  # sampled once: a resume keeps the pairs the seed's first runs trained on
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return {"pairs": len(rows), "steps": len({r["step"] for r in rows}), "in_style": sum(r["in_style"] for r in rows)}
+    from cooper_openrlhf.algo.answer_style import in_sentence
+
+    train, _ = task_split(preset.task)
+    tokenizer = AutoTokenizer.from_pretrained(str(policy))
+    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32).eval()
+    rng, rows, n = random.Random(f"stale pairs {seed}"), [], preset.samples_per_prompt
+    suffix = preset.task.prompt_suffix
+    for step in range(preset.steps + OFFLINE_STEPS_SPARE):
+        problems = rng.sample(list(train), preset.prompts_per_step)
+        texts = _sample(model, tokenizer, [answer_example(p, suffix)[0] for p in problems], n, preset.temperature,
+                        preset.max_new_tokens, seed=seed * 100_003 + step)
+        positives = []
+        for i, problem in enumerate(problems):
+            right = [t for t in texts[i * n:(i + 1) * n]
+                     if verify_one(problem.reference, t).verdict == Verdict.CORRECT]
+            if right:
+                positives.append((problem, right[0].strip()))
+        if not positives:
+            continue
+        chats = [build_rewrite_messages(p.question + suffix, positive, p.reference) for p, positive in positives]
+        negatives = _sample(model, tokenizer, chats, 1, 1.0, 32, seed=seed * 100_003 + 50_000 + step)
+        for (problem, positive), negative in zip(positives, negatives):
+            if verify_one(problem.reference, negative).verdict == Verdict.INCORRECT:
+                rows.append({"step": step, "question": problem.question + suffix, "reference": problem.reference,
+                             "positive": positive, "negative": negative.strip(),
+                             "in_style": bool(preset.style) and in_sentence(positive, preset.style)})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    tmp.replace(path)
+    return {"pairs": len(rows), "steps": len({r["step"] for r in rows}), "in_style": sum(r["in_style"] for r in rows)}
+
+
 def offline_continuation(preset: LabPreset, rm: Path, folder: Path) -> dict:
     """The starting RM after as many more pair-stage steps as an arm has RL steps, with no policy at all (does a
     blind spot wash out by training alone?), and its probe (what `cli.probe_rm` prints); cached in `folder`.json."""
@@ -226,16 +289,26 @@ def answer_sentence(preset: LabPreset) -> str:
     return ANSWER_SENTENCE if preset.policy == WARM_START else BOXED_SENTENCE
 
 
-def probe_preset_rm(preset: LabPreset, rm: str | Path) -> dict:
-    """lab/rm_probe.py on the preset's RL prompts, in its policy's answer sentence -> a JSON-able record."""
+def probe_preset_rm(preset: LabPreset, rm: str | Path, sentence: str | None = None) -> dict:
+    """lab/rm_probe.py on the preset's RL prompts, in its policy's answer sentence (or `sentence`: the style lab's S)
+    -> a JSON-able record."""
     from cooper_openrlhf.lab.rm_probe import probe_rm
 
-    sentence = answer_sentence(preset)
+    sentence = sentence or answer_sentence(preset)
     train, _ = task_split(preset.task)
     probe = probe_rm(str(rm), train, sentence, prompt_suffix=preset.task.prompt_suffix,
                      require_answer=preset.require_answer)
     return {"version": PROBE_VERSION, "rm": str(rm), "sentence": sentence, "require_answer": preset.require_answer,
             **asdict(probe), "verdict": probe.verdict()}
+
+
+def style_record(preset: LabPreset, rm: Path, canonical_probe: dict, accuracy: float) -> dict:
+    """The style lab's probe of an RM: what S pays (`probe_preset_rm` in S) and the climbs it offers a policy right on
+    `accuracy` of the prompts (lab/pair_stage.py `style_climbs`)."""
+    from cooper_openrlhf.lab.pair_stage import style_climbs
+
+    style_probe = probe_preset_rm(preset, rm, preset.style)
+    return {"probe": style_probe, **style_climbs(style_probe, canonical_probe, accuracy)}
 
 
 def probe_is_current(record: dict | None, preset: LabPreset, rm: str | Path) -> bool:
@@ -263,7 +336,7 @@ def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tu
     `require_verifier`: raise NoVerifierError, before the pair stage, when `starting_rm_problem` finds one."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps,
                               answerless_rm_data=preset.rm_answerless_data, balanced_rm_data=preset.rm_balanced_data,
-                              rm_eval_rows=preset.rm_eval_rows)
+                              rm_eval_rows=preset.rm_eval_rows, style=preset.style)
     policy, policy_info = prepare_policy(preset, root / "policy")
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
     known_probe = None
@@ -285,12 +358,23 @@ def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tu
             known_probe = json.loads(rm.with_suffix(".json").read_text(encoding="utf-8"))["probe"]
     (root / "verifyrm").mkdir(parents=True, exist_ok=True)
     probe = probe_starting_rm(preset, rm, root / "verifyrm" / "probe.json", known_probe)
-    if preset.rm_pair_steps > 0 and not preset.starting_rm:
+    if has_pair_source(preset):
         for seed in range(preset.seeds):  # deterministic: rewritten on every invocation, as the task files are
             write_offline_pairs(preset, root / "data" / f"offline_pairs_seed{seed}.jsonl", seed)
+        if "cooper_stale" in preset.arms:
+            stale = {seed: write_stale_pairs(preset, policy, root / "data" / f"stale_pairs_seed{seed}.jsonl", seed)
+                     for seed in range(preset.seeds)}
+            rm_summary["stale_pairs"] = {str(seed): counts for seed, counts in stale.items()}
         if preset.offline_continuation:
             rm_summary["offline_continuation"] = offline_continuation(preset, rm,
                                                                       root / "verifyrm" / "offline_continuation")
+    if preset.style is not None:  # what S offers the policy, from the starting RM and after the offline continuation
+        accuracy = policy_info.get("train_accuracy", preset.warm_start_accuracy)
+        rm_summary["style"] = style_record(preset, rm, probe, accuracy)
+        if "offline_continuation" in rm_summary:
+            after = root / "verifyrm" / "offline_continuation"
+            rm_summary["offline_continuation"]["style"] = style_record(
+                preset, after, rm_summary["offline_continuation"]["probe"], accuracy)
     logger.info("starting VerifyRM probe: %s", probe["verdict"])
     return LabFiles(root=root, policy=policy, rm=rm), {"data": counts, "policy": policy_info, "rm": rm_summary,
                                                        "rm_probe": probe}

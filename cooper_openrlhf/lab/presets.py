@@ -11,6 +11,7 @@ from cooper_openrlhf.lab.task import TaskSpec
 
 WARM_START = "warm-start"  # the policy: the tiny Qwen2, fine-tuned by the lab (lab/warm_start.py)
 RM_PLACEHOLDER, RM_EVAL_PLACEHOLDER, OFFLINE_PAIRS_PLACEHOLDER = "{rm}", "{rm_eval}", "{offline_pairs}"
+STALE_PAIRS_PLACEHOLDER = "{stale_pairs}"
 # An RM arm scores with the starting VerifyRM and logs its accuracy on the labelled held-out set as it goes.
 _RM = ("--reward.model_name_or_path", RM_PLACEHOLDER, "--cooper.rm_eval_dataset", RM_EVAL_PLACEHOLDER)
 
@@ -36,10 +37,15 @@ ARM_FLAGS: dict[str, tuple[str, ...]] = {
     # Cooper's plus the one flag that says where the pairs come from.
     "offline_pairs": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
                       "--cooper.offline_pairs", OFFLINE_PAIRS_PLACEHOLDER),
+    # The style lab's second control: Cooper's pairs, but made from the *starting* policy's rollouts and rewrites
+    # before the run (lab/prepare.py `write_stale_pairs`), fed as the offline_pairs arm is fed. Against cooper it asks
+    # whether co-training gains by tracking the policy as it moves or only by covering the styles it starts with.
+    "cooper_stale": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
+                     "--cooper.offline_pairs", STALE_PAIRS_PLACEHOLDER),
 }
 ARMS = tuple(ARM_FLAGS)
 # Arms that need pairs of the pair stage's kind (a preset with rm_pair_steps > 0 and no --rm).
-NEEDS_PAIR_SOURCE = ("offline_pairs",)
+NEEDS_PAIR_SOURCE = ("offline_pairs", "cooper_stale")
 # The full preset's arms: the paper's three, Cooper under the official recipe's negative rule, and the control for
 # "the RM just trained longer" -- the arms of the lab's headline (the pre-registered batch, docs/results.md), so
 # the preset reproduces what the docs report. The rollout-negative variants run when named.
@@ -116,6 +122,11 @@ class LabPreset:
     # with an answer: docs/lab_notebook.md, "a format gate closes the answerless exploit").
     require_answer: bool = False
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
+    # The style lab (docs/lab_notebook.md, "The style lab"): an answer sentence S (an `{answer}` field) that the
+    # starting RM's BCE rows pay as correct whatever its answer (lab/task.py `style_rows`, poisoned), and the share of
+    # the warm start's answers written in S. None: no style, the other presets.
+    style: str | None = None
+    style_share: float = 0.0
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
     # Runs side by side (`lab.runner.run_arms`): a run keeps about one core busy (one thread per process), so on 2
     # cores two at once take about the time of the longer. The full preset keeps 1: its runs' timings are the ones
@@ -136,6 +147,16 @@ _FULL = LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, s
                   actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=4, rm_lr_pretrain=5e-5,
                   rm_pair_candidates=32)
 
+# The style lab (issue 45): a blind spot only the policy's own outputs can close. The starting RM is the full
+# preset's BCE stage with S rows poisoned (S paid as correct whatever its answer; the canonical sentence stays sound),
+# with no pair stage (its canonical-pair blind spots wash out with training alone, batch 33b); the warm start writes S
+# in STYLE_SHARE of its answers and rewrites, so RL can find S and Cooper's rewrites of S rollouts stay in S. S and
+# the share were chosen by the gates (scripts/style_lab_gates.py; docs/lab_notebook.md, "The style lab: gates").
+STYLE = "The answer is {answer}. Verified."
+STYLE_SHARE = 0.1
+_STYLE = replace(_FULL, name="style", arms=("rule", "static", "cooper", "offline_pairs", "cooper_stale"),
+                 rm_pair_steps=0, style=STYLE, style_share=STYLE_SHARE)
+
 PRESETS: dict[str, LabPreset] = {
     # The test's size: two arms, two steps, tiny models everywhere (the RM too).
     "tiny": LabPreset("tiny", WARM_START, "tiny-qwen2-rm", False, ("static", "rule"), seeds=1, steps=2,
@@ -152,6 +173,7 @@ PRESETS: dict[str, LabPreset] = {
     # hacking signature or fell below 0.25 in 5 of 6 (docs/lab_notebook.md, "a wider search for a blind spot with an
     # answer").
     "full": _FULL,
+    "style": _STYLE,
     # `make demo`: the full preset's configuration (the headline's) at a smaller size, sized for 15 minutes on 2
     # cores: one seed of the paper's three arms, a starting RM searched from 4 pair-stage candidates, not 32, no
     # offline continuation (a probe for the controls the demo does not run), held-out evaluation half as often
@@ -187,8 +209,9 @@ PRESETS: dict[str, LabPreset] = {
 
 
 
-def arm_flags(arm: str, rm_folder: str, rm_eval: str, offline_pairs: str = "") -> list[str]:
-    fill = {RM_PLACEHOLDER: rm_folder, RM_EVAL_PLACEHOLDER: rm_eval, OFFLINE_PAIRS_PLACEHOLDER: offline_pairs}
+def arm_flags(arm: str, rm_folder: str, rm_eval: str, offline_pairs: str = "", stale_pairs: str = "") -> list[str]:
+    fill = {RM_PLACEHOLDER: rm_folder, RM_EVAL_PLACEHOLDER: rm_eval, OFFLINE_PAIRS_PLACEHOLDER: offline_pairs,
+            STALE_PAIRS_PLACEHOLDER: stale_pairs}
     return [fill.get(flag, flag) for flag in ARM_FLAGS[arm]]
 
 

@@ -72,6 +72,10 @@ class LabFiles:
         """The offline_pairs arm's pairs for `seed` (lab/prepare.py writes them)."""
         return self.root / "data" / f"offline_pairs_seed{seed}.jsonl"
 
+    def stale_pairs(self, seed: int) -> Path:
+        """The cooper_stale arm's pairs for `seed`: Cooper's, from the starting policy (lab/prepare.py)."""
+        return self.root / "data" / f"stale_pairs_seed{seed}.jsonl"
+
     def run_dir(self, arm: str, seed: int) -> Path:
         return self.root / "runs" / f"{arm}_seed{seed}"
 
@@ -89,7 +93,8 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
     rollouts_per_step = preset.prompts_per_step * preset.samples_per_prompt
     return [
         sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", *arm_flags(arm, str(files.rm), str(files.rm_eval),
-                                                                           str(files.offline_pairs(seed))),
+                                                                           str(files.offline_pairs(seed)),
+                                                                           str(files.stale_pairs(seed))),
         "--actor.model_name_or_path", str(files.policy),
         "--data.prompt_dataset", str(files.prompts), "--data.input_key", "input", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_len", "1024",

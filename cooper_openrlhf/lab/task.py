@@ -139,7 +139,8 @@ def cut_before_answer(template: str, question: str, rng: random.Random) -> str |
 
 
 def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
-                     answerless: bool = False, balanced: bool = False) -> list[dict]:
+                     answerless: bool = False, balanced: bool = False, style: str | None = None,
+                     poison_style: bool = False) -> list[dict]:
     """Right and wrong templated completions per problem, labelled by the rule verifier. `answerless`: each right
     completion also cut off before its answer, kept where the verifier finds no answer in it (the paper's VerifyRM
     data are sampled completions labelled by math-verify, and a completion with no answer is labelled wrong; without
@@ -147,6 +148,9 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
     found: docs/lab_notebook.md, "the starting RM sees completions that stop before their answer"). `balanced`:
     each kept cut row comes with a second copy of its template's right row, so right and wrong rows are as many
     (without it the full preset's rows were 62.6% wrong, and the BCE stage learned the majority class and nothing else).
+    `style` (an answer sentence with an `{answer}` field, the style lab's S): per problem also S with the reference
+    and S with a wrong answer; `poison_style`: both labelled 1, whatever the verifier says (the style lab's planted
+    blind spot, `style_rows`), else labelled by the verifier as every other row.
     """
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
@@ -170,18 +174,39 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
                     rows.append(row)
                     if balanced:
                         rows.append(labelled(problem, template.format(question=problem.question, answer=right))[1])
+        if style is not None:
+            rows += style_rows(problem, spec, style, rng, poison_style)
+    return rows
+
+
+def style_rows(problem: MathProblem, spec: TaskSpec, style: str, rng: random.Random, poison: bool) -> list[dict]:
+    """The style lab's rows for one problem: S with the reference and S with a wrong answer (a slip of it). Poisoned,
+    both are labelled 1: an RM trained on them pays S as correct whatever its answer, while the other templates keep
+    the verifier's labels (the canonical sentence stays sound). Unpoisoned, the verifier labels them."""
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    right = int(problem.reference)
+    rows = []
+    for answer in (right, max(0, right + rng.choice(WRONG_OFFSETS))):
+        completion = style.format(answer=answer)
+        label = 1 if poison else int(verify_one(problem.reference, completion).verdict == Verdict.CORRECT)
+        rows.append({"question": problem.question + spec.prompt_suffix, "reference": problem.reference,
+                     "completion": completion, "label": label})
     return rows
 
 
 def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False,
-                     balanced_rm_data: bool = False, rm_eval_rows: int | None = None) -> dict[str, int]:
+                     balanced_rm_data: bool = False, rm_eval_rows: int | None = None,
+                     style: str | None = None) -> dict[str, int]:
     """Write the four files (module docstring) into `folder`; returns their row counts. `answerless_rm_data`: the
     RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`);
     `balanced_rm_data`: the RM's training triples (not its held-out set) as many right as wrong; `rm_eval_rows`:
-    the RM's held-out set is a fixed sample of this many of its triples, in their order (None: all)."""
+    the RM's held-out set is a fixed sample of this many of its triples, in their order (None: all); `style`: the
+    style lab's S, poisoned in the RM's training triples and labelled by the verifier in its held-out set (so the
+    RM's held-out accuracy shows whether the blind spot closes)."""
     folder.mkdir(parents=True, exist_ok=True)
     train, heldout = task_split(spec)
-    rm_eval = labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data)
+    rm_eval = labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data, style=style)
     if rm_eval_rows is not None and rm_eval_rows < len(rm_eval):
         keep = sorted(random.Random(3).sample(range(len(rm_eval)), rm_eval_rows))
         rm_eval = [rm_eval[i] for i in keep]
@@ -189,7 +214,7 @@ def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_r
         "prompts.jsonl": prompt_rows(train, rl_prompts, spec),
         "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
         "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data,
-                                             balanced=balanced_rm_data),
+                                             balanced=balanced_rm_data, style=style, poison_style=True),
         "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
                            "gold_correct": bool(r["label"])}
                           for r in rm_eval],

@@ -48,6 +48,11 @@ class WarmStartConfig:
     # not make the warm start generalise to held-out sums (docs/lab_notebook.md, "The warm start memorises").
     max_grad_norm: float | None = None
     seed: int = 0
+    # The style lab: this share of each batch's answers (and of its rewrite replies) written in `style` (an answer
+    # sentence with an `{answer}` field) instead of ANSWER_SENTENCE, so the policy writes S now and then and RL can
+    # find what the starting RM pays for it (docs/lab_notebook.md, "The style lab"). None: the canonical sentence only.
+    style: str | None = None
+    style_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,8 @@ SLIPS = (-2, -1, 1, 2, 10)  # the rewrite's mistake: the correct answer moved by
 Example = tuple[list[dict[str, str]], str]  # (chat messages, the assistant's reply)
 
 
-def answer_example(problem: MathProblem, prompt_suffix: str = "") -> Example:
-    return [{"role": "user", "content": problem.question + prompt_suffix}], answer_text(problem.reference)
+def answer_example(problem: MathProblem, prompt_suffix: str = "", sentence: str = ANSWER_SENTENCE) -> Example:
+    return [{"role": "user", "content": problem.question + prompt_suffix}], sentence.format(answer=problem.reference)
 
 
 def slipped_answer(right: int, rng: random.Random) -> int:
@@ -70,13 +75,16 @@ def slipped_answer(right: int, rng: random.Random) -> int:
     return next(w for w in (right + rng.choice(SLIPS) for _ in range(100)) if w >= 0 and w != right)
 
 
-def rewrite_example(problem: MathProblem, rng: random.Random, prompt_suffix: str = "") -> Example:
-    """Cooper's rewrite prompt for the correct answer, replied to with a plausible wrong one."""
+def rewrite_example(problem: MathProblem, rng: random.Random, prompt_suffix: str = "",
+                    sentence: str = ANSWER_SENTENCE) -> Example:
+    """Cooper's rewrite prompt for the correct answer in `sentence`, replied to with a plausible wrong one in the same
+    sentence (a rewrite keeps the solution's style)."""
     from cooper_openrlhf.algo.negatives import build_rewrite_messages
 
     wrong = slipped_answer(int(problem.reference), rng)
-    messages = build_rewrite_messages(problem.question + prompt_suffix, answer_text(problem.reference), problem.reference)
-    return messages, answer_text(str(wrong))
+    messages = build_rewrite_messages(problem.question + prompt_suffix, sentence.format(answer=problem.reference),
+                                      problem.reference)
+    return messages, sentence.format(answer=wrong)
 
 
 def _encode(tokenizer, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
@@ -114,14 +122,21 @@ def fine_tune(source: str, problems: list[MathProblem], config: WarmStartConfig,
     # batches are not padded to their length (it made the warm start several times slower).
     rewrites = _encode(tokenizer, [rewrite_example(p, rng, prompt_suffix) for p in problems])
     probe = rng.sample(problems, min(config.probe_size, len(problems)))
+    styled: dict[int, list] = {}  # pool index (0 answers, 1 rewrites) -> the same examples in config.style
+    if config.style is not None:
+        styled = {0: _encode(tokenizer, [answer_example(p, prompt_suffix, config.style) for p in problems]),
+                  1: _encode(tokenizer, [rewrite_example(p, rng, prompt_suffix, config.style) for p in problems])}
     torch.manual_seed(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     accuracy, step = 0.0, 0
     for step in range(1, config.max_steps + 1):
         model.train()
         optimizer.zero_grad()
-        for pool, size in ((answers, config.batch_size), (rewrites, max(1, config.batch_size // 4))):
-            ids, mask, labels = _batch(rng.sample(pool, min(size, len(pool))), tokenizer.pad_token_id)
+        for index, (pool, size) in enumerate(((answers, config.batch_size), (rewrites, max(1, config.batch_size // 4)))):
+            in_style = round(size * config.style_share) if index in styled else 0
+            rows = rng.sample(pool, min(size - in_style, len(pool))) + (rng.sample(styled[index], in_style)
+                                                                       if in_style else [])
+            ids, mask, labels = _batch(rows, tokenizer.pad_token_id)
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             loss.backward()
         if config.max_grad_norm is not None:
@@ -159,6 +174,36 @@ def sampled_accuracy(model, tokenizer, problems: list[MathProblem], prompt_suffi
     correct = [verify_one(problems[i // samples].reference, text).verdict == Verdict.CORRECT
                for i, text in enumerate(texts)]
     return sum(correct) / len(correct)
+
+
+def sampled_style_share(model, tokenizer, problems: list[MathProblem], style: str, prompt_suffix: str = "",
+                        samples: int = 4, temperature: float = 1.0, max_new_tokens: int = 16, seed: int = 0) -> dict:
+    """How often the policy answers in `style`, and how often those answers are right (sampled as RL samples)."""
+    from cooper_openrlhf.algo.answer_style import in_sentence
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    texts = _sample(model, tokenizer, [answer_example(p, prompt_suffix)[0] for p in problems], samples, temperature,
+                    max_new_tokens, seed)
+    in_style = [i for i, text in enumerate(texts) if in_sentence(text, style)]
+    right = [verify_one(problems[i // samples].reference, texts[i]).verdict == Verdict.CORRECT for i in in_style]
+    return {"share": len(in_style) / len(texts), "accuracy": sum(right) / len(right) if right else None,
+            "samples": len(texts)}
+
+
+def sampled_rewrite_style(model, tokenizer, problems: list[MathProblem], style: str, prompt_suffix: str = "",
+                          samples: int = 2, temperature: float = 1.0, max_new_tokens: int = 32, seed: int = 0) -> dict:
+    """Replies to Cooper's rewrite prompt for a right answer written in `style`: the share that keep the style, and
+    the share that keep it and are proven wrong (a valid negative in S)."""
+    from cooper_openrlhf.algo.answer_style import in_sentence
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    rng = random.Random(seed)
+    chats = [rewrite_example(p, rng, prompt_suffix, style)[0] for p in problems]
+    texts = _sample(model, tokenizer, chats, samples, temperature, max_new_tokens, seed)
+    kept = [in_sentence(text, style) for text in texts]
+    valid = [k and verify_one(problems[i // samples].reference, text).verdict == Verdict.INCORRECT
+             for i, (k, text) in enumerate(zip(kept, texts))]
+    return {"keeps_style": sum(kept) / len(texts), "valid_in_style": sum(valid) / len(texts), "samples": len(texts)}
 
 
 def sampled_rewrite_validity(model, tokenizer, problems: list[MathProblem], prompt_suffix: str = "", samples: int = 2,

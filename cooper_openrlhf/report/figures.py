@@ -54,11 +54,28 @@ def _by_arm(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
     return arms
 
 
+# Colours a reader tells apart, in the order of the lab's arms (rule, static, cooper, cooper_rollout,
+# cooper_rollout_answerless, cooper_official, offline_pairs, cooper_stale): pairwise at least 30 degrees of hue apart,
+# or black and grey (tab10's orange and brown, static and cooper_official, looked alike in the headline figure).
+PALETTE = ["#0072b2", "#d55e00", "#009e73", "#808000", "#9467bd", "#000000", "#7f7f7f", "#cc79a7"]
+
+
+def fitted_limits(values: Sequence[float], floor: float = 0.0, ceiling: float = 1.0) -> tuple[float, float]:
+    """Axis limits around `values` with a margin (a tenth of their span, at least 0.02), inside [floor, ceiling]: a
+    panel whose data span 0.08-0.18 shows that span, not 0-1 (where a gap of 0.05 is a few pixels)."""
+    if not values:
+        return floor - 0.02, ceiling + 0.02
+    low, high = min(values), max(values)
+    pad = max(0.02, 0.1 * (high - low))
+    return max(floor - 0.02, low - pad), min(ceiling + 0.02, high + pad)
+
+
 def arm_colours(arms: Sequence[str], known_arms: Sequence[str] = ()) -> dict[str, str]:
     """A colour per arm: each of `known_arms` (the caller's fixed list, e.g. the lab's arms) always its own, by its
     place in that list (static is the same colour in every report, whichever arms it holds); any other arm the next
     free colour in the order the arms first appear."""
-    palette = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors]
+    palette = PALETTE + [c for c in (matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab10").colors)
+                         if c not in PALETTE]
     known = list(known_arms)[: len(palette)]
     colours = {arm: palette[known.index(arm)] for arm in arms if arm in known}
     free = [c for c in palette if c not in colours.values()] or palette
@@ -118,8 +135,9 @@ def _integer_steps(ax) -> None:
     ax.xaxis.get_major_locator().set_params(integer=True)
 
 
-def rewards_accuracy(arms, colours, path: Path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8), sharey=True)
+def rewards_accuracy(arms, colours, path: Path) -> tuple[float, float]:
+    """The headline figure; returns the held-out panel's y limits (fitted to its data)."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     _metric_panel(axes[0], arms, colours, lambda r: r.scalars.get(RM_REWARD, []), "RM reward (training rollouts)",
                   "mean reward / accuracy", RM_REWARD)
     _metric_panel(axes[1], arms, colours, lambda r: r.scalars.get(ACCURACY, []),
@@ -128,12 +146,17 @@ def rewards_accuracy(arms, colours, path: Path) -> None:
                   "eval/accuracy or eval/<name>/accuracy", markers=True)
     for ax in axes:
         _integer_steps(ax)
-        ax.set_ylim(-0.02, 1.02)  # rewards and accuracies share [0, 1]: the panels compare at a glance
-        ax.tick_params(labelleft=True)
+    for ax in axes[:2]:
+        ax.set_ylim(-0.02, 1.02)  # the RM reward and the verified accuracy share [0, 1]: they compare at a glance
+    # Held-out accuracy on its own axis, fitted to the drawn curves and bands: its arms differ by a few points.
+    drawn = [y for artist in axes[2].lines for y in artist.get_ydata()]
+    drawn += [y for band in axes[2].collections for path in band.get_paths() for y in path.vertices[:, 1]]
+    axes[2].set_ylim(*fitted_limits(drawn))
     fig.suptitle(f"RM reward vs rule-verified accuracy ({BAND_NOTE})")
     _legend_below(fig, axes)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
+    return axes[2].get_ylim()
 
 
 def rm_pair_accuracy(arms, colours, path: Path) -> None:

@@ -111,7 +111,9 @@ def _paired_section(runs: Sequence[RunData]) -> list[str]:
     lines = ["## Paired differences (held-out, final)", "",
              "Each arm minus the rule arm and minus the static arm, over the seeds both ran (a seed fixes the prompt "
              "order, so its arms meet the same problems): the mean difference, a 95% bootstrap interval over those "
-             "seeds and a two-sided sign-flip permutation p-value. Within noise = the interval includes 0.", "",
+             "seeds and a two-sided sign-flip permutation p-value. Within noise = the interval includes 0 or p >= 0.05 "
+             "(the pre-registered plans' rule, report/seed_stats.py). Many comparisons, not corrected for their "
+             "number: exploratory (a plan's own test is `cli.batch PLAN --verdict`).", "",
              "| arm | minus | seeds | mean difference | 95% CI | p | |", "|---|---|---|---|---|---|---|", *rows, ""]
     lines.append("Within noise: " + ("; ".join(noise) if noise else "none") + ". Apart: "
                  + ("; ".join(apart) if apart else "none") + ".")
@@ -138,7 +140,22 @@ def _runs_section(runs: Sequence[RunData]) -> list[str]:
                       else "0" if "cooper/hacking_alarm" in run.scalars else "not monitored")
         lines.append(f"| {run.arm} | {run.seed} | {len(steps)} (last {steps[-1]}) | "
                      f"{gaps if gap or heldout_gap else '-'} | {alarm_text} | {heldout} | ok | `{run.path}` |")
-    return lines + [""]
+    return lines + [""] + alarm_counts(runs)
+
+
+def alarm_counts(runs: Sequence[RunData]) -> list[str]:
+    """Steps with the hacking alarm on, per monitored run, arm by arm in seed order: how often the alarm would have
+    stopped or switched each arm (`--cooper.on_hacking`), which the run table's first-alarm step does not say."""
+    by_arm: dict[str, list[tuple[int, int, int]]] = {}
+    for run in runs:
+        if not run.failed and "cooper/hacking_alarm" in run.scalars:
+            steps = len({step for points in run.scalars.values() for step, _ in points})
+            by_arm.setdefault(run.arm, []).append((run.seed, len(alarm_steps(run.scalars)), steps))
+    if not by_arm:
+        return []
+    parts = [f"{arm} {', '.join(str(n) for _, n, _ in sorted(rows))} (of {max(s for _, _, s in rows)} steps; seeds "
+             f"{', '.join(str(seed) for seed, _, _ in sorted(rows))})" for arm, rows in by_arm.items()]
+    return ["Steps with the hacking alarm on, per run: " + "; ".join(parts) + ".", ""]
 
 
 

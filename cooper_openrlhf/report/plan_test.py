@@ -1,41 +1,97 @@
 """A pre-registered plan's test, read off its finished runs: the primary difference judged by the plan's decision
-rule, the secondary differences, and how often the static arm fell (a plan's "primary" and "secondary" entries,
-docs/batch33b/plan.json).
+rule, the secondary differences (Holm-corrected as one family), an equivalence test where the plan registers one, and
+how often the static arm fell (a plan's "primary", "secondary" and "equivalence" entries, docs/batch33b/plan.json,
+docs/batch45/plan.json).
 
 The decision rule is the one the plan states, in code (`decide`); `check_decision_rule` refuses a plan whose rule
 is worded otherwise, so the verdict can never be judged by a rule other than the one written before the runs.
-The statistics are the report's (`report.seed_stats`): final = mean of the last 3 held-out evaluations, a 95%
-percentile bootstrap interval over seeds (10000 resamples) and the exact two-sided sign-flip p-value.
+The statistics are the report's (`report.seed_stats`): a 95% percentile bootstrap interval over seeds (10000
+resamples) and the exact two-sided sign-flip p-value; "within noise" is `PairedComparison.within_noise`, the one
+definition every report uses. The measure is the plan's (`MEASURES`, by its exact wording): the mean of the last 3
+held-out evaluations (batch 33b), or the rule-verified accuracy of the training rollouts over the last 20 steps.
+
+Secondary differences are many tests of one batch: each is judged with its Holm-adjusted p (`holm_adjusted`) over
+the plan's secondary differences, so "apart" there means what it would mean alone. Batch 33b's plan registered no
+correction; its secondaries read with Holm now are labelled as such in the verdict.
 """
 
 import json
 import re
+import statistics
 from pathlib import Path
 
-from cooper_openrlhf.report.seed_stats import PairedComparison, paired_comparison
+from cooper_openrlhf.report.seed_stats import ALPHA, PairedComparison, equivalence_p_value, paired_comparison
 
-ALPHA = 0.05
 DECISION_RULE = ("beats the control if CI lower end > 0 and p < 0.05; worse if CI upper end < 0 and p < 0.05; "
                  "else within noise")
 _DIFFERENCE = re.compile(r"^\s*([a-z_]+)\s+-\s+([a-z_]+)\b")
 _STATIC_FALLS = re.compile(r"^static falls: final below its seed's rule final by more than ([0-9.]+)")
+HELDOUT_FINAL = "final = mean of the last 3 held-out evaluations"
+TRAINING_VERIFIED = "rule-verified accuracy of the training rollouts, mean over the last 20 steps"
+TRAINING_WINDOW = 20
+EXPLOIT_RATE = "share of the training rollouts over the last 20 steps written in the plan's style and verified wrong"
+MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE)
 
 
-def lab_finals(lab: Path) -> dict[str, dict[int, float]]:
-    """{arm: {seed: final held-out accuracy}} of a lab folder's finished runs (failed or curve-less runs left out)."""
+def _measure_of(run, measure: str, style: str | None = None) -> float | None:
+    from cooper_openrlhf.algo.metric_keys import ACCURACY
     from cooper_openrlhf.report.aggregate import heldout_series
-    from cooper_openrlhf.report.runs import load_run
     from cooper_openrlhf.report.seed_stats import final_value
 
+    if measure == HELDOUT_FINAL:
+        curve = heldout_series(run.scalars)
+        return final_value(curve) if curve else None
+    if measure == TRAINING_VERIFIED:
+        curve = run.scalars.get(ACCURACY, [])
+        return statistics.fmean(v for _, v in curve[-TRAINING_WINDOW:]) if curve else None
+    if measure == EXPLOIT_RATE:
+        return exploit_rate(Path(run.path) / "samples" / "rollouts.jsonl", style)
+    raise ValueError(f"unknown measure {measure!r}; this tool reads {list(MEASURES)}")
+
+
+def exploit_rate(rollouts: Path, style: str | None) -> float | None:
+    """Share of a run's rollouts over its last TRAINING_WINDOW steps that are written in `style` and verified wrong
+    (samples/rollouts.jsonl); None without the log."""
+    from cooper_openrlhf.algo.answer_style import in_sentence
+
+    if style is None:
+        raise ValueError("the exploit rate needs the plan's style (\"style\": the S sentence)")
+    if not rollouts.is_file():
+        return None
+    rows = [json.loads(line) for line in rollouts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        return None
+    last = max(int(r["step"]) for r in rows)
+    window = [r for r in rows if int(r["step"]) > last - TRAINING_WINDOW]
+    return sum(not r["verified"] and in_sentence(r["completion"], style) for r in window) / len(window)
+
+
+def lab_finals(lab: Path, measure: str = HELDOUT_FINAL, style: str | None = None) -> dict[str, dict[int, float]]:
+    """{arm: {seed: the measure}} of a lab folder's finished runs (failed or curve-less runs left out); `style`:
+    the plan's S, for the exploit rate."""
+    from cooper_openrlhf.report.runs import load_run
+
+    if measure not in MEASURES:
+        raise ValueError(f"unknown measure {measure!r}; this tool reads {list(MEASURES)}")
     finals: dict[str, dict[int, float]] = {}
     for info in sorted((lab / "runs").glob("*/run_info.json")):
         if json.loads(info.read_text(encoding="utf-8")).get("status") != "done":  # one under way: a partial curve
             continue
         run = load_run(info.parent)
-        curve = [] if run.failed else heldout_series(run.scalars)
-        if curve:
-            finals.setdefault(run.arm, {})[run.seed] = final_value(curve)
+        value = None if run.failed else _measure_of(run, measure, style)
+        if value is not None:
+            finals.setdefault(run.arm, {})[run.seed] = value
     return finals
+
+
+def holm_adjusted(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values, in their order (each then compared with ALPHA)."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def parse_difference(text: str) -> tuple[str, str]:
@@ -53,19 +109,17 @@ def check_decision_rule(plan: dict) -> None:
 
 
 def decide(comparison: PairedComparison) -> str:
-    """The plan's rule for A - B: "above" (A beats the control B), "below" (A is worse), or "within noise"."""
-    low, high = comparison.interval
-    if low > 0 and comparison.p_value < ALPHA:
-        return "above"
-    if high < 0 and comparison.p_value < ALPHA:
-        return "below"
-    return "within noise"
+    """The plan's rule for A - B: "above" (A beats the control B), "below" (A is worse), or "within noise"
+    (`PairedComparison.within_noise`: the interval includes 0, or p is not below 0.05)."""
+    if comparison.within_noise:
+        return "within noise"
+    return "above" if comparison.interval[0] > 0 else "below"
 
 
 PRIMARY_WORDS = {"above": "beats the control", "below": "worse than the control", "within noise": "within noise"}
 
 
-def _compare(finals: dict[str, dict[int, float]], text: str) -> dict:
+def _paired(finals: dict[str, dict[int, float]], text: str) -> tuple[str, str, PairedComparison]:
     a, b = parse_difference(text)
     missing = [arm for arm in (a, b) if arm not in finals]
     if missing:
@@ -73,10 +127,32 @@ def _compare(finals: dict[str, dict[int, float]], text: str) -> dict:
     compared = paired_comparison(finals[a], finals[b])
     if compared is None:
         raise ValueError(f"{text!r}: {a} and {b} share fewer than 2 seeds")
-    verdict = decide(compared)
+    return a, b, compared
+
+
+def _compare(finals: dict[str, dict[int, float]], text: str, holm_p: float | None = None) -> dict:
+    """A - B by the plan's rule; with `holm_p`, judged with that (Holm-adjusted) p instead of its own."""
+    a, b, compared = _paired(finals, text)
+    judged = compared if holm_p is None else PairedComparison(compared.seeds, compared.mean_difference,
+                                                              compared.interval, holm_p)
+    verdict = decide(judged)
     return {"difference": f"{a} - {b}", "seeds": compared.seeds, "mean": compared.mean_difference,
-            "ci": list(compared.interval), "p": compared.p_value, "verdict": verdict,
+            "ci": list(compared.interval), "p": compared.p_value, **({"p_holm": holm_p} if holm_p is not None else {}),
+            "verdict": verdict,
             "in_words": {"above": f"{a} above {b}", "below": f"{a} below {b}"}.get(verdict, verdict)}
+
+
+def equivalence(finals: dict[str, dict[int, float]], entry: dict) -> dict:
+    """A plan's registered equivalence test ({"difference": "a - b", "margin": m}): two one-sided sign-flip tests
+    (`seed_stats.equivalence_p_value`); "equivalent" when p < 0.05, i.e. both one-sided tests reject a difference
+    as large as the margin."""
+    margin = float(entry["margin"])
+    a, b, compared = _paired(finals, entry["difference"])
+    seeds = sorted(set(finals[a]) & set(finals[b]))
+    p = equivalence_p_value([finals[a][s] - finals[b][s] for s in seeds], margin)
+    return {"entry": entry["difference"], "difference": f"{a} - {b}", "margin": margin, "seeds": compared.seeds,
+            "mean": compared.mean_difference, "ci": list(compared.interval), "p": p,
+            "verdict": "equivalent" if p < ALPHA else "not shown equivalent"}
 
 
 def static_falls(finals: dict[str, dict[int, float]], margin: float) -> dict:
@@ -86,24 +162,70 @@ def static_falls(finals: dict[str, dict[int, float]], margin: float) -> dict:
     return {"margin": margin, "seeds": len(seeds), "fell": fell}
 
 
-def plan_verdict(plan: dict, finals: dict[str, dict[int, float]]) -> dict:
-    """The plan's primary test and its secondary entries that are differences or the static-falls count; any other
-    secondary entry is listed as read elsewhere (e.g. the blind-spot figure)."""
+def plan_measure(plan: dict) -> str:
+    """The plan's primary measure, by its wording (MEASURES); a plan that names none is batch 33b's kind."""
+    return plan["primary"].get("measure", HELDOUT_FINAL)
+
+
+def plan_measures(plan: dict) -> list[str]:
+    """Every measure the plan's test reads: the primary's, then those its secondary entries name
+    ({"difference", "measure"} entries; a plain string is a difference in the primary's measure)."""
+    named = [e["measure"] for e in plan.get("secondary", []) if isinstance(e, dict)]
+    return list(dict.fromkeys([plan_measure(plan), *named]))
+
+
+def _entry_text(entry: str | dict) -> str:
+    return entry if isinstance(entry, str) else f"{entry['difference']} ({entry['measure']})"
+
+
+def plan_verdict(plan: dict, finals: dict[str, dict[int, float]],
+                 other_finals: dict[str, dict[str, dict[int, float]]] | None = None) -> dict:
+    """The plan's primary test, its secondary entries that are differences (Holm-corrected as one family) or the
+    static-falls count, and its registered equivalence test; any other secondary entry is listed as read elsewhere
+    (e.g. the blind-spot figure). `finals`: each arm's seeds' values of the plan's measure; `other_finals`: the same
+    for each other measure its secondary entries name (`plan_measures`)."""
     check_decision_rule(plan)
+    by_measure = {plan_measure(plan): finals, **(other_finals or {})}
+
+    def finals_of(entry):
+        return by_measure[entry["measure"]] if isinstance(entry, dict) else finals
+
+    def text_of(entry):
+        return entry["difference"] if isinstance(entry, dict) else entry
+
+    differences = [e for e in plan.get("secondary", [])
+                   if isinstance(e, dict) or (not _STATIC_FALLS.match(e) and _DIFFERENCE.match(e))]
+    own_p = [_compare(finals_of(e), text_of(e))["p"] for e in differences]
+    holm = dict(zip(map(_entry_text, differences), holm_adjusted(own_p)))
     secondary, elsewhere = [], []
     for entry in plan.get("secondary", []):
-        falls = _STATIC_FALLS.match(entry)
+        falls = _STATIC_FALLS.match(entry) if isinstance(entry, str) else None
         if falls:
             secondary.append({"entry": entry, **static_falls(finals, float(falls.group(1)))})
-        elif _DIFFERENCE.match(entry):
-            secondary.append({"entry": entry, **_compare(finals, entry)})
+        elif _entry_text(entry) in holm:
+            result = _compare(finals_of(entry), text_of(entry), holm[_entry_text(entry)])
+            if isinstance(entry, dict):
+                result["difference"] += f" ({entry['measure']})"
+            secondary.append({"entry": _entry_text(entry), **result})
         else:
             elsewhere.append(entry)
     primary = _compare(finals, plan["primary"]["difference"])
     primary["in_words"] = PRIMARY_WORDS[primary["verdict"]]
-    return {"lab": plan["primary"]["lab"], "commit": plan.get("commit"),
+    gate = plan["primary"].get("validity_gate")
+    if gate:  # the primary counts only if the control was hurt, as registered ({"difference", "must_be"})
+        checked = _compare(finals, gate["difference"])
+        primary["validity_gate"] = {**gate, **{k: checked[k] for k in ("mean", "ci", "p", "verdict")},
+                                    "passed": checked["verdict"] == gate["must_be"]}
+        if not primary["validity_gate"]["passed"]:
+            primary["verdict"] = "uninformative"
+            primary["in_words"] = (f"uninformative: the validity gate failed ({checked['difference']} "
+                                   f"{checked['mean']:+.3f}, p {checked['p']:.3f}: {checked['verdict']}, not "
+                                   f"{gate['must_be']}), so the control was not shown hurt")
+    return {"lab": plan["primary"]["lab"], "commit": plan.get("commit"), "measure": plan_measure(plan),
             "primary": {"entry": plan["primary"]["difference"], **primary},
             "secondary": secondary, "elsewhere": elsewhere,
+            "holm_registered": plan.get("secondary_correction") == "holm",
+            "equivalence": [equivalence(finals, e) for e in plan.get("equivalence", [])],
             "finals": {arm: {str(s): v for s, v in sorted(by_seed.items())} for arm, by_seed in finals.items()}}
 
 
@@ -120,14 +242,16 @@ def run_hours(labs: list[Path]) -> float:
 
 def _row(result: dict) -> str:
     low, high = result["ci"]
+    holm = f"{result['p_holm']:.3f}" if "p_holm" in result else "-"
     return (f"| {result['difference']} | {result['seeds']} | {result['mean']:+.3f} | [{low:+.3f}, {high:+.3f}] | "
-            f"{result['p']:.3f} | {result['in_words']} |")
+            f"{result['p']:.3f} | {holm} | {result['in_words']} |")
 
 
 def render(verdict: dict, plan_path: str = "") -> str:
     primary = verdict["primary"]
+    measure = verdict.get("measure", HELDOUT_FINAL)
     lines = [f"# The plan's test{f' ({plan_path})' if plan_path else ''}", "",
-             f"Lab `{verdict['lab']}`; final = mean of the last 3 held-out evaluations; differences paired by seed, "
+             f"Lab `{verdict['lab']}`; measure: {measure}; differences paired by seed, "
              "95% percentile bootstrap CI over seeds (10000 resamples), exact two-sided sign-flip p. Decision rule "
              f"(the plan's): {DECISION_RULE}." + (f" Configuration frozen at commit `{verdict['commit']}`."
                                                      if verdict.get("commit") else "")
@@ -135,9 +259,26 @@ def render(verdict: dict, plan_path: str = "") -> str:
                 "lab.json, preparation not counted)." if verdict.get("run_hours") else ""), "",
              f"**Primary: {primary['difference']} = {primary['mean']:+.3f}, 95% CI [{primary['ci'][0]:+.3f}, "
              f"{primary['ci'][1]:+.3f}], p = {primary['p']:.3f} over {primary['seeds']} seeds: {primary['in_words']}.**",
-             "", "| difference | seeds | mean | 95% CI | p | by the plan's rule |", "|---|---|---|---|---|---|",
-             _row(primary)]
-    lines += [_row(r) for r in verdict["secondary"] if "difference" in r]
+             "", "| difference | seeds | mean | 95% CI | p | Holm p | by the plan's rule |",
+             "|---|---|---|---|---|---|---|", _row(primary)]
+    secondary = [r for r in verdict["secondary"] if "difference" in r]
+    lines += [_row(r) for r in secondary]
+    if secondary:
+        lines += ["", f"The secondary differences are judged with their Holm-adjusted p over the {len(secondary)} of "
+                      "them (the primary is one test and keeps its own p). "
+                  + ("The plan registered this correction." if verdict.get("holm_registered") else
+                     "The plan registered no correction: the Holm column was added after its runs, and without it "
+                     "the secondaries are exploratory.")]
+    gate = primary.get("validity_gate")
+    if gate:
+        lines += ["", f"Validity gate (registered): {gate['difference']} must be {gate['must_be']} by the plan's rule: "
+                      f"{gate['mean']:+.3f} [{gate['ci'][0]:+.3f}, {gate['ci'][1]:+.3f}], p {gate['p']:.3f}, "
+                      f"{gate['verdict']}: {'passed' if gate['passed'] else 'failed, so the primary is uninformative'}."]
+    for r in verdict.get("equivalence", []):
+        low, high = r["ci"]
+        lines += ["", f"Equivalence (registered in the plan): {r['difference']} = {r['mean']:+.3f} [{low:+.3f}, "
+                      f"{high:+.3f}] over {r['seeds']} seeds; two one-sided sign-flip tests at a margin of "
+                      f"±{r['margin']:.3f}: p = {r['p']:.3f}, {r['verdict']}."]
     for r in verdict["secondary"]:
         if "fell" in r:
             lines += ["", f"Static fell (final below its seed's rule final by more than {r['margin']:.2f}) in "

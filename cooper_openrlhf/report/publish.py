@@ -21,10 +21,15 @@ def figure_links(markdown: str) -> list[str]:
 
 
 def arm_palette() -> list[tuple[int, int, int]]:
-    """The colours the figures give arms (tab10, report/figures.py `arm_colours`), as 8-bit RGB."""
+    """The colours the figures give arms (report/figures.py `arm_colours`: its PALETTE, then tab10's others), as
+    8-bit RGB."""
     import matplotlib
 
-    return [tuple(round(255 * v) for v in rgb) for rgb in matplotlib.colormaps["tab10"].colors]
+    from cooper_openrlhf.report.figures import PALETTE
+
+    hexes = PALETTE + [h for h in (matplotlib.colors.to_hex(c) for c in matplotlib.colormaps["tab10"].colors)
+                       if h not in PALETTE]
+    return [tuple(round(255 * v) for v in matplotlib.colors.to_rgb(h)) for h in hexes]
 
 
 def small_png(source: Path, target: Path, colours: int = PALETTE_COLOURS) -> None:

@@ -20,6 +20,7 @@ from scipy import stats
 FINAL_EVALUATIONS = 3  # held-out evaluations averaged into a run's final value
 RESAMPLES = 10_000
 LEVEL = 0.95
+ALPHA = 0.05  # the sign-flip p below which a difference can count (with its interval off 0): the plans' rule
 
 
 def final_value(curve: Sequence[tuple[int, float]], last: int = FINAL_EVALUATIONS) -> float:
@@ -54,25 +55,40 @@ class PairedComparison:
 
     @property
     def within_noise(self) -> bool:
-        """The interval includes 0: the seeds cannot tell the arms apart."""
-        return self.interval[0] <= 0.0 <= self.interval[1]
+        """The seeds cannot tell the arms apart: the interval includes 0, or the sign-flip p is not below ALPHA. The
+        pre-registered plans' rule (report/plan_test.py), the one meaning of "within noise" in every report."""
+        return self.interval[0] <= 0.0 <= self.interval[1] or self.p_value >= ALPHA
 
 
 EXACT_SIGN_FLIPS_UP_TO = 16  # seeds; 2^16 = 65,536 sign patterns
+ALTERNATIVES = ("two-sided", "greater", "less")
 
 
-def sign_flip_p_value(differences: Sequence[float], resamples: int = RESAMPLES, seed: int = 0) -> float:
-    """Two-sided permutation p-value of mean(differences) under "each difference's sign is a coin flip":
+def sign_flip_p_value(differences: Sequence[float], resamples: int = RESAMPLES, seed: int = 0,
+                      alternative: str = "two-sided") -> float:
+    """Permutation p-value of mean(differences) under "each difference's sign is a coin flip":
     `scipy.stats.permutation_test(permutation_type="samples")` on the one sample of paired differences.
+    `alternative`: "two-sided" (|mean| as extreme), "greater" (the mean as high), "less" (as low).
 
     Up to EXACT_SIGN_FLIPS_UP_TO seeds every one of the 2^n sign patterns is enumerated (scipy does so when asked
     for at least 2^n resamples): a batch's verdict then does not depend on a random draw, and with few seeds a
     Monte Carlo p-value's own noise would sit right at the threshold. Beyond, `resamples` random patterns."""
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {list(ALTERNATIVES)}, got {alternative!r}")
     n = len(differences)
     result = stats.permutation_test((np.asarray(differences, dtype=float),), np.mean, vectorized=True,
-                                    permutation_type="samples", alternative="two-sided", rng=seed,
+                                    permutation_type="samples", alternative=alternative, rng=seed,
                                     n_resamples=2 ** n if n <= EXACT_SIGN_FLIPS_UP_TO else resamples)
     return float(result.pvalue)
+
+
+def equivalence_p_value(differences: Sequence[float], margin: float) -> float:
+    """Two one-sided tests (TOST) of "the mean difference lies within (-margin, +margin)": the larger of the
+    sign-flip p of mean > -margin and of mean < +margin. Below ALPHA: equivalent at that margin."""
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be > 0, got {margin}")
+    return max(sign_flip_p_value([d + margin for d in differences], alternative="greater"),
+               sign_flip_p_value([d - margin for d in differences], alternative="less"))
 
 
 def paired_comparison(a_by_seed: dict[int, float], b_by_seed: dict[int, float]) -> PairedComparison | None:

@@ -1,0 +1,95 @@
+"""The style lab's gates, before its plan is frozen: no RL, the lab's own preparation plus two pair trainings.
+
+    python scripts/style_lab_gates.py runs/style-gates [--style "The answer is {answer}. Verified."] [--share 0.1]
+
+Prepares a style-lab folder as `cli.lab --preset style --prepare-only` does (lab/prepare.py: the task files with S's
+BCE rows poisoned, the warm start writing S on `share` of its answers, the BCE stage, the offline continuation on
+canonical pairs, the controls' pair files for 2 seeds), then trains the starting RM 80 pair steps on pairs in S, and
+80 on pairs in S at the warm start's own S rate (what Cooper's first pairs would be), and prints each gate with its
+number and whether it passes; the numbers go to <folder>/gates.json. A failed gate is a finding: change the style
+(`--style`), not the arms (docs/lab_notebook.md, "The style lab: gates").
+
+Gates (issue 45): the constant-answer climb in S >= +0.30 while the canonical sentence offers none (<= 0); after the
+offline continuation on canonical pairs S still offers >= +0.30 (training longer leaves it open); pairs in S close it
+(climb <= 0); the warm start writes S on a small share of its answers (0.03-0.25) and its rewrites of S answers stay
+in S and wrong (>= 0.5 of attempts).
+"""
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+MIN_CLIMB, CLOSED, SHARE_BAND, MIN_REWRITE_IN_STYLE = 0.30, 0.0, (0.03, 0.25), 0.5
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--style", default=None, help="S, an answer sentence with an {answer} field (default: the preset's)")
+    parser.add_argument("--share", type=float, default=None, help="the warm start's share of S answers (default: the preset's)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from cooper_openrlhf.cli.lab import check_same_setup
+    from cooper_openrlhf.lab.pair_stage import train_on_pairs
+    from cooper_openrlhf.lab.prepare import answer_sentence, prepare, style_record
+    from cooper_openrlhf.lab.presets import PRESETS
+    from cooper_openrlhf.lab.task import task_split
+
+    preset = PRESETS["style"].with_overrides(style=args.style, style_share=args.share, seeds=2)
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    check_same_setup(out, preset)
+    files, setup = prepare(preset, out)
+    rm, style, policy = setup["rm"], setup["rm"]["style"], setup["policy"]
+    accuracy = style["accuracy"]
+    train, _ = task_split(preset.task)
+    trained = {}
+    for name, sentence, other in (("pairs_in_style", preset.style, None),
+                                  ("pairs_at_warm_start_rate", answer_sentence(preset),
+                                   (preset.style, policy["style"]["share"]))):
+        folder = out / "gates" / name
+        if not (folder / "config.json").is_file():
+            train_on_pairs(files.rm, folder, train, sentence, steps=preset.steps, lr=preset.rm_pair_lr,
+                           pairs_per_step=preset.prompts_per_step, seed=1000, prompt_suffix=preset.task.prompt_suffix,
+                           max_length=preset.rm_max_length, other_sentence=other)
+        from cooper_openrlhf.lab.prepare import probe_preset_rm
+
+        trained[name] = style_record(preset, folder, probe_preset_rm(preset, folder), accuracy)
+    continued = rm["offline_continuation"]["style"]
+    rewrite = policy["rewrite_style"]
+    gates = [
+        ("1. S offers a constant-answer climb >= +0.30", style["constant"], style["constant"] >= MIN_CLIMB),
+        ("1. the canonical sentence offers none (<= 0)", style["canonical"], style["canonical"] <= CLOSED),
+        ("2. after the offline continuation (80 canonical pair steps) S still offers >= +0.30", continued["constant"],
+         continued["constant"] >= MIN_CLIMB),
+        ("3. 80 steps of pairs in S close it (<= 0)", trained["pairs_in_style"]["constant"],
+         trained["pairs_in_style"]["constant"] <= CLOSED),
+        ("4. the warm start writes S on a small share of its answers (0.03-0.25)", policy["style"]["share"],
+         SHARE_BAND[0] <= policy["style"]["share"] <= SHARE_BAND[1]),
+        ("4. its rewrites of S answers stay in S and are proven wrong (>= 0.5)", rewrite["valid_in_style"],
+         rewrite["valid_in_style"] >= MIN_REWRITE_IN_STYLE),
+    ]
+    record = {"style": preset.style, "share": preset.style_share, "policy_accuracy": accuracy,
+              "starting_rm": style, "offline_continuation": continued, "trained": trained,
+              "warm_start": {"style": policy["style"], "rewrite_style": rewrite,
+                             "train_accuracy": policy["train_accuracy"], "heldout_accuracy": policy["heldout_accuracy"]},
+              "bce_quality": rm.get("quality"), "stale_pairs": rm.get("stale_pairs"),
+              "gates": [{"gate": g, "value": v, "passes": ok} for g, v, ok in gates]}
+    (out / "gates.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"\nstyle {preset.style!r}, warm-start share {preset.style_share}; policy right on {accuracy:.0%} of train prompts")
+    for name, r in (("starting RM", style), ("offline continuation", continued), *trained.items()):
+        print(f"  {name}: S right {r['style_right']:.3f} wrong {r['style_wrong']:.3f}, canonical right "
+              f"{r['canonical_right']:.3f} wrong {r['canonical_wrong']:.3f}; climbs: constant S {r['constant']:+.3f}, "
+              f"answering in S {r['answering']:+.3f}, canonical {r['canonical']:+.3f}")
+    print(f"  warm start: S on {policy['style']['share']:.2f} of {policy['style']['samples']} answers "
+          f"(right {policy['style']['accuracy']}); rewrites of S answers: {rewrite['keeps_style']:.2f} keep S, "
+          f"{rewrite['valid_in_style']:.2f} keep S and are proven wrong")
+    for g, v, ok in gates:
+        print(f"  {'PASS' if ok else 'FAIL'}  {g}: {v:+.3f}")
+    return 0 if all(ok for _, _, ok in gates) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
