@@ -664,7 +664,7 @@ def test_the_labs_last_line_is_the_committed_verdict_whatever_the_run_shows():
 
     last = read_runs([])[-1]  # no run finished: the committed result is still the last line
     assert last.startswith("The committed result (batch 33b, 8 seeds per arm") and "Cooper did not beat the control" in last
-    assert "-0.014, 95% CI [-0.059, +0.027], p 0.570" in last
+    assert "-0.014, 95% CI [-0.060, +0.028], p 0.570" in last
 
 
 def test_the_style_lab_poisons_s_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):
