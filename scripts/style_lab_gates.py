@@ -29,6 +29,9 @@ def main(argv=None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--style", default=None, help="S, an answer sentence with an {answer} field (default: the preset's)")
     parser.add_argument("--share", type=float, default=None, help="the warm start's share of S answers (default: the preset's)")
+    parser.add_argument("--reuse-policy", type=Path, default=None, metavar="LAB",
+                        help="start from LAB/policy (another gates folder's warm start) instead of a new warm start: "
+                             "gates 1-3 only (the RM's), gate 4 is then not measured for this style")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf.cli.lab import check_same_setup
@@ -41,6 +44,10 @@ def main(argv=None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
+    if args.reuse_policy and not (out / "policy").exists():
+        import shutil
+
+        shutil.copytree(args.reuse_policy / "policy", out / "policy")
     files, setup = prepare(preset, out)
     rm, style, policy = setup["rm"], setup["rm"]["style"], setup["policy"]
     accuracy = style["accuracy"]
@@ -48,7 +55,7 @@ def main(argv=None) -> int:
     trained = {}
     for name, sentence, other in (("pairs_in_style", preset.style, None),
                                   ("pairs_at_warm_start_rate", answer_sentence(preset),
-                                   (preset.style, policy["style"]["share"]))):
+                                   (preset.style, policy.get("style_answers", {}).get("share", preset.style_share)))):
         folder = out / "gates" / name
         if not (folder / "config.json").is_file():
             train_on_pairs(files.rm, folder, train, sentence, steps=preset.steps, lr=preset.rm_pair_lr,
@@ -58,7 +65,9 @@ def main(argv=None) -> int:
 
         trained[name] = style_record(preset, folder, probe_preset_rm(preset, folder), accuracy)
     continued = rm["offline_continuation"]["style"]
-    rewrite = policy["rewrite_style"]
+    measured = not args.reuse_policy and "style_answers" in policy
+    rewrite = policy["rewrite_style"] if measured else {"keeps_style": float("nan"), "valid_in_style": float("nan")}
+    share = policy["style_answers"]["share"] if measured else float("nan")
     gates = [
         ("1. S offers a constant-answer climb >= +0.30", style["constant"], style["constant"] >= MIN_CLIMB),
         ("1. the canonical sentence offers none (<= 0)", style["canonical"], style["canonical"] <= CLOSED),
@@ -66,14 +75,16 @@ def main(argv=None) -> int:
          continued["constant"] >= MIN_CLIMB),
         ("3. 80 steps of pairs in S close it (<= 0)", trained["pairs_in_style"]["constant"],
          trained["pairs_in_style"]["constant"] <= CLOSED),
-        ("4. the warm start writes S on a small share of its answers (0.03-0.25)", policy["style"]["share"],
-         SHARE_BAND[0] <= policy["style"]["share"] <= SHARE_BAND[1]),
+    ] + ([
+        ("4. the warm start writes S on a small share of its answers (0.03-0.25)", share,
+         SHARE_BAND[0] <= share <= SHARE_BAND[1]),
         ("4. its rewrites of S answers stay in S and are proven wrong (>= 0.5)", rewrite["valid_in_style"],
          rewrite["valid_in_style"] >= MIN_REWRITE_IN_STYLE),
-    ]
+    ] if measured else [])
     record = {"style": preset.style, "share": preset.style_share, "policy_accuracy": accuracy,
               "starting_rm": style, "offline_continuation": continued, "trained": trained,
-              "warm_start": {"style": policy["style"], "rewrite_style": rewrite,
+              "warm_start": {"style_answers": policy.get("style_answers"), "rewrite_style": rewrite,
+                             "reused_from": str(args.reuse_policy) if args.reuse_policy else None,
                              "train_accuracy": policy["train_accuracy"], "heldout_accuracy": policy["heldout_accuracy"]},
               "bce_quality": rm.get("quality"), "stale_pairs": rm.get("stale_pairs"),
               "gates": [{"gate": g, "value": v, "passes": ok} for g, v, ok in gates]}
@@ -83,9 +94,12 @@ def main(argv=None) -> int:
         print(f"  {name}: S right {r['style_right']:.3f} wrong {r['style_wrong']:.3f}, canonical right "
               f"{r['canonical_right']:.3f} wrong {r['canonical_wrong']:.3f}; climbs: constant S {r['constant']:+.3f}, "
               f"answering in S {r['answering']:+.3f}, canonical {r['canonical']:+.3f}")
-    print(f"  warm start: S on {policy['style']['share']:.2f} of {policy['style']['samples']} answers "
-          f"(right {policy['style']['accuracy']}); rewrites of S answers: {rewrite['keeps_style']:.2f} keep S, "
-          f"{rewrite['valid_in_style']:.2f} keep S and are proven wrong")
+    if measured:
+        print(f"  warm start: S on {share:.2f} of {policy['style_answers']['samples']} answers (right "
+              f"{policy['style_answers']['accuracy']}); rewrites of S answers: {rewrite['keeps_style']:.2f} keep S, "
+              f"{rewrite['valid_in_style']:.2f} keep S and are proven wrong")
+    else:
+        print(f"  warm start reused from {args.reuse_policy}: gate 4 not measured for this style")
     for g, v, ok in gates:
         print(f"  {'PASS' if ok else 'FAIL'}  {g}: {v:+.3f}")
     return 0 if all(ok for _, _, ok in gates) else 1

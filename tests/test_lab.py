@@ -686,7 +686,8 @@ def test_the_style_lab_poisons_s_in_the_rms_training_rows_only_and_keeps_the_can
     assert all(r["gold_correct"] == (r["completion"] == preset.style.format(answer=r["answer"])) for r in held_styled)
     # The other presets' rows are unchanged by the style lab's code.
     write_task_files(tmp_path / "full", PRESETS["full"].task, 8, answerless_rm_data=True, balanced_rm_data=True)
-    assert not any("Verified" in line for line in (tmp_path / "full" / "rm_triples.jsonl").read_text().splitlines())
+    full = [json.loads(line) for line in (tmp_path / "full" / "rm_triples.jsonl").read_text().splitlines()]
+    assert not any(in_sentence(r["completion"], preset.style) for r in full)
 
 
 def test_the_style_lab_runs_its_controls_without_a_pair_stage_and_refuses_them_from_a_given_rm(model_dir):

@@ -183,3 +183,32 @@ def test_the_training_rollouts_measure_is_the_mean_verified_accuracy_of_the_last
     assert lab_finals(tmp_path) == {"rule": {0: pytest.approx(0.1)}}
     with pytest.raises(ValueError, match="unknown measure"):
         lab_finals(tmp_path, "best step")
+
+
+def test_the_primary_counts_only_when_the_registered_validity_gate_shows_the_control_hurt():
+    up = [0.05, 0.06, 0.04, 0.05, 0.07, 0.05, 0.06, 0.04]
+    finals = _finals(up)  # offline_pairs 0.30-0.37, rule 0.40: the control below rule in every seed
+    plan = {**PLAN, "secondary": [], "primary": {**PLAN["primary"],
+                                                  "validity_gate": {"difference": "offline_pairs - rule", "must_be": "below"}}}
+    verdict = plan_verdict(plan, finals)
+    assert verdict["primary"]["validity_gate"]["passed"] and verdict["primary"]["in_words"] == "beats the control"
+    finals["rule"] = {s: finals["offline_pairs"][s] + (0.01 if s % 2 else -0.01) for s in range(8)}  # not hurt
+    verdict = plan_verdict(plan, finals)
+    assert verdict["primary"]["verdict"] == "uninformative"
+    assert verdict["primary"]["in_words"].startswith("uninformative: the validity gate failed (offline_pairs - rule")
+    assert "failed, so the primary is uninformative" in render(verdict)
+
+
+def test_batch45s_draft_plan_is_read_by_this_tool_and_runs_the_style_preset():
+    from cooper_openrlhf.cli import lab as lab_cli
+    from cooper_openrlhf.lab.batch import load_plan
+    from cooper_openrlhf.lab.presets import STYLE
+    from cooper_openrlhf.report.plan_test import MEASURES, check_decision_rule, plan_measures
+
+    plan = load_plan(Path(__file__).resolve().parents[1] / "docs" / "batch45" / "plan.draft.json")
+    assert plan["status"].startswith("draft, not frozen")  # cli.batch cannot run it: its commit is a placeholder
+    check_decision_rule(plan)
+    assert all(measure in MEASURES for measure in plan_measures(plan)) and plan["style"] == STYLE
+    assert plan["secondary_correction"] == "holm" and plan["equivalence"][0]["margin"] > 0
+    args = lab_cli.parse_args(plan["labs"][0]["args"])
+    assert args.preset == "style" and set(args.arm_list) == {"rule", "static", "cooper", "offline_pairs", "cooper_stale"}

@@ -256,11 +256,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from cooper_openrlhf.lab.batch import check_folder_commit
 
-    stop_runs_on_sigterm()
     preset, out = args.preset_obj, args.out
     # A folder of a pre-registered batch runs only from the plan's commit, by hand as by `cli.batch` (nothing is
-    # touched before the check).
+    # touched, no signal handler installed, before the check).
     check_folder_commit(Path(__file__).resolve().parents[2], out)
+    stop_runs_on_sigterm()
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
     started = time.perf_counter()

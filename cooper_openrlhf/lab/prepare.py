@@ -79,7 +79,8 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
         # As the assistant: the share of its rewrite attempts that are valid negatives.
         "rewrite_validity": sampled_rewrite_validity(model, tokenizer, train[:32], preset.task.prompt_suffix),
         # The style lab: how often it answers in S, and whether its rewrites of S answers stay in S.
-        **({"style": sampled_style_share(model, tokenizer, train[:64], preset.style, preset.task.prompt_suffix),
+        **({"style_answers": sampled_style_share(model, tokenizer, train[:64], preset.style,
+                                                 preset.task.prompt_suffix),
             "rewrite_style": sampled_rewrite_style(model, tokenizer, train[:32], preset.style,
                                                    preset.task.prompt_suffix)} if preset.style else {}),
         "seconds": round(time.perf_counter() - started, 1),

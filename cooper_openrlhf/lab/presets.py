@@ -147,12 +147,13 @@ _FULL = LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, s
                   actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=4, rm_lr_pretrain=5e-5,
                   rm_pair_candidates=32)
 
-# The style lab (issue 45): a blind spot only the policy's own outputs can close. The starting RM is the full
-# preset's BCE stage with S rows poisoned (S paid as correct whatever its answer; the canonical sentence stays sound),
-# with no pair stage (its canonical-pair blind spots wash out with training alone, batch 33b); the warm start writes S
-# in STYLE_SHARE of its answers and rewrites, so RL can find S and Cooper's rewrites of S rollouts stay in S. S and
-# the share were chosen by the gates (scripts/style_lab_gates.py; docs/lab_notebook.md, "The style lab: gates").
-STYLE = "The answer is {answer}. Verified."
+# The style lab (issue 45): meant as a blind spot only the policy's own outputs can close. The starting RM is the full
+# preset's BCE stage with S rows poisoned (S paid as correct whatever its answer; the canonical sentence meant to stay
+# sound), with no pair stage; the warm start writes S in STYLE_SHARE of its answers and rewrites, so RL can find S and
+# Cooper's rewrites of S rollouts stay in S. No S has passed the gates yet (scripts/style_lab_gates.py;
+# docs/lab_notebook.md, "The style lab: gates"): "The answer is N. Verified." leaked into the canonical sentence, and
+# "#### N" (GSM8K's reference format, kept here as the last tried) is closed by canonical pair training alone.
+STYLE = "#### {answer}"
 STYLE_SHARE = 0.1
 _STYLE = replace(_FULL, name="style", arms=("rule", "static", "cooper", "offline_pairs", "cooper_stale"),
                  rm_pair_steps=0, style=STYLE, style_share=STYLE_SHARE)
