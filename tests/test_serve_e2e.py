@@ -279,3 +279,43 @@ def test_assistant_rewrites_through_an_openai_endpoint_become_negatives(prompts,
     assert sum(r["cooper/negative_attempts"] for r in rounds) >= 2 * PROMPTS_PER_STEP  # every positive was sent
     assert all(r["cooper/pairs_from_rollout"] == 0.0 for r in rounds)
     assert sum(r.get("cooper/rm_valid_pairs", 0) for r in rounds) > 0  # some rewrites proved wrong, trained on
+
+
+def test_scoring_goes_on_while_the_rm_learns(model_dir, tmp_path):
+    """Requests keep arriving while updates run (--no-wait-for-update, a round per group, long updates): scoring
+    and learning happen at once in two threads and every request is answered. (The two once shared one fast
+    tokenizer, which fails with "Already borrowed" when two threads use it at the same moment; the throughput
+    benchmark hit it, this test rarely does on the tiny RM.)"""
+    import asyncio
+
+    import aiohttp
+    from transformers import AutoTokenizer
+
+    policy = model_dir("tiny-qwen2-policy")
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    service = ServiceProcess(tmp_path, model_dir("tiny-qwen2-rm"), policy, "--no-wait-for-update",
+                             "--groups-per-update", "1", "--checkpoint-every", "0", "--rm-updates-per-round", "20")
+    bodies = []
+    for p in range(48):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"What is {p} + 7?"}], tokenize=False,
+                                               add_generation_prompt=True)
+        bodies += [{"query": [prompt + f"The answer is {p + 7 + k % 2}.<|im_end|>"], "prompts": [prompt],
+                    "labels": [str(p + 7)]} for k in range(N)]
+
+    async def post_all():
+        async with aiohttp.ClientSession(headers=service.auth) as session:
+            async def one(body):
+                async with session.post(service.url + "/get_reward", json=body) as response:
+                    return response.status
+            return await asyncio.gather(*(one(b) for b in bodies))
+
+    try:
+        statuses = asyncio.run(post_all())
+        deadline = time.monotonic() + 120
+        while service.health()["rounds"] < 48 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        health = service.health()
+    finally:
+        service.stop()
+    assert statuses == [200] * len(bodies)
+    assert health["updates"] >= 1 and health["rm_version"] == health["updates"]
