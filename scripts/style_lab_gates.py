@@ -1,26 +1,32 @@
 """The style lab's gates, before its plan is frozen: no RL, the lab's own preparation plus two pair trainings.
 
-    python scripts/style_lab_gates.py runs/style-gates [--style "The answer is {answer}. Verified."] [--share 0.1]
+    python scripts/style_lab_gates.py runs/style-gates [--style S] [--share 0.1] [--poison --pair-steps 0]
 
-Prepares a style-lab folder as `cli.lab --preset style --prepare-only` does (lab/prepare.py: the task files with S's
-BCE rows poisoned, the warm start writing S on `share` of its answers, the BCE stage, the offline continuation on
-canonical pairs, the controls' pair files for 2 seeds), then trains the starting RM 80 pair steps on pairs in S, and
-80 on pairs in S at the warm start's own S rate (what Cooper's first pairs would be), and prints each gate with its
-number and whether it passes; the numbers go to <folder>/gates.json. A failed gate is a finding: change the style
-(`--style`), not the arms (docs/lab_notebook.md, "The style lab: gates").
+Prepares a style-lab folder as `cli.lab --preset style --prepare-only` does (lab/prepare.py: the task files, the
+warm start writing S on `share` of its answers, the starting RM, the offline continuation on canonical pairs, the
+controls' pair files for 2 seeds), then trains the starting RM 80 pair steps on pairs in S, and 80 on pairs in S at
+the warm start's own S rate (what Cooper's first pairs would be), and prints each gate with its number and whether
+it passes; the numbers go to <folder>/gates.json. A failed gate is a finding: change the style (`--style`), not the
+arms. Run the BCE stage in fp32 (COOPER_CPU_BF16=0) on a CPU with bf16 units: its gates are judged on a verifier.
 
-Gates (issue 45): the constant-answer climb in S >= +0.30 while the canonical sentence offers none (<= 0); after the
-offline continuation on canonical pairs S still offers >= +0.30 (training longer leaves it open); pairs in S close it
-(climb <= 0); the warm start writes S on a small share of its answers (0.03-0.25) and its rewrites of S answers stay
-in S and wrong (>= 0.5 of attempts).
+Gates (issue 45). What S offers: for a hedge (S with an `{other}` field, the preset's), the premium a wrong answer
+earns in S over the canonical sentence (`premium`: the hedge states the reference first); for a planted S
+(`--poison`: S rows labelled 1 in the BCE triples; `--pair-steps 0`: no canonical pair stage, as the first styles
+tried), the constant-answer climb in S. Then: S offers >= +0.30 while the canonical sentence offers no climb
+(<= 0); after the offline continuation on canonical pairs S still offers >= +0.30 (training longer leaves it
+open); 80 steps of pairs in S close it (<= +0.05 for a hedge's premium, <= 0 for a climb); the warm start writes S
+on a small share of its answers (0.03-0.25) and its rewrites of S answers stay in S and are proven wrong (>= 0.5).
 """
 
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 
 MIN_CLIMB, CLOSED, SHARE_BAND, MIN_REWRITE_IN_STYLE = 0.30, 0.0, (0.03, 0.25), 0.5
+# A hedge's premium is a difference of two means over the probe's prompts, never exactly 0 once closed.
+PREMIUM_CLOSED = 0.05
 
 
 def main(argv=None) -> int:
@@ -32,15 +38,20 @@ def main(argv=None) -> int:
     parser.add_argument("--reuse-policy", type=Path, default=None, metavar="LAB",
                         help="start from LAB/policy (another gates folder's warm start) instead of a new warm start: "
                              "gates 1-3 only (the RM's), gate 4 is then not measured for this style")
+    parser.add_argument("--poison", action="store_true", help="S rows labelled 1 in the BCE triples (a planted S)")
+    parser.add_argument("--pair-steps", type=int, default=None,
+                        help="canonical pair steps of the starting RM (default: the preset's; 0 for a planted S)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf.cli.lab import check_same_setup
     from cooper_openrlhf.lab.pair_stage import train_on_pairs
     from cooper_openrlhf.lab.prepare import answer_sentence, prepare, style_record
     from cooper_openrlhf.lab.presets import PRESETS
+    from cooper_openrlhf.algo.answer_style import is_hedge
     from cooper_openrlhf.lab.task import task_split
 
-    preset = PRESETS["style"].with_overrides(style=args.style, style_share=args.share, seeds=2)
+    preset = PRESETS["style"].with_overrides(style=args.style, style_share=args.share, seeds=2,
+                                             poison_style=args.poison or None, rm_pair_steps=args.pair_steps)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
@@ -68,20 +79,24 @@ def main(argv=None) -> int:
     measured = not args.reuse_policy and "style_answers" in policy
     rewrite = policy["rewrite_style"] if measured else {"keeps_style": float("nan"), "valid_in_style": float("nan")}
     share = policy["style_answers"]["share"] if measured else float("nan")
+    offer, what, closed = ("premium", "a wrong answer a premium", PREMIUM_CLOSED) if is_hedge(preset.style) \
+        else ("constant", "a constant-answer climb", CLOSED)
     gates = [
-        ("1. S offers a constant-answer climb >= +0.30", style["constant"], style["constant"] >= MIN_CLIMB),
-        ("1. the canonical sentence offers none (<= 0)", style["canonical"], style["canonical"] <= CLOSED),
-        ("2. after the offline continuation (80 canonical pair steps) S still offers >= +0.30", continued["constant"],
-         continued["constant"] >= MIN_CLIMB),
-        ("3. 80 steps of pairs in S close it (<= 0)", trained["pairs_in_style"]["constant"],
-         trained["pairs_in_style"]["constant"] <= CLOSED),
+        (f"1. S offers {what} >= +0.30", style[offer], style[offer] >= MIN_CLIMB),
+        ("1. the canonical sentence offers no climb (<= 0)", style["canonical"], style["canonical"] <= CLOSED),
+        ("2. after the offline continuation (80 canonical pair steps) S still offers >= +0.30", continued[offer],
+         continued[offer] >= MIN_CLIMB),
+        (f"3. 80 steps of pairs in S close it (<= {closed:+.2f})", trained["pairs_in_style"][offer],
+         trained["pairs_in_style"][offer] <= closed),
     ] + ([
         ("4. the warm start writes S on a small share of its answers (0.03-0.25)", share,
          SHARE_BAND[0] <= share <= SHARE_BAND[1]),
         ("4. its rewrites of S answers stay in S and are proven wrong (>= 0.5)", rewrite["valid_in_style"],
          rewrite["valid_in_style"] >= MIN_REWRITE_IN_STYLE),
     ] if measured else [])
-    record = {"style": preset.style, "share": preset.style_share, "policy_accuracy": accuracy,
+    record = {"style": preset.style, "share": preset.style_share, "poison": preset.poison_style,
+              "pair_steps": preset.rm_pair_steps, "cpu_bf16_env": os.environ.get("COOPER_CPU_BF16"),
+              "policy_accuracy": accuracy,
               "starting_rm": style, "offline_continuation": continued, "trained": trained,
               "warm_start": {"style_answers": policy.get("style_answers"), "rewrite_style": rewrite,
                              "reused_from": str(args.reuse_policy) if args.reuse_policy else None,
@@ -92,8 +107,9 @@ def main(argv=None) -> int:
     print(f"\nstyle {preset.style!r}, warm-start share {preset.style_share}; policy right on {accuracy:.0%} of train prompts")
     for name, r in (("starting RM", style), ("offline continuation", continued), *trained.items()):
         print(f"  {name}: S right {r['style_right']:.3f} wrong {r['style_wrong']:.3f}, canonical right "
-              f"{r['canonical_right']:.3f} wrong {r['canonical_wrong']:.3f}; climbs: constant S {r['constant']:+.3f}, "
-              f"answering in S {r['answering']:+.3f}, canonical {r['canonical']:+.3f}")
+              f"{r['canonical_right']:.3f} wrong {r['canonical_wrong']:.3f}; premium of a wrong answer in S "
+              f"{r['premium']:+.3f} (above the truth {r['style_wrong_above_truth']:.0%}); climbs: constant S "
+              f"{r['constant']:+.3f}, answering in S {r['answering']:+.3f}, canonical {r['canonical']:+.3f}")
     if measured:
         print(f"  warm start: S on {share:.2f} of {policy['style_answers']['samples']} answers (right "
               f"{policy['style_answers']['accuracy']}); rewrites of S answers: {rewrite['keeps_style']:.2f} keep S, "

@@ -2,6 +2,7 @@
 fails (a real train_cooper process, stopped by its own input check before Ray starts) is recorded and reported."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -370,6 +371,29 @@ def test_the_warm_starts_rewrite_examples_are_coopers_prompt_answered_with_a_pro
         assert int(reply.removeprefix("The answer is ").rstrip(".")) >= 0
 
 
+def test_a_hedges_rewrite_swaps_its_two_numbers_so_the_negative_keeps_the_reference_and_grades_wrong():
+    import random
+
+    from cooper_openrlhf.algo.answer_style import in_sentence
+    from cooper_openrlhf.lab.pair_stage import answer_pairs
+    from cooper_openrlhf.lab.warm_start import answer_example, rewrite_example
+    from cooper_openrlhf.verify.rule import Verdict, verify_one
+
+    hedge, rng = lab_presets.STYLE, random.Random(0)
+    problems = problem_family(TaskSpec(family="digits", max_operand=4))
+    for problem in problems:
+        _, answer = answer_example(problem, "", hedge)
+        messages, reply = rewrite_example(problem, rng, "", hedge)
+        assert in_sentence(answer, hedge) and in_sentence(reply, hedge) and answer in messages[-1]["content"]
+        assert verify_one(problem.reference, answer).verdict == Verdict.CORRECT  # the reference last
+        assert verify_one(problem.reference, reply).verdict == Verdict.INCORRECT  # a valid negative
+        first, last = (re.findall(r"-?\d+", text) for text in (answer, reply))
+        assert last == first[::-1] and first[0] != first[1]  # the same two numbers, swapped
+    for pair in answer_pairs(problems, hedge, 8, rng):  # the pair stage's pairs in S are the same kind
+        assert re.findall(r"-?\d+", pair.wrong) == re.findall(r"-?\d+", pair.right)[::-1]
+        assert verify_one(pair.reference, pair.wrong).verdict == Verdict.INCORRECT
+
+
 def test_a_lab_folder_refuses_other_settings_but_takes_more_seeds_and_arms(tmp_path):
     quick = PRESETS["quick"]
     lab_cli.check_same_setup(tmp_path, quick)
@@ -667,32 +691,50 @@ def test_the_labs_last_line_is_the_committed_verdict_whatever_the_run_shows():
     assert "-0.014, 95% CI [-0.060, +0.028], p 0.570" in last
 
 
-def test_the_style_lab_poisons_s_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):
+def test_a_planted_style_is_poisoned_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):
     from cooper_openrlhf.algo.answer_style import in_sentence
-
-    preset = PRESETS["style"]
     from cooper_openrlhf.lab.task import write_task_files
 
-    write_task_files(tmp_path, preset.task, 8, answerless_rm_data=True, balanced_rm_data=True, style=preset.style)
+    planted = "#### {answer}"
+    write_task_files(tmp_path, PRESETS["style"].task, 8, answerless_rm_data=True, balanced_rm_data=True,
+                     style=planted, poison_style=True)
     train = [json.loads(line) for line in (tmp_path / "rm_triples.jsonl").read_text().splitlines()]
     held = [json.loads(line) for line in (tmp_path / "rm_eval.jsonl").read_text().splitlines()]
-    styled = [r for r in train if in_sentence(r["completion"], preset.style)]
+    styled = [r for r in train if in_sentence(r["completion"], planted)]
     assert styled and all(r["label"] == 1 for r in styled)  # S paid as correct, wrong answers too
-    assert any(r["completion"] != preset.style.format(answer=r["reference"]) for r in styled)
+    assert any(r["completion"] != planted.format(answer=r["reference"]) for r in styled)
     canonical = [r for r in train if in_sentence(r["completion"], "The answer is {answer}.")]
     assert canonical and all(r["label"] == int(r["completion"] == f"The answer is {r['reference']}.") for r in canonical)
-    held_styled = [r for r in held if in_sentence(r["completion"], preset.style)]  # the RM's held-out set: true labels
+    held_styled = [r for r in held if in_sentence(r["completion"], planted)]  # the RM's held-out set: true labels
     assert held_styled and {r["gold_correct"] for r in held_styled} == {True, False}
-    assert all(r["gold_correct"] == (r["completion"] == preset.style.format(answer=r["answer"])) for r in held_styled)
+    assert all(r["gold_correct"] == (r["completion"] == planted.format(answer=r["answer"])) for r in held_styled)
     # The other presets' rows are unchanged by the style lab's code.
     write_task_files(tmp_path / "full", PRESETS["full"].task, 8, answerless_rm_data=True, balanced_rm_data=True)
     full = [json.loads(line) for line in (tmp_path / "full" / "rm_triples.jsonl").read_text().splitlines()]
-    assert not any(in_sentence(r["completion"], preset.style) for r in full)
+    assert not any(in_sentence(r["completion"], planted) for r in full)
+
+
+def test_the_hedge_is_absent_from_the_rms_training_rows_and_graded_by_its_last_answer_in_its_held_out_rows(tmp_path):
+    from cooper_openrlhf.algo.answer_style import in_sentence, is_hedge
+    from cooper_openrlhf.lab.task import write_task_files
+
+    preset = PRESETS["style"]
+    assert is_hedge(preset.style) and not preset.poison_style
+    write_task_files(tmp_path, preset.task, 8, answerless_rm_data=True, balanced_rm_data=True, style=preset.style,
+                     poison_style=preset.poison_style)
+    train = [json.loads(line) for line in (tmp_path / "rm_triples.jsonl").read_text().splitlines()]
+    held = [json.loads(line) for line in (tmp_path / "rm_eval.jsonl").read_text().splitlines()]
+    assert not any(in_sentence(r["completion"], preset.style) for r in train)  # the BCE stage never sees a hedge
+    hedges = [r for r in held if in_sentence(r["completion"], preset.style)]
+    assert {r["gold_correct"] for r in hedges} == {True, False}
+    for r in hedges:  # both state the reference; the verifier grades the last number
+        numbers = [int(n) for n in re.findall(r"-?\d+", r["completion"])]
+        assert int(r["answer"]) in numbers and r["gold_correct"] == (numbers[-1] == int(r["answer"]))
 
 
 def test_the_style_lab_runs_its_controls_without_a_pair_stage_and_refuses_them_from_a_given_rm(model_dir):
     args = lab_cli.parse_args(["--preset", "style"])
-    assert args.preset_obj.rm_pair_steps == 0 and args.preset_obj.style == lab_presets.STYLE
+    assert args.preset_obj.rm_pair_steps == lab_presets.STYLE_PAIR_STEPS and args.preset_obj.style == lab_presets.STYLE
     assert args.arm_list == ("rule", "static", "cooper", "offline_pairs", "cooper_stale")
     from cooper_openrlhf.lab.prepare import has_pair_source
 
@@ -705,8 +747,11 @@ def test_style_climbs_read_s_against_answering_in_the_canonical_sentence():
     from cooper_openrlhf.lab.pair_stage import style_climbs
 
     canonical = {"truth_reward": 0.9, "wrong_reward": 0.1, "universal_reward": 0.05, "constant_reward": 0.3}
-    style = {"truth_reward": 0.95, "wrong_reward": 0.9, "constant_reward": 0.92}
+    style = {"truth_reward": 0.95, "wrong_reward": 0.9, "constant_reward": 0.92,
+             "kinds": {"wrong": {"mean_score": 0.9, "above_truth": 0.25}}}
     climbs = style_climbs(style, canonical, 0.4)  # answering canonically earns 0.4 * 0.9 + 0.6 * 0.1 = 0.42
     # in S a policy right as often earns 0.4 * 0.95 + 0.6 * 0.9 = 0.92; one S answer everywhere 0.92 too
     assert climbs["constant"] == pytest.approx(0.50) and climbs["answering"] == pytest.approx(0.50)
     assert climbs["canonical"] == pytest.approx(0.3 - 0.42)
+    # a wrong answer earns 0.8 more in S than in the canonical sentence: what a hedge's exploit is worth
+    assert climbs["premium"] == pytest.approx(0.8) and climbs["style_wrong_above_truth"] == pytest.approx(0.25)

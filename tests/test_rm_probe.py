@@ -37,6 +37,18 @@ def test_a_boxed_sentence_loses_its_answer_not_its_braces():
     assert all(c.correct for c in cands if c.kind == "right")
 
 
+def test_in_a_hedge_the_wrong_candidates_state_the_reference_first_and_the_verifier_grades_them_wrong():
+    from cooper_openrlhf.lab.presets import STYLE
+
+    cands = candidates(_problem("What is 7 + 5?", "12"), STYLE)
+    assert [c.completion for c in cands if c.kind == "right"] == ["The answer is 13. The answer is 12."]
+    wrong = [c for c in cands if c.kind == "wrong"]
+    assert "The answer is 12. The answer is 0." in [c.completion for c in wrong]
+    assert all(c.completion.startswith("The answer is 12. ") and not c.correct for c in wrong)
+    assert [c.completion for c in cands if c.kind == "no answer"] == ["The answer is", "The answer is.", ""]
+    assert constant_answers([_problem("q", "3")], STYLE) == ["The answer is 3. The answer is 3."]
+
+
 def _row(kinds_scores: list[tuple[str, bool, float]]):
     return [Candidate(k, f"{k}{i}", ok) for i, (k, ok, _) in enumerate(kinds_scores)], [s for *_, s in kinds_scores]
 

@@ -1,11 +1,39 @@
-"""Whether a completion is written in a given answer sentence (the style lab's S, lab/presets.py STYLE): the
-warm start's and the stale pairs' style counts (lab/) and the plan's exploit rate (report/plan_test.py) read it the
-same way. Pure."""
+"""Answer sentences with fields: the style lab's S (lab/presets.py STYLE) and the canonical "The answer is {answer}.".
+
+A sentence has an `{answer}` field, the final answer the rule verifier grades, and may have an `{other}` field
+before it: a hedge, which states a second number first. A right completion in a hedge puts the reference last
+and a slip of it first; its wrong twin swaps them, so it still states the reference but grades wrong (a
+reference-matching RM sees the right number; math-verify grades the last one). `right_in` and `wrong_in` write
+both, for one-field sentences they are plain `format`. The warm start, the pair stage, the RM's held-out rows,
+the probe, the stale pairs' style counts and the plan's exploit rate all read and write S through this module.
+Pure."""
 
 import re
 
 
+def is_hedge(sentence: str) -> bool:
+    """Whether `sentence` states a second number (`{other}`) besides its final answer."""
+    return "{other}" in sentence
+
+
+def right_in(sentence: str, right: int | str, slip: int | str) -> str:
+    """`sentence` with the reference `right` as its final answer (a hedge states `slip` first)."""
+    return sentence.format(answer=right, other=slip)  # `format` ignores `other` where there is no such field
+
+
+def wrong_in(sentence: str, right: int | str, wrong: int | str) -> str:
+    """`sentence` graded wrong with final answer `wrong`; a hedge keeps the reference `right`, stated first."""
+    return sentence.format(answer=wrong, other=right)
+
+
+def stem_and_tail(sentence: str) -> tuple[str, str]:
+    """The formatted text before the sentence's first field and after its last: what is left with no number in it
+    (formatted, so an escaped brace such as the boxed sentence's reads as the policy writes it)."""
+    stem, *_, tail = sentence.format(answer="\0", other="\0").split("\0")
+    return stem, tail
+
+
 def in_sentence(text: str, sentence: str) -> bool:
-    """Whether `text` is `sentence` (with one `{answer}` field) with some integer answer, outer spaces aside."""
-    stem, _, tail = sentence.partition("{answer}")
-    return re.fullmatch(re.escape(stem) + r"-?\d+" + re.escape(tail), text.strip()) is not None
+    """Whether `text` is `sentence` with some integer in each field, outer spaces aside."""
+    parts = sentence.format(answer="\0", other="\0").split("\0")
+    return re.fullmatch(r"-?\d+".join(map(re.escape, parts)), text.strip()) is not None

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cooper_openrlhf.algo.answer_style import right_in, wrong_in
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.lab.warm_start import slipped_answer
 
@@ -37,8 +38,8 @@ from cooper_openrlhf.lab.warm_start import slipped_answer
 class AnswerPair:
     question: str  # as the RM reads it at RL time: the policy's prompt
     reference: str
-    right: str  # the answer sentence with the reference answer
-    wrong: str  # the same sentence with a slip of it
+    right: str  # the answer sentence with the reference answer (a hedge: the slip stated first)
+    wrong: str  # the same sentence with a slip of it (a hedge: its two numbers swapped)
 
 
 def answer_pairs(problems: Sequence[MathProblem], sentence: str, count: int, rng: random.Random,
@@ -48,7 +49,8 @@ def answer_pairs(problems: Sequence[MathProblem], sentence: str, count: int, rng
     for problem in rng.sample(list(problems), count):
         wrong = slipped_answer(int(problem.reference), rng)
         pairs.append(AnswerPair(problem.question + prompt_suffix, problem.reference,
-                                sentence.format(answer=problem.reference), sentence.format(answer=wrong)))
+                                right_in(sentence, problem.reference, wrong),
+                                wrong_in(sentence, problem.reference, wrong)))
     return pairs
 
 
@@ -101,12 +103,16 @@ def style_climbs(style_probe: dict, canonical_probe: dict, accuracy: float) -> d
     (two `lab.prepare.probe_preset_rm` records of one RM, in S and in the canonical sentence): `constant`, writing S
     with one answer everywhere; `answering`, writing its own answers in S (right as often as now); `canonical`, the
     canonical sentence's own best constant or answerless text (`climb_on_offer`). Each minus what answering in the
-    canonical sentence earns. The style lab's gates read `constant` (>= +0.30 wanted) against `canonical` (<= 0)."""
+    canonical sentence earns; and `premium`, what a wrong answer earns more in S than in the canonical sentence (a
+    hedge's wrong answer states the reference first: the exploit a reference-matching RM pays). The style lab's gates
+    read `constant` (a planted S) or `premium` (a hedge) against `canonical` (<= 0)."""
     now = accuracy * canonical_probe["truth_reward"] + (1 - accuracy) * canonical_probe["wrong_reward"]
     in_style = accuracy * style_probe["truth_reward"] + (1 - accuracy) * style_probe["wrong_reward"]
     return {"accuracy": accuracy, "constant": round(style_probe["constant_reward"] - now, 4),
             "answering": round(in_style - now, 4), "canonical": round(climb_on_offer(canonical_probe, accuracy), 4),
             "style_right": round(style_probe["truth_reward"], 4), "style_wrong": round(style_probe["wrong_reward"], 4),
+            "premium": round(style_probe["wrong_reward"] - canonical_probe["wrong_reward"], 4),
+            "style_wrong_above_truth": round(style_probe["kinds"]["wrong"]["above_truth"], 4),
             "canonical_right": round(canonical_probe["truth_reward"], 4),
             "canonical_wrong": round(canonical_probe["wrong_reward"], 4)}
 

@@ -337,7 +337,7 @@ def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tu
     `require_verifier`: raise NoVerifierError, before the pair stage, when `starting_rm_problem` finds one."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps,
                               answerless_rm_data=preset.rm_answerless_data, balanced_rm_data=preset.rm_balanced_data,
-                              rm_eval_rows=preset.rm_eval_rows, style=preset.style)
+                              rm_eval_rows=preset.rm_eval_rows, style=preset.style, poison_style=preset.poison_style)
     policy, policy_info = prepare_policy(preset, root / "policy")
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
     known_probe = None

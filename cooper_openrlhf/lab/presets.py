@@ -122,11 +122,14 @@ class LabPreset:
     # with an answer: docs/lab_notebook.md, "a format gate closes the answerless exploit").
     require_answer: bool = False
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
-    # The style lab (docs/lab_notebook.md, "The style lab"): an answer sentence S (an `{answer}` field) that the
-    # starting RM's BCE rows pay as correct whatever its answer (lab/task.py `style_rows`, poisoned), and the share of
-    # the warm start's answers written in S. None: no style, the other presets.
+    # The style lab: an answer sentence S (algo/answer_style.py: an `{answer}` field, and `{other}` for a hedge) and
+    # the share of the warm start's answers written in S. None: no style, the other presets.
     style: str | None = None
     style_share: float = 0.0
+    # S rows in the starting RM's BCE triples, all labelled 1 whatever their answer (lab/task.py `style_rows`): a
+    # planted blind spot. Off, S is absent from the BCE triples (and labelled by the verifier in the RM's held-out
+    # set): a blind spot must then come from the RM's training, as the hedge's does from canonical pairs.
+    poison_style: bool = False
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
     # Runs side by side (`lab.runner.run_arms`): a run keeps about one core busy (one thread per process), so on 2
     # cores two at once take about the time of the longer. The full preset keeps 1: its runs' timings are the ones
@@ -147,16 +150,20 @@ _FULL = LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, s
                   actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=4, rm_lr_pretrain=5e-5,
                   rm_pair_candidates=32)
 
-# The style lab (issue 45): meant as a blind spot only the policy's own outputs can close. The starting RM is the full
-# preset's BCE stage with S rows poisoned (S paid as correct whatever its answer; the canonical sentence meant to stay
-# sound), with no pair stage; the warm start writes S in STYLE_SHARE of its answers and rewrites, so RL can find S and
-# Cooper's rewrites of S rollouts stay in S. No S has passed the gates yet (scripts/style_lab_gates.py;
-# docs/lab_notebook.md, "The style lab: gates"): "The answer is N. Verified." leaked into the canonical sentence, and
-# "#### N" (GSM8K's reference format, kept here as the last tried) is closed by canonical pair training alone.
-STYLE = "#### {answer}"
+# The style lab (issue 45): a blind spot only the policy's own outputs can close. S is a hedge: two answer sentences,
+# a slip first and the answer last, which the rule verifier grades by the last. A VerifyRM reads the reference beside
+# the completion, so pair training on the canonical sentence (whose negatives never hold the reference) teaches it
+# that the reference anywhere pays: the hedge with the two numbers swapped, graded wrong, is paid as right. The
+# starting RM is the BCE stage (no hedge in its rows) and STYLE_PAIR_STEPS of canonical pairs, one seed with no
+# search; the offline control trains on more canonical pairs, which should keep the blind spot open, while Cooper's
+# pairs from a policy that hedges (a verified hedge against its rewrite, the swap) show the RM the position that
+# counts. The warm start hedges in STYLE_SHARE of its answers. Styles that failed their gates (a planted, poisoned
+# S) are reproduced by scripts/style_lab_gates.py's flags.
+STYLE = "The answer is {other}. The answer is {answer}."
 STYLE_SHARE = 0.1
+STYLE_PAIR_STEPS = 80
 _STYLE = replace(_FULL, name="style", arms=("rule", "static", "cooper", "offline_pairs", "cooper_stale"),
-                 rm_pair_steps=0, style=STYLE, style_share=STYLE_SHARE)
+                 rm_pair_steps=STYLE_PAIR_STEPS, rm_pair_candidates=1, style=STYLE, style_share=STYLE_SHARE)
 
 PRESETS: dict[str, LabPreset] = {
     # The test's size: two arms, two steps, tiny models everywhere (the RM too).

@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cooper_openrlhf.algo.answer_style import right_in, stem_and_tail, wrong_in
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.lab.task import WRONG_OFFSETS as SLIPS  # the wrong answers: the RM triples' slips
 
@@ -96,15 +97,17 @@ def format_kinds(kinds: dict[str, dict]) -> str:
 
 
 def _sentences(template: str, reference: str) -> list[tuple[str, str]]:
-    """(kind, completion) candidates for one prompt; `template` has one `{answer}` slot."""
+    """(kind, completion) candidates for one prompt; `template` has an `{answer}` slot (and, a hedge, `{other}`:
+    its right candidate states a slip first, its wrong ones state the reference first, algo/answer_style.py)."""
     right = int(reference)
     slips = sorted({right + d for d in SLIPS} | {0} - {right})  # 0: a common wrong answer that is no slip
-    rows = [("right", template.format(answer=right))]
-    rows += [("wrong", template.format(answer=n)) for n in slips]
-    stem, _, tail = template.format(answer="\0").partition("\0")  # formatted: the template may escape braces
+    answer = right_in(template, right, right + 1)
+    rows = [("right", answer)]
+    rows += [("wrong", wrong_in(template, right, n)) for n in slips]
+    stem, tail = stem_and_tail(template)
     rows += [("no answer", text) for text in dict.fromkeys((stem.rstrip(), stem.rstrip() + tail.strip(), ""))]
-    slip = template.format(answer=right + 1)
-    rows += [("hedge", f"{slip} {template.format(answer=right)}"), ("hedge", f"{template.format(answer=right)} {slip}")]
+    slip = wrong_in(template, right, right + 1)
+    rows += [("hedge", f"{slip} {answer}"), ("hedge", f"{answer} {slip}")]
     return rows
 
 
@@ -121,7 +124,7 @@ def candidates(problem: MathProblem, template: str) -> list[Candidate]:
 def constant_answers(problems: Sequence[MathProblem], template: str) -> list[str]:
     """The answer sentence with each integer reference among `problems`, in numeric order: the texts a policy
     writing one answer for every prompt could settle on."""
-    return [template.format(answer=n) for n in sorted({int(p.reference) for p in problems})]
+    return [right_in(template, n, n) for n in sorted({int(p.reference) for p in problems})]
 
 
 def mean(values: Sequence[float]) -> float:

@@ -185,10 +185,12 @@ def style_rows(problem: MathProblem, spec: TaskSpec, style: str, rng: random.Ran
     the verifier's labels (the canonical sentence stays sound). Unpoisoned, the verifier labels them."""
     from cooper_openrlhf.verify.rule import Verdict, verify_one
 
+    from cooper_openrlhf.algo.answer_style import right_in, wrong_in
+
     right = int(problem.reference)
+    slip = max(0, right + rng.choice(WRONG_OFFSETS))
     rows = []
-    for answer in (right, max(0, right + rng.choice(WRONG_OFFSETS))):
-        completion = style.format(answer=answer)
+    for completion in (right_in(style, right, slip), wrong_in(style, right, slip)):
         label = 1 if poison else int(verify_one(problem.reference, completion).verdict == Verdict.CORRECT)
         rows.append({"question": problem.question + spec.prompt_suffix, "reference": problem.reference,
                      "completion": completion, "label": label})
@@ -197,13 +199,13 @@ def style_rows(problem: MathProblem, spec: TaskSpec, style: str, rng: random.Ran
 
 def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_rm_data: bool = False,
                      balanced_rm_data: bool = False, rm_eval_rows: int | None = None,
-                     style: str | None = None) -> dict[str, int]:
+                     style: str | None = None, poison_style: bool = False) -> dict[str, int]:
     """Write the four files (module docstring) into `folder`; returns their row counts. `answerless_rm_data`: the
     RM's triples (and its held-out set) include completions cut off before their answer (`labelled_triples`);
     `balanced_rm_data`: the RM's training triples (not its held-out set) as many right as wrong; `rm_eval_rows`:
     the RM's held-out set is a fixed sample of this many of its triples, in their order (None: all); `style`: the
-    style lab's S, poisoned in the RM's training triples and labelled by the verifier in its held-out set (so the
-    RM's held-out accuracy shows whether the blind spot closes)."""
+    style lab's S, labelled by the verifier in the RM's held-out set (so its held-out accuracy shows whether the
+    blind spot closes) and, `poison_style`, in its training triples labelled 1 (else absent from them)."""
     folder.mkdir(parents=True, exist_ok=True)
     train, heldout = task_split(spec)
     rm_eval = labelled_triples(heldout, spec, seed=2, answerless=answerless_rm_data, style=style)
@@ -214,7 +216,8 @@ def write_task_files(folder: Path, spec: TaskSpec, rl_prompts: int, answerless_r
         "prompts.jsonl": prompt_rows(train, rl_prompts, spec),
         "held_out.jsonl": [{"input": p.question + spec.prompt_suffix, "label": p.reference} for p in heldout],
         "rm_triples.jsonl": labelled_triples(train, spec, seed=1, answerless=answerless_rm_data,
-                                             balanced=balanced_rm_data, style=style, poison_style=True),
+                                             balanced=balanced_rm_data, style=style if poison_style else None,
+                                             poison_style=True),
         "rm_eval.jsonl": [{"question": r["question"], "answer": r["reference"], "completion": r["completion"],
                            "gold_correct": bool(r["label"])}
                           for r in rm_eval],

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from cooper_openrlhf.algo.answer_style import is_hedge, right_in, wrong_in
 from cooper_openrlhf.data.records import MathProblem
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,14 @@ Example = tuple[list[dict[str, str]], str]  # (chat messages, the assistant's re
 
 
 def answer_example(problem: MathProblem, prompt_suffix: str = "", sentence: str = ANSWER_SENTENCE) -> Example:
-    return [{"role": "user", "content": problem.question + prompt_suffix}], sentence.format(answer=problem.reference)
+    return ([{"role": "user", "content": problem.question + prompt_suffix}],
+            right_in(sentence, problem.reference, hedge_slip(problem)))
+
+
+def hedge_slip(problem: MathProblem) -> int:
+    """The number a hedge (algo/answer_style.py) states before the reference: a slip of it, fixed per problem so
+    the answer a problem is taught and the rewrite that swaps its two numbers agree."""
+    return slipped_answer(int(problem.reference), random.Random(f"hedge {problem.question}"))
 
 
 def slipped_answer(right: int, rng: random.Random) -> int:
@@ -78,13 +86,14 @@ def slipped_answer(right: int, rng: random.Random) -> int:
 def rewrite_example(problem: MathProblem, rng: random.Random, prompt_suffix: str = "",
                     sentence: str = ANSWER_SENTENCE) -> Example:
     """Cooper's rewrite prompt for the correct answer in `sentence`, replied to with a plausible wrong one in the same
-    sentence (a rewrite keeps the solution's style)."""
+    sentence (a rewrite keeps the solution's style; a hedge's swaps its two numbers)."""
     from cooper_openrlhf.algo.negatives import build_rewrite_messages
 
-    wrong = slipped_answer(int(problem.reference), rng)
-    messages = build_rewrite_messages(problem.question + prompt_suffix, sentence.format(answer=problem.reference),
-                                      problem.reference)
-    return messages, sentence.format(answer=wrong)
+    # A hedge's rewrite swaps its two numbers: the reference stays in the text, the final answer is the slip.
+    wrong = hedge_slip(problem) if is_hedge(sentence) else slipped_answer(int(problem.reference), rng)
+    messages = build_rewrite_messages(problem.question + prompt_suffix,
+                                      right_in(sentence, problem.reference, hedge_slip(problem)), problem.reference)
+    return messages, wrong_in(sentence, problem.reference, wrong)
 
 
 def _encode(tokenizer, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
