@@ -69,6 +69,22 @@ def test_a_malformed_plan_is_refused(tmp_path):
         load_plan(plan)
 
 
+def test_a_plans_environment_is_set_for_its_labs_and_a_shell_that_set_it_otherwise_is_refused(tmp_path):
+    from cooper_openrlhf.lab.batch import apply_environment
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"commit": "abc", "out": "x", "labs": [], "environment": {"COOPER_CPU_BF16": 0}}))
+    with pytest.raises(PlanError, match="environment must map variable names to strings"):
+        load_plan(plan)
+    plan.write_text(json.dumps({"commit": "abc", "out": "x", "labs": [], "environment": {"COOPER_CPU_BF16": "0"}}))
+    environ = {"PATH": "/bin"}
+    assert apply_environment(load_plan(plan), environ) == {"COOPER_CPU_BF16": "0"}
+    assert environ == {"PATH": "/bin", "COOPER_CPU_BF16": "0"}
+    apply_environment(load_plan(plan), environ)  # already as the plan says: fine
+    with pytest.raises(PlanError, match="the shell has {'COOPER_CPU_BF16': '1'}"):
+        apply_environment(load_plan(plan), {"COOPER_CPU_BF16": "1"})
+
+
 def test_a_shared_preparation_links_models_rewrites_records_and_leaves_the_choice(tmp_path):
     source, target = tmp_path / "main", tmp_path / "median"
     (source / "verifyrm" / "pairs" / "seed0").mkdir(parents=True)

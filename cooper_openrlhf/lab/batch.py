@@ -10,6 +10,10 @@ lab.json, under the publish folder, and commits them there when asked. A lab tha
 gets that lab's task files, policy and starting-RM candidates (hard links; JSON records with the folder's path
 rewritten), so it trains nothing the other trained and only chooses its own candidate (`--rm-choice`).
 
+A plan may name an `environment` (variables the package reads, such as COOPER_CPU_BF16, which decides the CPU's
+dtype): `apply_environment` sets them for every lab of the batch, and refuses a shell that set one otherwise, so
+the dtype the plan registered is the one its runs compute in on any machine.
+
 Resuming: the same command again. Runs left "done" are skipped; on a new machine, unpack the published archives
 into the run folder first (`restore_runs`), and the preparation is redone from the same code and seeds. The
 preparation is seeded torch on the CPU (no vLLM), so the same machine kind and dtype should give it byte for byte;
@@ -20,6 +24,7 @@ show it continued from the same starting models (`compare_fingerprints`) rather 
 import hashlib
 import json
 import logging
+import os
 import platform
 import shutil
 import subprocess
@@ -52,7 +57,23 @@ def load_plan(path: Path) -> dict:
             raise PlanError(f"lab {lab['name']!r} is prepared from {lab['prepared_from']!r}, not an earlier lab")
         if any(a in ("--out", "--seeds") for a in lab["args"]):
             raise PlanError(f"lab {lab['name']!r}: --out and --seeds come from the plan (out, seeds)")
+    environment = plan.get("environment", {})
+    if not isinstance(environment, dict) or not all(isinstance(v, str) for v in environment.values()):
+        raise PlanError(f"{path}: environment must map variable names to strings, not {environment!r}")
     return plan
+
+
+def apply_environment(plan: dict, environ=os.environ) -> dict[str, str]:
+    """Set the plan's `environment` in `environ` (the labs' subprocesses inherit it); a variable the shell already
+    set to another value is refused, not overridden: the runs would not compute as registered. Returns it."""
+    environment = plan.get("environment", {})
+    clashes = {k: environ[k] for k, v in environment.items() if k in environ and environ[k] != v}
+    if clashes:
+        raise PlanError(f"the plan sets {environment}, the shell has {clashes}: unset them or run another plan")
+    environ.update(environment)
+    if environment:
+        logger.info("batch: environment %s (the plan's)", environment)
+    return environment
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -265,6 +286,7 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
     """Every lab of the plan, seed by seed (module docstring); returns the number of failed runs. run_lab: the lab's
     entry point (`cli.lab.main`: argv -> exit status), passed in by the CLI that drives the batch."""
     check_commit(repo, plan["commit"])
+    apply_environment(plan)
     out = Path(plan["out"])
     failed = 0
     for lab in plan["labs"]:
