@@ -2,6 +2,7 @@
 difference judged by the plan's own rule, secondary differences, the static-falls count, and the refusals."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -199,14 +200,15 @@ def test_the_primary_counts_only_when_the_registered_validity_gate_shows_the_con
     assert "failed, so the primary is uninformative" in render(verdict)
 
 
-def test_batch45s_draft_plan_is_read_by_this_tool_and_runs_the_style_preset():
+def test_batch45s_plan_is_frozen_read_by_this_tool_and_runs_the_style_preset_in_fp32():
     from cooper_openrlhf.cli import lab as lab_cli
     from cooper_openrlhf.lab.batch import load_plan
     from cooper_openrlhf.lab.presets import STYLE
     from cooper_openrlhf.report.plan_test import MEASURES, check_decision_rule, plan_measures
 
-    plan = load_plan(Path(__file__).resolve().parents[1] / "docs" / "batch45" / "plan.draft.json")
-    assert plan["status"].startswith("draft, not frozen")  # cli.batch cannot run it: its commit is a placeholder
+    plan = load_plan(Path(__file__).resolve().parents[1] / "docs" / "batch45" / "plan.json")
+    assert re.fullmatch(r"[0-9a-f]{40}", plan["commit"]) and "status" not in plan  # frozen: cli.batch runs it
+    assert plan["environment"] == {"COOPER_CPU_BF16": "0"}
     check_decision_rule(plan)
     assert all(measure in MEASURES for measure in plan_measures(plan)) and plan["style"] == STYLE
     assert plan["secondary_correction"] == "holm" and plan["equivalence"][0]["margin"] > 0
