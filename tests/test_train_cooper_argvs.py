@@ -93,6 +93,40 @@ def test_every_builder_writes_the_recorded_train_cooper_command(tmp_path):
                 assert flag_values(argv) == flag_values(old), (builder, name)
 
 
+def _arm_settings(argv: list[str], root: Path, gpu_run: bool) -> dict:
+    """What train_cooper makes of the arm part of `argv`: where the reward comes from and how the RM learns."""
+    from cooper_openrlhf.cli.train_cooper import parse_args
+
+    args = parse_args([word.replace("<root>", str(root)) for word in argv[3:]], gpu_run=gpu_run)
+    cooper = args.cooper
+    return {"reward_source": cooper.reward_source, "paid by an RM": args.reward.model_name_or_path is not None,
+            "RM trained": args.remote_rm_trainable,
+            "negative_source": cooper.negative_source if args.remote_rm_trainable else None,
+            "negative_validity": cooper.negative_validity, "answerless_negatives": cooper.answerless_negatives,
+            "pairs from a file": cooper.offline_pairs is not None}
+
+
+def test_the_lab_the_launcher_and_the_smoke_test_build_the_same_arm_the_same_way(tmp_path):
+    """The paper's three arms as the lab runs them and as the cluster launcher runs them, and Cooper's as the GPU
+    smoke test runs it, parsed by train_cooper itself: the same reward source, the same RM update, the same
+    negatives. Catches a builder that writes an arm's flags by hand and drifts from lab/arms.py."""
+    from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS
+
+    built = built_argvs(tmp_path)
+    (tmp_path / "lab" / "data").mkdir(parents=True, exist_ok=True)
+    settings = {}
+    for arm in PAPER_ARMS:
+        lab = _arm_settings(built["lab"][f"full/{arm}"], tmp_path, gpu_run=False)
+        launcher = _arm_settings(built["launcher"][arm], tmp_path, gpu_run=True)
+        assert lab == launcher, arm
+        settings[arm] = lab
+    for name, argv in built["smoke"].items():
+        assert _arm_settings(argv, tmp_path, gpu_run=True) == settings["cooper"], name
+    # The three differ from each other in what the table says, so the comparison above has something to compare.
+    assert [settings[arm]["reward_source"] for arm in PAPER_ARMS] == ["rm", "rm", "rule"]
+    assert [settings[arm]["RM trained"] for arm in PAPER_ARMS] == [ARMS[arm].trains_rm for arm in PAPER_ARMS]
+
+
 if __name__ == "__main__":
     import tempfile
 

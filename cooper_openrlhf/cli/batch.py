@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
-    from cooper_openrlhf.lab.presets import ARMS
+    from cooper_openrlhf.lab.arms import ARMS
     from cooper_openrlhf.report.blindspot import dependence_figure, dependence_points
 
     rows = dependence_points([out / lab["name"] for lab in plan["labs"] if (out / lab["name"] / "lab.json").is_file()])

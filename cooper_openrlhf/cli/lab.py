@@ -31,7 +31,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cooper_openrlhf.lab.presets import ARMS, NEEDS_PAIR_SOURCE, PRESETS, parse_arms
+from cooper_openrlhf.lab.arms import ARMS
+from cooper_openrlhf.lab.presets import NEEDS_PAIR_SOURCE, PRESETS, parse_arms
 from cooper_openrlhf.runtime.secrets import WANDB_KEY_FROM_ENV
 
 logger = logging.getLogger("cooper_openrlhf.lab")

@@ -31,7 +31,8 @@ from cooper_openrlhf.cluster.checks import (
     read_rows,
 )
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
-from cooper_openrlhf.cluster.placement import ARMS, Placement, PlacementError, plan_placement
+from cooper_openrlhf.cluster.placement import Placement, PlacementError, plan_placement
+from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS, train_cooper_argv
 from cooper_openrlhf.runtime.secrets import SECRET_FLAGS, WANDB_KEY_FROM_ENV
 
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
@@ -77,10 +78,10 @@ def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
     nodes = _rl_nodes(env)
     small = cpu_mode(env)
     actor = env.int("ACTOR_GPUS", 1 if small else None)
-    rm = env.int("RM_GPUS", (0 if arm == "rule" else 1) if small else None, minimum=0)
+    rm = env.int("RM_GPUS", (0 if ARMS[arm].reward == "rule" else 1) if small else None, minimum=0)
     engines = env.int("VLLM_ENGINES", 1 if small else None)
     if small:
-        roles = actor + rm + engines * env.int("VLLM_TP", 1) + (1 if assistant_model and arm == "cooper" else 0)
+        roles = actor + rm + engines * env.int("VLLM_TP", 1) + (1 if assistant_model and ARMS[arm].trains_rm else 0)
         slots = env.int("CPU_SLOTS_PER_NODE", -(-roles // nodes))
     else:
         slots = env.int("GPUS_PER_NODE", env.int("SLURM_GPUS_ON_NODE", 8), minimum=1)
@@ -92,10 +93,10 @@ def _rl_placement(env: Env, arm: str, assistant_model: bool) -> Placement:
 
 def rl_arm(env: Env) -> tuple[str, str | None]:
     """(ARM, the assistant: a model folder, 'policy', or None when the arm writes no negatives with one)."""
-    arm = env.choice("ARM", "cooper", ARMS)
+    arm = env.choice("ARM", "cooper", PAPER_ARMS)
     negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
     assistant = None
-    if arm == "cooper" and negative_source != "rollout":
+    if ARMS[arm].trains_rm and negative_source != "rollout":
         assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
                                 "(a folder, or 'policy' for the policy on its own engines)")
     return arm, assistant
@@ -130,7 +131,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
     prompts = env.require("PROMPTS", "a prompt file written by `python -m cooper_openrlhf.cluster.prompts` "
                           "(question with the answer-format instruction, reference answer)")
     out = env.require("OUT", "the run folder (checkpoints, final policy, tensorboard, samples)")
-    verify_rm = env.require("VERIFY_RM", "a VerifyRM export (verifyrm train's best/)") if arm != "rule" else None
+    verify_rm = env.require("VERIFY_RM", "a VerifyRM export (verifyrm train's best/)") if ARMS[arm].reward == "rm" else None
     input_key, label_key = env.get("INPUT_KEY", "question"), env.get("LABEL_KEY", "answer")
 
     check_model_dir(env, "POLICY", policy)
@@ -166,8 +167,7 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
                         "--ds.attn_implementation", "flash_attention_2"]
     eval_flags = _eval_flags(env, input_key, label_key)
     max_samples = env.int("MAX_SAMPLES", None)
-    argv = [
-        "python", "-m", "cooper_openrlhf.cli.train_cooper",
+    shared = [
         "--actor.model_name_or_path", policy,
         "--data.prompt_dataset", prompts, "--data.input_key", input_key, "--data.label_key", label_key,
         "--data.apply_chat_template",
@@ -194,18 +194,14 @@ def plan_rl(env: Env, extra_args: list[str] = ()) -> Plan:
         "--cooper.sample_log_dir", os.path.join(out, "samples"),
         *eval_flags, *(["--data.max_samples", str(max_samples)] if max_samples else []),
     ]
-    argv += wandb_flags(env)
-    if arm == "rule":
-        argv += ["--cooper.reward_source", "rule"]
-    else:
-        argv += ["--reward.model_name_or_path", verify_rm]
-    if arm == "cooper":
-        argv += ["--remote_rm_trainable", "--cooper.negative_source", negative_source,
-                 "--cooper.rm_lr", str(env.float("RM_LR", 1e-5)), "--cooper.rm_weight_decay", "0.01",
-                 "--cooper.rm_lr_scheduler", "constant_with_warmup", "--cooper.rm_warmup_ratio", "0.01",
-                 "--cooper.rm_micro_batch_size", "4", "--cooper.negative_max_new_tokens", str(env.int("MAX_NEW_TOKENS", 512))]
-        if assistant not in (None, "policy"):
-            argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant]
+    rm_training = [
+        "--cooper.rm_lr", str(env.float("RM_LR", 1e-5)), "--cooper.rm_weight_decay", "0.01",
+        "--cooper.rm_lr_scheduler", "constant_with_warmup", "--cooper.rm_warmup_ratio", "0.01",
+        "--cooper.rm_micro_batch_size", "4", "--cooper.negative_max_new_tokens", str(env.int("MAX_NEW_TOKENS", 512)),
+    ] if ARMS[arm].trains_rm else []
+    argv = train_cooper_argv(arm, [*shared, *wandb_flags(env)], rm=verify_rm, negative_source=negative_source,
+                             rm_training=rm_training, assistant_model=assistant if assistant != "policy" else None,
+                             python="python")
     argv += list(extra_args)
     notes += secret_flag_notes(extra_args)
     validate_train_cooper_argv(argv[3:], 0 if cpu_mode(env) else placement.gpus_per_node)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cooper_openrlhf.lab.pair_stage import climb_on_offer
-from cooper_openrlhf.lab.presets import ARMS
+from cooper_openrlhf.lab.arms import ARMS
 
 RULE = "rule"
 # Settings that say how the starting RM came about, or which runs exist: what a sweep over blind spots varies.

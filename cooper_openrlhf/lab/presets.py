@@ -1,51 +1,19 @@
-"""Lab sizes and the arms' reward paths. docs/lab.md gives the reason for each number.
+"""Lab sizes: the presets and the arms each runs. docs/lab.md gives the reason for each number.
 
 Every arm of a preset shares everything -- policy, starting RM, prompts, held-out set, seeds, step budget,
-learning rates, lengths -- except the flags in ARM_FLAGS, which choose where the policy's reward comes from.
+learning rates, lengths -- except its arm (lab/arms.py), which chooses where the policy's reward comes from.
 """
 
 from dataclasses import dataclass, field, replace
 
 from cooper_openrlhf.eval.prompts import ANSWER_INSTRUCTION
+from cooper_openrlhf.lab.arms import ARMS
 from cooper_openrlhf.lab.task import TaskSpec
 
 WARM_START = "warm-start"  # the policy: the tiny Qwen2, fine-tuned by the lab (lab/warm_start.py)
-RM_PLACEHOLDER, RM_EVAL_PLACEHOLDER, OFFLINE_PAIRS_PLACEHOLDER = "{rm}", "{rm_eval}", "{offline_pairs}"
-STALE_PAIRS_PLACEHOLDER = "{stale_pairs}"
-# An RM arm scores with the starting VerifyRM and logs its accuracy on the labelled held-out set as it goes.
-_RM = ("--reward.model_name_or_path", RM_PLACEHOLDER, "--cooper.rm_eval_dataset", RM_EVAL_PLACEHOLDER)
 
-# arm -> train_cooper flags (placeholders: the starting VerifyRM's folder, the RM's labelled held-out set).
-# The rest of the command is shared by every arm.
-ARM_FLAGS: dict[str, tuple[str, ...]] = {
-    "rule": ("--cooper.reward_source", "rule"),
-    "static": _RM,
-    "cooper": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant"),
-    "cooper_rollout": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout"),
-    # Not the paper's: answerless rollouts may be negatives too. The paper's negatives always carry a wrong answer,
-    # so a policy drifting to answerless text is never shown to the RM as wrong: from a nearly flat starting RM the
-    # RM arms, Cooper's too, collapsed to it in 6 of 9 seeds (docs/lab_notebook.md, "a weaker starting RM (1 epoch)").
-    "cooper_rollout_answerless": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout",
-                                  "--cooper.answerless_negatives"),
-    # The paper's arm with the official recipe's negative rule: a rewrite counts unless proved equal to the
-    # positive, answerless ones included (`cooper` keeps the strict rule: a proved-different answer).
-    "cooper_official": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
-                        "--cooper.negative_validity", "official"),
-    # A control: does Cooper's RM gain from pairs of the policy's current outputs, or only from training longer on
-    # pairs of any kind? Cooper's RM update, step for step, on fresh pairs of the pair stage's kind from a file
-    # (the lab writes one per seed, lab/prepare.py) instead of pairs from the policy's rollouts. Its command is
-    # Cooper's plus the one flag that says where the pairs come from.
-    "offline_pairs": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
-                      "--cooper.offline_pairs", OFFLINE_PAIRS_PLACEHOLDER),
-    # The style lab's second control: Cooper's pairs, but made from the *starting* policy's rollouts and rewrites
-    # before the run (lab/prepare.py `write_stale_pairs`), fed as the offline_pairs arm is fed. Against cooper it asks
-    # whether co-training gains by tracking the policy as it moves or only by covering the styles it starts with.
-    "cooper_stale": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
-                     "--cooper.offline_pairs", STALE_PAIRS_PLACEHOLDER),
-}
-ARMS = tuple(ARM_FLAGS)
 # Arms that need pairs of the pair stage's kind (a preset with rm_pair_steps > 0 and no --rm).
-NEEDS_PAIR_SOURCE = ("offline_pairs", "cooper_stale")
+NEEDS_PAIR_SOURCE = tuple(name for name, arm in ARMS.items() if arm.pairs)
 # The full preset's arms: the paper's three, Cooper under the official recipe's negative rule, and the control for
 # "the RM just trained longer" -- the arms of the lab's headline (the pre-registered batch, docs/results.md), so
 # the preset reproduces what the docs report. The rollout-negative variants run when named.
@@ -208,20 +176,12 @@ PRESETS: dict[str, LabPreset] = {
 }
 
 
-
-
-def arm_flags(arm: str, rm_folder: str, rm_eval: str, offline_pairs: str = "", stale_pairs: str = "") -> list[str]:
-    fill = {RM_PLACEHOLDER: rm_folder, RM_EVAL_PLACEHOLDER: rm_eval, OFFLINE_PAIRS_PLACEHOLDER: offline_pairs,
-            STALE_PAIRS_PLACEHOLDER: stale_pairs}
-    return [fill.get(flag, flag) for flag in ARM_FLAGS[arm]]
-
-
 def parse_arms(text: str | None, preset: LabPreset) -> tuple[str, ...]:
     """`--arms a,b` -> validated tuple (the preset's arms when None); an unknown name fails naming the known ones."""
     if text is None:
         return preset.arms
     arms = tuple(a.strip() for a in text.split(",") if a.strip())
-    unknown = [a for a in arms if a not in ARM_FLAGS]
+    unknown = [a for a in arms if a not in ARMS]
     if unknown or not arms:
         raise ValueError(f"--arms: unknown arm(s) {unknown or [text]}; choose from {', '.join(ARMS)}")
     if len(set(arms)) != len(arms):
