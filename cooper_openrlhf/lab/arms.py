@@ -3,7 +3,7 @@
 An arm is where the policy's reward comes from: the rule verifier, a frozen VerifyRM, or a VerifyRM that Cooper
 trains each step (on pairs from the policy's rollouts, or from a file). `ARMS` is the one table of them;
 `train_cooper_argv` turns an arm and the rest of a run's command into its argv. The lab (lab/runner.py), the cluster
-launcher (cluster/launch_plans.py) and the GPU smoke test (cli/gpu_smoke.py) build every train_cooper command
+launcher (cluster/stage_plans.py) and the GPU smoke test (cli/gpu_smoke.py) build every train_cooper command
 with it, so an arm means the same flags wherever it runs; what differs between them (sizes, devices, folders) is
 the `shared` part each passes in.
 """
