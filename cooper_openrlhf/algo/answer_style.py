@@ -1,5 +1,5 @@
 """Whether a completion is written in a given answer sentence (the style lab's S, lab/presets.py STYLE): the
-warm start's and the stale pairs' style counts (lab/) and the plan's exploit rate (report/plan_test.py) read it the
+warm start's and the stale pairs' style counts (lab/) and the plan's exploit rate (report/plan_verdict.py) read it the
 same way. Pure."""
 
 import re

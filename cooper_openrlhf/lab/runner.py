@@ -36,10 +36,8 @@ logger = logging.getLogger(__name__)
 RUN_INFO = "run_info.json"  # the name report/runs.py reads
 # Failures before a run's first step, through no fault of its own, by a line of its log: the lab starts such a run
 # once more. OpenRLHF picks its torch.distributed master port by binding port 0 and releasing it
-# (launcher._get_free_port): another process can take that port before DeepSpeed listens on it (seen once in 24 lab
-# runs: docs/lab_notebook.md, "the policy at half the rate for twice the steps"). And a local Ray head gives up when
-# its raylet does not register within Ray's fixed window, which an overloaded machine can miss (seen in a lab test
-# run beside two labs).
+# (launcher._get_free_port): another process can take that port before DeepSpeed listens on it. And a local Ray
+# head gives up when its raylet does not register within Ray's fixed window, which an overloaded machine can miss.
 START_FAILURES = {"EADDRINUSE": "lost a race for its master port",
                   "The current node timed out during startup": "its local Ray did not start in time"}
 # DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache, and no core binding for vLLM: its
