@@ -78,7 +78,7 @@ from dataclasses import dataclass, field, fields
 
 from cooper_openrlhf.algo.hacking_rules import HACKING_RULES, min_points, parse_rule_names
 from cooper_openrlhf.algo.hacking_stats import finite, heldout_accuracy, least_squares_slope
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.algo.metric_keys import (
     ACCURACY,
     ALARM,

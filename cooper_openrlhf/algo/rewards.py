@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 
 REWARD_FORMS: Registry[Callable[[torch.Tensor, float], torch.Tensor]] = Registry("reward form")
 

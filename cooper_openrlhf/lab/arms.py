@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, Registry
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
+from cooper_openrlhf.runtime.registry import Registry
 
 TRAIN_COOPER = "cooper_openrlhf.cli.train_cooper"
 

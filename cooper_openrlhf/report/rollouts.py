@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 
 
 @dataclass
