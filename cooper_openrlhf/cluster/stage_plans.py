@@ -39,6 +39,7 @@ from cooper_openrlhf.cluster.checks import (
 from cooper_openrlhf.cluster.launch_record import check_resumable
 from cooper_openrlhf.cluster.placement import Placement, PlacementError, plan_placement
 from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS, train_cooper_argv
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.runtime.secrets import SECRET_FLAGS, WANDB_KEY_FROM_ENV
 
 DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
@@ -529,11 +530,9 @@ def plan_report(env: Env, extra_args: list[str] = (), *, entry: EntryPoints | No
     return Plan("report", [["python", "-m", "cooper_openrlhf.cli.report", *runs, "--out", out, *extra_args]])
 
 
-STAGES = {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train, "evaluate": plan_evaluate,
-          "report": plan_report}
+STAGES = Registry("stage", {"rl": plan_rl, "annotate": plan_annotate, "verifyrm-train": plan_verifyrm_train,
+                            "evaluate": plan_evaluate, "report": plan_report}, error=PreflightError)
 
 
 def plan_stage(stage: str, env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -> Plan:
-    if stage not in STAGES:
-        raise PreflightError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
     return STAGES[stage](env, list(extra_args), entry=entry)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.lab.warm_start import slipped_answer
+from cooper_openrlhf.runtime.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -120,14 +121,13 @@ def blindest(probes: Sequence[dict], accuracy: float) -> int:
 
 # Which candidate the RM arms start from (`--rm-choice`): the blindest (largest climb on offer), the median, or the
 # one between them (half-way down the ranks from the blindest to the median): the lab's blind-spot dependence.
-CHOICES = ("blindest", "between", "median")
+CHOICES = Registry("candidate choice", ("blindest", "between", "median"))
 
 
 def candidate_by_rank(probes: Sequence[dict], accuracy: float, choice: str) -> int:
     """Index of the candidate `choice` names among `probes`, ranked by `climb_on_offer` at `accuracy`, largest
     first (ties: the lower index first). With 32 candidates: blindest rank 0, between rank 7, median rank 15."""
-    if choice not in CHOICES:
-        raise ValueError(f"unknown candidate choice {choice!r}; valid: {list(CHOICES)}")
+    CHOICES.check(choice)
     if not probes:
         raise ValueError("candidate_by_rank: no candidate RM to choose from")
     climbs = [climb_on_offer(p, accuracy) for p in probes]
