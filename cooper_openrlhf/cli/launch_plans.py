@@ -9,10 +9,10 @@ from functools import partial
 
 from cooper_openrlhf.cluster import stage_plans
 from cooper_openrlhf.cluster.checks import PreflightError
-from cooper_openrlhf.cluster.stage_plans import STAGES, EntryPoints, Plan, parse_or_fail
+from cooper_openrlhf.cluster.stage_plans import EntryPoints, parse_or_fail
 
-__all__ = ["ENTRY_POINTS", "STAGES", "Plan", "plan_annotate", "plan_evaluate", "plan_report", "plan_rl", "plan_stage",
-           "plan_verifyrm_train", "validate_train_cooper_argv"]
+__all__ = ["ENTRY_POINTS", "plan_annotate", "plan_evaluate", "plan_report", "plan_rl", "plan_stage", "plan_verifyrm_train",
+           "validate_train_cooper_argv"]
 
 
 def validate_train_cooper_argv(argv: list[str], gpus_per_node: int) -> None:

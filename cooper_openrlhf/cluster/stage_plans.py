@@ -46,8 +46,6 @@ DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
 
 
 @dataclass
-
-
 class Plan:
     """commands: one argv per task (one for single jobs). notes: what the user should know (printed)."""
 
@@ -59,8 +57,6 @@ class Plan:
 
 
 @dataclass(frozen=True)
-
-
 class EntryPoints:
     """The parsers every planned command passes through: its entry point's own, in cli/ (cli/launch_plans.py).
 
