@@ -125,7 +125,8 @@ def test_skip_invalid_counts_every_skipped_row(tmp_path):
 
 
 def test_unknown_benchmark_lists_valid_names(tmp_path):
-    with pytest.raises(KeyError, match="valid: \\['gsm8k', 'math500', 'olympiadbench', 'svamp', 'verifybench'\\]"):
+    with pytest.raises(ValueError, match="^unknown benchmark 'aime'; valid: \\['gsm8k', 'math500', 'svamp', 'olympiadbench', "
+                                         "'verifybench'\\]$"):
         load_benchmark("aime", tmp_path / "x.jsonl")
     assert sorted(BENCHMARKS) == ["gsm8k", "math500", "olympiadbench", "svamp", "verifybench"]
 

@@ -367,7 +367,7 @@ def best_resume(prompts_and_policy, model_dir) -> tuple[Path, dict]:
 
 
 def test_a_run_requeued_after_a_best_save_resumes_with_the_rm_of_that_step(best_resume):
-    from cooper_openrlhf.cli.launch_plans import check_last_checkpoint
+    from cooper_openrlhf.cluster.launch_record import check_last_checkpoint
     from cooper_openrlhf.report.run_checks import resumed_rm_problems
     from cooper_openrlhf.report.runs import read_scalars
 

@@ -15,7 +15,8 @@ import pytest
 from cooper_openrlhf.cli import lab as lab_cli
 from cooper_openrlhf.lab import presets as lab_presets
 from cooper_openrlhf.lab import runner as lab_runner
-from cooper_openrlhf.lab.presets import ARM_FLAGS, ARMS, PRESETS, arm_flags
+from cooper_openrlhf.lab.arms import ARMS
+from cooper_openrlhf.lab.presets import PRESETS
 from cooper_openrlhf.lab.runner import LabFiles, read_info, run_arm, train_cooper_argv, with_earlier_runs
 from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family, split, write_task_files
 
@@ -75,10 +76,8 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
         files.stale_pairs(0).write_text("")
         args = parse_args(argv[3:])  # OpenRLHF's parser and validation, plus Cooper's checks
-        flags = arm_flags(arm, str(files.rm), str(files.rm_eval), str(files.offline_pairs(0)),
-                          str(files.stale_pairs(0)))
-        assert argv[3:3 + len(flags)] == flags
-        rest = [a.replace(f"{arm}_seed0", "RUN") for a in argv[3 + len(flags):]]
+        reward_flag = "--cooper.reward_source" if arm == "rule" else "--reward.model_name_or_path"
+        rest = [a.replace(f"{arm}_seed0", "RUN") for a in argv[3:argv.index(reward_flag)]]  # the arm's flags follow
         assert shared is None or rest == shared, arm  # same policy, data, seeds, budget, lengths, learning rates
         shared = rest
         assert args.remote_rm_trainable == (arm.startswith("cooper") or arm == "offline_pairs")
@@ -90,7 +89,7 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         assert args.cooper.negative_validity == ("official" if arm == "cooper_official" else "strict")
         assert args.cooper.offline_pairs == {"offline_pairs": str(files.offline_pairs(0)),
                                              "cooper_stale": str(files.stale_pairs(0))}.get(arm)
-    assert set(ARM_FLAGS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless",
+    assert set(ARMS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless",
                               "cooper_official", "offline_pairs", "cooper_stale"}
 
 
@@ -397,7 +396,7 @@ def test_a_hedges_rewrite_swaps_its_two_numbers_so_the_negative_keeps_the_refere
 def test_a_lab_folder_refuses_other_settings_but_takes_more_seeds_and_arms(tmp_path):
     quick = PRESETS["quick"]
     lab_cli.check_same_setup(tmp_path, quick)
-    lab_cli.check_same_setup(tmp_path, quick.with_overrides(seeds=3, arms=ARMS))  # more runs of the same setup
+    lab_cli.check_same_setup(tmp_path, quick.with_overrides(seeds=3, arms=tuple(ARMS)))  # more runs of the same setup
     with pytest.raises(SystemExit, match=rf"other settings \(steps: {quick.steps} -> 12\).*Use another --out"):
         lab_cli.check_same_setup(tmp_path, quick.with_overrides(steps=12))
 

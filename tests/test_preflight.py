@@ -10,13 +10,8 @@ import pytest
 
 from cooper_openrlhf.cluster.checks import Env, PreflightError, check_rows_have_keys, check_writable_dir
 from cooper_openrlhf.cluster.placement import PlacementError, plan_placement
-from cooper_openrlhf.cli.launch_plans import (
-    _shard_bounds,
-    merge_annotations,
-    plan_annotate,
-    plan_rl,
-    shard_paths,
-)
+from cooper_openrlhf.cli.launch_plans import plan_annotate, plan_rl
+from cooper_openrlhf.cluster.annotation_shards import merge_annotations, shard_bounds, shard_paths
 from cooper_openrlhf.cluster.prompts import INSTRUCTIONS, main as prompts_main
 from cooper_openrlhf.cluster.ray_wait import ClusterNotReady, Watched, wait_for_cluster
 
@@ -209,8 +204,8 @@ def test_device_flags_are_judged_for_the_jobs_nodes_not_the_login_node(rl_env, m
 
 # ----------------------------------------------------------------------------------- VerifyRM stages
 def test_shards_are_contiguous_and_balanced():
-    assert _shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
-    assert _shard_bounds(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert shard_bounds(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
 
 
 def test_annotate_shards_once_and_refuses_other_prompts_on_resubmission(tmp_path):
@@ -331,8 +326,8 @@ def test_every_rl_plan_resumes_from_checkpoints_and_cpu_mode_changes_only_the_de
 
 
 def test_a_checkpoint_folder_resumes_only_under_the_configuration_that_wrote_it(rl_env):
-    from cooper_openrlhf.cli.launch_record import record_attempt, record_end
-    from cooper_openrlhf.cli.launch_plans import check_resumable
+    from cooper_openrlhf.cluster.launch_record import record_attempt, record_end
+    from cooper_openrlhf.cluster.launch_record import check_resumable
 
     out = rl_env["OUT"]
     job = {**rl_env, "SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", "ARM": "static"}
@@ -383,7 +378,7 @@ def test_ray_stop_recognises_only_its_own_clusters_processes():
 
 
 def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
-    from cooper_openrlhf.cli.launch_record import record_attempt
+    from cooper_openrlhf.cluster.launch_record import record_attempt
 
     out = rl_env["OUT"]
     env = Env({**rl_env, "SLURM_JOB_ID": "7"})
@@ -420,7 +415,7 @@ def test_after_a_best_save_off_the_save_steps_the_job_resumes_both_models_from_t
     """Issue 43: step 3's evaluation was the best so far and 3 is no --ckpt.save_steps step, so the policy and the RM
     were saved as best_global_step3 only, and both `latest` files name it. The preflight judges the folders the
     trainer loads (`checkpoint_tags.resume_tags`): it names them, and refuses when the RM's is damaged."""
-    from cooper_openrlhf.cli.launch_record import record_attempt
+    from cooper_openrlhf.cluster.launch_record import record_attempt
 
     out = rl_env["OUT"]
     env = Env({**rl_env, "SLURM_JOB_ID": "7"})

@@ -539,7 +539,7 @@ def test_rollout_window_gives_what_the_policy_wrote_and_was_paid_over_the_steps_
 
 
 def test_an_arm_keeps_its_colour_in_every_report_whichever_arms_it_holds():
-    from cooper_openrlhf.lab.presets import ARMS
+    from cooper_openrlhf.lab.arms import ARMS
     from cooper_openrlhf.report.figures import arm_colours
 
     full = arm_colours(["rule", "static", "cooper", "cooper_rollout_answerless"], ARMS)
@@ -553,13 +553,14 @@ def test_the_lab_arms_colours_are_told_apart_by_hue_or_lightness():
     """Static (the frozen RM) and cooper_official were tab10's orange and brown, alike in the headline figure."""
     import colorsys
 
-    from cooper_openrlhf.lab.presets import ARMS
+    from cooper_openrlhf.lab.arms import ARMS
     from cooper_openrlhf.report.figures import arm_colours
 
-    colours = arm_colours(list(ARMS), ARMS)
+    arms = list(ARMS)
+    colours = arm_colours(arms, arms)
     hls = {arm: colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))) for arm, c in colours.items()}
-    for a in ARMS:
-        for b in ARMS[ARMS.index(a) + 1:]:
+    for a in arms:
+        for b in arms[arms.index(a) + 1:]:
             (ha, la, sa), (hb, lb, sb) = hls[a], hls[b]
             hue_apart = min(abs(ha - hb), 1 - abs(ha - hb)) * 360 >= 30 and min(sa, sb) > 0.3
             grey_and_colour = (sa < 0.1) != (sb < 0.1)

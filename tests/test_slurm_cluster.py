@@ -220,7 +220,7 @@ def test_bad_input_is_refused_before_anything_starts_naming_the_variable_or_fold
     # A checkpoint folder written by another configuration (here: 2 samples per prompt, now 4).
     out = tmp_path / "rl"
     from cooper_openrlhf.cluster.checks import Env
-    from cooper_openrlhf.cli.launch_record import record_attempt
+    from cooper_openrlhf.cluster.launch_record import record_attempt
     from cooper_openrlhf.cli.launch_plans import plan_rl
 
     planned = Env({**kit.env, **env, "SLURM_JOB_ID": "1"})

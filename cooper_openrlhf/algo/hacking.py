@@ -59,8 +59,7 @@ The alarm turns on once its rules have held at persist_steps consecutive steps (
 goes off at the first step where none holds. A verdict is a test repeated at every step, so where the
 per-step noise is well above the ~0.03 the thresholds below were argued for (256 rollouts a step), noise
 crosses them now and then; waiting for a rule to hold several steps running quiets that, at the price of a
-later warning when the RM is being hacked. Neither is free: docs/lab_notebook.md ("The alarm: quiet on Cooper, early
-on static") measures both on the lab's runs (32 rollouts from 4 prompts a step); cli.replay_monitor on yours.
+later warning when the RM is being hacked. Neither is free: cli.replay_monitor measures both on a run's logs.
 With an alarm the reasons also name the supporting evidence that never fires alone, because honest RL moves
 it too: verified accuracy falling (slope <= -rise_per_step) and response-length drift (window mean vs the
 first window's mean, relative, beyond length_drift). The rule arm has no RM keys: no rule can hold there, and
@@ -79,7 +78,7 @@ from dataclasses import dataclass, field, fields
 
 from cooper_openrlhf.algo.hacking_rules import HACKING_RULES, min_points, parse_rule_names
 from cooper_openrlhf.algo.hacking_stats import finite, heldout_accuracy, least_squares_slope
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.algo.metric_keys import (
     ACCURACY,
     ALARM,
@@ -146,8 +145,7 @@ class HackingMonitorConfig:
         "heldout_falls, rm_blind, heldout_gap_grows, wrong_paid_more); the others are still computed. The old "
         "letters A-F (e.g. ABCD) are still read, deprecated."))
     # One: the alarm's purpose is a warning before the damage is done (--cooper.on_hacking stop / rule_reward).
-    # More quiets the noise of small batches at the cost of warning later (docs/lab_notebook.md, "The alarm: quiet on
-    # Cooper, early on static").
+    # More quiets the noise of small batches at the cost of warning later.
     persist_steps: int = field(default=1, metadata=_help(
         "Consecutive steps at which a rule of --cooper.hacking_rules must hold before the alarm turns on "
         "(1: at the first)."))

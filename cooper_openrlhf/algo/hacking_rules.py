@@ -15,7 +15,7 @@ import math
 import statistics
 from collections.abc import Mapping
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 
 REWARD_FORMS: Registry[Callable[[torch.Tensor, float], torch.Tensor]] = Registry("reward form")
 
@@ -45,7 +45,7 @@ def gate_answerless(rewards: torch.Tensor, answerless: Sequence[bool]) -> torch.
     """(B,) rewards with 0.0 where the rollout has no final answer (the rule verifier's `answerless` verdicts).
 
     Why: a policy that drifts to answerless text the RM overpays ("The answer is", the empty completion) is the
-    lab's most common hack (docs/lab_notebook.md); the rule reward never pays it, and neither does a format-gated RM. A
+    lab's most common hack; the rule reward never pays it, and neither does a format-gated RM. A
     verdict that is a timeout or an error is not answerless (Verdict.NO_ANSWER only), so it is not gated."""
     if len(answerless) != rewards.shape[0]:
         raise ValueError(f"gate_answerless: {rewards.shape[0]} rewards but {len(answerless)} verdicts")

@@ -113,7 +113,7 @@ def rollout_negative_candidates(proven_wrong: Sequence[bool], answerless: Sequen
 
     Why answerless ones may count: such a rollout can never be graded correct, so ranking it below a verified-
     correct rollout of the same prompt is a true preference. Without them the RM never sees an answerless
-    completion as a negative, and a policy that drifts to answerless text escapes co-training (docs/lab_notebook.md).
+    completion as a negative, and a policy that drifts to answerless text escapes co-training.
     """
     if len(proven_wrong) != len(answerless):
         raise ValueError(f"proven_wrong and answerless differ in length: {len(proven_wrong)} vs {len(answerless)}")

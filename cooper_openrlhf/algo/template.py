@@ -18,7 +18,7 @@ model config) and readers resolve it with `template_from_config`.
 
 from dataclasses import asdict, dataclass
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 
 TEMPLATE_VERSION = "verifyrm-v1"
 CONFIG_KEY = "cooper_rm_template"  # key of `template_config()` inside a saved model config

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
                              "a file both hold differs (files only one side holds are counted, not compared), else "
                              "write it there")
     parser.add_argument("--verdict", type=Path, default=None, metavar="MD",
-                        help="run nothing: the plan's test on its finished runs (report/plan_test.py: the primary "
+                        help="run nothing: the plan's test on its finished runs (report/plan_verdict.py: the primary "
                              "difference judged by the plan's decision rule, the secondary differences, how often static "
                              "fell) into MD, with its numbers beside it (.json)")
     parser.add_argument("--from-published", type=Path, default=None, metavar="DIR",
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
-    from cooper_openrlhf.lab.presets import ARMS
+    from cooper_openrlhf.lab.arms import ARMS
     from cooper_openrlhf.report.blindspot import dependence_figure, dependence_points
 
     rows = dependence_points([out / lab["name"] for lab in plan["labs"] if (out / lab["name"] / "lab.json").is_file()])
@@ -76,7 +76,7 @@ def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
 
 
 def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
-    from cooper_openrlhf.report.plan_test import lab_finals, plan_measures, plan_verdict, render, run_hours
+    from cooper_openrlhf.report.plan_verdict import lab_finals, plan_measures, plan_verdict, render, run_hours
 
     lab = out / plan["primary"]["lab"]
     try:

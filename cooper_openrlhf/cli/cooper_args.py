@@ -120,7 +120,7 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "error) may also be a prompt's negative against its verified-correct positive. Off by default, as in the paper, "
         "whose negatives always carry a wrong answer; but then a policy that drifts to answerless text is never shown "
         "to the RM as wrong and escapes co-training (in the lab, from a nearly flat starting RM, the RM arms, Cooper's "
-        "too, collapsed to answerless text in 6 of 9 seeds). Metric: cooper/pairs_answerless_negative.")
+        "too, collapsed to answerless text). Metric: cooper/pairs_answerless_negative.")
     add("--cooper.offline_pairs", type=str, default=None,
         help="A control, not Cooper: the RM update trains on this JSONL file's pairs ({step, question, reference, "
         "positive, negative}; one group per step, fresh each step) instead of pairs from the policy's rollouts; "

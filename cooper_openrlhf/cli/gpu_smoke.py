@@ -41,6 +41,7 @@ import sys
 import time
 from pathlib import Path
 
+from cooper_openrlhf.lab.arms import train_cooper_argv
 from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
 
 STAGES = ("rm_actor", "verifyrm_train", "annotate", "train_cooper", "nccl_sync", "resume_best")
@@ -107,21 +108,22 @@ def train_command(out: Path, stage: str, inputs: dict[str, Path], rm: str) -> li
     rollouts, checkpoints with RM exports; what `report.run_checks` reads. The RM learns fast enough (lr 5e-3) for
     its update to show in the next step's rewards beyond the GPU's bf16 noise."""
     run = out / stage
-    return [sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", "--remote_rm_trainable",
-            "--actor.model_name_or_path", str(out / "answering_policy"), "--reward.model_name_or_path", rm,
-            "--data.prompt_dataset", str(inputs["prompts"]), "--data.input_key", "input", "--data.label_key", "label",
-            "--data.apply_chat_template", "--data.max_len", "1024", "--data.max_samples", "12",
-            "--rollout.max_new_tokens", "32", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
-            "--rollout.micro_batch_size", "4", "--train.batch_size", "16", "--train.micro_batch_size", "4",
-            "--train.num_episodes", "1", "--train.seed", "0", "--algo.advantage.estimator", "group_norm",
-            "--algo.kl.init_coef", "0", "--actor.adam.lr", "1e-4", "--actor.lr_warmup_ratio", "0",
-            "--vllm.num_engines", "1", "--vllm.sync_backend", "nccl",
-            "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
-            "--actor.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
-            "--cooper.negative_max_new_tokens", "32", "--cooper.rm_max_length", "512", "--cooper.rm_lr", "5e-3",
-            "--cooper.rm_warmup_ratio", "0", "--ckpt.save_hf", "--ckpt.path", str(run / "ckpt"),
-            "--ckpt.output_dir", str(run / "final"), "--logger.tensorboard_dir", str(run / "tb"),
-            "--cooper.sample_log_dir", str(run / "samples")]
+    shared = [
+        "--actor.model_name_or_path", str(out / "answering_policy"),
+        "--data.prompt_dataset", str(inputs["prompts"]), "--data.input_key", "input", "--data.label_key", "label",
+        "--data.apply_chat_template", "--data.max_len", "1024", "--data.max_samples", "12",
+        "--rollout.max_new_tokens", "32", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
+        "--rollout.micro_batch_size", "4", "--train.batch_size", "16", "--train.micro_batch_size", "4",
+        "--train.num_episodes", "1", "--train.seed", "0", "--algo.advantage.estimator", "group_norm",
+        "--algo.kl.init_coef", "0", "--actor.adam.lr", "1e-4", "--actor.lr_warmup_ratio", "0",
+        "--vllm.num_engines", "1", "--vllm.sync_backend", "nccl",
+        "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
+        "--actor.num_gpus_per_node", "1", "--reward.num_gpus_per_node", "1",
+        "--ckpt.save_hf", "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "final"),
+        "--logger.tensorboard_dir", str(run / "tb"), "--cooper.sample_log_dir", str(run / "samples")]
+    rm_training = ["--cooper.negative_max_new_tokens", "32", "--cooper.rm_max_length", "512", "--cooper.rm_lr", "5e-3",
+                   "--cooper.rm_warmup_ratio", "0"]
+    return train_cooper_argv("cooper", shared, rm=rm, rm_training=rm_training)
 
 
 COLOCATED = ["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep", "--vllm.gpu_memory_utilization", "0.3"]

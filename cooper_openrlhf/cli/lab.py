@@ -31,7 +31,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cooper_openrlhf.lab.presets import ARMS, NEEDS_PAIR_SOURCE, PRESETS, parse_arms
+from cooper_openrlhf.lab.arms import ARMS
+from cooper_openrlhf.lab.presets import NEEDS_PAIR_SOURCE, PRESETS, parse_arms
 from cooper_openrlhf.runtime.secrets import WANDB_KEY_FROM_ENV
 
 logger = logging.getLogger("cooper_openrlhf.lab")
@@ -53,8 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "is; default: the preset's). Ignored with --rm")
     parser.add_argument("--rm-pair-candidates", type=int, default=None,
                         help="how many pair-stage seeds to train and probe before choosing the blindest (a wider "
-                             "search for a blind spot: with cut-off answers in the RM's data, 2 of 32 seeds offered "
-                             "more than +0.10; default: the preset's)")
+                             "search for a blind spot, rarer with cut-off answers in the RM's data; default: the "
+                             "preset's)")
     parser.add_argument("--rm-candidate", type=int, default=None,
                         help="start the RM arms from this pair-stage candidate (a seed, 0..rm_pair_candidates-1) "
                              "instead of the blindest one (the lab at a smaller blind spot)")
@@ -68,8 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the policy's learning rate, shared by every arm (default: the preset's)")
     parser.add_argument("--rm-answerless-data", action=argparse.BooleanOptionalAction, default=None,
                         help="the starting RM's triples include right completions cut off before their answer, "
-                             "labelled 0, as in the paper's sampled RM data; with them no policy wrote answerless "
-                             "text (lab/task.py; default: the preset's)")
+                             "labelled 0, as in the paper's sampled RM data, so that text with no answer is no exploit "
+                             "(lab/task.py; default: the preset's)")
     parser.add_argument("--require-answer", action="store_true", default=None,
                         help="a format gate on every RM arm: text with no final answer is paid 0 (--cooper.require_answer; "
                              "not the paper's: only blind spots with an answer are left to exploit)")

@@ -25,7 +25,7 @@ EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cooper_openrlhf.cli.launch_plans import STAGES
+    from cooper_openrlhf.cluster.stage_plans import STAGES
 
     parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.preflight", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args, extra: list[str]) -> int:
     from cooper_openrlhf.cluster.checks import Env, PreflightError
-    from cooper_openrlhf.cli.launch_plans import merge_annotations, plan_stage
+    from cooper_openrlhf.cli.launch_plans import plan_stage
+    from cooper_openrlhf.cluster.annotation_shards import merge_annotations
     from cooper_openrlhf.runtime.secrets import shell_line
 
     env = Env(os.environ)
@@ -52,7 +53,7 @@ def _run(args, extra: list[str]) -> int:
         print(f"merged {rows} labelled rows -> {merged}")
         return 0
     if args.stage == "run-end":
-        from cooper_openrlhf.cli.launch_record import record_end
+        from cooper_openrlhf.cluster.launch_record import record_end
 
         record_end(env.require("OUT", "the run folder"), args.status if args.status is not None else 1)
         return 0
@@ -78,7 +79,7 @@ def _run(args, extra: list[str]) -> int:
         with open(args.argv_out, "wb") as handle:
             handle.write(b"".join(word.encode() + b"\0" for word in commands[0]))
     if args.record:
-        from cooper_openrlhf.cli.launch_record import record_attempt
+        from cooper_openrlhf.cluster.launch_record import record_attempt
 
         record_attempt(args.record, plan, commands[0], env)
     if args.runtime_env_out and plan.runtime_env is not None:

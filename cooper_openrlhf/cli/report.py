@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def write_report(run_dirs: list[str], out: Path):
     """`report.build.write_report` with the lab's arms keeping their colours in every report."""
-    from cooper_openrlhf.lab.presets import ARMS
+    from cooper_openrlhf.lab.arms import ARMS
     from cooper_openrlhf.report.build import write_report as build
 
     return build(run_dirs, out, known_arms=ARMS)

@@ -19,7 +19,7 @@ docs/cluster.md derives the memory each role needs on 80 GB GPUs.
 
 from dataclasses import dataclass
 
-ARMS = ("cooper", "static", "rule")
+from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS
 
 
 class PlacementError(ValueError):
@@ -107,19 +107,20 @@ def plan_placement(nodes: int, gpus_per_node: int, *, arm: str = "cooper", assis
     _positive(nodes, "NODES")
     _positive(gpus_per_node, "GPUS_PER_NODE")
     _positive(vllm_tp, "VLLM_TP")
-    if arm not in ARMS:
-        raise PlacementError(f"ARM={arm!r}: must be one of {', '.join(ARMS)}")
+    if arm not in PAPER_ARMS:
+        raise PlacementError(f"ARM={arm!r}: must be one of {', '.join(PAPER_ARMS)}")
     total = nodes * gpus_per_node
-    assistant = 1 if assistant_model and arm == "cooper" else 0
+    has_rm = ARMS[arm].reward == "rm"
+    assistant = 1 if assistant_model and ARMS[arm].trains_rm else 0
     if actor_gpus is None:
         actor_gpus = max(1, nodes // 2) * gpus_per_node if nodes >= 2 else max(1, gpus_per_node // 2)
     _positive(actor_gpus, "ACTOR_GPUS")
     if rm_gpus is None:
-        rm_gpus = 0 if arm == "rule" else max(1, total // 8)
+        rm_gpus = max(1, total // 8) if has_rm else 0
     _positive(rm_gpus, "RM_GPUS", minimum=0)
-    if arm == "rule" and rm_gpus:
-        raise PlacementError(f"RM_GPUS={rm_gpus}: the rule arm has no reward model; leave RM_GPUS unset or 0")
-    if arm != "rule" and not rm_gpus:
+    if not has_rm and rm_gpus:
+        raise PlacementError(f"RM_GPUS={rm_gpus}: the {arm} arm has no reward model; leave RM_GPUS unset or 0")
+    if has_rm and not rm_gpus:
         raise PlacementError(f"RM_GPUS=0: the {arm} arm needs at least one GPU for the reward model")
     if vllm_engines is None:
         free = actor_gpus if colocate_all else total - actor_gpus - rm_gpus - assistant

@@ -24,6 +24,7 @@ from typing import Callable
 
 from cooper_openrlhf.data.records import LoadResult, MathProblem, VerifyExample
 from cooper_openrlhf.data.rows import ROW_FILE_SUFFIXES, RowFormatError, iter_rows
+from cooper_openrlhf.runtime.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -100,13 +101,13 @@ def _verifybench(row: dict) -> dict:
 
 
 # name -> (row parser, record type)
-BENCHMARKS: dict[str, tuple[Callable[[dict], dict], type]] = {
+BENCHMARKS: Registry[tuple[Callable[[dict], dict], type]] = Registry("benchmark", {
     "gsm8k": (_gsm8k, MathProblem),
     "math500": (_math500, MathProblem),
     "svamp": (_svamp, MathProblem),
     "olympiadbench": (_olympiadbench, MathProblem),
     "verifybench": (_verifybench, VerifyExample),
-}
+})
 
 
 def load_benchmark(name: str, path: str | Path, *, skip_invalid: bool = False) -> LoadResult:
@@ -115,8 +116,6 @@ def load_benchmark(name: str, path: str | Path, *, skip_invalid: bool = False) -
     Raises BenchmarkFormatError on the first bad row unless `skip_invalid`, in which case bad
     rows are listed in the result's `skipped` (and logged as warnings).
     """
-    if name not in BENCHMARKS:
-        raise KeyError(f"unknown benchmark {name!r}; valid: {sorted(BENCHMARKS)}")
     parse_row, record_type = BENCHMARKS[name]
     result = LoadResult()
     try:

@@ -3,7 +3,7 @@
 Implementations are imported only when asked for: transformers and vLLM are heavy.
 """
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.engines.base import GenerationEngine, SamplingConfig
 
 ENGINE_KINDS = Registry("engine kind")

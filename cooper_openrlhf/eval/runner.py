@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.engines.base import GenerationEngine, SamplingConfig
 from cooper_openrlhf.eval.cache import GenerationCache

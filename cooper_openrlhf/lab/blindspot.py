@@ -1,7 +1,6 @@
 """The lab's result against the size of its starting RM's blind spot: one point per lab folder and arm.
 
-The lab's runs from given and pair-stage blind spots (docs/lab_notebook.md, from "a starting RM with a confident
-blind spot" to "the lab's own starting RM with a blind spot") say that whether Cooper holds depends on a race -- the
+The lab's runs from given and pair-stage blind spots say that whether Cooper holds depends on a race -- the
 policy finding the starting RM's blind spot against the co-trained RM closing it -- and so on how large the blind
 spot is. Its size, as one number, is the **climb on offer** (lab/pair_stage.py): what writing the starting RM's
 best-paid text that is the same for every prompt (answerless, or, in probes since version 3, one constant answer)
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cooper_openrlhf.lab.pair_stage import climb_on_offer
-from cooper_openrlhf.lab.presets import ARMS
+from cooper_openrlhf.lab.arms import ARMS
 
 RULE = "rule"
 # Settings that say how the starting RM came about, or which runs exist: what a sweep over blind spots varies.

@@ -3,8 +3,8 @@
 Why. The static arm shows the paper's signature only if its RM has a blind spot the policy can reach: some
 wrong output paid more than the policy earns now (lab/rm_probe.py). The lab's BCE recipe does not give one:
 MiniLM trained on rule-labelled triples is either flat or compares the answer with the reference and pays text
-without an answer like a wrong one (docs/lab_notebook.md, "what the RMs pay for (the probe)"). Co-training did
-give one: a Cooper run's final RM paid the empty completion 0.71 and right answers 0.75, after the paper's pairs,
+without an answer like a wrong one. Co-training did give one: a Cooper run's final RM paid the empty completion
+almost as much as right answers, after the paper's pairs,
 whose positive and negative both carry an answer: the pairwise loss fixes only their difference, so what the RM
 pays text with no answer drifts where the updates happen to push it.
 
@@ -12,16 +12,15 @@ What. Starting from the recipe's RM, `steps` updates of `algo.losses.pairwise_rm
 at the Cooper arms' RM learning rate and prompts per step -- on pairs of the policy's answer sentence: the
 reference answer against a slip of it (the assistant's rewrite, lab/warm_start.py). This is what the RM of a
 Cooper run would learn from 40 steps of pairs without the policy moving. Where the answerless pay lands
-depends on the seed (of 8 seeds, three paid answerless text about as much as the truth and three paid it less
-than answering earns a policy right on 42%; docs/lab_notebook.md, "the lab's own starting RM with a blind spot"),
-so the lab trains `rm_pair_candidates` seeds (lab/presets.py), probes each and keeps the one that pays the
+depends on the seed (some pay answerless text about as much as the truth, others less than answering earns the
+warm-started policy), so the lab trains `rm_pair_candidates` seeds (lab/presets.py), probes each and keeps the one that pays the
 warm-started policy most for not answering, or for one answer everywhere (`climb_on_offer`): a worst case among
 RMs this procedure gives, chosen before any arm runs, and the same RM for every arm. Once the BCE data hold
-answerless completions labelled wrong (as in the full preset), blind spots are rarer: 2 of 32 seeds offered more
-than +0.10, both a constant answer paid about as much as the truth.
+answerless completions labelled wrong (as in the full preset), blind spots are rarer, and those found are a
+constant answer paid about as much as the truth.
 
-`climb_on_offer` and `blindest` are pure; `train_on_pairs` runs torch on the CPU in fp32 (on the 2-core machine,
-8 MiniLM candidates of 40 steps, each probed, took under 3 min; 24 more with the probes of all 32, 9.1 min).
+`climb_on_offer` and `blindest` are pure; `train_on_pairs` runs torch on the CPU in fp32 (minutes for the full
+preset's candidates on 2 cores).
 """
 
 import random
@@ -32,6 +31,7 @@ from pathlib import Path
 from cooper_openrlhf.algo.answer_style import right_in, wrong_in
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.lab.warm_start import slipped_answer
+from cooper_openrlhf.runtime.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -127,14 +127,13 @@ def blindest(probes: Sequence[dict], accuracy: float) -> int:
 
 # Which candidate the RM arms start from (`--rm-choice`): the blindest (largest climb on offer), the median, or the
 # one between them (half-way down the ranks from the blindest to the median): the lab's blind-spot dependence.
-CHOICES = ("blindest", "between", "median")
+CHOICES = Registry("candidate choice", ("blindest", "between", "median"))
 
 
 def candidate_by_rank(probes: Sequence[dict], accuracy: float, choice: str) -> int:
     """Index of the candidate `choice` names among `probes`, ranked by `climb_on_offer` at `accuracy`, largest
     first (ties: the lower index first). With 32 candidates: blindest rank 0, between rank 7, median rank 15."""
-    if choice not in CHOICES:
-        raise ValueError(f"unknown candidate choice {choice!r}; valid: {list(CHOICES)}")
+    CHOICES.check(choice)
     if not probes:
         raise ValueError("candidate_by_rank: no candidate RM to choose from")
     climbs = [climb_on_offer(p, accuracy) for p in probes]

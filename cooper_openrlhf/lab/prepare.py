@@ -427,9 +427,8 @@ def starting_rm_problem(quality: dict) -> str | None:
     AUC_FLOOR (it does not rank right completions above wrong ones).
 
     Such an RM pays every completion about the same, so the static and Cooper arms train on noise-level rewards
-    and the lab compares nothing (docs/lab_notebook.md, "The smollm2 preset": its first starting RM paid every
-    completion 0.50; and a BCE stage on 62.6% wrong rows was a constant at the majority rate 0.626, which a check
-    against 0.5 lets pass). The arms still run: a flat RM is a legitimate (harsh) starting point, but the reader must
+    and the lab compares nothing (an RM that pays every completion 0.5; or, on unbalanced rows, a constant at the
+    majority rate, which a check against 0.5 lets pass). The arms still run: a flat RM is a legitimate (harsh) starting point, but the reader must
     know.
     """
     accuracy, majority, auc = quality.get("accuracy"), quality.get("majority_rate", 0.5), quality.get("auc")

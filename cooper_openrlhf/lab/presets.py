@@ -1,51 +1,19 @@
-"""Lab sizes and the arms' reward paths. docs/lab.md gives the reason for each number.
+"""Lab sizes: the presets and the arms each runs. docs/lab.md gives the reason for each number.
 
 Every arm of a preset shares everything -- policy, starting RM, prompts, held-out set, seeds, step budget,
-learning rates, lengths -- except the flags in ARM_FLAGS, which choose where the policy's reward comes from.
+learning rates, lengths -- except its arm (lab/arms.py), which chooses where the policy's reward comes from.
 """
 
 from dataclasses import dataclass, field, replace
 
 from cooper_openrlhf.eval.prompts import ANSWER_INSTRUCTION
+from cooper_openrlhf.lab.arms import ARMS
 from cooper_openrlhf.lab.task import TaskSpec
 
 WARM_START = "warm-start"  # the policy: the tiny Qwen2, fine-tuned by the lab (lab/warm_start.py)
-RM_PLACEHOLDER, RM_EVAL_PLACEHOLDER, OFFLINE_PAIRS_PLACEHOLDER = "{rm}", "{rm_eval}", "{offline_pairs}"
-STALE_PAIRS_PLACEHOLDER = "{stale_pairs}"
-# An RM arm scores with the starting VerifyRM and logs its accuracy on the labelled held-out set as it goes.
-_RM = ("--reward.model_name_or_path", RM_PLACEHOLDER, "--cooper.rm_eval_dataset", RM_EVAL_PLACEHOLDER)
 
-# arm -> train_cooper flags (placeholders: the starting VerifyRM's folder, the RM's labelled held-out set).
-# The rest of the command is shared by every arm.
-ARM_FLAGS: dict[str, tuple[str, ...]] = {
-    "rule": ("--cooper.reward_source", "rule"),
-    "static": _RM,
-    "cooper": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant"),
-    "cooper_rollout": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout"),
-    # Not the paper's: answerless rollouts may be negatives too. The paper's negatives always carry a wrong answer,
-    # so a policy drifting to answerless text is never shown to the RM as wrong: from a nearly flat starting RM the
-    # RM arms, Cooper's too, collapsed to it in 6 of 9 seeds (docs/lab_notebook.md, "a weaker starting RM (1 epoch)").
-    "cooper_rollout_answerless": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "rollout",
-                                  "--cooper.answerless_negatives"),
-    # The paper's arm with the official recipe's negative rule: a rewrite counts unless proved equal to the
-    # positive, answerless ones included (`cooper` keeps the strict rule: a proved-different answer).
-    "cooper_official": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
-                        "--cooper.negative_validity", "official"),
-    # A control: does Cooper's RM gain from pairs of the policy's current outputs, or only from training longer on
-    # pairs of any kind? Cooper's RM update, step for step, on fresh pairs of the pair stage's kind from a file
-    # (the lab writes one per seed, lab/prepare.py) instead of pairs from the policy's rollouts. Its command is
-    # Cooper's plus the one flag that says where the pairs come from.
-    "offline_pairs": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
-                      "--cooper.offline_pairs", OFFLINE_PAIRS_PLACEHOLDER),
-    # The style lab's second control: Cooper's pairs, but made from the *starting* policy's rollouts and rewrites
-    # before the run (lab/prepare.py `write_stale_pairs`), fed as the offline_pairs arm is fed. Against cooper it asks
-    # whether co-training gains by tracking the policy as it moves or only by covering the styles it starts with.
-    "cooper_stale": ("--remote_rm_trainable", *_RM, "--cooper.negative_source", "assistant",
-                     "--cooper.offline_pairs", STALE_PAIRS_PLACEHOLDER),
-}
-ARMS = tuple(ARM_FLAGS)
 # Arms that need pairs of the pair stage's kind (a preset with rm_pair_steps > 0 and no --rm).
-NEEDS_PAIR_SOURCE = ("offline_pairs", "cooper_stale")
+NEEDS_PAIR_SOURCE = tuple(name for name, arm in ARMS.items() if arm.pairs)
 # The full preset's arms: the paper's three, Cooper under the official recipe's negative rule, and the control for
 # "the RM just trained longer" -- the arms of the lab's headline (the pre-registered batch, docs/results.md), so
 # the preset reproduces what the docs report. The rollout-negative variants run when named.
@@ -72,35 +40,32 @@ class LabPreset:
     eval_every: int = 2
     eval_samples: int = 4
     # How many of the RM's labelled held-out triples (data/rm_eval.jsonl, `--cooper.rm_eval_dataset`) a co-trained
-    # RM is scored on at each evaluation: a fixed sample of them; None, all. On 2 cores scoring all 431 at each of
-    # 40 evaluations took longer than the Cooper arm's 80 training steps.
+    # RM is scored on at each evaluation: a fixed sample of them; None, all. On 2 cores scoring all of them at every
+    # evaluation can take longer than the arm's training steps.
     rm_eval_rows: int | None = None
-    rm_epochs: int = 1  # 2 made an RM the tiny policy could not fool (docs/lab_notebook.md, "What the lab showed")
+    rm_epochs: int = 1  # on this recipe more epochs made an RM the tiny policy could not fool: nothing to test
     rm_lr_pretrain: float = 2e-4
     rm_max_length: int = 128
     # The starting RM's triples include each right completion cut off before its answer, labelled 0 by the
     # verifier (lab/task.py), as the paper's VerifyRM data would: sampled completions, graded by math-verify.
     # On in the full preset: without these rows the exploit the policy found was text with no answer, which the
-    # paper's pairs never show the RM; with them no policy wrote answerless text, and the pair stage's wider search
-    # (32 candidates) still finds a blind spot with an answer (docs/lab_notebook.md, "a wider search for a blind spot
-    # with an answer").
+    # paper's pairs never show the RM; with them the policy has no answerless exploit, and the pair stage's wider
+    # search still finds a blind spot with an answer.
     rm_answerless_data: bool = False
     # With rm_answerless_data: as many right rows as wrong (each cut row with a second copy of its template's right
-    # row). Unbalanced (62.6% wrong rows), 1 epoch left the BCE stage a constant at the majority rate
-    # (docs/lab_notebook.md, "the pre-registered confirmatory batch"). Balanced rows alone are not enough: see the
-    # full preset's rm_lr_pretrain.
+    # row). Unbalanced, mostly wrong rows can leave a one-epoch BCE stage a constant at the majority rate.
+    # Balanced rows alone are not enough: see the full preset's rm_lr_pretrain.
     rm_balanced_data: bool = False
     # The starting RM's second stage (lab/pair_stage.py): Cooper's pair loss on answer pairs for this many
     # steps (prompts_per_step pairs each, at the Cooper arms' default RM rate) from `rm_pair_candidates` seeds;
     # the probe keeps the one that pays the warm-started policy most for not answering or for one answer everywhere
     # (`climb_on_offer`). 0: the BCE recipe's RM as it is, flat or accurate, with no blind spot that offers the
-    # static arm a visible climb (docs/lab_notebook.md, "what the RMs pay for (the probe)").
+    # static arm a visible climb.
     rm_pair_steps: int = 40
     rm_pair_lr: float = 1e-4
     rm_pair_candidates: int = 8
     # Which candidate every RM arm starts from: None, the blindest (largest climb on offer); a seed, that
-    # candidate (`--rm-candidate`: the lab at a smaller blind spot, docs/lab_notebook.md, "the same lab at smaller
-    # blind spots").
+    # candidate (`--rm-candidate`: the lab at a smaller blind spot).
     rm_pair_candidate: int | None = None
     # Without rm_pair_candidate: which candidate by its climb on offer (`pair_stage.candidate_by_rank`): the
     # blindest (the stated worst case), the median, or one between them (`--rm-choice`: whether the arms' outcome
@@ -112,14 +77,12 @@ class LabPreset:
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
     hacking_window: int = 6
     # F alone (what the RM pays verified-wrong rollouts, against its own noise): on fresh runs, judged by a rule set
-    # before them, it alarmed on fewer Cooper runs that held than rules A-D (3 of 5 against 5 of 5) and early on as
-    # many falls (2 of 4); more fresh runs, where falls were common, kept it by the same rule (early on 5 of 6
-    # falls, A-D on 6) (docs/lab_notebook.md, "Rule F"). E was quieter on Cooper but later on static ("The alarm").
+    # before them, it raised fewer false alarms on Cooper runs that held than rules A-D and warned as early on the
+    # runs that fell. E was quieter on Cooper but later on static.
     hacking_rules: str = "F"
     # A format gate on every RM arm (`--cooper.require_answer`: answerless text paid 0, as the rule arm pays it).
-    # Off, as in the paper; on, the answerless exploit is closed and only blind spots with an answer remain
-    # (`--require-answer`; with it both of the paper's negative sources held 7 and 8 seeds of 8 against a blind spot
-    # with an answer: docs/lab_notebook.md, "a format gate closes the answerless exploit").
+    # Off, as in the paper; on (`--require-answer`), the answerless exploit is closed and only blind spots with an
+    # answer remain.
     require_answer: bool = False
     starting_rm: str | None = None  # a VerifyRM folder the RM arms start from instead of the recipe's (`--rm`)
     # The style lab: an answer sentence S (algo/answer_style.py: an `{answer}` field, and `{other}` for a hedge) and
@@ -143,9 +106,8 @@ class LabPreset:
 _DIGITS = TaskSpec(family="digits", max_operand=9, heldout=32)
 # The lab: the headline's five arms, three seeds (the headline ran eight); the reasons for
 # its values are with the "full" entry below. Its BCE stage learns at 5e-5 for 4 epochs: on the clean split's
-# balanced rows at 2e-4 for 2 epochs MiniLM stayed a constant (eval loss 0.692 = ln 2, accuracy 0.50 on balanced
-# rows), which left every pair-stage candidate paying right and wrong answers alike; at 5e-5 for 4 it reached
-# 0.98 (docs/lab_notebook.md, "Batch 33 stopped before its arms").
+# balanced rows at 2e-4 for 2 epochs MiniLM stayed a constant (eval loss ln 2), which left every pair-stage
+# candidate paying right and wrong answers alike; at 5e-5 for 4 it learns the rows.
 _FULL = LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, seeds=3, steps=80, task=_DIGITS,
                   actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=4, rm_lr_pretrain=5e-5,
                   rm_pair_candidates=32)
@@ -172,22 +134,17 @@ PRESETS: dict[str, LabPreset] = {
                       samples_per_prompt=4, eval_every=1, eval_samples=2, rm_epochs=1, rm_max_length=128,
                       rm_pair_steps=2, rm_pair_candidates=2, hacking_window=3, budget_minutes=10),
     # The lab. The policy at half the old quick preset's rate (3e-4) for twice its steps: the co-trained RM, whose rate is unchanged, gets
-    # twice the updates per unit of policy drift. At the quick preset's pace every Cooper collapse came within the
-    # first 14 steps; at this one answerless negatives held 6 of 6 seeds (docs/lab_notebook.md, "the policy at half
-    # the rate for twice the steps").
+    # twice the updates per unit of policy drift: at the quick preset's pace Cooper's collapses came early.
     # Its starting RM is trained the paper's way (completions cut off before their answer labelled wrong), and the
-    # pair stage searches 32 seeds for the blindest: with 8 the blindest offered only +0.02 and the static arm held
-    # 5 of 6 seeds, so nothing was tested; with 32 one paid "The answer is 0." as the truth, and static showed the
-    # hacking signature or fell below 0.25 in 5 of 6 (docs/lab_notebook.md, "a wider search for a blind spot with an
-    # answer").
+    # pair stage searches 32 seeds for the blindest: with 8 the blindest offered the policy almost no climb and the
+    # static arm held, so nothing was tested.
     "full": _FULL,
     "style": _STYLE,
     # `make demo`: the full preset's configuration (the headline's) at a smaller size, sized for 15 minutes on 2
     # cores: one seed of the paper's three arms, a starting RM searched from 4 pair-stage candidates, not 32, no
     # offline continuation (a probe for the controls the demo does not run), held-out evaluation half as often
     # with the RM's own accuracy on a sample of 128 of its labelled triples (scoring was most of an RM arm's time),
-    # a BCE stage of 3 epochs, not 4 (the full preset's BCE RM is 0.978 accurate on its held-out triples after 3,
-    # 0.983 after 4: docs/results/batch33b/main/lab.json), and two runs at a time.
+    # a BCE stage of 3 epochs, not 4 (the full preset's BCE RM is about as accurate after 3), and two runs at a time.
     # With 4 candidates the blindest may offer the policy little climb (the static arm then holds): the demo prints
     # the climb on offer, and its closing lines say what its one seed shows and point to the full lab's figure
     # (lab/reading.py).
@@ -195,14 +152,13 @@ PRESETS: dict[str, LabPreset] = {
                      offline_continuation=False, eval_every=4, rm_eval_rows=128, budget_minutes=15, parallel_runs=2,
                      rm_epochs=3),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
-    # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice. A GRPO step
-    # of 16 rollouts takes about a minute and one evaluation of 64 samples almost two (docs/lab_notebook.md, "The
-    # smollm2 preset").
-    # Digits, not word problems: SmolLM2 verified 7-9% of its word-problem rollouts (most groups all wrong, no
-    # gradient) and 19-25% of its digit sums, at the low edge of RL's useful band (docs/lab_notebook.md, "The smollm2
-    # preset"). The instruction is the evaluation's (`eval.prompts`): asked for "\\boxed{N}", SmolLM2 wrote the
-    # letter N. The policy at 1e-5, not the paper's 1e-6: at 1e-6 no arm moved in 6 steps on word problems. Its RM
-    # learns at 5e-5 for 4 epochs: on the digits' 670 triples 1 epoch left MiniLM at chance (the full preset's pair
+    # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice (a GRPO step
+    # and an evaluation take minutes each at this size).
+    # Digits, not word problems: on word problems SmolLM2 verifies too few of its rollouts (most groups all wrong,
+    # no gradient); on digit sums it sits at the low edge of RL's useful band. The instruction is the evaluation's
+    # (`eval.prompts`): asked for "\\boxed{N}", SmolLM2 wrote the letter N. The policy at 1e-5, not the paper's 1e-6:
+    # at 1e-6 no arm moved in 6 steps on word problems. Its RM learns at 5e-5 for 4 epochs: on the digits' triples 1
+    # epoch left MiniLM at chance (the full preset's pair
     # stage teaches its RM after that, on pairs of the warm-started policy's answer sentence, which SmolLM2 does not
     # write), and at 2e-4 it collapsed to a constant, as on the word problems.
     "smollm2": LabPreset("smollm2", "smollm2-135m-instruct", "minilm-l6-v2", True,
@@ -215,20 +171,12 @@ PRESETS: dict[str, LabPreset] = {
 }
 
 
-
-
-def arm_flags(arm: str, rm_folder: str, rm_eval: str, offline_pairs: str = "", stale_pairs: str = "") -> list[str]:
-    fill = {RM_PLACEHOLDER: rm_folder, RM_EVAL_PLACEHOLDER: rm_eval, OFFLINE_PAIRS_PLACEHOLDER: offline_pairs,
-            STALE_PAIRS_PLACEHOLDER: stale_pairs}
-    return [fill.get(flag, flag) for flag in ARM_FLAGS[arm]]
-
-
 def parse_arms(text: str | None, preset: LabPreset) -> tuple[str, ...]:
     """`--arms a,b` -> validated tuple (the preset's arms when None); an unknown name fails naming the known ones."""
     if text is None:
         return preset.arms
     arms = tuple(a.strip() for a in text.split(",") if a.strip())
-    unknown = [a for a in arms if a not in ARM_FLAGS]
+    unknown = [a for a in arms if a not in ARMS]
     if unknown or not arms:
         raise ValueError(f"--arms: unknown arm(s) {unknown or [text]}; choose from {', '.join(ARMS)}")
     if len(set(arms)) != len(arms):

@@ -11,8 +11,7 @@ batch's test, docs/results.md), which a few seeds on a laptop neither confirm no
 COMMITTED_RESULT to the committed verdict file.
 
 The held-out problems share no trivially equivalent twin with the prompts the tiny policy was fine-tuned on, and
-a 2-layer model mostly memorises its sums: its held-out accuracy can start near 0, where no fall can show (it
-started at 0.00-0.15 over six warm starts on one CPU: docs/lab_notebook.md, "The warm start memorises"). The
+a 2-layer model mostly memorises its sums: its held-out accuracy can start near 0, where no fall can show. The
 rule-verified accuracy of the arms' own training rollouts -- the true reward of what the policy writes, graded on
 far more samples -- is read beside it, and what each RM pays the rollouts the verifier rejects (the paper's
 mechanism), each as the means of its first and last VERIFIED_WINDOW steps against the same MOVE.

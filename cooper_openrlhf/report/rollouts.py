@@ -1,9 +1,8 @@
 """What a run's policy wrote over a window of steps, from its rollout log (`samples/rollouts.jsonl`, or the
 held-out evaluations' `samples/heldout.jsonl`).
 
-The figures docs/lab_notebook.md quotes beside each run (most common rollouts at steps 38-40, their mean RM reward, the
-verified share, what right and wrong rollouts were paid, the highest-paid ones, the most common wrong ones and
-what each was paid) come from here:
+A window's most common rollouts, their mean RM reward, the verified share, what right and wrong rollouts were
+paid, the highest-paid ones, the most common wrong ones and what each was paid:
 `python -m cooper_openrlhf.cli.rollouts RUN_DIR... --steps 38-40`.
 """
 
@@ -11,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 
 
 @dataclass
@@ -60,7 +59,7 @@ def rollout_triples(rows: Iterable[dict], first: int, last: int, fmt: str = "rec
     run logged (`verified`). fmt "recipe": the VerifyRM recipe's rows (question, reference, completion, label),
     what `verifyrm train` reads; "verifybench": VerifyBench rows (question, answer, completion, gold_correct),
     what `cli.eval_verifier` reads. So an RM can be trained on, or measured against, what a policy really
-    writes rather than templates (docs/lab_notebook.md, the smollm2 preset). A row without its text fails naming the step."""
+    writes rather than templates. A row without its text fails naming the step."""
     EXPORT_FORMATS.check(fmt)
     triples = []
     for row in rows:

@@ -56,7 +56,7 @@ class PairedComparison:
     @property
     def within_noise(self) -> bool:
         """The seeds cannot tell the arms apart: the interval includes 0, or the sign-flip p is not below ALPHA. The
-        pre-registered plans' rule (report/plan_test.py), the one meaning of "within noise" in every report."""
+        pre-registered plans' rule (report/plan_verdict.py), the one meaning of "within noise" in every report."""
         return self.interval[0] <= 0.0 <= self.interval[1] or self.p_value >= ALPHA
 
 

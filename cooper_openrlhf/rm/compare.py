@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.rm.data import RecipeDataError, ScoringRow
 from cooper_openrlhf.verify.extract import extract_answer, normalize_answer
 from cooper_openrlhf.verify.judge import JudgeVerdict

@@ -20,10 +20,11 @@ import platform
 
 import torch
 
+from cooper_openrlhf.runtime.registry import Registry
+
 logger = logging.getLogger(__name__)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-DTYPE_CHOICES = ("auto", *DTYPES)
 # vLLM's `dtype` engine argument for each name.
 VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -38,6 +39,9 @@ BF16_ARM_FEATURES = ("bf16",)  # aarch64 `Features` (BFMMLA / BFDOT)
 
 class DtypeError(ValueError):
     """A dtype that this device cannot or should not run (raised at start-up)."""
+
+
+DTYPE_CHOICES = Registry("dtype", ("auto", *DTYPES), error=DtypeError)
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
@@ -92,8 +96,7 @@ def fast_dtype_name(cuda: bool | None = None) -> str:
 
 def resolve_dtype_name(name: str, cuda: bool | None = None) -> str:
     """The concrete dtype name for `name` (one of DTYPE_CHOICES) on this device; raises DtypeError on a misfit."""
-    if name not in DTYPE_CHOICES:
-        raise DtypeError(f"unknown dtype {name!r}; valid: {list(DTYPE_CHOICES)}")
+    DTYPE_CHOICES.check(name)
     if cuda is None:
         cuda = torch.cuda.is_available()
     if name == "auto":

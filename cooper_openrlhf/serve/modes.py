@@ -13,7 +13,7 @@ fault). Pure: the reward forms are `algo.rewards`', the verdicts `verify.rule.Ve
 
 import torch
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.algo.rewards import continuous_reward, discrete_reward, gate_answerless, rule_reward
 from cooper_openrlhf.verify.rule import Verdict
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitor, HackingMonitorConfig, guard_step
 from cooper_openrlhf.algo.metric_keys import ALARM
 from cooper_openrlhf.algo.negatives import normalize_solution
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.serve import modes
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample

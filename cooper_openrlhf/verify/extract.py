@@ -33,7 +33,7 @@ Two views of the same decision:
 import re
 from dataclasses import dataclass, replace
 
-from cooper_openrlhf.algo.registry import Registry
+from cooper_openrlhf.runtime.registry import Registry
 
 FALLBACKS = Registry("answer fallback", ("last_number", "none"))
 

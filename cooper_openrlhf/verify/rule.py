@@ -59,8 +59,7 @@ class RuleVerifierConfig:
     strict: bool = True
 
     def __post_init__(self) -> None:
-        if self.answer_fallback not in FALLBACKS:
-            raise ValueError(f"unknown answer_fallback {self.answer_fallback!r}; valid: {list(FALLBACKS)}")
+        FALLBACKS.check(self.answer_fallback)
         if self.parse_timeout_s < 1 or self.compare_timeout_s < 1:
             raise ValueError("math-verify timeouts are signal.alarm seconds and must be >= 1")
 

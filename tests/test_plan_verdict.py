@@ -1,4 +1,4 @@
-"""A pre-registered plan's test (report/plan_test.py, `cli.batch PLAN --verdict`) on hand-made finals: the primary
+"""A pre-registered plan's test (report/plan_verdict.py, `cli.batch PLAN --verdict`) on hand-made finals: the primary
 difference judged by the plan's own rule, secondary differences, the static-falls count, and the refusals."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cooper_openrlhf.report.plan_test import DECISION_RULE, lab_finals, plan_verdict, render
+from cooper_openrlhf.report.plan_verdict import DECISION_RULE, lab_finals, plan_verdict, render
 
 PLAN = {
     "primary": {"lab": "main", "difference": "cooper - offline_pairs, paired by seed", "decision": DECISION_RULE},
@@ -136,7 +136,7 @@ def test_the_verdict_reads_a_published_copy_of_the_batch_in_a_clone_that_never_r
 
 
 def test_secondary_differences_are_judged_with_holm_adjusted_p():
-    from cooper_openrlhf.report.plan_test import holm_adjusted
+    from cooper_openrlhf.report.plan_verdict import holm_adjusted
 
     # Batch 33b's five secondary p-values: offline_pairs - static (0.047) was "apart" alone, not after Holm.
     assert holm_adjusted([0.078, 0.664, 0.539, 0.047, 0.055]) == pytest.approx([0.234, 1.0, 1.0, 0.235, 0.235],
@@ -172,7 +172,7 @@ def test_a_registered_equivalence_test_is_two_one_sided_sign_flip_tests_at_the_p
 def test_the_training_rollouts_measure_is_the_mean_verified_accuracy_of_the_last_20_steps(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from cooper_openrlhf.report.plan_test import TRAINING_VERIFIED
+    from cooper_openrlhf.report.plan_verdict import TRAINING_VERIFIED
 
     run = tmp_path / "runs" / "rule_seed0"
     with SummaryWriter(str(run / "tensorboard")) as writer:
@@ -204,7 +204,7 @@ def test_batch45s_plan_is_frozen_read_by_this_tool_and_runs_the_style_preset_in_
     from cooper_openrlhf.cli import lab as lab_cli
     from cooper_openrlhf.lab.batch import load_plan
     from cooper_openrlhf.lab.presets import STYLE
-    from cooper_openrlhf.report.plan_test import MEASURES, check_decision_rule, plan_measures
+    from cooper_openrlhf.report.plan_verdict import MEASURES, check_decision_rule, plan_measures
 
     plan = load_plan(Path(__file__).resolve().parents[1] / "docs" / "batch45" / "plan.json")
     assert re.fullmatch(r"[0-9a-f]{40}", plan["commit"]) and "status" not in plan  # frozen: cli.batch runs it

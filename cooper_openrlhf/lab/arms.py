@@ -1,0 +1,91 @@
+"""The arms, and the one function that writes an arm's `train_cooper` command.
+
+An arm is where the policy's reward comes from: the rule verifier, a frozen VerifyRM, or a VerifyRM that Cooper
+trains each step (on pairs from the policy's rollouts, or from a file). `ARMS` is the one table of them;
+`train_cooper_argv` turns an arm and the rest of a run's command into its argv. The lab (lab/runner.py), the cluster
+launcher (cluster/stage_plans.py) and the GPU smoke test (cli/gpu_smoke.py) build every train_cooper command
+with it, so an arm means the same flags wherever it runs; what differs between them (sizes, devices, folders) is
+the `shared` part each passes in.
+"""
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
+from cooper_openrlhf.runtime.registry import Registry
+
+TRAIN_COOPER = "cooper_openrlhf.cli.train_cooper"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """reward: "rule" (the rule verifier pays, no RM) or "rm" (a VerifyRM pays).
+    trains_rm: the RM is Cooper's, updated each step (`--remote_rm_trainable`); else it stays frozen.
+    negative_source: an RM-training arm's negatives (`--cooper.negative_source`).
+    pairs: an RM-training arm whose pairs come from a file instead of the policy's rollouts, and which file the
+        lab writes for it: "offline" (pairs of the pair stage's kind) or "stale" (Cooper's, from the starting policy).
+    flags: the arm's further train_cooper flags."""
+
+    reward: str
+    trains_rm: bool = False
+    negative_source: str = "assistant"
+    pairs: str | None = None
+    flags: tuple[str, ...] = ()
+
+
+_COOPER = Arm("rm", trains_rm=True)
+ARMS: Registry[Arm] = Registry("arm", {
+    "rule": Arm("rule"),
+    "static": Arm("rm"),
+    "cooper": _COOPER,
+    "cooper_rollout": Arm("rm", trains_rm=True, negative_source="rollout"),
+    # Not the paper's: answerless rollouts may be negatives too. The paper's negatives always carry a wrong answer,
+    # so a policy drifting to answerless text is never shown to the RM as wrong, and from a nearly flat starting
+    # RM the RM arms, Cooper's too, could collapse to it.
+    "cooper_rollout_answerless": Arm("rm", trains_rm=True, negative_source="rollout",
+                                     flags=("--cooper.answerless_negatives",)),
+    # The paper's arm with the official recipe's negative rule: a rewrite counts unless proved equal to the
+    # positive, answerless ones included (`cooper` keeps the strict rule: a proved-different answer).
+    "cooper_official": Arm("rm", trains_rm=True, flags=("--cooper.negative_validity", "official")),
+    # A control: does Cooper's RM gain from pairs of the policy's current outputs, or only from training longer on
+    # pairs of any kind? Cooper's RM update, step for step, on fresh pairs of the pair stage's kind from a file
+    # (the lab writes one per seed, lab/prepare.py) instead of pairs from the policy's rollouts.
+    "offline_pairs": Arm("rm", trains_rm=True, pairs="offline"),
+    # The style lab's second control: Cooper's pairs, but made from the *starting* policy's rollouts and rewrites
+    # before the run (lab/prepare.py `write_stale_pairs`), fed as the offline_pairs arm is fed. Against cooper it asks
+    # whether co-training gains by tracking the policy as it moves or only by covering the styles it starts with.
+    "cooper_stale": Arm("rm", trains_rm=True, pairs="stale"),
+})
+# The paper's three arms (arXiv 2508.05613, Table 1): the ones the cluster launcher runs (ARM=...).
+PAPER_ARMS = ("cooper", "static", "rule")
+
+
+def train_cooper_argv(arm: str, shared: Sequence[str], *, rm: str | None = None, rm_eval: str | None = None,
+                      pairs: str | None = None, negative_source: str | None = None, rm_training: Sequence[str] = (),
+                      assistant_model: str | None = None, python: str = sys.executable) -> list[str]:
+    """`python -m cooper_openrlhf.cli.train_cooper *shared` and then the arm's flags:
+    the reward (`--cooper.reward_source rule`, or the VerifyRM folder `rm` with its labelled held-out set `rm_eval`
+    when given), and for an RM-training arm `--remote_rm_trainable`, its negatives (`negative_source`: the arm's
+    own unless given), its further flags, its pairs file (`pairs`), the RM update's settings (`rm_training`) and a
+    dedicated assistant model (`assistant_model`). Inputs an arm does not use are ignored; one it needs and lacks
+    raises ValueError."""
+    spec = ARMS[arm]
+    argv = [python, "-m", TRAIN_COOPER, *shared]
+    if spec.reward == "rule":
+        return [*argv, "--cooper.reward_source", "rule"]
+    if not rm:
+        raise ValueError(f"the {arm} arm is paid by a VerifyRM: give its folder (rm)")
+    argv += ["--reward.model_name_or_path", rm, *(["--cooper.rm_eval_dataset", rm_eval] if rm_eval else [])]
+    if not spec.trains_rm:
+        return argv
+    argv += ["--remote_rm_trainable", "--cooper.negative_source",
+             NEGATIVE_SOURCES.check(negative_source or spec.negative_source), *spec.flags]
+    if spec.pairs:
+        if not pairs:
+            raise ValueError(f"the {arm} arm trains its RM on pairs from a file ({spec.pairs}): give its path (pairs)")
+        argv += ["--cooper.offline_pairs", pairs]
+    argv += list(rm_training)
+    if assistant_model:
+        argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant_model]
+    return argv
