@@ -40,6 +40,18 @@ def test_the_primary_difference_is_judged_by_the_plans_rule(differences, words):
         assert primary["p"] == pytest.approx(2 / 256)  # exact sign flips: only all-up and all-down are as extreme
 
 
+def test_on_a_measure_where_less_is_better_the_treatment_beats_the_control_below_it_and_the_plan_must_say_so():
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE
+
+    lower = {**PLAN, "secondary": [], "primary": {**PLAN["primary"], "measure": EXPLOIT_RATE,
+                                                  "decision": DECISION_RULE_LOWER}}
+    down = [-0.05, -0.06, -0.04, -0.05, -0.07, -0.05, -0.06, -0.04]  # cooper exploits less in every seed
+    assert plan_verdict(lower, _finals(down))["primary"]["in_words"] == "beats the control"
+    assert plan_verdict(lower, _finals([-d for d in down]))["primary"]["in_words"] == "worse than the control"
+    with pytest.raises(ValueError, match="for its measure this tool decides by 'beats the control if CI upper end"):
+        plan_verdict({**lower, "primary": {**lower["primary"], "decision": DECISION_RULE}}, _finals(down))
+
+
 def test_an_interval_clear_of_zero_with_p_above_005_is_within_noise():
     # 4 seeds all up: the bootstrap interval excludes 0, but the exact sign-flip p is 2/16 = 0.125.
     finals = {"cooper": {s: 0.5 for s in range(4)}, "offline_pairs": {s: 0.4 - 0.01 * s for s in range(4)},

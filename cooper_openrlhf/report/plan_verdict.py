@@ -31,6 +31,10 @@ TRAINING_VERIFIED = "rule-verified accuracy of the training rollouts, mean over 
 TRAINING_WINDOW = 20
 EXPLOIT_RATE = "share of the training rollouts over the last 20 steps written in the plan's style and verified wrong"
 MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE)
+# Measures where less is better: a treatment beats the control when A - B is below 0, and the plan must say so.
+LOWER_IS_BETTER = (EXPLOIT_RATE,)
+DECISION_RULE_LOWER = ("beats the control if CI upper end < 0 and p < 0.05; worse if CI lower end > 0 and p < 0.05; "
+                       "else within noise")
 
 
 def _measure_of(run, measure: str, style: str | None = None) -> float | None:
@@ -102,10 +106,15 @@ def parse_difference(text: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
+def decision_rule(measure: str) -> str:
+    """The decision rule this tool applies to a primary in `measure` (which way is better decides its wording)."""
+    return DECISION_RULE_LOWER if measure in LOWER_IS_BETTER else DECISION_RULE
+
+
 def check_decision_rule(plan: dict) -> None:
-    stated = " ".join(plan["primary"]["decision"].split())
-    if stated != DECISION_RULE:
-        raise ValueError(f"the plan's decision rule is {stated!r}; this tool decides by {DECISION_RULE!r} only")
+    stated, rule = " ".join(plan["primary"]["decision"].split()), decision_rule(plan_measure(plan))
+    if stated != rule:
+        raise ValueError(f"the plan's decision rule is {stated!r}; for its measure this tool decides by {rule!r} only")
 
 
 def decide(comparison: PairedComparison) -> str:
@@ -117,6 +126,7 @@ def decide(comparison: PairedComparison) -> str:
 
 
 PRIMARY_WORDS = {"above": "beats the control", "below": "worse than the control", "within noise": "within noise"}
+PRIMARY_WORDS_LOWER = {"below": "beats the control", "above": "worse than the control", "within noise": "within noise"}
 
 
 def _paired(finals: dict[str, dict[int, float]], text: str) -> tuple[str, str, PairedComparison]:
@@ -210,7 +220,8 @@ def plan_verdict(plan: dict, finals: dict[str, dict[int, float]],
         else:
             elsewhere.append(entry)
     primary = _compare(finals, plan["primary"]["difference"])
-    primary["in_words"] = PRIMARY_WORDS[primary["verdict"]]
+    words = PRIMARY_WORDS_LOWER if plan_measure(plan) in LOWER_IS_BETTER else PRIMARY_WORDS
+    primary["in_words"] = words[primary["verdict"]]
     gate = plan["primary"].get("validity_gate")
     if gate:  # the primary counts only if the control was hurt, as registered ({"difference", "must_be"})
         checked = _compare(finals, gate["difference"])
