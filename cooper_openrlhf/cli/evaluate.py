@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from cooper_openrlhf.data.benchmarks import BenchmarkFormatError
+from cooper_openrlhf.data.benchmarks import DEFAULT_BENCHMARKS, BenchmarkFormatError
 from cooper_openrlhf.engines import ENGINE_KINDS
 from cooper_openrlhf.engines.base import SamplingConfig
 from cooper_openrlhf.eval.cache import CacheMismatchError, GenerationCache
@@ -29,8 +29,6 @@ from cooper_openrlhf.eval.report import text_table, write_report
 from cooper_openrlhf.eval.runner import PROTOCOLS, evaluate_benchmark, get_protocol
 
 logger = logging.getLogger("cooper_openrlhf.evaluate")
-
-DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
 
 
 def _positive_int(text: str) -> int:

@@ -37,12 +37,12 @@ from cooper_openrlhf.cluster.checks import (
     read_rows,
 )
 from cooper_openrlhf.cluster.launch_record import check_resumable
+from cooper_openrlhf.data.benchmarks import DEFAULT_BENCHMARKS
 from cooper_openrlhf.cluster.placement import Placement, PlacementError, plan_placement
 from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS, train_cooper_argv
 from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.runtime.secrets import SECRET_FLAGS, WANDB_KEY_FROM_ENV
 
-DEFAULT_BENCHMARKS = "gsm8k,svamp,math500,olympiadbench"
 
 
 @dataclass
