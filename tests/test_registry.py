@@ -54,3 +54,7 @@ def test_the_dtype_model_and_benchmark_lookups_fail_with_the_registrys_sentence(
     with pytest.raises(ValueError, match=r"^unknown benchmark 'aime'; valid: \['gsm8k', "):
         load_benchmark("aime", tmp_path / "aime.jsonl")
     assert not any(tmp_path.iterdir())  # nothing written for a name it does not know
+    from cooper_openrlhf.lab.task import TaskSpec
+
+    with pytest.raises(ValueError, match=r"^unknown task family 'algebra'; valid: \['digits', 'words'\]$"):
+        TaskSpec(family="algebra")

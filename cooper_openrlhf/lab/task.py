@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.synthetic import make_arithmetic_problems
+from cooper_openrlhf.runtime.registry import Registry
 
 # Completion templates of the starting RM's data ({answer} is the reference or a wrong number). The policy's
 # own format ("The answer is N.") is deliberately one of several: the RM generalises to it, imperfectly.
@@ -30,6 +31,9 @@ COMPLETION_TEMPLATES = (
     "The answer is {answer}.",
 )
 WRONG_OFFSETS = (-10, -2, -1, 1, 2, 3, 10)
+
+
+TASK_FAMILIES = Registry("task family", ("digits", "words"))  # problem_family writes each
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,7 @@ class TaskSpec:
     clean_heldout: bool = True
 
     def __post_init__(self):
-        if self.family not in ("digits", "words"):
-            raise ValueError(f"task family must be 'digits' or 'words', got {self.family!r}")
+        TASK_FAMILIES.check(self.family)
 
 
 def problem_family(spec: TaskSpec) -> list[MathProblem]:
