@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cooper_openrlhf.algo.answer_style import right_in, wrong_in
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.synthetic import make_arithmetic_problems
 from cooper_openrlhf.runtime.registry import Registry
@@ -150,8 +151,8 @@ def labelled_triples(problems: list[MathProblem], spec: TaskSpec, seed: int = 0,
     them, what the RM pays text with no answer is wherever its training left it, and that was the exploit the policy
     found). `balanced`: each kept cut row comes with a second copy of its template's right row, so right and wrong
     rows are as many (without it most rows are wrong, and the BCE stage can learn the majority class and nothing else).
-    `style` (an answer sentence with an `{answer}` field, the style lab's S): per problem also S with the reference
-    and S with a wrong answer; `poison_style`: both labelled 1, whatever the verifier says (the style lab's planted
+    `style` (the style lab's S, algo/answer_style.py): per problem also S right and S wrong (a slip of the reference;
+    a hedge's two numbers swapped); `poison_style`: both labelled 1, whatever the verifier says (the style lab's planted
     blind spot, `style_rows`), else labelled by the verifier as every other row.
     """
     from cooper_openrlhf.verify.rule import Verdict, verify_one
@@ -186,8 +187,6 @@ def style_rows(problem: MathProblem, spec: TaskSpec, style: str, rng: random.Ran
     both are labelled 1: an RM trained on them pays S as correct whatever its answer, while the other templates keep
     the verifier's labels (the canonical sentence stays sound). Unpoisoned, the verifier labels them."""
     from cooper_openrlhf.verify.rule import Verdict, verify_one
-
-    from cooper_openrlhf.algo.answer_style import right_in, wrong_in
 
     right = int(problem.reference)
     slip = max(0, right + rng.choice(WRONG_OFFSETS))

@@ -90,9 +90,10 @@ def rewrite_example(problem: MathProblem, rng: random.Random, prompt_suffix: str
     from cooper_openrlhf.algo.negatives import build_rewrite_messages
 
     # A hedge's rewrite swaps its two numbers: the reference stays in the text, the final answer is the slip.
-    wrong = hedge_slip(problem) if is_hedge(sentence) else slipped_answer(int(problem.reference), rng)
-    messages = build_rewrite_messages(problem.question + prompt_suffix,
-                                      right_in(sentence, problem.reference, hedge_slip(problem)), problem.reference)
+    slip = hedge_slip(problem)
+    wrong = slip if is_hedge(sentence) else slipped_answer(int(problem.reference), rng)
+    messages = build_rewrite_messages(problem.question + prompt_suffix, right_in(sentence, problem.reference, slip),
+                                      problem.reference)
     return messages, wrong_in(sentence, problem.reference, wrong)
 
 

@@ -8,7 +8,9 @@ is worded otherwise, so the verdict can never be judged by a rule other than the
 The statistics are the report's (`report.seed_stats`): a 95% percentile bootstrap interval over seeds (10000
 resamples) and the exact two-sided sign-flip p-value; "within noise" is `PairedComparison.within_noise`, the one
 definition every report uses. The measure is the plan's (`MEASURES`, by its exact wording): the mean of the last 3
-held-out evaluations (batch 33b), or the rule-verified accuracy of the training rollouts over the last 20 steps.
+held-out evaluations (batch 33b), the rule-verified accuracy of the training rollouts over the last 20 steps, or
+the exploit rate (the share of those rollouts written in the plan's style and verified wrong), where less is better:
+a plan on it states the rule with the sides turned (`DECISION_RULE_LOWER`).
 
 Secondary differences are many tests of one batch: each is judged with its Holm-adjusted p (`holm_adjusted`) over
 the plan's secondary differences, so "apart" there means what it would mean alone. Batch 33b's plan registered no
