@@ -701,3 +701,40 @@ def test_rollout_pair_accuracy_ranks_each_groups_right_rollouts_against_its_wron
             {"step": 2, "question": "q1", "verified": False, "reward": None}]  # unscored: left out
     assert rollout_pair_accuracy(rows) == {1: (0.75, 2), 2: (0.0, 1)}
     assert window_means({1: 0.5, 2: 1.0, 5: 0.0}, [(1, 2), (3, 4), (5, 9)]) == [0.75, None, 0.0]
+
+
+def test_given_the_labs_style_the_report_draws_each_steps_exploit_rate_the_plans_measure_step_by_step(tmp_path):
+    from cooper_openrlhf.cli.report import main
+    from cooper_openrlhf.report.plan_verdict import TRAINING_WINDOW, exploit_rate
+    from cooper_openrlhf.report.rollouts import STYLE_EXPLOIT, STYLE_SHARE
+
+    hedge = "The answer is {other}. The answer is {answer}."
+
+    def row(step, completion, verified):
+        return {"step": step, "question": "q", "reference": "4", "completion": completion, "verified": verified,
+                "reward": 0.9}
+
+    # Step s: s - 1 of its 4 rollouts hedge (the first right, reference last; the others wrong); the rest plain.
+    styled = ["The answer is 3. The answer is 4.", "The answer is 4. The answer is 3.", "The answer is 4. The answer is 9."]
+    rows = [row(s, styled[i] if i < s - 1 else "The answer is 4.", i in (0, s - 1) if i < s - 1 else True)
+            for s in (1, 2, 3, 4) for i in range(4)]
+    run = tmp_path / "static_seed0"
+    _write_events(run / "tb", {"train/cooper/verified_accuracy": [(s, 0.5) for s in (1, 2, 3, 4)]})
+    _rollouts(run / "samples", rows)
+
+    loaded = load_run(run, style=hedge)
+    assert loaded.scalars[STYLE_SHARE] == [(1, 0.0), (2, 0.25), (3, 0.5), (4, 0.75)]
+    assert loaded.scalars[STYLE_EXPLOIT] == [(1, 0.0), (2, 0.0), (3, 0.25), (4, 0.5)]
+    assert STYLE_SHARE not in load_run(run).scalars  # no style, no series: the other presets' reports are unchanged
+    # The figure's points, averaged over the plan's window of equal-sized steps, are the plan's measure.
+    assert TRAINING_WINDOW >= 4
+    assert exploit_rate(run / "samples" / "rollouts.jsonl", hedge) == pytest.approx(sum(
+        v for _, v in loaded.scalars[STYLE_EXPLOIT]) / 4)
+
+    assert main([str(run), "--out", str(tmp_path / "plain")]) == 0
+    assert not (tmp_path / "plain" / "exploit_rate.png").exists()
+    assert main([str(run), "--out", str(tmp_path / "styled"), "--style", hedge]) == 0
+    assert (tmp_path / "styled" / "exploit_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![exploit_rate](exploit_rate.png)" in (tmp_path / "styled" / "report.md").read_text()
+    with pytest.raises(SystemExit):
+        main([str(run), "--out", str(tmp_path / "bad"), "--style", "The answer is N."])

@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     # more seeds or arms is reported whole (check_same_setup keeps a folder to one configuration).
     reported = with_earlier_runs(files, plan, ARMS)
     report_dir = out / "report"
-    runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in reported], report_dir, known_arms=ARMS)
+    runs = write_report([str(files.run_dir(arm, seed)) for arm, seed in reported], report_dir, known_arms=ARMS,
+                        style=preset.style)
     wall = time.perf_counter() - started
     all_runs = results + [read_info(files.run_dir(arm, seed)) for arm, seed in reported[len(plan):]]
     record = {"preset": preset.name, "version": __version__,

@@ -29,7 +29,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--publish-with", type=Path, action="append", default=[], metavar="FILE",
                         help="With --publish: also copy this record (a lab's lab.json), paths made relative the same way. "
                              "Repeatable.")
+    parser.add_argument("--style", default=None, metavar="S",
+                        help="The style lab's answer sentence (lab/presets.py STYLE, a plan's \"style\"), e.g. "
+                             "'The answer is {other}. The answer is {answer}.': adds exploit_rate.png, the share of "
+                             "each step's rollouts written in S and the share in S and verified wrong.")
     args = parser.parse_args(argv)
+    if args.style is not None and "{answer}" not in args.style:
+        parser.error(f"--style {args.style!r}: an answer sentence needs an {{answer}} field")
     missing = [str(path) for path in args.publish_with if not path.is_file()]
     if args.publish_with and args.publish is None:
         parser.error("--publish-with needs --publish DEST")
@@ -38,18 +44,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def write_report(run_dirs: list[str], out: Path):
+def write_report(run_dirs: list[str], out: Path, style: str | None = None):
     """`report.build.write_report` with the lab's arms keeping their colours in every report."""
     from cooper_openrlhf.lab.arms import ARMS
     from cooper_openrlhf.report.build import write_report as build
 
-    return build(run_dirs, out, known_arms=ARMS)
+    return build(run_dirs, out, known_arms=ARMS, style=style)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    runs = write_report(args.run_dirs, Path(args.out))
+    runs = write_report(args.run_dirs, Path(args.out), args.style)
     from cooper_openrlhf.lab.reading import read_runs
 
     print("\n".join(read_runs(runs)), flush=True)  # the runs against the paper's claim, as a lab's last lines

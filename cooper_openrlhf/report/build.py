@@ -16,14 +16,16 @@ from cooper_openrlhf.report.runs import RunData, load_run
 logger = logging.getLogger("cooper_openrlhf.report")
 
 
-def write_report(run_dirs: Sequence[str], out: Path, known_arms: Sequence[str] = ()) -> list[RunData]:
+def write_report(run_dirs: Sequence[str], out: Path, known_arms: Sequence[str] = (),
+                 style: str | None = None) -> list[RunData]:
     """Read the runs, write the figures, report.md and summary.json into `out`; returns the runs. known_arms: arms
-    whose colour is fixed in every report (the lab's)."""
-    runs = [load_run(path) for path in tqdm(run_dirs, desc="reading runs", unit="run")]
+    whose colour is fixed in every report (the lab's); style: the lab's answer sentence S, for the exploit-rate
+    figure."""
+    runs = [load_run(path, style) for path in tqdm(run_dirs, desc="reading runs", unit="run")]
     for run in runs:
         if run.failed:
             logger.warning("run %s (%s seed %d) failed: %s", run.path, run.arm, run.seed, run.error)
-    figures = write_figures(runs, out, known_arms=known_arms)
+    figures = write_figures(runs, out, known_arms=known_arms, style=style)
     report, summary = write_markdown(runs, figures, out)
     print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
     return runs

@@ -11,6 +11,9 @@ are a rug under the curves, and no figure is wider than 1600 px.
                         guard raised its alarm, and on the held-out rollouts (eval/reward_hacking_gap); and
                         what the RM paid the training rollouts the verifier marks wrong (wrong_paid_more's input)
   step_time.png         seconds per step by stage (`timing/*`, stacked), mean over seeds, one panel per arm
+  exploit_rate.png      only given the lab's answer style S (the style lab): the share of each step's rollouts
+                        written in S, and the share in S and verified wrong (the exploit rate, a style plan's
+                        measure), from the rollout logs (report/rollouts.py `style_series`)
 """
 
 from collections.abc import Sequence
@@ -36,9 +39,11 @@ from cooper_openrlhf.report.aggregate import (  # noqa: E402
     smoothed_band,
     stage_seconds,
 )
+from cooper_openrlhf.report.rollouts import STYLE_EXPLOIT, STYLE_SHARE  # noqa: E402
 from cooper_openrlhf.report.runs import RunData  # noqa: E402
 
 FIGURES = ("rewards_accuracy.png", "rm_pair_accuracy.png", "hacking_gap.png", "step_time.png")
+STYLE_FIGURE = "exploit_rate.png"  # drawn only when the report is given the lab's answer style
 DPI = 100
 MAX_WIDTH_INCHES = 16  # 1600 px at DPI: readable on a laptop screen without zooming
 SMOOTHING = 5  # steps of each seed's trailing mean (a training step's batch is a handful of prompts)
@@ -196,6 +201,24 @@ def hacking_gap(arms, colours, path: Path) -> None:
     plt.close(fig)
 
 
+def exploit_rate(arms, colours, path: Path, style: str) -> None:
+    """The style lab's exploit, step by step: how much the policy writes S, and how much of that the verifier rejects
+    (the hedge's wrong answers, which a blind RM pays)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    _metric_panel(axes[0], arms, colours, lambda r: r.scalars.get(STYLE_SHARE, []),
+                  "Rollouts written in S", "share of the step's rollouts", f"{STYLE_SHARE} (no rollout log)")
+    _metric_panel(axes[1], arms, colours, lambda r: r.scalars.get(STYLE_EXPLOIT, []),
+                  "Rollouts in S and verified wrong (exploit rate)", "", f"{STYLE_EXPLOIT} (no rollout log)")
+    drawn = [y for ax in axes for artist in ax.lines for y in artist.get_ydata()]
+    for ax in axes:
+        ax.set_ylim(*fitted_limits(drawn))  # one axis for both: the exploit is a part of the share
+        _integer_steps(ax)
+    fig.suptitle(f"The policy writing the answer style S = {style!r}\n({BAND_NOTE})")
+    _legend_below(fig, axes)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
 def step_time(arms, colours, path: Path) -> None:
     """Stacked seconds per stage, one panel per arm (at most 3 a row). Step 1 carries the start-up (model loads,
     compilation): it is drawn but left out of the y scale, so the later steps' stages stay visible."""
@@ -258,13 +281,17 @@ def step_time(arms, colours, path: Path) -> None:
     plt.close(fig)
 
 
-def write_figures(runs: Sequence[RunData], out_dir: Path, known_arms: Sequence[str] = ()) -> list[Path]:
+def write_figures(runs: Sequence[RunData], out_dir: Path, known_arms: Sequence[str] = (),
+                  style: str | None = None) -> list[Path]:
     """Draw every figure of the report (module docstring) into out_dir; returns their paths. known_arms: arms whose
-    colour is fixed (`arm_colours`)."""
+    colour is fixed (`arm_colours`); style: the lab's answer sentence S, which adds STYLE_FIGURE."""
     out_dir.mkdir(parents=True, exist_ok=True)
     arms = _by_arm(runs)
     colours = arm_colours(list(arms), known_arms)
     paths = [out_dir / name for name in FIGURES]
     for draw, path in zip((rewards_accuracy, rm_pair_accuracy, hacking_gap, step_time), paths):
         draw(arms, colours, path)
+    if style is not None:
+        paths.append(out_dir / STYLE_FIGURE)
+        exploit_rate(arms, colours, paths[-1], style)
     return paths

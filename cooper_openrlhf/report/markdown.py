@@ -43,6 +43,8 @@ FIGURE_CAPTIONS = {
     "hacking_gap.png": "RM reward minus verified accuracy on the training rollouts (the rug under it: steps where "
                        "the hacking guard's alarm was on, cooper/hacking_alarm) and on the held-out rollouts.",
     "step_time.png": "Seconds per step by stage (timing/*), stacked: where each arm's time goes.",
+    "exploit_rate.png": "The share of each step's training rollouts written in the lab's answer style S, and the "
+                        "share in S and verified wrong: the exploit a blind RM pays (a style plan's measure).",
 }
 
 

@@ -10,7 +10,12 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cooper_openrlhf.algo.answer_style import in_sentence
 from cooper_openrlhf.runtime.registry import Registry
+
+# Per-step series a report derives from the rollout log when it is given the lab's answer style S (`style_series`).
+STYLE_SHARE = "style/share"  # share of the step's rollouts written in S
+STYLE_EXPLOIT = "style/exploit_rate"  # share written in S and verified wrong: a policy exploiting the blind spot
 
 
 @dataclass
@@ -49,6 +54,22 @@ def rollout_window(rows: Iterable[dict], first: int, last: int, top: int = 3) ->
         [(row["completion"], row["reward"], row["verified"]) for row in best],
         [(text, count, _mean([row["reward"] for row in paid if row["completion"] == text and not row["verified"]]))
          for text, count in Counter(row["completion"] for row in window if not row["verified"]).most_common(top)])
+
+
+def style_series(rows: Iterable[dict], style: str) -> dict[str, list[tuple[int, float]]]:
+    """Pure: rollout rows (step, completion, verified) -> {STYLE_SHARE: [(step, share)], STYLE_EXPLOIT: [...]}, one
+    point per logged step. The exploit rate over a window of equal-sized steps is the plan's measure
+    (report/plan_verdict.py `exploit_rate`), drawn step by step."""
+    counts: dict[int, list[int]] = {}  # step -> [rollouts, in S, in S and wrong]
+    for row in rows:
+        count = counts.setdefault(row["step"], [0, 0, 0])
+        styled = in_sentence(row["completion"], style)
+        count[0] += 1
+        count[1] += styled
+        count[2] += styled and not row["verified"]
+    steps = sorted(counts)
+    return {STYLE_SHARE: [(step, counts[step][1] / counts[step][0]) for step in steps],
+            STYLE_EXPLOIT: [(step, counts[step][2] / counts[step][0]) for step in steps]}
 
 
 EXPORT_FORMATS = Registry("export format", ("recipe", "verifybench"))

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
 from cooper_openrlhf.algo.metric_keys import RM_REWARD, WRONG_REWARD
+from cooper_openrlhf.report.rollouts import style_series
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
 TRAIN_PREFIX = "train/"
@@ -183,8 +184,10 @@ def read_rollout_log(run_dir: Path) -> RolloutLog | None:
     return log
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    """One run folder -> RunData; a folder without event files (or without scalars) is a failed run, not an error."""
+def load_run(run_dir: str | Path, style: str | None = None) -> RunData:
+    """One run folder -> RunData; a folder without event files (or without scalars) is a failed run, not an error.
+    style: the lab's answer sentence S, whose per-step share and exploit rate (report/rollouts.py `style_series`)
+    join the scalars when the run has a rollout log."""
     path = Path(run_dir)
     if not path.is_dir():
         return RunData(str(path), path.name, 0, error="not a folder")
@@ -200,6 +203,8 @@ def load_run(run_dir: str | Path) -> RunData:
     run.scalars = read_scalars(path)
     if run.rollouts is not None:
         run.scalars = scalars_with_verdict_rewards(run.scalars, iter_rollouts(Path(run.rollouts.path)))
+        if style is not None and run.scalars:
+            run.scalars.update(style_series(iter_rollouts(Path(run.rollouts.path)), style))
     if not run.scalars:
         run.error = "event files hold no scalars (the run stopped before its first logged step)"
     return run
