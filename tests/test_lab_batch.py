@@ -138,6 +138,35 @@ def test_published_run_archives_are_committed_under_this_repositorys_gitignore(r
     assert publish_runs(tmp_path / "lab", repo / "docs" / "results" / batch / "main") == []  # once only
 
 
+def test_a_run_published_by_a_batch_stopped_before_its_commit_is_committed_by_the_resume(repo, tmp_path):
+    """A batch stopped between archiving a seed's runs and committing them: the resume archives nothing new (a run is
+    archived once), so it commits everything published and not yet committed."""
+    from cooper_openrlhf.lab.batch import run_batch, uncommitted
+
+    (repo / ".gitignore").write_text((Path(__file__).resolve().parent.parent / ".gitignore").read_text())
+    _git(repo, "add", ".gitignore")
+    _git(repo, "commit", "-qm", "ignore")
+    out, dest = tmp_path / "labs", repo / "docs" / "results" / "batch45"
+
+    def run_lab(argv):  # the lab's entry point at the boundary: each seed's run folder, finished
+        seeds, folder = int(argv[argv.index("--seeds") + 1]), Path(argv[argv.index("--out") + 1])
+        for seed in range(seeds):
+            (folder / "runs" / f"rule_seed{seed}" / "tensorboard").mkdir(parents=True, exist_ok=True)
+            (folder / "runs" / f"rule_seed{seed}" / "run_info.json").write_text(json.dumps({"status": "done"}))
+        return 0
+
+    plan = {"commit": _git(repo, "rev-parse", "HEAD"), "out": str(out), "issue": 45,
+            "labs": [{"name": "main", "seeds": 2, "args": ["--preset", "style"]}]}
+    assert run_batch(plan, repo, run_lab, publish=dest) == 0  # published, stopped before any commit
+    assert [p.name for p in uncommitted(repo, dest / "main") if p.suffix == ".gz"] == ["rule_seed0.tar.gz",
+                                                                                       "rule_seed1.tar.gz"]
+    assert run_batch(plan, repo, run_lab, publish=dest, commit_to=repo) == 0
+    committed = _git(repo, "log", "--name-only", "--format=", "-2").split()
+    assert "docs/results/batch45/main/runs/rule_seed0.tar.gz" in committed
+    assert "docs/results/batch45/main/runs/rule_seed1.tar.gz" in committed
+    assert uncommitted(repo, dest / "main") == []
+
+
 def test_a_preparation_fingerprint_tells_a_resumed_preparation_from_another(tmp_path):
     """A batch resumed on a new machine redoes its preparation: the published fingerprint says whether the arms there
     start from the same bytes as the runs already published."""

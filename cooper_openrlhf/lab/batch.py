@@ -268,6 +268,14 @@ def publish_runs(lab: Path, dest: Path) -> list[Path]:
     return written
 
 
+def uncommitted(repo: Path, folder: Path) -> list[Path]:
+    """Files under `folder` that git sees as new or changed: what a batch stopped between publishing and committing
+    left behind, which its resume (`publish_runs` archives a run once) would never offer again."""
+    status = _git(repo, "status", "--porcelain", "--untracked-files=all", "--",
+                  str(folder.resolve().relative_to(repo.resolve())))
+    return sorted(repo / line[3:] for line in status.splitlines())  # porcelain v1: "XY path"
+
+
 def commit_published(repo: Path, paths: list[Path], message: str) -> bool:
     """Commit `paths` (under `repo`) and nothing else (`git commit --only`); False when there was nothing to commit or
     git refused (another git command holding the lock: the next seed's commit takes them)."""
@@ -301,9 +309,9 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
             status = run_lab([*lab["args"], "--seeds", str(seeds), "--out", str(folder)])
             failed += status != 0
             if publish is not None:
-                written = publish_runs(folder, publish / lab["name"])
-                if commit_to is not None:
-                    commit_published(commit_to, written, f"batch{plan.get('issue', '')}: {lab['name']} after seed "
+                publish_runs(folder, publish / lab["name"])
+                if commit_to is not None:  # with whatever an earlier, stopped invocation published and did not commit
+                    commit_published(commit_to, uncommitted(commit_to, publish / lab["name"]), f"batch{plan.get('issue', '')}: {lab['name']} after seed "
                                                          f"{seeds - 1} "
                                                          f"({len(list((folder / 'runs').glob('*/run_info.json')))} runs)")
     return failed
