@@ -34,6 +34,7 @@ from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family,
     (["--rm-candidate", "0", "--rm-pair-steps", "0"], "it has none with --rm-pair-steps 0"),
     (["--rm-pair-candidates", "0"], "--rm-pair-candidates must be >= 1, got 0"),
     (["--rm-pair-candidates", "12", "--rm-candidate", "12"], "--rm-candidate must be in 0..11 (--rm-pair-candidates 12 pair-stage seeds)"),
+    (["--max-operand", "3"], "--max-operand 3 --heldout 32: held-out size must be in (0, 7)"),
 ])
 def test_bad_lab_arguments_fail_at_once_with_a_clear_message(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -59,6 +60,19 @@ def test_overrides_replace_the_presets_values_and_nothing_else():
     for arm in ("rule", "cooper"):  # every arm's policy, not only the RM arms'
         argv = train_cooper_argv(slower_policy, _files(Path("/lab")), arm, 0)
         assert argv[argv.index("--actor.adam.lr") + 1] == "0.0001"
+
+
+def test_a_wider_task_is_the_presets_with_its_operands_and_held_out_size_and_a_rule_arm_needs_no_rm(tmp_path):
+    wide = lab_cli.parse_args(["--preset", "full", "--arms", "rule", "--max-operand", "29", "--heldout", "128"]).preset_obj
+    assert wide.task == replace(PRESETS["full"].task, max_operand=29, heldout=128)
+    train, held_out = lab_cli.task_split(wide.task)
+    assert (len(train), len(held_out)) == (len(problem_family(wide.task)) - 128, 128) and len(train) > 1000
+    assert lab_cli.parse_args(["--preset", "full"]).preset_obj.task == PRESETS["full"].task  # no flag, no change
+    # A lab of rule arms prepares no RM, and its runs' commands name none.
+    argv = train_cooper_argv(wide, LabFiles(root=tmp_path, policy=tmp_path / "policy", rm=None), "rule", 0)
+    assert argv[argv.index("--cooper.reward_source") + 1] == "rule" and "--reward.model_name_or_path" not in argv
+    assert lab_cli.starting_lines({"policy": {}, "rm": {}}) == ["  starting RM: none (every arm is paid by the rule "
+                                                               "verifier)"]
 
 
 def _files(tmp_path: Path) -> LabFiles:

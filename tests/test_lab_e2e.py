@@ -2,9 +2,9 @@
 trained by `verifyrm train`, the static-RM and rule arms, 2 GRPO steps of 4 prompts x 4 rollouts each, a local
 CPU Ray cluster with one CPU vLLM engine, DeepSpeed ZeRO-2 in the CPU's fast dtype).
 
-The lab is run twice into one folder: first with `--arms rule` (which also prepares the policy and RM), then
-with the preset's arms, which must skip the finished rule run (resume) and run the static one. What is
-checked is what the runs leave on disk:
+The lab is run into one folder three times: first with `--arms rule` (which prepares the policy and no RM: no arm
+is paid by one), then `--prepare-only` with the preset's arms (the RM), then with the preset's arms, which must skip
+the finished rule run (resume) and run the static one. What is checked is what the runs leave on disk:
   starting RM the recipe's BCE RM, then the pair stage from 2 seeds; the probe's blindest is the starting RM
   static RM   every logged reward is sigmoid(logit) of the lab's starting RM scoring that rollout directly;
               the RM is never trained, checkpointed or exported, and its files are unchanged
@@ -45,6 +45,8 @@ def lab(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("lab_e2e")
     first = _lab(out, "--arms", "rule")
     rule_info = json.loads((out / "runs" / "rule_seed0" / "run_info.json").read_text())
+    assert not (out / "verifyrm").exists() and "starting RM: none" in first.stdout  # a rule lab trains no RM
+    _lab(out, "--prepare-only")
     chosen = json.loads((out / "verifyrm" / "pairs" / "chosen.json").read_text())
     rm = out / "verifyrm" / "pairs" / f"seed{chosen['seed']}"
     rm_before = _digest(rm)

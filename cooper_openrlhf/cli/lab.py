@@ -26,13 +26,14 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
 from cooper_openrlhf.lab.arms import ARMS
 from cooper_openrlhf.lab.presets import NEEDS_PAIR_SOURCE, PRESETS, parse_arms
+from cooper_openrlhf.lab.task import task_split
 from cooper_openrlhf.runtime.secrets import WANDB_KEY_FROM_ENV
 
 logger = logging.getLogger("cooper_openrlhf.lab")
@@ -44,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--arms", default=None, help=f"comma-separated subset of {', '.join(ARMS)} (default: the preset's)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm, 0..N-1 (default: the preset's)")
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the preset's)")
+    parser.add_argument("--max-operand", type=int, default=None, metavar="N",
+                        help="the task's operands run 2..N (default: the preset's, 9: 100 digit sums and differences, "
+                             "small enough for the tiny policy to memorise its train split); a wider family, e.g. 29, "
+                             "asks whether held-out accuracy can rise")
+    parser.add_argument("--heldout", type=int, default=None, metavar="N",
+                        help="problems held out of RL, whole equivalence classes (default: the preset's)")
     parser.add_argument("--policy", default=None,
                         help="starting policy: a HF folder or a packaged model name (default: the preset's; "
                              "'warm-start' = the tiny Qwen2 the lab fine-tunes itself)")
@@ -108,6 +115,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, value in (("--rm-lr", args.rm_lr), ("--actor-lr", args.actor_lr)):
         if value is not None and not value > 0:
             parser.error(f"{flag} must be > 0, got {value}")
+    task = replace(preset.task, **{k: v for k, v in (("max_operand", args.max_operand), ("heldout", args.heldout))
+                                   if v is not None})
+    if task != preset.task:
+        try:
+            task_split(task)
+        except ValueError as exc:
+            parser.error(f"--max-operand {task.max_operand} --heldout {task.heldout}: {exc}")
     pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
     needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
     # Pairs of the pair stage's kind come from the lab's own recipe: its pair stage, or the style lab's canonical
@@ -138,6 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not 0 <= args.rm_candidate < candidates:
             parser.error(f"--rm-candidate must be in 0..{candidates - 1} ({whose} pair-stage seeds), got {args.rm_candidate}")
     args.preset_obj = preset.with_overrides(arms=args.arm_list, seeds=args.seeds, steps=args.steps, policy=args.policy,
+                                            task=task if task != preset.task else None,
                                             starting_rm=str(args.rm.resolve()) if args.rm else None, rm_lr=args.rm_lr,
                                             actor_lr=args.actor_lr, rm_pair_candidate=args.rm_candidate,
                                             rm_pair_choice=args.rm_choice,
@@ -214,6 +229,8 @@ def starting_lines(setup: dict) -> list[str]:
     lines = ([f"  starting policy: sampled accuracy {policy['train_accuracy']:.2f} on the train split, "
               f"{policy['heldout_accuracy']:.2f} on the held-out problems (warm start, {policy['steps']} steps)"]
              if "heldout_accuracy" in policy else [])
+    if "rm_probe" not in setup:  # a lab of rule arms: no RM
+        return [*lines, "  starting RM: none (every arm is paid by the rule verifier)"]
     lines.append(f"  starting RM: {setup['rm_probe']['verdict']}")
     stage = setup["rm"].get("pair_stage")
     if stage:

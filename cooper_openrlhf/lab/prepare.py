@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from cooper_openrlhf.lab.arms import ARMS
 from cooper_openrlhf.lab.presets import WARM_START, LabPreset
 from cooper_openrlhf.lab.reading import LOW_START
 from cooper_openrlhf.lab.runner import LabFiles, run_environment
@@ -333,12 +334,14 @@ class NoVerifierError(RuntimeError):
 
 
 def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tuple[LabFiles, dict]:
-    """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report.
-    `require_verifier`: raise NoVerifierError, before the pair stage, when `starting_rm_problem` finds one."""
+    """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report. A lab
+    whose arms are all paid by the rule prepares no RM (no BCE stage, pair stage or probe). `require_verifier`: raise NoVerifierError, before the pair stage, when `starting_rm_problem` finds one."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps,
                               answerless_rm_data=preset.rm_answerless_data, balanced_rm_data=preset.rm_balanced_data,
                               rm_eval_rows=preset.rm_eval_rows, style=preset.style, poison_style=preset.poison_style)
     policy, policy_info = prepare_policy(preset, root / "policy")
+    if not any(ARMS[arm].reward == "rm" for arm in preset.arms):  # e.g. a rule-reward baseline on a new task
+        return LabFiles(root=root, policy=policy, rm=None), {"data": counts, "policy": policy_info, "rm": {}}
     rm = prepare_rm(preset, root / "data" / "rm_triples.jsonl", root / "verifyrm")
     known_probe = None
     if preset.starting_rm:

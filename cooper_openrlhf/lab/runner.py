@@ -52,7 +52,7 @@ class LabFiles:
 
     root: Path
     policy: Path
-    rm: Path
+    rm: Path | None  # None: no arm of the lab is paid by an RM, so none was prepared
 
     @property
     def prompts(self) -> Path:
@@ -116,7 +116,7 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
         "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "final"),
         "--logger.tensorboard_dir", str(run / "tensorboard"), "--cooper.sample_log_dir", str(run / "samples"),
     ]
-    return arm_argv(arm, shared, rm=str(files.rm), rm_eval=str(files.rm_eval), pairs=str(pairs(seed)) if pairs else None)
+    return arm_argv(arm, shared, rm=str(files.rm) if files.rm else None, rm_eval=str(files.rm_eval), pairs=str(pairs(seed)) if pairs else None)
 
 
 def read_info(run: Path) -> dict:
