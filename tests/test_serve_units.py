@@ -201,6 +201,50 @@ def test_a_stuck_lane_does_not_hold_up_the_others():
 
 
 # ------------------------------------------------------------------------------------------------ scorer
+def test_scoring_and_the_learners_encoding_at_once_never_share_a_tokenizer(model_dir):
+    """The learner encodes its pairs with the tokenizer the scorer was built from, in its own thread, while the
+    scoring thread scores. A fast tokenizer shared by both fails with "Already borrowed" (shown first, so the test
+    can tell); the scorer keeps its own copy."""
+    import threading
+
+    from cooper_openrlhf.rm.model import encode_rm_texts, load_rm
+    from cooper_openrlhf.serve.scorer import VersionedScorer
+
+    model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
+    texts = ["What is 12 + 7? The answer is 19. " * 8] * 64
+    items = [(0, "What is 12 + 7?", "19", "The answer is 19. " * 8)] * 64
+
+    def at_once(first, second, rounds: int = 200) -> list[str]:
+        errors, stop = [], threading.Event()
+
+        def loop(work):
+            try:
+                for _ in range(rounds):
+                    if stop.is_set():
+                        return
+                    work()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+                stop.set()
+
+        threads = [threading.Thread(target=loop, args=(work,)) for work in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return errors
+
+    def learner():
+        encode_rm_texts(tokenizer, texts, 32)
+
+    shared = at_once(learner, lambda: encode_rm_texts(tokenizer, texts, 48))  # the race, with one tokenizer
+    assert shared and "Already borrowed" in shared[0]
+    scorer = VersionedScorer(model, tokenizer, max_length=48, template_version=version, batch_size=64)
+    assert scorer.tokenizer is not tokenizer
+    with torch.no_grad():
+        assert at_once(learner, lambda: scorer.score(items), rounds=15) == []
+
+
 def test_scorer_keeps_old_versions_while_pinned_and_publishes_copies(model_dir):
     from cooper_openrlhf.rm.model import load_rm
     from cooper_openrlhf.serve.scorer import VersionedScorer

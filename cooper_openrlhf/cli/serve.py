@@ -187,9 +187,7 @@ def build_service(args):
         scoring_model.to(scoring_device())  # with --learn DeepSpeed places the RM (and so its scoring copy)
         max_length = usable_max_length(scoring_model, args.rm_max_length or recorded_max_length(scoring_model.config))
         version = 0
-    # The scorer's own tokenizer: a fast (Rust) tokenizer used from the scoring thread and the learner thread at once
-    # fails with "Already borrowed".
-    scorer = VersionedScorer(scoring_model, copy.deepcopy(tokenizer), max_length=max_length,
+    scorer = VersionedScorer(scoring_model, tokenizer, max_length=max_length,  # it copies the tokenizer (thread safety)
                              template_version=template_version, batch_size=args.max_batch, version=version)
     log = ServiceLog(os.path.join(args.state_dir, "logs") if args.state_dir else None)
     service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer, state=state)

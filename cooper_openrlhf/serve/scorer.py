@@ -20,7 +20,10 @@ class VersionedScorer:
 
     def __init__(self, model, tokenizer, *, max_length: int, template_version: str, batch_size: int,
                  version: int = 0):
-        self.tokenizer, self.max_length, self.template_version = tokenizer, max_length, template_version
+        # Its own copy: a fast (Rust) tokenizer changes its truncation and padding state on each call, so the scoring
+        # thread encoding while the learner encodes with the same object fails with "Already borrowed".
+        self.tokenizer = copy.deepcopy(tokenizer)
+        self.max_length, self.template_version = max_length, template_version
         self.batch_size = batch_size
         model.eval()
         self.models = {version: model}
