@@ -147,6 +147,33 @@ def test_the_verdict_reads_a_published_copy_of_the_batch_in_a_clone_that_never_r
     assert alone.returncode == 2 and "--from-published reads runs for --verdict" in alone.stderr
 
 
+def test_a_style_plans_verdict_reads_the_exploit_rate_from_the_rollout_logs_and_draws_it_beside_the_verdict(tmp_path):
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE
+
+    hedge = "The answer is {other}. The answer is {answer}."
+    lab = tmp_path / "out" / "main"
+    for seed in range(3):
+        for arm, wrong_hedges in (("cooper", 1), ("offline_pairs", 3)):  # of 4 rollouts a step
+            _run(lab, arm, seed, "done", [0.3, 0.3])
+            rows = [{"step": step, "question": "What is 2 + 2?", "reference": "4", "reward": 0.9,
+                     "completion": "The answer is 4. The answer is 5." if k < wrong_hedges else "The answer is 4.",
+                     "verified": k >= wrong_hedges} for step in (1, 2) for k in range(4)]
+            (lab / "runs" / f"{arm}_seed{seed}" / "samples").mkdir()
+            (lab / "runs" / f"{arm}_seed{seed}" / "samples" / "rollouts.jsonl").write_text(
+                "".join(json.dumps(row) + "\n" for row in rows))
+    plan = {"primary": {"lab": "main", "difference": "cooper - offline_pairs, paired by seed", "measure": EXPLOIT_RATE,
+                        "decision": DECISION_RULE_LOWER},
+            "secondary": [], "style": hedge, "out": str(tmp_path / "out"), "commit": "0" * 40,
+            "labs": [{"name": "main", "seeds": 3, "args": ["--preset", "style"]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.batch", str(tmp_path / "plan.json"),
+                             "--verdict", str(tmp_path / "v" / "verdict.md")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "cooper - offline_pairs -0.500 over 3 seeds" in result.stdout  # 0.25 - 0.75 wrong hedges
+    assert (tmp_path / "v" / "exploit_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![exploit rate](exploit_rate.png)" in (tmp_path / "v" / "verdict.md").read_text()
+
+
 def test_secondary_differences_are_judged_with_holm_adjusted_p():
     from cooper_openrlhf.report.plan_verdict import holm_adjusted
 

@@ -76,6 +76,7 @@ def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
 
 
 def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
+    from cooper_openrlhf.report.figures import STYLE_FIGURE
     from cooper_openrlhf.report.plan_verdict import lab_finals, plan_measures, plan_verdict, render, run_hours
 
     lab = out / plan["primary"]["lab"]
@@ -87,11 +88,26 @@ def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
         print(f"{plan_path}: {exc} (runs read from {lab})", file=sys.stderr)
         return 2
     verdict["run_hours"] = round(run_hours([out / entry["name"] for entry in plan["labs"]]), 2)
-    md.write_text(render(verdict, str(plan_path)), encoding="utf-8")
+    text = render(verdict, str(plan_path))
+    if plan.get("style"):  # the exploit, step by step, beside the verdict on its last 20 steps
+        figure = _style_figure(lab, plan["style"], md.with_name(STYLE_FIGURE))
+        text += (f"\n![exploit rate]({figure.name})\n\nEvery run's share of rollouts written in the plan's style, and in "
+                 "it and verified wrong (the exploit rate), step by step (report/figures.py `exploit_rate`).\n")
+    md.write_text(text, encoding="utf-8")
     md.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
     print(f"{md}: {verdict['primary']['difference']} {verdict['primary']['mean']:+.3f} "
           f"over {verdict['primary']['seeds']} seeds: {verdict['primary']['in_words']}")
     return 0
+
+
+def _style_figure(lab: Path, style: str, png: Path) -> Path:
+    from cooper_openrlhf.lab.arms import ARMS
+    from cooper_openrlhf.report.figures import write_style_figure
+    from cooper_openrlhf.report.runs import load_run
+
+    runs = [load_run(info.parent, style) for info in sorted((lab / "runs").glob("*/run_info.json"))
+            if json.loads(info.read_text(encoding="utf-8")).get("status") == "done"]
+    return write_style_figure(runs, png, style, known_arms=ARMS)
 
 
 def _fingerprint(plan: dict, published: Path) -> int:

@@ -281,6 +281,15 @@ def step_time(arms, colours, path: Path) -> None:
     plt.close(fig)
 
 
+def write_style_figure(runs: Sequence[RunData], path: Path, style: str, known_arms: Sequence[str] = ()) -> Path:
+    """STYLE_FIGURE alone, of runs loaded with `style` (report/runs.py `load_run`): a style plan's verdict draws its
+    primary measure with it."""
+    arms = _by_arm(runs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    exploit_rate(arms, arm_colours(list(arms), known_arms), path, style)
+    return path
+
+
 def write_figures(runs: Sequence[RunData], out_dir: Path, known_arms: Sequence[str] = (),
                   style: str | None = None) -> list[Path]:
     """Draw every figure of the report (module docstring) into out_dir; returns their paths. known_arms: arms whose
