@@ -639,7 +639,7 @@ def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too
     lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, wrong)
     assert lines[-1] == ("What each RM pays the rollouts the verifier marks wrong (first and last 10 steps): static "
                          "0.63 -> 0.87, Cooper 0.54 -> 0.16: the static RM pays the policy's wrong answers more as it "
-                         "goes on; Cooper's RM, trained as it goes, ends paying them less.")
+                         "goes on; Cooper's RM, trained as it goes, ends paying them less than the static RM.")
     flat = {"static": ramp(0.60, 0.60), "cooper": ramp(0.60, 0.60)}
     assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, flat)[-1].endswith(
         "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them about as much.")
