@@ -81,7 +81,8 @@ def wrong_pay_reading(wrong_reward: Mapping[str, Curve]) -> list[str]:
         return []
     verdict = ("the static RM pays the policy's wrong answers more as it goes on" if static[1] - static[0] > MOVE else
                "the static RM's pay for wrong answers does not rise")
-    verdict += ("; Cooper's RM, trained as it goes, ends paying them less than the static RM" if static[1] - cooper[1] > MOVE else
+    verdict += ("; Cooper's RM, trained as it goes, ends paying them less than the static RM"
+                if static[1] - cooper[1] > MOVE else
                 "; Cooper's RM ends paying them more than the static RM" if cooper[1] - static[1] > MOVE else
                 "; Cooper's RM ends paying them about as much")
     return [f"What each RM pays the rollouts the verifier marks wrong (first and last {VERIFIED_WINDOW} steps): static "
