@@ -91,8 +91,8 @@ def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
     text = render(verdict, str(plan_path))
     if plan.get("style"):  # the exploit, step by step, beside the verdict on its last 20 steps
         figure = _style_figure(lab, plan["style"], md.with_name(STYLE_FIGURE))
-        text += (f"\n![exploit rate]({figure.name})\n\nEvery run's share of rollouts written in the plan's style, and in "
-                 "it and verified wrong (the exploit rate), step by step (report/figures.py `exploit_rate`).\n")
+        text += (f"\n![exploit rate]({figure.name})\n\nEvery run's share of rollouts written in the plan's style, "
+                 "and in it and verified wrong (the exploit rate), step by step (report/figures.py `exploit_rate`).\n")
     md.write_text(text, encoding="utf-8")
     md.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
     print(f"{md}: {verdict['primary']['difference']} {verdict['primary']['mean']:+.3f} "

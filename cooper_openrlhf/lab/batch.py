@@ -311,7 +311,7 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
             if publish is not None:
                 publish_runs(folder, publish / lab["name"])
                 if commit_to is not None:  # with whatever an earlier, stopped invocation published and did not commit
-                    commit_published(commit_to, uncommitted(commit_to, publish / lab["name"]), f"batch{plan.get('issue', '')}: {lab['name']} after seed "
-                                                         f"{seeds - 1} "
-                                                         f"({len(list((folder / 'runs').glob('*/run_info.json')))} runs)")
+                    runs = len(list((folder / "runs").glob("*/run_info.json")))
+                    commit_published(commit_to, uncommitted(commit_to, publish / lab["name"]),
+                                     f"batch{plan.get('issue', '')}: {lab['name']} after seed {seeds - 1} ({runs} runs)")
     return failed

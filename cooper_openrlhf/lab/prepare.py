@@ -335,7 +335,8 @@ class NoVerifierError(RuntimeError):
 
 def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tuple[LabFiles, dict]:
     """Data, policy and RM of the lab folder `root`; returns the shared files and a record for the report. A lab
-    whose arms are all paid by the rule prepares no RM (no BCE stage, pair stage or probe). `require_verifier`: raise NoVerifierError, before the pair stage, when `starting_rm_problem` finds one."""
+    whose arms are all paid by the rule prepares no RM (no BCE stage, pair stage or probe). `require_verifier`:
+    raise NoVerifierError, before the pair stage, when `starting_rm_problem` finds one."""
     counts = write_task_files(root / "data", preset.task, preset.prompts_per_step * preset.steps,
                               answerless_rm_data=preset.rm_answerless_data, balanced_rm_data=preset.rm_balanced_data,
                               rm_eval_rows=preset.rm_eval_rows, style=preset.style, poison_style=preset.poison_style)

@@ -116,7 +116,8 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
         "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "final"),
         "--logger.tensorboard_dir", str(run / "tensorboard"), "--cooper.sample_log_dir", str(run / "samples"),
     ]
-    return arm_argv(arm, shared, rm=str(files.rm) if files.rm else None, rm_eval=str(files.rm_eval), pairs=str(pairs(seed)) if pairs else None)
+    return arm_argv(arm, shared, rm=str(files.rm) if files.rm else None, rm_eval=str(files.rm_eval),
+                    pairs=str(pairs(seed)) if pairs else None)
 
 
 def read_info(run: Path) -> dict:
