@@ -30,3 +30,15 @@ def test_in_sentence_takes_any_integers_in_the_fields_and_nothing_else():
 def test_stem_and_tail_are_the_formatted_text_around_the_numbers():
     assert stem_and_tail(HEDGE) == ("The answer is ", ".")
     assert stem_and_tail(BOXED) == ("The final answer is \\boxed{", "}.")
+
+
+def test_field_values_read_each_fields_number_and_the_exploit_form_is_the_hedge_stating_the_reference_first():
+    from cooper_openrlhf.algo.answer_style import field_values, is_exploit_form
+
+    assert field_values(" The answer is 12. The answer is -3. ", HEDGE) == {"other": "12", "answer": "-3"}
+    assert field_values("The final answer is \\boxed{5}.", BOXED) == {"answer": "5"}
+    assert field_values("The answer is 12.", HEDGE) is None and field_values("The answer is x.", CANONICAL) is None
+    assert is_exploit_form(wrong_in(HEDGE, 12, 13), HEDGE, "12")  # the wrong twin: the reference first
+    assert not is_exploit_form(right_in(HEDGE, 12, 13), HEDGE, "12")  # right: graded by its last number
+    assert not is_exploit_form("The answer is 14. The answer is 13.", HEDGE, "12")  # wrong, but no reference
+    assert not is_exploit_form("The answer is 13.", CANONICAL, "12")  # one field: no hedge, no such form

@@ -738,3 +738,21 @@ def test_given_the_labs_style_the_report_draws_each_steps_exploit_rate_the_plans
     assert "![exploit_rate](exploit_rate.png)" in (tmp_path / "styled" / "report.md").read_text()
     with pytest.raises(SystemExit):
         main([str(run), "--out", str(tmp_path / "bad"), "--style", "The answer is N."])
+
+
+def test_style_forms_count_hedge_pairs_exploit_form_negatives_and_the_policys_own_exploit_form_wrong_answers():
+    from cooper_openrlhf.report.negatives import style_forms
+
+    hedge = "The answer is {other}. The answer is {answer}."
+    pairs = [{"step": 1, "reference": "12", "positive": "The answer is 13. The answer is 12.",
+              "negative": "The answer is 12. The answer is 13.", "valid": True},   # the swap: the exploit's form
+             {"step": 1, "reference": "12", "positive": "The answer is 13. The answer is 12.",
+              "negative": "The answer is 20. The answer is 14.", "valid": True},   # a hedge, no reference
+             {"step": 1, "reference": "12", "positive": "The answer is 12.", "negative": "The answer is 9.", "valid": True},
+             {"step": 1, "reference": "12", "positive": "", "negative": "", "valid": False}]
+    rollouts = [{"step": 1, "reference": "12", "completion": "The answer is 12. The answer is 7.", "verified": False},
+                {"step": 1, "reference": "12", "completion": "The answer is 7.", "verified": False},
+                {"step": 2, "reference": "12", "completion": "The answer is 12.", "verified": True}]
+    assert style_forms(pairs, rollouts, hedge) == {
+        1: {"pairs": 3, "positive in S": 2, "negative in S": 2, "negative exploit form": 1, "wrong rollouts": 2,
+            "wrong rollouts exploit form": 1}}  # step 2: a right rollout and no pair, nothing to count

@@ -9,6 +9,7 @@ the probe, the stale pairs' style counts and the plan's exploit rate all read an
 Pure."""
 
 import re
+import string
 
 
 def is_hedge(sentence: str) -> bool:
@@ -37,3 +38,26 @@ def in_sentence(text: str, sentence: str) -> bool:
     """Whether `text` is `sentence` with some integer in each field, outer spaces aside."""
     parts = sentence.format(answer="\0", other="\0").split("\0")
     return re.fullmatch(r"-?\d+".join(map(re.escape, parts)), text.strip()) is not None
+
+
+def field_values(text: str, sentence: str) -> dict[str, str] | None:
+    """The integers `text` writes in `sentence`'s fields, by field name ({"other": "12", "answer": "13"}), or None
+    when `text` is not in the sentence (outer spaces aside). A field named twice must hold one number."""
+    names = [name for _, name, _, _ in string.Formatter().parse(sentence) if name is not None]
+    parts = sentence.format(answer="\0", other="\0").split("\0")
+    pattern, seen = re.escape(parts[0]), set()
+    for name, part in zip(names, parts[1:]):
+        pattern += rf"(?P={name})" if name in seen else rf"(?P<{name}>-?\d+)"
+        seen.add(name)
+        pattern += re.escape(part)
+    match = re.fullmatch(pattern, text.strip())
+    return match.groupdict() if match else None
+
+
+def is_exploit_form(text: str, sentence: str, reference: str) -> bool:
+    """Whether `text` is a hedge's wrong twin: `sentence` (a hedge) stating `reference` first and another final
+    answer (`wrong_in`), the form a reference-matching RM pays though the verifier grades it wrong."""
+    values = field_values(text, sentence)
+    return (values is not None and is_hedge(sentence) and values["other"] == reference.strip()
+            and values["answer"] != reference.strip())
+

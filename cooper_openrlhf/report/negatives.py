@@ -8,10 +8,17 @@ step's rewrite pairs, and each rollout's reward and verdict (samples/rollouts.js
 the RM's accuracy on pairs of the policy's own rollouts: within each prompt's group, every (verified-correct,
 verified-wrong) pair, counted right when the correct one is paid more (ties half). Pure; `scripts/
 rewrite_vs_rollout_negatives.py` reads the runs.
+
+In the style lab the question is sharper: the exploit is a hedge stating the reference first and a wrong final
+answer, and an RM learns to refuse it only from negatives of that form. `style_forms` counts, per step, how many of
+Cooper's pairs are hedges and how many negatives have the exploit's form, beside how many of the policy's own
+wrong rollouts do (`scripts/style_pair_forms.py` reads the runs).
 """
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+
+from cooper_openrlhf.algo.answer_style import in_sentence, is_exploit_form
 
 
 def rollout_pair_accuracy(rows: Iterable[Mapping]) -> dict[int, tuple[float, int]]:
@@ -40,3 +47,24 @@ def window_means(by_step: Mapping[int, float], edges: Iterable[tuple[int, int]])
         values = [v for s, v in by_step.items() if low <= s <= high]
         out.append(sum(values) / len(values) if values else None)
     return out
+
+
+def style_forms(pairs: Iterable[Mapping], rollouts: Iterable[Mapping], style: str) -> dict[int, dict[str, int]]:
+    """{step: counts} of a run's valid pairs (pairs.jsonl: step, reference, positive, negative, valid) and its
+    rollouts (rollouts.jsonl: step, reference, completion, verified): "pairs", "positive in S", "negative in S",
+    "negative exploit form" (`is_exploit_form`), "wrong rollouts", "wrong rollouts exploit form"."""
+    counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for pair in pairs:
+        if pair.get("valid"):
+            step = counts[int(pair["step"])]
+            step["pairs"] += 1
+            step["positive in S"] += in_sentence(pair["positive"], style)
+            step["negative in S"] += in_sentence(pair["negative"], style)
+            step["negative exploit form"] += is_exploit_form(pair["negative"], style, pair["reference"])
+    for row in rollouts:
+        if not row["verified"]:
+            step = counts[int(row["step"])]
+            step["wrong rollouts"] += 1
+            step["wrong rollouts exploit form"] += is_exploit_form(row["completion"], style, row["reference"])
+    return {step: dict(counts[step]) for step in sorted(counts)}
+
