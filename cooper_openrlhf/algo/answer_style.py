@@ -36,8 +36,7 @@ def stem_and_tail(sentence: str) -> tuple[str, str]:
 
 def in_sentence(text: str, sentence: str) -> bool:
     """Whether `text` is `sentence` with some integer in each field, outer spaces aside."""
-    parts = sentence.format(answer="\0", other="\0").split("\0")
-    return re.fullmatch(r"-?\d+".join(map(re.escape, parts)), text.strip()) is not None
+    return field_values(text, sentence) is not None
 
 
 def field_values(text: str, sentence: str) -> dict[str, str] | None:
@@ -60,4 +59,3 @@ def is_exploit_form(text: str, sentence: str, reference: str) -> bool:
     values = field_values(text, sentence)
     return (values is not None and is_hedge(sentence) and values["other"] == reference.strip()
             and values["answer"] != reference.strip())
-

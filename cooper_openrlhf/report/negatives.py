@@ -67,4 +67,3 @@ def style_forms(pairs: Iterable[Mapping], rollouts: Iterable[Mapping], style: st
             step["wrong rollouts"] += 1
             step["wrong rollouts exploit form"] += is_exploit_form(row["completion"], style, row["reference"])
     return {step: dict(counts[step]) for step in sorted(counts)}
-
