@@ -46,7 +46,9 @@ def test_on_a_measure_where_less_is_better_the_treatment_beats_the_control_below
     lower = {**PLAN, "secondary": [], "primary": {**PLAN["primary"], "measure": EXPLOIT_RATE,
                                                   "decision": DECISION_RULE_LOWER}}
     down = [-0.05, -0.06, -0.04, -0.05, -0.07, -0.05, -0.06, -0.04]  # cooper exploits less in every seed
-    assert plan_verdict(lower, _finals(down))["primary"]["in_words"] == "beats the control"
+    verdict = plan_verdict(lower, _finals(down))
+    assert verdict["primary"]["in_words"] == "beats the control"
+    assert f"Decision rule (the plan's): {DECISION_RULE_LOWER}." in render(verdict)  # the rule it was judged by
     assert plan_verdict(lower, _finals([-d for d in down]))["primary"]["in_words"] == "worse than the control"
     with pytest.raises(ValueError, match="for its measure this tool decides by 'beats the control if CI upper end"):
         plan_verdict({**lower, "primary": {**lower["primary"], "decision": DECISION_RULE}}, _finals(down))

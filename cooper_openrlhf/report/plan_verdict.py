@@ -266,7 +266,7 @@ def render(verdict: dict, plan_path: str = "") -> str:
     lines = [f"# The plan's test{f' ({plan_path})' if plan_path else ''}", "",
              f"Lab `{verdict['lab']}`; measure: {measure}; differences paired by seed, "
              "95% percentile bootstrap CI over seeds (10000 resamples), exact two-sided sign-flip p. Decision rule "
-             f"(the plan's): {DECISION_RULE}." + (f" Configuration frozen at commit `{verdict['commit']}`."
+             f"(the plan's): {decision_rule(measure)}." + (f" Configuration frozen at commit `{verdict['commit']}`."
                                                      if verdict.get("commit") else "")
              + (f" The plan's labs' runs took {verdict['run_hours']:.1f} h of run time in all (each run's seconds in "
                 "lab.json, preparation not counted)." if verdict.get("run_hours") else ""), "",
