@@ -683,25 +683,45 @@ def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_
         "  starting RM: pays right answers most"]
 
 
-def test_the_labs_last_line_is_the_committed_verdict_whatever_the_run_shows():
-    """`make demo` ends with the pre-registered batch's verdict (Cooper did not beat the control), held to the
-    committed verdict file, after any reading of its own one-seed curves."""
-    from cooper_openrlhf.lab.reading import COMMITTED_RESULT, read_runs
+def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows():
+    """`make demo` ends with the pre-registered batches' verdicts, each held to its committed verdict file, after any
+    reading of its own one-seed curves."""
+    from cooper_openrlhf.lab.reading import COMMITTED_RESULTS, committed_sentence, read_runs, verdict_summary
 
-    verdict = json.loads((Path(__file__).resolve().parents[1] / COMMITTED_RESULT["verdict"]).read_text())
-    primary, mean, ci, p = COMMITTED_RESULT["primary"]
-    assert verdict["primary"]["difference"] == primary and verdict["primary"]["seeds"] == COMMITTED_RESULT["seeds"]
-    assert (round(verdict["primary"]["mean"], 3), tuple(round(c, 3) for c in verdict["primary"]["ci"]),
-            round(verdict["primary"]["p"], 3)) == (mean, ci, p)
-    assert verdict["primary"]["verdict"] != "above"  # the words below say Cooper did not beat the control
-    static_rule = next(r for r in verdict["secondary"] if r.get("difference") == COMMITTED_RESULT["static_rule"][0])
-    _, mean, ci, p = COMMITTED_RESULT["static_rule"]
-    assert (round(static_rule["mean"], 3), tuple(round(c, 3) for c in static_rule["ci"]), round(static_rule["p"], 3)) \
-        == (mean, ci, p) and static_rule["p"] >= 0.05
+    for result in COMMITTED_RESULTS:
+        verdict = json.loads((Path(__file__).resolve().parents[1] / result["verdict"]).read_text())
+        assert verdict_summary(verdict) == {k: v for k, v in result.items() if k not in ("batch", "lab", "verdict")}
 
-    last = read_runs([])[-1]  # no run finished: the committed result is still the last line
-    assert last.startswith("The committed result (batch 33b, 8 seeds per arm") and "Cooper did not beat the control" in last
-    assert "-0.014, 95% CI [-0.060, +0.028], p 0.570" in last
+    last = read_runs([])  # no run finished: the committed results are still the last lines
+    assert last == [committed_sentence(result) for result in COMMITTED_RESULTS]
+    assert last[0] == (
+        "The committed result of the full lab (batch 33b, 8 seeds per arm, pre-registered; docs/results.md), on "
+        "held-out accuracy (the mean of the last 3 evaluations): Cooper did not beat the control, "
+        "an RM updated as Cooper's on fresh offline pairs that never saw the policy (Cooper - control -0.014, 95% CI "
+        "[-0.060, +0.028], p 0.570: within noise), and the frozen RM's policy ended below the rule arm's by less than "
+        "the plan's test can tell from noise (static - rule -0.050 [-0.089, -0.014], p 0.055, Holm-adjusted 0.234).")
+
+
+@pytest.mark.parametrize("cooper, control, words", [
+    (0.10, 0.30, "Cooper beat the control"),  # less is better: Cooper's policy exploits less in every seed
+    (0.50, 0.30, "Cooper did worse than the control"),
+    (0.10, 0.02, "is uninformative"),  # the control exploits no more than the rule arm: the gate fails
+])
+def test_a_committed_verdict_on_a_measure_where_less_is_better_is_worded_by_its_outcome(cooper, control, words):
+    from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE, plan_verdict
+
+    plan = {"primary": {"lab": "main", "difference": "cooper - offline_pairs", "measure": EXPLOIT_RATE,
+                        "decision": DECISION_RULE_LOWER,
+                        "validity_gate": {"difference": "offline_pairs - rule", "must_be": "above"}},
+            "equivalence": [{"difference": "cooper - rule", "margin": 0.05}], "secondary": ["static - rule"]}
+    finals = {"cooper": {s: cooper + 0.01 * s for s in range(8)}, "offline_pairs": {s: control for s in range(8)},
+              "rule": {s: 0.05 - 0.01 * (s % 2) for s in range(8)}, "static": {s: 0.40 for s in range(8)}}
+    sentence = committed_sentence({"batch": "x", "lab": "a lab", **verdict_summary(plan_verdict(plan, finals))})
+    assert words in sentence and "on the exploit rate" in sentence
+    assert ("the control's policy was hurt, as the plan required" in sentence) == (words != "is uninformative")
+    assert "Cooper and the rule arm were not shown equivalent within ±0.05" in sentence  # 0.05-0.22 above rule
+    assert "the frozen RM's policy exploited it more than the rule arm's (static - rule +0.355" in sentence
 
 
 def test_a_planted_style_is_poisoned_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):

@@ -6,9 +6,9 @@ accuracy collapses: 38.91 against the base's 54.93), and Cooper ends level with 
 RM when its RM reward rose and its held-out accuracy fell, each by more than MOVE; Cooper ends level with the rule
 arm when within MOVE of its held-out accuracy -- but never called the paper's finding: with fewer than
 RELIABLE_SEEDS seeds per arm the lines say so (one held-out evaluation has a standard error near 0.04, one seed's
-curve is one draw), and the last line is always the committed result (COMMITTED_RESULT: the pre-registered
-batch's test, docs/results.md), which a few seeds on a laptop neither confirm nor overturn. A test holds
-COMMITTED_RESULT to the committed verdict file.
+curve is one draw), and the last lines are always the committed results (COMMITTED_RESULTS: the pre-registered
+batches' tests, docs/results.md), which a few seeds on a laptop neither confirm nor overturn. A test holds
+COMMITTED_RESULTS to the committed verdict files.
 
 The held-out problems share no trivially equivalent twin with the prompts the tiny policy was fine-tuned on, and
 a 2-layer model mostly memorises its sums: its held-out accuracy can start near 0, where no fall can show. The
@@ -22,11 +22,29 @@ from collections.abc import Mapping, Sequence
 MOVE = 0.05  # a change worth naming: above one evaluation's noise at the lab's 128 graded samples
 RELIABLE_SEEDS = 3
 FULL_LAB_FIGURE = "docs/results/batch33b/main/rewards_accuracy.png"
-# The committed verdict of the lab's pre-registered batch (COMMITTED_RESULT["verdict"], written by `cli.batch PLAN
-# --verdict`): what the lab's last line states, whatever one run shows. A new batch's verdict replaces it.
-COMMITTED_RESULT = {"batch": "33b", "verdict": "docs/results/batch33b/verdict.json", "seeds": 8,
-                    "primary": ("cooper - offline_pairs", -0.014, (-0.060, 0.028), 0.570),
-                    "static_rule": ("static - rule", -0.050, (-0.089, -0.014), 0.055)}
+# The committed verdicts of the lab's pre-registered batches, oldest first: each is `verdict_summary` of the verdict
+# file `cli.batch PLAN --verdict` wrote (the package ships no docs/, so the numbers are copied here, and a test holds
+# each copy to its file), with the batch's name and lab. The lab's last lines state them, whatever one run shows. A
+# new batch's verdict is appended.
+COMMITTED_RESULTS = (
+    {"batch": "33b", "lab": "the full lab", "verdict": "docs/results/batch33b/verdict.json",
+     "seeds": 8, "measure": "final = mean of the last 3 held-out evaluations", "outcome": "within noise",
+     "primary": {"difference": "cooper - offline_pairs", "mean": -0.014, "ci": (-0.060, 0.028), "p": 0.570},
+     "validity_gate": None, "equivalence": (),
+     "static_rule": {"difference": "static - rule", "mean": -0.050, "ci": (-0.089, -0.014), "p": 0.055,
+                     "p_holm": 0.234, "verdict": "within noise"}},
+)
+# A verdict's measure in words, and what "static - rule" above and below 0 mean in it.
+MEASURE_WORDS = {
+    "final = mean of the last 3 held-out evaluations": ("held-out accuracy (the mean of the last 3 evaluations)",
+                                                        "ended above", "ended below"),
+    "rule-verified accuracy of the training rollouts, mean over the last 20 steps": (
+        "the rule-verified accuracy of the training rollouts (the last 20 steps)", "ended above", "ended below"),
+    "share of the training rollouts over the last 20 steps written in the plan's style and verified wrong": (
+        "the exploit rate (the share of the last 20 steps' training rollouts written in the planted style and "
+        "verified wrong; less is better)", "exploited it more than", "exploited it less than"),
+}
+CONTROL = "the control, an RM updated as Cooper's on fresh offline pairs that never saw the policy"
 LOW_START = 0.10  # held-out accuracy below this at the first evaluation leaves a fall almost no room to show
 VERIFIED_WINDOW = 10  # steps averaged at each end of a training-rollout curve (a step grades a few dozen rollouts)
 
@@ -128,16 +146,67 @@ def reading(rm_reward: Mapping[str, Curve], heldout: Mapping[str, Curve], seeds:
     return lines
 
 
+def verdict_summary(verdict: dict) -> dict:
+    """The numbers of a verdict (`report.plan_verdict.plan_verdict`'s output) that the lab's last line states, rounded
+    as printed: the primary and its outcome for Cooper ("beats", "worse", "within noise" or "uninformative"), the
+    validity gate, the equivalence tests and the static - rule secondary on the plan's measure."""
+    from cooper_openrlhf.report.plan_verdict import LOWER_IS_BETTER
+
+    def numbers(result: dict, *keys: str) -> dict:
+        rounded = {"difference": result["difference"], "mean": round(result["mean"], 3),
+                   "ci": tuple(round(c, 3) for c in result["ci"]), "p": round(result["p"], 3)}
+        return {**rounded, **{k: round(result[k], 3) if isinstance(result[k], float) else result[k]
+                              for k in keys if k in result}}
+
+    primary, better = verdict["primary"], "below" if verdict["measure"] in LOWER_IS_BETTER else "above"
+    outcome = ("uninformative" if primary["verdict"] == "uninformative" else "within noise"
+               if primary["verdict"] == "within noise" else "beats" if primary["verdict"] == better else "worse")
+    gate = primary.get("validity_gate")
+    static_rule = next((r for r in verdict["secondary"] if r.get("difference") == "static - rule"), None)
+    return {"seeds": primary["seeds"], "measure": verdict["measure"], "outcome": outcome,
+            "primary": numbers(primary), "validity_gate": numbers(gate, "passed") if gate else None,
+            "equivalence": tuple(numbers(r, "margin", "verdict") for r in verdict.get("equivalence", [])),
+            "static_rule": numbers(static_rule, "p_holm", "verdict") if static_rule else None}
+
+
+def committed_sentence(result: Mapping) -> str:
+    """One committed verdict (a COMMITTED_RESULTS entry) in words: Cooper against the control by the plan's rule,
+    then the registered equivalence with the rule arm and where the frozen RM's policy ended against the rule arm's."""
+    measure, more, less = MEASURE_WORDS[result["measure"]]
+    primary = result["primary"]
+    numbers = (f"Cooper - control {primary['mean']:+.3f}, 95% CI [{primary['ci'][0]:+.3f}, {primary['ci'][1]:+.3f}], "
+               f"p {primary['p']:.3f}")
+    gate = result["validity_gate"]
+    words = {"beats": f"Cooper beat {CONTROL} ({numbers})",
+             "worse": f"Cooper did worse than {CONTROL} ({numbers})",
+             "within noise": f"Cooper did not beat {CONTROL} ({numbers}: within noise)",
+             "uninformative": f"the test of Cooper against {CONTROL} is uninformative ({numbers}): the control's policy "
+                              f"was not shown hurt, as the plan required"
+                              + (f" ({gate['difference']} {gate['mean']:+.3f}, p {gate['p']:.3f})" if gate else "")}
+    sentence = (f"The committed result of {result['lab']} (batch {result['batch']}, {result['seeds']} seeds per arm, "
+                f"pre-registered; docs/results.md), on {measure}: {words[result['outcome']]}")
+    if gate and gate["passed"]:
+        sentence += (f"; the control's policy was hurt, as the plan required ({gate['difference']} "
+                     f"{gate['mean']:+.3f}, p {gate['p']:.3f})")
+    for test in result["equivalence"]:
+        shown = "are equivalent" if test["verdict"] == "equivalent" else "were not shown equivalent"
+        sentence += (f"; Cooper and the rule arm {shown} within ±{test['margin']:.2f} ({test['difference']} "
+                     f"{test['mean']:+.3f}, two one-sided tests p {test['p']:.3f})")
+    static_rule = result["static_rule"]
+    if static_rule:
+        side = more if static_rule["mean"] > 0 else less
+        said = (f"{side} the rule arm's by less than the plan's test can tell from noise"
+                if static_rule["verdict"] == "within noise" else f"{side} the rule arm's")
+        holm = f", Holm-adjusted {static_rule['p_holm']:.3f}" if "p_holm" in static_rule else ""
+        sentence += (f", and the frozen RM's policy {said} ({static_rule['difference']} {static_rule['mean']:+.3f} "
+                     f"[{static_rule['ci'][0]:+.3f}, {static_rule['ci'][1]:+.3f}], p {static_rule['p']:.3f}{holm})")
+    return sentence + "."
+
+
 def committed_result() -> list[str]:
-    """The lab's committed result in words (COMMITTED_RESULT): the lab's last line, after any run's reading."""
-    batch, seeds = COMMITTED_RESULT["batch"], COMMITTED_RESULT["seeds"]
-    _, mean, (low, high), p = COMMITTED_RESULT["primary"]
-    _, s_mean, (s_low, s_high), s_p = COMMITTED_RESULT["static_rule"]
-    return [f"The committed result (batch {batch}, {seeds} seeds per arm, pre-registered; docs/results.md): Cooper did "
-            f"not beat the control, an RM updated as Cooper's on fresh offline pairs that never saw the policy "
-            f"(Cooper - control {mean:+.3f}, 95% CI [{low:+.3f}, {high:+.3f}], p {p:.3f}: within noise), and the "
-            f"frozen RM's policy ended below the rule arm's by less than the plan's test can tell from noise "
-            f"(static - rule {s_mean:+.3f} [{s_low:+.3f}, {s_high:+.3f}], p {s_p:.3f})."]
+    """The lab's committed results in words (COMMITTED_RESULTS, the newest last): the lab's last lines, after any
+    run's reading."""
+    return [committed_sentence(result) for result in COMMITTED_RESULTS]
 
 
 def read_runs(runs) -> list[str]:
