@@ -255,3 +255,21 @@ def test_batch45s_plan_is_frozen_read_by_this_tool_and_runs_the_style_preset_in_
     assert plan["secondary_correction"] == "holm" and plan["equivalence"][0]["margin"] > 0
     args = lab_cli.parse_args(plan["labs"][0]["args"])
     assert args.preset == "style" and set(args.arm_list) == {"rule", "static", "cooper", "offline_pairs", "cooper_stale"}
+
+
+def test_the_verdict_states_each_arm_alone_in_every_measure_the_plan_reads():
+    from cooper_openrlhf.report.plan_verdict import TRAINING_VERIFIED
+
+    plan = {**PLAN, "secondary": [{"difference": "cooper - rule", "measure": TRAINING_VERIFIED}]}
+    finals = _finals([0.05, -0.06, 0.04, -0.05, 0.07, -0.05, 0.06, -0.04])
+    verified = {arm: {s: 0.5 + 0.1 * (s % 2) for s in range(8)} for arm in ("cooper", "rule")}
+    verdict = plan_verdict(plan, finals, {TRAINING_VERIFIED: verified})
+    static = verdict["arms"]["final = mean of the last 3 held-out evaluations"]["static"]  # 0.4, 0.3 alternating
+    assert static["seeds"] == 8 and static["mean"] == pytest.approx(0.35)
+    assert static["sd"] == pytest.approx(0.0535, abs=1e-4) and static["ci"][0] < 0.35 < static["ci"][1]
+    assert verdict["arms"][TRAINING_VERIFIED]["rule"]["mean"] == pytest.approx(0.55)
+    assert "offline_pairs" not in verdict["arms"][TRAINING_VERIFIED]
+    text = render(verdict)
+    assert f"| arm | final = mean of the last 3 held-out evaluations | {TRAINING_VERIFIED} |" in text
+    assert re.search(r"\| static \| 0\.350 ± 0\.053 \[0\.3\d\d, 0\.3\d\d\] \| - \|", text)
+    assert re.search(r"\| rule \| 0\.400 ± 0\.000 \[0\.400, 0\.400\] \| 0\.550 ± 0\.053 \[0\.5\d\d, 0\.5\d\d\] \|", text)

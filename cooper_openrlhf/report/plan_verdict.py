@@ -22,7 +22,8 @@ import re
 import statistics
 from pathlib import Path
 
-from cooper_openrlhf.report.seed_stats import ALPHA, PairedComparison, equivalence_p_value, paired_comparison
+from cooper_openrlhf.report.seed_stats import (ALPHA, PairedComparison, bootstrap_mean_interval, equivalence_p_value,
+                                               paired_comparison)
 
 DECISION_RULE = ("beats the control if CI lower end > 0 and p < 0.05; worse if CI upper end < 0 and p < 0.05; "
                  "else within noise")
@@ -174,6 +175,17 @@ def static_falls(finals: dict[str, dict[int, float]], margin: float) -> dict:
     return {"margin": margin, "seeds": len(seeds), "fell": fell}
 
 
+def arm_summaries(finals: dict[str, dict[int, float]]) -> dict[str, dict]:
+    """Each arm over its seeds: mean, sample sd and the 95% bootstrap interval of the mean (the report's)."""
+    summaries = {}
+    for arm, by_seed in sorted(finals.items()):
+        values = [by_seed[s] for s in sorted(by_seed)]
+        summaries[arm] = {"seeds": len(values), "mean": statistics.fmean(values),
+                          "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                          "ci": list(bootstrap_mean_interval(values))}
+    return summaries
+
+
 def plan_measure(plan: dict) -> str:
     """The plan's primary measure, by its wording (MEASURES); a plan that names none is batch 33b's kind."""
     return plan["primary"].get("measure", HELDOUT_FINAL)
@@ -239,6 +251,7 @@ def plan_verdict(plan: dict, finals: dict[str, dict[int, float]],
             "secondary": secondary, "elsewhere": elsewhere,
             "holm_registered": plan.get("secondary_correction") == "holm",
             "equivalence": [equivalence(finals, e) for e in plan.get("equivalence", [])],
+            "arms": {measure: arm_summaries(by_arm) for measure, by_arm in by_measure.items()},
             "finals": {arm: {str(s): v for s, v in sorted(by_seed.items())} for arm, by_seed in finals.items()}}
 
 
@@ -299,6 +312,16 @@ def render(verdict: dict, plan_path: str = "") -> str:
                                                                      if r["fell"] else ".")]
     if verdict["elsewhere"]:
         lines += ["", "Read elsewhere: " + "; ".join(verdict["elsewhere"]) + "."]
+    arms = verdict.get("arms", {})
+    if arms:  # each arm alone, in every measure the plan's test reads (the primary's first)
+        names = sorted({arm for by_arm in arms.values() for arm in by_arm})
+        lines += ["", "Each arm over its seeds: mean ± sd [95% bootstrap CI of the mean]; the measures are the plan's "
+                      "(the primary's first).", "",
+                  "| arm | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+        for arm in names:
+            cells = [f"{a['mean']:.3f} ± {a['sd']:.3f} [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]" if (a := by_arm.get(arm))
+                     else "-" for by_arm in arms.values()]
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     seeds = sorted({s for by_seed in verdict["finals"].values() for s in by_seed}, key=int)
     lines += ["", "| arm | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
     for arm, by_seed in verdict["finals"].items():
