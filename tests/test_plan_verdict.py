@@ -270,6 +270,7 @@ def test_the_verdict_states_each_arm_alone_in_every_measure_the_plan_reads():
     assert verdict["arms"][TRAINING_VERIFIED]["rule"]["mean"] == pytest.approx(0.55)
     assert "offline_pairs" not in verdict["arms"][TRAINING_VERIFIED]
     text = render(verdict)
-    assert f"| arm | final = mean of the last 3 held-out evaluations | {TRAINING_VERIFIED} |" in text
+    assert "| arm | held-out final | verified accuracy, last 20 steps |" in text
+    assert f"verified accuracy, last 20 steps = {TRAINING_VERIFIED}" in text
     assert re.search(r"\| static \| 0\.350 ± 0\.053 \[0\.3\d\d, 0\.3\d\d\] \| - \|", text)
     assert re.search(r"\| rule \| 0\.400 ± 0\.000 \[0\.400, 0\.400\] \| 0\.550 ± 0\.053 \[0\.5\d\d, 0\.5\d\d\] \|", text)

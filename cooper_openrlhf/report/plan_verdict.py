@@ -34,6 +34,8 @@ TRAINING_VERIFIED = "rule-verified accuracy of the training rollouts, mean over 
 TRAINING_WINDOW = 20
 EXPLOIT_RATE = "share of the training rollouts over the last 20 steps written in the plan's style and verified wrong"
 MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE)
+MEASURE_LABELS = {HELDOUT_FINAL: "held-out final", TRAINING_VERIFIED: "verified accuracy, last 20 steps",
+                  EXPLOIT_RATE: "exploit rate, last 20 steps"}  # table headings; the plan's wording is printed beside
 # Measures where less is better: a treatment beats the control when A - B is below 0, and the plan must say so.
 LOWER_IS_BETTER = (EXPLOIT_RATE,)
 DECISION_RULE_LOWER = ("beats the control if CI upper end < 0 and p < 0.05; worse if CI lower end > 0 and p < 0.05; "
@@ -315,9 +317,10 @@ def render(verdict: dict, plan_path: str = "") -> str:
     arms = verdict.get("arms", {})
     if arms:  # each arm alone, in every measure the plan's test reads (the primary's first)
         names = sorted({arm for by_arm in arms.values() for arm in by_arm})
-        lines += ["", "Each arm over its seeds: mean ± sd [95% bootstrap CI of the mean]; the measures are the plan's "
-                      "(the primary's first).", "",
-                  "| arm | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+        lines += ["", "Each arm over its seeds: mean ± sd [95% bootstrap CI of the mean], in the measures the plan's "
+                      "test reads, the primary's first: " + "; ".join(f"{MEASURE_LABELS.get(m, m)} = {m}" for m in arms)
+                  + ".", "", "| arm | " + " | ".join(MEASURE_LABELS.get(m, m) for m in arms) + " |",
+                  "|---|" + "---|" * len(arms)]
         for arm in names:
             cells = [f"{a['mean']:.3f} ± {a['sd']:.3f} [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]" if (a := by_arm.get(arm))
                      else "-" for by_arm in arms.values()]
