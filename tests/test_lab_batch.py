@@ -254,3 +254,23 @@ def test_a_re_report_that_ran_no_run_keeps_the_labs_record(tmp_path):
     assert json.loads(record.read_text())["command"] == "--seeds 8"
     assert write_record(record, {"command": "--seeds 9"}, ran=1)  # a run ran: this invocation's record
     assert write_record(tmp_path / "new.json", {"command": "--seeds 1"}, ran=0)  # the first record is written
+
+
+def test_a_batch_run_two_at_a_time_passes_the_labs_the_plans_arguments_unchanged(repo, tmp_path):
+    """`cli.batch PLAN --parallel-runs 2`: each seed's lab gets the plan's arguments and seeds as registered, with the
+    execution option after them (a plan that names it too is overridden, as argparse keeps the last)."""
+    from cooper_openrlhf.lab.batch import run_batch
+
+    calls = []
+    plan = {"commit": _git(repo, "rev-parse", "HEAD"), "out": str(tmp_path / "labs"),
+            "labs": [{"name": "main", "seeds": 2, "args": ["--preset", "style", "--run-timeout", "3600"]}]}
+    assert run_batch(plan, repo, lambda argv: calls.append(argv) or 0, parallel_runs=2) == 0
+    folder = str(tmp_path / "labs" / "main")
+    assert calls == [["--preset", "style", "--run-timeout", "3600", "--seeds", str(k), "--out", folder,
+                      "--parallel-runs", "2"] for k in (1, 2)]
+    calls.clear()
+    run_batch(plan, repo, lambda argv: calls.append(argv) or 0)
+    assert all("--parallel-runs" not in argv for argv in calls)  # one at a time unless asked
+    from cooper_openrlhf.cli import lab as lab_cli
+
+    assert lab_cli.parse_args(["--preset", "style", "--parallel-runs", "1", "--parallel-runs", "2"]).parallel_runs == 2

@@ -18,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("plan", type=Path, help="the plan (JSON: commit, out, labs)")
     parser.add_argument("--publish", type=Path, default=None, help="archive finished runs and reports here")
     parser.add_argument("--commit-to", type=Path, default=None, help="a git worktree holding --publish: commit there")
+    parser.add_argument("--parallel-runs", type=int, default=None, metavar="N",
+                        help="run N of a seed's runs at once (cli.lab --parallel-runs): about one core each on a CPU "
+                             "machine, so 2 on 2 cores finish a seed sooner; outside the plan, since it changes no "
+                             "run's result")
     parser.add_argument("--check-only", action="store_true", help="check the plan against this worktree; run nothing")
     parser.add_argument("--blindspot-figure", type=Path, default=None, metavar="PNG",
                         help="run nothing: plot final held-out accuracy of static and cooper against the starting RM's "
@@ -43,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
     repo = Path(cooper_openrlhf.__file__).resolve().parent.parent
     plan = load_plan(args.plan)
+    if args.parallel_runs is not None and args.parallel_runs < 1:
+        parser.error(f"--parallel-runs must be at least 1, got {args.parallel_runs}")
     if args.from_published and not (args.verdict or args.blindspot_figure):
         parser.error("--from-published reads runs for --verdict or --blindspot-figure; it runs nothing itself")
     if args.verdict or args.blindspot_figure:
@@ -62,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         check_commit(repo, plan["commit"])
         print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")
         return 0
-    return 1 if run_batch(plan, repo, lab_cli.main, args.publish, args.commit_to) else 0
+    return 1 if run_batch(plan, repo, lab_cli.main, args.publish, args.commit_to, args.parallel_runs) else 0
 
 
 def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:

@@ -290,9 +290,12 @@ def commit_published(repo: Path, paths: list[Path], message: str) -> bool:
     return done.returncode == 0
 
 
-def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, commit_to: Path | None = None) -> int:
+def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, commit_to: Path | None = None,
+              parallel_runs: int | None = None) -> int:
     """Every lab of the plan, seed by seed (module docstring); returns the number of failed runs. run_lab: the lab's
-    entry point (`cli.lab.main`: argv -> exit status), passed in by the CLI that drives the batch."""
+    entry point (`cli.lab.main`: argv -> exit status), passed in by the CLI that drives the batch. parallel_runs:
+    how many of a seed's runs at once (`cli.lab --parallel-runs`), an execution option outside the plan: each run
+    still has its own processes, seed and threads, so it computes what it would alone, only slower."""
     check_commit(repo, plan["commit"])
     apply_environment(plan)
     out = Path(plan["out"])
@@ -306,7 +309,8 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
             share_preparation(out / lab["prepared_from"], folder)
         for seeds in range(1, lab["seeds"] + 1):
             logger.info("batch: lab %s, seeds 0..%d", lab["name"], seeds - 1)
-            status = run_lab([*lab["args"], "--seeds", str(seeds), "--out", str(folder)])
+            status = run_lab([*lab["args"], "--seeds", str(seeds), "--out", str(folder),
+                              *(["--parallel-runs", str(parallel_runs)] if parallel_runs else [])])
             failed += status != 0
             if publish is not None:
                 publish_runs(folder, publish / lab["name"])
