@@ -19,6 +19,8 @@ mechanism), each as the means of its first and last VERIFIED_WINDOW steps agains
 
 from collections.abc import Mapping, Sequence
 
+from cooper_openrlhf.report.plan_verdict import EXPLOIT_RATE, HELDOUT_FINAL, LOWER_IS_BETTER, TRAINING_VERIFIED
+
 MOVE = 0.05  # a change worth naming: above one evaluation's noise at the lab's 128 graded samples
 RELIABLE_SEEDS = 3
 FULL_LAB_FIGURE = "docs/results/batch33b/main/rewards_accuracy.png"
@@ -28,7 +30,7 @@ FULL_LAB_FIGURE = "docs/results/batch33b/main/rewards_accuracy.png"
 # new batch's verdict is appended.
 COMMITTED_RESULTS = (
     {"batch": "33b", "lab": "the full lab", "verdict": "docs/results/batch33b/verdict.json",
-     "seeds": 8, "measure": "final = mean of the last 3 held-out evaluations", "outcome": "within noise",
+     "seeds": 8, "measure": HELDOUT_FINAL, "outcome": "within noise",
      "primary": {"difference": "cooper - offline_pairs", "mean": -0.014, "ci": (-0.060, 0.028), "p": 0.570},
      "validity_gate": None, "equivalence": (),
      "static_rule": {"difference": "static - rule", "mean": -0.050, "ci": (-0.089, -0.014), "p": 0.055,
@@ -36,13 +38,11 @@ COMMITTED_RESULTS = (
 )
 # A verdict's measure in words, and what "static - rule" above and below 0 mean in it.
 MEASURE_WORDS = {
-    "final = mean of the last 3 held-out evaluations": ("held-out accuracy (the mean of the last 3 evaluations)",
-                                                        "ended above", "ended below"),
-    "rule-verified accuracy of the training rollouts, mean over the last 20 steps": (
-        "the rule-verified accuracy of the training rollouts (the last 20 steps)", "ended above", "ended below"),
-    "share of the training rollouts over the last 20 steps written in the plan's style and verified wrong": (
-        "the exploit rate (the share of the last 20 steps' training rollouts written in the planted style and "
-        "verified wrong; less is better)", "exploited it more than", "exploited it less than"),
+    HELDOUT_FINAL: ("held-out accuracy (the mean of the last 3 evaluations)", "ended above", "ended below"),
+    TRAINING_VERIFIED: ("the rule-verified accuracy of the training rollouts (the last 20 steps)", "ended above",
+                        "ended below"),
+    EXPLOIT_RATE: ("the exploit rate (the share of the last 20 steps' training rollouts written in the planted style "
+                   "and verified wrong; less is better)", "exploited it more than", "exploited it less than"),
 }
 CONTROL = "the control, an RM updated as Cooper's on fresh offline pairs that never saw the policy"
 LOW_START = 0.10  # held-out accuracy below this at the first evaluation leaves a fall almost no room to show
@@ -150,8 +150,6 @@ def verdict_summary(verdict: dict) -> dict:
     """The numbers of a verdict (`report.plan_verdict.plan_verdict`'s output) that the lab's last line states, rounded
     as printed: the primary and its outcome for Cooper ("beats", "worse", "within noise" or "uninformative"), the
     validity gate, the equivalence tests and the static - rule secondary on the plan's measure."""
-    from cooper_openrlhf.report.plan_verdict import LOWER_IS_BETTER
-
     def numbers(result: dict, *keys: str) -> dict:
         rounded = {"difference": result["difference"], "mean": round(result["mean"], 3),
                    "ci": tuple(round(c, 3) for c in result["ci"]), "p": round(result["p"], 3)}
