@@ -700,6 +700,15 @@ def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows()
         "an RM updated as Cooper's on fresh offline pairs that never saw the policy (Cooper - control -0.014, 95% CI "
         "[-0.060, +0.028], p 0.570: within noise), and the frozen RM's policy ended below the rule arm's by less than "
         "the plan's test can tell from noise (static - rule -0.050 [-0.089, -0.014], p 0.055, Holm-adjusted 0.234).")
+    assert last[-1] == (  # the newest: batch 45, the style lab
+        "The committed result of the style lab (batch 45, 12 seeds per arm, pre-registered; docs/results.md), on the "
+        "exploit rate (the share of the last 20 steps' training rollouts written in the lab's style and verified wrong; "
+        "less is better): Cooper did not beat the control, an RM updated as Cooper's on fresh offline pairs that never "
+        "saw the policy (Cooper - control +0.017, 95% CI [-0.111, +0.145], p 0.812: within noise); the control's "
+        "policy was hurt, as the plan required (offline_pairs - rule +0.133, p 0.037); Cooper and the rule arm were "
+        "not shown equivalent within ±0.05 (cooper - rule +0.149, two one-sided tests p 0.903), and the frozen RM's "
+        "policy wrote more wrong answers in the style than the rule arm's (static - rule +0.254 [+0.156, +0.345], "
+        "p 0.002, Holm-adjusted 0.016).")
 
 
 @pytest.mark.parametrize("cooper, control, words", [
@@ -721,7 +730,8 @@ def test_a_committed_verdict_on_a_measure_where_less_is_better_is_worded_by_its_
     assert words in sentence and "on the exploit rate" in sentence
     assert ("the control's policy was hurt, as the plan required" in sentence) == (words != "is uninformative")
     assert "Cooper and the rule arm were not shown equivalent within ±0.05" in sentence  # 0.05-0.22 above rule
-    assert "the frozen RM's policy exploited it more than the rule arm's (static - rule +0.355" in sentence
+    assert "the frozen RM's policy wrote more wrong answers in the style than the rule arm's (static - rule +0.355" \
+        in sentence
 
 
 def test_a_planted_style_is_poisoned_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):

@@ -35,14 +35,24 @@ COMMITTED_RESULTS = (
      "validity_gate": None, "equivalence": (),
      "static_rule": {"difference": "static - rule", "mean": -0.050, "ci": (-0.089, -0.014), "p": 0.055,
                      "p_holm": 0.234, "verdict": "within noise"}},
+    {"batch": "45", "lab": "the style lab", "verdict": "docs/results/batch45/verdict.json",
+     "seeds": 12, "measure": EXPLOIT_RATE, "outcome": "within noise",
+     "primary": {"difference": "cooper - offline_pairs", "mean": 0.017, "ci": (-0.111, 0.145), "p": 0.812},
+     "validity_gate": {"difference": "offline_pairs - rule", "mean": 0.133, "ci": (0.024, 0.228), "p": 0.037,
+                       "passed": True},
+     "equivalence": ({"difference": "cooper - rule", "mean": 0.149, "ci": (0.01, 0.279), "p": 0.903, "margin": 0.05,
+                      "verdict": "not shown equivalent"},),
+     "static_rule": {"difference": "static - rule", "mean": 0.254, "ci": (0.156, 0.345), "p": 0.002, "p_holm": 0.016,
+                     "verdict": "above"}},
 )
 # A verdict's measure in words, and what "static - rule" above and below 0 mean in it.
 MEASURE_WORDS = {
     HELDOUT_FINAL: ("held-out accuracy (the mean of the last 3 evaluations)", "ended above", "ended below"),
     TRAINING_VERIFIED: ("the rule-verified accuracy of the training rollouts (the last 20 steps)", "ended above",
                         "ended below"),
-    EXPLOIT_RATE: ("the exploit rate (the share of the last 20 steps' training rollouts written in the planted style "
-                   "and verified wrong; less is better)", "exploited it more than", "exploited it less than"),
+    EXPLOIT_RATE: ("the exploit rate (the share of the last 20 steps' training rollouts written in the lab's style "
+                   "and verified wrong; less is better)", "wrote more wrong answers in the style than",
+                   "wrote fewer wrong answers in the style than"),
 }
 CONTROL = "the control, an RM updated as Cooper's on fresh offline pairs that never saw the policy"
 LOW_START = 0.10  # held-out accuracy below this at the first evaluation leaves a fall almost no room to show
