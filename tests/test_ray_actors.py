@@ -1,6 +1,7 @@
 """OpenRLHF's stock Ray actors on a local CPU cluster: the reward-model group and CPU vLLM engines."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -100,19 +101,18 @@ def test_cpu_vllm_engine_generates_and_takes_weight_updates_over_gloo(ray_cluste
         # connect to itself on it.
         store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
         joined = engine.init_process_group.remote("127.0.0.1", store.port, 1, 2, "openrlhf", "gloo", False)
-        group = GlooBroadcastGroup(store, rank=0, world_size=2)
+        group = GlooBroadcastGroup(store, rank=0, world_size=2, timeout_s=60)  # a hung sync fails the test in 60 s
         ray_cluster.get(joined)
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[run_dtype])  # the actor, in the run dtype
+        # A trainer in the other dtype: stock OpenRLHF trains in bf16 whatever the run announced, so an engine
+        # holding fp32 (the run dtype on a CPU without bf16 units) receives bf16 weights, and the other way round.
         other = torch.bfloat16 if run_dtype == "fp32" else torch.float32
-        name, param = next(iter(model.named_parameters()))
-        with pytest.raises(ray_cluster.exceptions.RayTaskError, match="vLLM holds"):  # the engine holds the run dtype
-            ray_cluster.get(engine.update_weight.remote(name, dtype=other, shape=param.shape))
 
-        def sync_weights():
+        def sync_weights(dtype):
             for name, param in model.named_parameters():
-                done = engine.update_weight.remote(name, dtype=param.dtype, shape=param.shape)
-                group.broadcast(param.data, src=0)
+                done = engine.update_weight.remote(name, dtype=dtype, shape=param.shape)
+                group.broadcast(param.data.to(dtype), src=0)
                 ray_cluster.get(done)
 
         saved = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -120,13 +120,23 @@ def test_cpu_vllm_engine_generates_and_takes_weight_updates_over_gloo(ray_cluste
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn(p.shape, generator=generator).to(p.dtype) * 0.5)
-        sync_weights()
+        sync_weights(other)
         perturbed = generate()
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(saved[name])
-        sync_weights()
+        sync_weights(DTYPES[run_dtype])
         restored = generate()
+
+        # A weight the engine cannot load fails that sync at once with the engine's error: the engine joined the
+        # broadcast before loading, so the trainer's send returns instead of waiting out the transport's timeout.
+        name, param = next(iter(model.named_parameters()))
+        done = engine.update_weight.remote("model.no_such_weight", dtype=param.dtype, shape=param.shape)
+        start = time.monotonic()
+        group.broadcast(param.data, src=0)
+        with pytest.raises(ray_cluster.exceptions.RayTaskError, match="no_such_weight"):
+            ray_cluster.get(done)
+        assert time.monotonic() - start < 60
     finally:
         ray_cluster.kill(engine)
 

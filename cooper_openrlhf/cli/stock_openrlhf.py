@@ -11,10 +11,31 @@ without a GPU tries `--reward.remote_url` end to end (docs/serve.md).
 import runpy
 import sys
 
+PARAM_DTYPE_FLAG = "--ds.param_dtype"
+STOCK_PARAM_DTYPE = "bf16"  # openrlhf/cli/train_ppo_ray.py's default
+
+
+def trainer_dtype(argv: list[str]) -> str:
+    """The dtype stock OpenRLHF trains in for these arguments (its `--ds.param_dtype`, last one wins)."""
+    dtype = STOCK_PARAM_DTYPE
+    for i, arg in enumerate(argv):
+        if arg == PARAM_DTYPE_FLAG and i + 1 < len(argv):
+            dtype = argv[i + 1]
+        elif arg.startswith(PARAM_DTYPE_FLAG + "="):
+            dtype = arg.split("=", 1)[1]
+    return dtype
+
 
 def main(argv: list[str]) -> None:
+    from cooper_openrlhf.runtime.dtype import DTYPES, announce_run_dtype
     from cooper_openrlhf.runtime.ray_cluster import init_local_ray
 
+    # The engines are created in the announced dtype (runtime/cpu.py). Announce the one stock OpenRLHF trains in,
+    # over any inherited from a parent process (a cooper run's start-up announces fp32 on a CPU without bf16 units),
+    # so both ends of the weight sync agree.
+    dtype = trainer_dtype(argv)
+    if dtype in DTYPES:
+        announce_run_dtype(dtype)
     init_local_ray()
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)

@@ -60,8 +60,8 @@ def _weight_sync_over_gloo() -> None:
     distributed_util.stateless_init_process_group = stateless_init_gloo_group
 
     def update_weight_on_cpu(self, name, dtype, shape, empty_cache=False):
-        if dtype != self.model_config.dtype:
-            raise ValueError(f"weight {name}: dtype {dtype} from the trainer, vLLM holds {self.model_config.dtype}")
+        # Join the broadcast first, in the sender's dtype: the trainer is already sending, and a receiver that
+        # raised before joining would hold it for the transport's whole timeout instead of failing the sync now.
         weight = torch.empty(shape, dtype=dtype, device="cpu")
         if self._model_update_with_ray:
             import ray.util.collective as collective
@@ -69,9 +69,24 @@ def _weight_sync_over_gloo() -> None:
             collective.broadcast(weight, 0, group_name=self._model_update_group)
         else:
             self._model_update_group.broadcast(weight, src=0)
+        held = self.model_config.dtype
+        if weight.dtype != held:
+            # Stock OpenRLHF trains in bf16 whatever the run announced, while the engine may hold fp32 (the run
+            # dtype on a CPU without bf16 units): take the trainer's values in the engine's dtype.
+            _warn_once_cast(dtype, held)
+            weight = weight.to(held)
         self.model_runner.model.load_weights(weights=[(name, weight)])
 
     WorkerWrap.update_weight = update_weight_on_cpu
+
+
+_warned_casts: set = set()
+
+
+def _warn_once_cast(sent, held) -> None:
+    if (sent, held) not in _warned_casts:
+        _warned_casts.add((sent, held))
+        logger.warning("weight sync: the trainer sends %s, vLLM holds %s; casting on receipt", sent, held)
 
 
 def _rewind_seeded_generators_without_offsets() -> None:

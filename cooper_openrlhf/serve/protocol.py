@@ -9,12 +9,10 @@ and reads ``{"rewards": [...], "scores": [...], "extra_logs": {name: [...]}}``, 
 extra_logs value becomes a per-sample `info[name]` tensor it logs). A request may carry several samples (the TRL
 and verl clients send a batch); every list must then have one entry per query.
 
-What the RM reads is (raw question, reference = the label, completion): `PromptSplitter` recovers them. The
-prompt is the policy's chat template applied to the question (OpenRLHF's `--data.apply_chat_template`), or the
-question through `--data.input_template`, or the question itself; the splitter renders a sentinel question
-through the same template once, so it knows the text around the question, and checks each recovery by rendering
-the question back. The completion is the query after the prompt, with the policy's special tokens removed (as
-the trainer's own decode with `skip_special_tokens=True` gives it).
+What the RM reads is (raw question, reference = the label, completion): `PromptSplitter` recovers them, by the
+rules of docs/serve.md ("What the RM reads of a prompt"): the question of a one-message chat prompt, the last user
+message of a conversation, the completion after the prompt or, when OpenRLHF cut a too-long prompt's head, after
+the prompt's tail that the query starts with; special tokens removed as the trainer's own decode removes them.
 """
 
 from collections.abc import Sequence
@@ -82,16 +80,20 @@ def build_response(rewards: Sequence[float], extra_logs: dict[str, Sequence[floa
 
 
 class PromptSplitter:
-    """Recovers (question, completion) from OpenRLHF's (prompt, query) for one prompt format.
+    """Recovers (question, completion) from OpenRLHF's (prompt, query) for one prompt format (the rules are in
+    docs/serve.md, "What the RM reads of a prompt").
 
-    chat_template: a callable question -> templated prompt (the policy tokenizer's `apply_chat_template` with a
+    chat_template: a callable messages -> templated prompt (the policy tokenizer's `apply_chat_template` with a
         generation prompt, as OpenRLHF's `preprocess_data`), or None when prompts are not chat-templated.
-    input_template: OpenRLHF's `--data.input_template` ("...{}..."), applied to the question before the chat
-        template, or None.
+    input_template: OpenRLHF's `--data.input_template` ("...{}..."), applied to the question when prompts are not
+        chat-templated, or None.
     special_tokens: the policy tokenizer's special-token strings, removed from the completion.
+
+    The n samples of a group share one prompt, so each prompt's question is worked out once (`cache_size` prompts).
     """
 
-    def __init__(self, chat_template=None, input_template: str | None = None, special_tokens: Sequence[str] = ()):
+    def __init__(self, chat_template=None, input_template: str | None = None, special_tokens: Sequence[str] = (),
+                 cache_size: int = 4096):
         if input_template is not None and input_template.count("{}") != 1:
             raise ValueError(f"input_template must hold exactly one '{{}}', got {input_template!r}")
         self._chat = chat_template
@@ -101,6 +103,9 @@ class PromptSplitter:
         if rendered.count(_SENTINEL) != 1:
             raise ValueError("the prompt template does not place the question exactly once; cannot split prompts")
         self._prefix, self._suffix = rendered.split(_SENTINEL)
+        self._turn_opener = self._last_user_turn_opener() if chat_template else None
+        self._questions: dict[str, str] = {}  # prompt -> question, insertion-ordered: the oldest is dropped first
+        self._cache_size = cache_size
 
     @classmethod
     def from_tokenizer(cls, tokenizer, apply_chat_template: bool = True, input_template: str | None = None):
@@ -111,36 +116,107 @@ class PromptSplitter:
                 raise ValueError("the policy tokenizer has no chat template; pass --no-chat-template if prompts are "
                                  "the questions themselves")
 
-            def chat(text: str) -> str:
-                return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                     add_generation_prompt=True)
+            def chat(messages: list[dict]) -> str:
+                return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return cls(chat, input_template, tokenizer.all_special_tokens)
 
     def render(self, question: str) -> str:
-        """The prompt OpenRLHF builds from `question`."""
-        text = self._input_template.replace("{}", question) if self._input_template else question
-        return self._chat(text) if self._chat else text
+        """The prompt OpenRLHF builds from `question` (a dataset row holding one user message)."""
+        if self._chat:
+            return self._chat([{"role": "user", "content": question}])
+        return self._input_template.replace("{}", question) if self._input_template else question
+
+    def _last_user_turn_opener(self) -> str:
+        """The text every rendering puts right before the last user message, whatever comes earlier (a system
+        prompt, earlier turns): the common end of what precedes the question in a few conversations."""
+        befores = [self._prefix]
+        for earlier in ([{"role": "system", "content": "S"}],
+                        [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]):
+            try:
+                rendered = self._chat([*earlier, {"role": "user", "content": _SENTINEL}])
+            except Exception:  # a template that refuses the role (no system turn, say) has no such prompts either
+                continue
+            if rendered.count(_SENTINEL) == 1 and rendered.endswith(self._suffix):
+                befores.append(rendered.split(_SENTINEL)[0])
+        opener = befores[0]
+        for before in befores[1:]:
+            common = 0
+            while common < min(len(opener), len(before)) and opener[-1 - common] == before[-1 - common]:
+                common += 1
+            opener = opener[len(opener) - common:]
+        return opener
 
     def question_of(self, prompt: str) -> str:
-        """The raw question inside `prompt`; a RequestError when the prompt is not of this format."""
-        if not (prompt.startswith(self._prefix) and prompt.endswith(self._suffix)
-                and len(prompt) >= len(self._prefix) + len(self._suffix)):
-            raise RequestError(f"prompt does not match the policy's prompt template (expected it to start with "
-                               f"{self._prefix[-60:]!r} and end with {self._suffix[:60]!r}): {prompt[:120]!r}")
-        question = prompt[len(self._prefix): len(prompt) - len(self._suffix)]
-        if self.render(question) != prompt:
-            raise RequestError(f"the recovered question does not render back to the prompt: {prompt[:120]!r}")
+        """The raw question inside `prompt` (cached per prompt); a RequestError when none can be recovered."""
+        question = self._questions.get(prompt)
+        if question is None:
+            question = self._recover_question(prompt)
+            if len(self._questions) >= self._cache_size:
+                del self._questions[next(iter(self._questions))]
+            self._questions[prompt] = question
         return question
 
+    def _recover_question(self, prompt: str) -> str:
+        if prompt.startswith(self._prefix) and prompt.endswith(self._suffix) \
+                and len(prompt) >= len(self._prefix) + len(self._suffix):
+            question = prompt[len(self._prefix): len(prompt) - len(self._suffix)]
+            # A conversation also renders back as one user message holding its turns' markup: keep its last turn.
+            if self.render(question) == prompt and not (self._turn_opener and self._turn_opener in question):
+                return question
+        if self._turn_opener and prompt.endswith(self._suffix):
+            # A system prompt or several turns: the RM reads the last user message.
+            head = prompt[: len(prompt) - len(self._suffix)]
+            at = head.rfind(self._turn_opener)
+            if at >= 0:
+                return head[at + len(self._turn_opener):]
+        hint = " (if the prompts are the questions themselves, start the service with --no-chat-template)" \
+            if self._chat else ""
+        raise RequestError(f"prompt does not match the policy's prompt template (expected it to start with "
+                           f"{self._prefix[-60:]!r} and end with {self._suffix[:60]!r}){hint}: {prompt[:120]!r}")
+
     def completion_of(self, prompt: str, query: str) -> str:
-        """The response text of `query` (= prompt + response), special tokens removed."""
-        if not query.startswith(prompt):
-            raise RequestError(f"query does not start with its prompt (query {query[:80]!r}..., prompt "
-                               f"{prompt[:80]!r}...); OpenRLHF sends query = prompt + response")
-        completion = query[len(prompt):]
+        """The response text of `query` (= prompt + response, or the prompt's tail + response when OpenRLHF cut the
+        prompt's head to fit its max length), special tokens removed."""
+        if query.startswith(prompt):
+            completion = query[len(prompt):]
+        else:
+            completion = self._after_truncated_prompt(prompt, query)
         for token in self._special:
             completion = completion.replace(token, "")
         return completion
 
+    def _after_truncated_prompt(self, prompt: str, query: str) -> str:
+        """OpenRLHF keeps a too-long prompt's last tokens (`prompt_token_ids[-max_prompt_length:]`) and sends the
+        decode of those + the response as the query, with the whole prompt beside it. The query then starts with a
+        tail of the prompt, after at most a few characters that the cut token decodes to on its own."""
+        tail_needed = max(len(self._suffix), min(len(prompt), _MIN_TRUNCATED_OVERLAP))
+        for skip in range(_CUT_TOKEN_CHARS + 1):
+            overlap = _longest_prefix_that_ends(query[skip: skip + len(prompt)], prompt)
+            if overlap >= tail_needed:
+                return query[skip + overlap:]
+        raise RequestError(f"query does not start with its prompt nor with a tail of it (query {query[:80]!r}..., "
+                           f"prompt {prompt[:80]!r}...); OpenRLHF sends query = prompt + response")
+
     def split(self, query: str, prompt: str, label: str) -> Sample:
         return Sample(prompt, self.question_of(prompt), label, self.completion_of(prompt, query))
+
+
+# A truncated prompt is recognised by a shared tail of at least this many characters (or the template's suffix,
+# if longer), after at most _CUT_TOKEN_CHARS characters of a token cut in the middle of a character.
+_MIN_TRUNCATED_OVERLAP = 16
+_CUT_TOKEN_CHARS = 4
+
+
+def _longest_prefix_that_ends(head: str, text: str) -> int:
+    """The length of the longest prefix of `head` that is a suffix of `text` (the KMP failure function of
+    head + separator + text's tail, so linear in their lengths)."""
+    joined = head + "\0" + text[-len(head):] if head else ""
+    failure = [0] * len(joined)
+    for i in range(1, len(joined)):
+        k = failure[i - 1]
+        while k and joined[i] != joined[k]:
+            k = failure[k - 1]
+        if joined[i] == joined[k]:
+            k += 1
+        failure[i] = k
+    return failure[-1] if joined else 0
