@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="complete groups per round = the trainer's prompts per step (--rollout.batch_size); each "
                         "round is monitored and, with --learn, trained on; 0: no rounds")
     g.add_argument("--group-timeout-s", type=float, default=600.0, help="drop a group incomplete for this long")
+    g.add_argument("--heldout-prompts", default=None,
+                   help="the file given to OpenRLHF's --eval.dataset: its prompts are scored, never learned from")
+    g.add_argument("--heldout-input-key", default="input", help="the question's field in --heldout-prompts")
+    g.add_argument("--no-group-check", action="store_true",
+                   help="do not refuse a trainer whose GRPO groups are seen not to match --group-size / "
+                        "--groups-per-update (docs/serve.md)")
     g.add_argument("--learn", action="store_true", help="train the RM on each round (Cooper's RM update)")
     g.add_argument("--no-wait-for-update", action="store_true",
                    help="new groups do not wait for an update in flight (async trainers; docs/serve.md)")
@@ -117,6 +123,8 @@ def check_args(args) -> list[str]:
         problems.append(f"--policy {args.policy}: no such folder")
     if args.input_template and not args.no_chat_template:
         problems.append("--input-template applies only with --no-chat-template (as OpenRLHF's --data.input_template)")
+    if args.heldout_prompts and not os.path.isfile(args.heldout_prompts):
+        problems.append(f"--heldout-prompts {args.heldout_prompts}: no such file")
     if args.learn:
         if not args.groups_per_update:
             problems.append("--learn needs --groups-per-update (the trainer's prompts per step)")
@@ -169,7 +177,8 @@ def build_service(args):
                            group_timeout_s=args.group_timeout_s, max_batch=args.max_batch,
                            max_wait_s=args.max_wait_ms / 1000, max_queue=args.max_queue,
                            wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
-                           on_hacking=args.on_hacking,
+                           on_hacking=args.on_hacking, check_groups=not args.no_group_check,
+                           heldout=getattr(args, "heldout_questions", frozenset()),
                            monitor=HackingMonitorConfig(**{f.name: getattr(args, f"hacking_{f.name}")
                                                            for f in fields(HackingMonitorConfig)}))
     pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s) for _ in range(args.verify_lanes)]
@@ -257,6 +266,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
         return 2
     token = read_token(args.token_file)
+    if args.heldout_prompts:
+        from cooper_openrlhf.serve.trainer_groups import heldout_questions
+
+        try:
+            args.heldout_questions = heldout_questions(args.heldout_prompts, args.heldout_input_key)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        logger.info("%d held-out questions (--heldout-prompts): scored, never learned from",
+                    len(args.heldout_questions))
     from cooper_openrlhf.runtime import install_cpu_runtime
 
     install_cpu_runtime()

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from cooper_openrlhf.serve.batcher import QueueFull
 from cooper_openrlhf.serve.metrics import CONTENT_TYPE_LATEST
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, build_response, parse_request
+from cooper_openrlhf.serve.trainer_groups import GroupMismatch
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
             return _error(log, exc.status, str(exc))
         except QueueFull as exc:
             return _error(log, 503, f"{exc}; retry")
+        except GroupMismatch as exc:  # the trainer must be restarted with matching flags: no retry can help
+            return _error(log, 409, str(exc))
         except asyncio.TimeoutError:
             return _error(log, 504, f"not scored within {request_timeout_s:.0f}s (--request-timeout-s); retry")
         except Exception as exc:  # a bug or a failed model call: the client retries, nobody is paid 0
@@ -117,7 +120,8 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "mode": service.mode, **service.gauges()}
+        groups = "ok" if service.group_mismatch is None else f"mismatch: {service.group_mismatch}"
+        return {"status": "ok", "mode": service.mode, "groups": groups, **service.gauges()}
 
     return app
 

@@ -34,6 +34,8 @@ from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
 from cooper_openrlhf.serve.learner import RoundTexts, round_metrics
 from cooper_openrlhf.serve.protocol import Sample
+from cooper_openrlhf.serve.trainer_groups import (GroupMismatch, open_when_a_round_completes, samples_by_prompt,
+                                                  too_many_open)
 from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ class ServiceConfig:
     update_wait_timeout_s: float = 120.0  # a new group waits at most this long for an update, then takes the latest
     checkpoint_every: int = 1  # updates between checkpoints (0: only on shutdown)
     on_hacking: str = "warn"  # ON_HACKING: warn | rule_reward
+    check_groups: bool = True  # refuse a trainer whose groups are not the service's (serve/trainer_groups.py)
+    heldout: frozenset = frozenset()  # questions of held-out prompts: scored, never grouped or learned from
     monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
 
     def __post_init__(self) -> None:
@@ -98,7 +102,7 @@ class RewardService:
             config.max_batch, config.max_wait_s, config.max_queue, "verifier")
         self.monitor = HackingMonitor(config.monitor)
         self.ready: list[Group] = []  # complete groups not yet in a round
-        self.counters = {"rounds": 0, "updates": 0, "pairs": 0, "samples": 0, "alarms": 0}
+        self.counters = {"rounds": 0, "updates": 0, "pairs": 0, "samples": 0, "alarms": 0, "heldout_samples": 0}
         self.last_round: dict[str, float] = {}
         self.update_done = asyncio.Event()
         self.update_done.set()
@@ -107,6 +111,7 @@ class RewardService:
         self._rounds: asyncio.Task | None = None
         self._closing = False
         self._waited = 0.0  # seconds new groups spent waiting for updates since the last round
+        self.group_mismatch: str | None = None  # set once the trainer's groups are seen not to be the service's
         if state:
             self._load_state(state)
 
@@ -138,27 +143,37 @@ class RewardService:
         """Rewards of the samples (one request's); raises when any cannot be scored."""
         if self._closing:
             raise RuntimeError("the service is shutting down")
-        places: list[Group] = []
+        if self.group_mismatch:
+            raise GroupMismatch(self.group_mismatch)
+        places: list[Group | None] = []  # None: a held-out sample (scored by the latest RM, never grouped)
         try:
             for sample in samples:  # inside the try: a request cancelled while waiting gives back what it took
-                places.append(await self._reserve(sample))
+                places.append(None if sample.question in self.config.heldout else await self._reserve(sample))
+            self._check_open_groups()
             # The RM reads the completion as the trainer's RM does (`normalize_solution`, also what the pairs hold).
-            items = [(g.version, s.question, s.reference, normalize_solution(s.completion))
+            items = [(g.version if g else self.version, s.question, s.reference, normalize_solution(s.completion))
                      for g, s in zip(places, samples)]
             logits, outcomes = await asyncio.gather(
                 self.rm_batcher.submit_many(items),
                 self.verify_batcher.submit_many([(s.reference, s.completion) for s in samples]))
         except BaseException:
             for group in places:
-                self.groups.release(group)
+                if group is not None:
+                    self.groups.release(group)
             raise
         verdicts = [o.verdict for o in outcomes]
         rewards = modes.rewards_of(self.mode, logits, verdicts)
         answers = []
-        for group, sample, logit, outcome, reward in zip(places, samples, logits, outcomes, rewards):
+        for group, sample, logit, outcome, reward, (version, *_) in zip(places, samples, logits, outcomes, rewards,
+                                                                        items):
+            if group is None:
+                self.counters["heldout_samples"] += 1
+                answers.append(Scored(reward, logit, outcome.verdict, version))
+                continue
             complete = self.groups.record(group, ScoredSample(sample, logit, outcome, reward))
             if complete is not None:
                 self.ready.append(complete)
+                self._check_round_at_step_end()
                 if self.learner is not None:  # its pairs' slow part now, in the learner thread, not at the round's end
                     prepared = asyncio.get_running_loop().run_in_executor(self._executor, self.learner.prepare, complete)
                     prepared.add_done_callback(_log_failed_preparation)
@@ -180,6 +195,20 @@ class RewardService:
             self._waited += time.perf_counter() - start
         return self.groups.reserve(sample.prompt, self.version)
 
+    # -------------------------------------------------------------------------------- trainer groups
+    def _check_open_groups(self) -> None:
+        """Invariant (1) of serve/trainer_groups.py, after every reservation."""
+        if self.config.check_groups and self.group_mismatch is None:
+            self._refuse_groups(too_many_open([(g.prompt, g.reserved) for g in self.groups.open.values()],
+                                                 self.config.group_size, self.config.groups_per_update))
+
+    def _refuse_groups(self, reason: str | None) -> None:
+        if reason is not None and self.group_mismatch is None:
+            self.group_mismatch = reason
+            logger.error("the trainer's GRPO groups are not the service's; every request is refused from now on "
+                         "(--no-group-check turns this check off): %s", reason)
+            raise GroupMismatch(reason)
+
     # --------------------------------------------------------------------------------------- rounds
     def _wake_rounds(self) -> None:
         self._round_wakeup.set()
@@ -197,9 +226,23 @@ class RewardService:
                 logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
                                group.prompt[:60], len(group.scored), self.config.group_size)
             self.scorer.retire(self.groups.versions_in_use())
-            while per_round and len(self.ready) >= per_round:
+            while per_round and len(self.ready) >= per_round and self.group_mismatch is None:
                 batch, self.ready = self.ready[:per_round], self.ready[per_round:]
                 await self._run_round(batch)
+
+    def _check_round_at_step_end(self) -> None:
+        """Invariant (2) of serve/trainer_groups.py, when a group completes a round: a synchronous trainer's
+        round completes with its step's last sample, so no other group is open then."""
+        per_round = self.config.groups_per_update
+        if not (self.config.check_groups and self.config.wait_for_update and per_round) \
+                or self.group_mismatch is not None or len(self.ready) < per_round:
+            return
+        others = [(g.prompt, g.reserved) for g in self.groups.open.values()]
+        counts = samples_by_prompt([*self.ready, *self.groups.open.values()], self.ready[-1].version)
+        try:
+            self._refuse_groups(open_when_a_round_completes(others, counts, self.config.group_size, per_round))
+        except GroupMismatch:
+            pass  # this sample is scored and answered; the requests after it are refused
 
     async def _run_round(self, groups: list[Group]) -> None:
         index = self.counters["rounds"]
