@@ -106,6 +106,19 @@ def prompts(tmp_path_factory, answering_policy) -> tuple[Path, Path]:
     return policy, root / "prompts.jsonl"
 
 
+@pytest.fixture(scope="module")
+def heldout(prompts) -> Path:
+    """Two arithmetic prompts the training file does not hold, for OpenRLHF's --eval.dataset."""
+    from cooper_openrlhf.data.synthetic import make_arithmetic_problems
+
+    seen = {json.loads(line)["input"] for line in prompts[1].read_text().splitlines()}
+    rows = [{"input": p.question, "label": p.reference} for p in make_arithmetic_problems(40, seed=7, max_operand=20)
+            if p.question not in seen][:2]
+    path = prompts[1].parent / "heldout.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 # A CPU without bf16 units, on any machine: `auto` resolves to fp32 there, and a parent process that resolved it (a
 # cooper run's start-up, or an earlier test in this process) leaves fp32 announced for the engines, while stock
 # OpenRLHF trains in bf16. The weight sync must still agree (it once failed here at the first sync).
@@ -113,12 +126,14 @@ CPU_WITHOUT_BF16 = {"COOPER_CPU_BF16": "0", "COOPER_OPENRLHF_DTYPE": "fp32"}
 
 
 @pytest.mark.parametrize("async_training", [False, True], ids=["sync-cpu-without-bf16", "async"])
-def test_stock_openrlhf_trains_against_the_learning_service(prompts, model_dir, tmp_path, async_training):
+def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, model_dir, tmp_path, async_training):
     policy, prompt_file = prompts
     service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy),
-                             *(["--no-wait-for-update"] if async_training else []))
+                             "--heldout-prompts", str(heldout), *(["--no-wait-for-update"] if async_training else []))
     try:
-        extra = ["--train.async_enable"] if async_training else []
+        # OpenRLHF's eval rollouts (2 samples per held-out prompt, n is 4 in training) reach the same URL.
+        extra = ["--eval.dataset", str(heldout), "--eval.steps", "1", "--eval.n_samples_per_prompt", "2",
+                 *(["--train.async_enable"] if async_training else [])]
         _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}", *extra,
                         extra_env=None if async_training else CPU_WITHOUT_BF16)
         deadline = time.monotonic() + 60
@@ -130,8 +145,11 @@ def test_stock_openrlhf_trains_against_the_learning_service(prompts, model_dir, 
     rounds = service.rounds()
     # Every one of the 3 x 4 x 4 samples was scored and answered (none lost, none failed: OpenRLHF would have
     # stopped on a missing reward); every group completed, none expired.
-    assert health["samples"] == STEPS * PROMPTS_PER_STEP * N and health["groups_completed"] == STEPS * PROMPTS_PER_STEP
-    assert health["groups_expired"] == 0 and len(rounds) == STEPS
+    trained = health["samples"] - health["heldout_samples"]
+    assert trained == STEPS * PROMPTS_PER_STEP * N and health["groups_completed"] == STEPS * PROMPTS_PER_STEP
+    assert health["groups_expired"] == 0 and len(rounds) == STEPS and health["open_groups"] == 0
+    # The eval prompts were paid and never grouped: no group was learned from them, and no check was broken.
+    assert health["heldout_samples"] >= 2 * 2 and health["groups"] == "ok"
     # The service learned from the groups' own rollouts: pairs built, the RM moved, versions published.
     assert sum(r.get("cooper/rm_valid_pairs", 0) for r in rounds) > 0
     assert health["updates"] >= 1 and health["rm_version"] == health["updates"]

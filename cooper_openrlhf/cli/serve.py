@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a --token-file is required")
     g.add_argument("--port", type=int, default=5000)
     g.add_argument("--token-file", default=None, help="file holding the token clients must send (Bearer or ?token=)")
+    g.add_argument("--ssl-certfile", default=None, help="serve HTTPS with this certificate (PEM; uvicorn's own TLS)")
+    g.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM)")
     g.add_argument("--max-body-bytes", type=int, default=4 << 20)
     g.add_argument("--max-request-samples", type=int, default=256)
     g.add_argument("--request-timeout-s", type=float, default=150.0,
@@ -123,6 +125,11 @@ def check_args(args) -> list[str]:
         problems.append(f"--policy {args.policy}: no such folder")
     if args.input_template and not args.no_chat_template:
         problems.append("--input-template applies only with --no-chat-template (as OpenRLHF's --data.input_template)")
+    if bool(args.ssl_certfile) != bool(args.ssl_keyfile):
+        problems.append("--ssl-certfile and --ssl-keyfile go together")
+    for flag in ("ssl_certfile", "ssl_keyfile"):
+        if getattr(args, flag) and not os.path.isfile(getattr(args, flag)):
+            problems.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}: no such file")
     if args.heldout_prompts and not os.path.isfile(args.heldout_prompts):
         problems.append(f"--heldout-prompts {args.heldout_prompts}: no such file")
     if args.learn:
@@ -299,9 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     app = build_app(service, splitter, token=token, max_body_bytes=args.max_body_bytes,
                     max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
                     on_shutdown=shutdown)
-    logger.info("serving %s (mode %s, RM version %d, learning %s) at http://%s:%d/get_reward", args.rm, args.mode,
-                service.version, "on" if args.learn else "off", args.host, args.port)
-    _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)).run()
+    origin = args.rm if service.version == 0 else f"resumed from {checkpointer.dir}, trained from {args.rm}"
+    scheme = "https" if args.ssl_certfile else "http"
+    logger.info("serving RM version %d (%s; mode %s, learning %s) at %s://%s:%d/get_reward", service.version, origin,
+                args.mode, "on" if args.learn else "off", scheme, args.host, args.port)
+    _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                           ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)).run()
     return 0
 
 

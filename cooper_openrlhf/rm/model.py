@@ -428,7 +428,9 @@ def export_rm(model, tokenizer, out_dir, *, template_version: str = TEMPLATE_VER
     if rank == 0:
         compatible, reason = openrlhf_compatibility(module)
         if not compatible:
-            logger.warning("export %s: %s", out, reason)
+            logger.warning("export %s: the folder is a VerifyRM that this package's loaders read with its trained "
+                           "head (rm.model.load_rm, cli.serve --rm, cli.evaluate); only stock OpenRLHF's loader cannot: "
+                           "%s", out, reason)
         record = dict(template_config(template_version), max_length=max_length, openrlhf_compatible=compatible)
         if reason:
             record["openrlhf_incompatible_reason"] = reason
