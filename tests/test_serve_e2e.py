@@ -89,6 +89,7 @@ def _stock_openrlhf(work: Path, policy: Path, prompts: Path, url: str, *extra: s
             "--vllm.gpu_memory_utilization", "0.1", "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",
             "--actor.num_gpus_per_node", "1", "--actor.adam.lr", "1e-4", "--actor.lr_warmup_ratio", "0",
             "--train.seed", "0", "--logger.tensorboard_dir", str(work / "tb"), "--ckpt.output_dir", str(work / "out"),
+            "--ckpt.path", str(work / "ckpt"),  # an eval run saves its best checkpoint there
             *extra]
     env = {"HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
