@@ -174,11 +174,11 @@ def build_service(args):
                                                            for f in fields(HackingMonitorConfig)}))
     pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s) for _ in range(args.verify_lanes)]
     lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
-    learner = checkpointer = state = None
+    learner = checkpointer = restored = None
     if args.learn:
         learner, checkpointer, model, tokenizer, version = _build_learner(args, dtype_name)
-        state = checkpointer.load()
-        version = state["version"] if state else 0
+        restored = checkpointer.load()
+        version = restored.state["version"] if restored else 0
         scoring_model = copy.deepcopy(learner.trainer.model.module)
         max_length = learner.trainer.max_length
         template_version = learner.trainer.template_version
@@ -189,8 +189,11 @@ def build_service(args):
         version = 0
     scorer = VersionedScorer(scoring_model, tokenizer, max_length=max_length,  # it copies the tokenizer (thread safety)
                              template_version=template_version, batch_size=args.max_batch, version=version)
+    for old_version, weights in (restored.pinned.items() if restored else ()):  # open groups finish on their own
+        scorer.restore(old_version, weights)
     log = ServiceLog(os.path.join(args.state_dir, "logs") if args.state_dir else None)
-    service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer, state=state)
+    service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer,
+                            state=restored.state if restored else None)
     service.verifier_pools = pools
     return service, checkpointer
 

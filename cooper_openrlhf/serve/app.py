@@ -117,7 +117,7 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "mode": service.mode, **service.gauges()}
+        return {"status": "ok", "mode": service.mode, "learning": service.learning_status, **service.gauges()}
 
     return app
 
