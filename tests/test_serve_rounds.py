@@ -4,6 +4,7 @@ an older version's weights come back into the scorer. (tests/test_serve_faults.p
 processes, a real folder that cannot be written and real kills.)"""
 
 import asyncio
+import json
 
 import pytest
 import torch
@@ -89,6 +90,10 @@ def test_a_round_that_raises_is_shown_counted_and_the_next_round_runs(tmp_path):
     assert learner.discarded == 1  # the failed update's gradients are not carried into the next one
     assert recovered == "ok" and after_recovery["learning_failing"] == 0 and after_recovery["round_failures"] == 1
     assert after_recovery["updates"] == 1 and after_recovery["rounds"] == 2
+    # The failed round is still watched and logged (the hacking monitor sees every round), marked as failed.
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("cooper/rm_update_failed", 0.0) for r in logged] == [1.0, 0.0]
+    assert all("cooper/hacking_alarm" in r for r in logged)
 
 
 def test_a_restored_group_whose_version_the_checkpoint_lacks_is_re_pinned_and_counted(tmp_path):

@@ -246,18 +246,20 @@ class RewardService:
                 logger.exception("discarding the failed round's gradients failed too")
 
     async def _run_round(self, index: int, groups: list[Group]) -> None:
-        """One round: its metrics, the RM update and publish (with learning), a checkpoint when due, the hacking
-        monitor, the log line. Raises what fails; the round still counts, and its groups are not retried."""
+        """One round: its metrics, the RM update and publish (with learning), the hacking monitor, the log line,
+        then a checkpoint when due. Raises what failed (after the monitor and the log line when the update failed:
+        the round is still watched); the round counts either way, and its groups are not retried."""
         self.counters["rounds"] += 1
         texts = RoundTexts.of(groups)
         rm_mode = "rm" if self.mode == "rule" else self.mode  # what the RM pays, whatever the service pays
         metrics = round_metrics(texts, modes.rewards_of(rm_mode, texts.logits, [o.verdict for o in texts.outcomes]))
         versions = [group.version for group in groups]  # the versions that scored the round's groups
         metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
+        update_failure = None
         if self.learner is not None:
             metrics["timing/serve_waited"], self._waited = self._waited, 0.0  # new groups' waits for the last update
             self.update_done.clear()
-            try:  # a failure here leaves the RM unchanged and goes to the round loop (_round_failed)
+            try:
                 updated, learned = await asyncio.get_running_loop().run_in_executor(
                     self._executor, self.learner.learn, groups, self.config.group_size, index)
                 metrics.update(learned)
@@ -268,14 +270,12 @@ class RewardService:
                     metrics["timing/serve_publish"] = time.perf_counter() - start
                     self.counters["updates"] += 1
                     self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
+            except Exception as exc:  # nothing new published; raised below, once the round is logged
+                update_failure = exc
+                metrics["cooper/rm_update_failed"] = 1.0
             finally:
                 self.update_done.set()
             metrics["cooper/rm_version_after"] = float(self.version)
-            every = self.config.checkpoint_every
-            # Due counts from the last checkpoint that succeeded: one that failed is tried again next round.
-            if self.checkpointer is not None and every and \
-                    self.counters["updates"] - self._checkpointed_updates >= every:
-                await self._checkpoint()
         metrics.update(guard_step(self.monitor, index, metrics))
         if metrics[ALARM] and ON_HACKING[self.config.on_hacking].reward_from_rule and self.mode != "rule":
             logger.warning("reward hacking alarm at round %d: paying the rule reward from now on", index)
@@ -284,6 +284,12 @@ class RewardService:
         metrics["cooper/paying_rule"] = float(self.mode == "rule")
         self.last_round = metrics
         self.log.round(index, metrics)
+        if update_failure is not None:
+            raise update_failure
+        # Due counts from the last checkpoint that succeeded: one that failed is tried again next round.
+        every = self.config.checkpoint_every
+        if self.checkpointer is not None and every and self.counters["updates"] - self._checkpointed_updates >= every:
+            await self._checkpoint()
 
     # ---------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict:
