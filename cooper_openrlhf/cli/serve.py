@@ -122,6 +122,8 @@ def check_args(args) -> list[str]:
             problems.append("--learn needs --groups-per-update (the trainer's prompts per step)")
         if not args.state_dir:
             problems.append("--learn needs --state-dir (checkpoints: nothing learned is lost on a restart)")
+        if args.keep_checkpoints < 1:
+            problems.append("--keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
     for flag in ("group_size", "max_batch", "max_queue", "verify_lanes", "rm_micro_batch_size"):
