@@ -26,6 +26,12 @@ def test_learning_needs_its_round_size_and_a_state_dir(capsys, model_dir, tmp_pa
                       "error: --negative-source assistant needs --assistant-url and --assistant-model"]
 
 
+def test_at_least_the_live_checkpoint_is_kept(capsys, model_dir, tmp_path):
+    errors = _errors(capsys, ["--rm", model_dir("tiny-qwen2-rm"), "--no-chat-template", "--learn",
+                              "--groups-per-update", "4", "--state-dir", str(tmp_path), "--keep-checkpoints", "0"])
+    assert errors == ["error: --keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)"]
+
+
 def test_prompt_format_must_be_said(capsys, model_dir):
     rm = model_dir("tiny-qwen2-rm")
     assert _errors(capsys, ["--rm", rm]) == [

@@ -36,18 +36,23 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    def __init__(self, work: Path, rm: str, policy: str, *extra: str, port: int | None = None):
+    """`cli.serve --learn` in its own process. `launcher`: the command before the flags (another entry point that
+    runs cli.serve, e.g. tests/serve_pausing_save.py); `env`: extra environment variables."""
+
+    def __init__(self, work: Path, rm: str, policy: str, *extra: str, port: int | None = None,
+                 launcher: list[str] | None = None, env: dict | None = None):
         self.work, self.port = work, port or free_port()
         work.mkdir(parents=True, exist_ok=True)
         (work / "token").write_text(TOKEN)
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [sys.executable, "-m", "cooper_openrlhf.cli.serve", "--rm", rm, "--policy", policy,
+        launcher = launcher or [sys.executable, "-m", "cooper_openrlhf.cli.serve"]
+        argv = [*launcher, "--rm", rm, "--policy", policy,
                 "--port", str(self.port), "--token-file", str(work / "token"), "--group-size", str(N),
                 "--groups-per-update", str(PROMPTS_PER_STEP), "--learn", "--state-dir", str(work / "state"),
                 "--rm-lr", "1e-3", "--rm-max-length", "256", *extra]
         self.log = open(work / "serve.log", "a")
         self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                                        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             assert self.process.poll() is None, (work / "serve.log").read_text()[-4000:]

@@ -137,6 +137,8 @@ def check_args(args) -> list[str]:
             problems.append("--learn needs --groups-per-update (the trainer's prompts per step)")
         if not args.state_dir:
             problems.append("--learn needs --state-dir (checkpoints: nothing learned is lost on a restart)")
+        if args.keep_checkpoints < 1:
+            problems.append("--keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
     for flag in ("group_size", "max_batch", "max_queue", "verify_lanes", "rm_micro_batch_size"):
@@ -190,11 +192,11 @@ def build_service(args):
                                                            for f in fields(HackingMonitorConfig)}))
     pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s) for _ in range(args.verify_lanes)]
     lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
-    learner = checkpointer = state = None
+    learner = checkpointer = restored = None
     if args.learn:
         learner, checkpointer, model, tokenizer, version = _build_learner(args, dtype_name)
-        state = checkpointer.load()
-        version = state["version"] if state else 0
+        restored = checkpointer.load()
+        version = restored.state["version"] if restored else 0
         scoring_model = copy.deepcopy(learner.trainer.model.module)
         max_length = learner.trainer.max_length
         template_version = learner.trainer.template_version
@@ -205,8 +207,11 @@ def build_service(args):
         version = 0
     scorer = VersionedScorer(scoring_model, tokenizer, max_length=max_length,  # it copies the tokenizer (thread safety)
                              template_version=template_version, batch_size=args.max_batch, version=version)
+    for old_version, weights in (restored.pinned.items() if restored else ()):  # open groups finish on their own
+        scorer.restore(old_version, weights)
     log = ServiceLog(os.path.join(args.state_dir, "logs") if args.state_dir else None)
-    service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer, state=state)
+    service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer,
+                            state=restored.state if restored else None)
     service.verifier_pools = pools
     return service, checkpointer
 

@@ -121,7 +121,8 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
     @app.get("/health")
     async def health():
         groups = "ok" if service.group_mismatch is None else f"mismatch: {service.group_mismatch}"
-        return {"status": "ok", "mode": service.mode, "groups": groups, **service.gauges()}
+        return {"status": "ok", "mode": service.mode, "learning": service.learning_status, "groups": groups,
+                **service.gauges()}
 
     return app
 

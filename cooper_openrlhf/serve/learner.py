@@ -101,6 +101,26 @@ class Learner:
             proven_wrong=proven_wrong, answerless=answerless, answerless_negatives=self.config.answerless_negatives,
             rm_scores=texts.logits, source=self.config.negative_source, pick=self.config.rollout_negative_pick)
 
+    def discard_gradients(self) -> None:
+        """Drop whatever gradients a failed update left accumulated, so the next round's step holds only its own.
+
+        What DeepSpeed's ZeRO 1/2 optimizer itself does when it skips a step on overflow (`stage_1_and_2.step`)."""
+        engine = self.trainer.model
+        engine.zero_grad()
+        optimizer = getattr(engine, "optimizer", None)
+        if optimizer is None:
+            return
+        optimizer.zero_grad(set_to_none=True)
+        if hasattr(optimizer, "_release_preflattened_grad_buffers"):
+            optimizer._release_preflattened_grad_buffers()
+        if getattr(optimizer, "cpu_offload", False):
+            optimizer.reset_cpu_buffers()
+        for buffers in ("averaged_gradients", "all_grad_tensors"):
+            held = getattr(optimizer, buffers, None)
+            if isinstance(held, dict):
+                for key in held:
+                    held[key] = None
+
     def learn(self, groups: list[Group], group_size: int, round_index: int) -> tuple[bool, dict[str, float]]:
         """(whether the RM changed, metrics): the round's pairs and one Cooper RM update on them."""
         start = time.perf_counter()

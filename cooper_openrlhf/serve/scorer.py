@@ -4,7 +4,7 @@ Version 0 is the RM the service started from (or the version its checkpoint reco
 publishes the next. Scoring never runs on the weights being trained: `publish` copies the trained weights into a
 scoring copy between batches, so a batch is scored by one version from start to end. Older versions are kept
 while an open GRPO group is pinned to them (`serve/groups.py`) and then dropped (`retire`), so memory holds the
-latest version plus the few that groups still use.
+latest version plus the few that groups still use; a checkpoint keeps those few too, and a restart `restore`s them.
 """
 
 import copy
@@ -63,6 +63,21 @@ class VersionedScorer:
             self.latest += 1
             self.models[self.latest] = fresh
             return self.latest
+
+    @torch.no_grad()
+    def restore(self, version: int, state_dict: dict) -> None:
+        """Hold an older `version` again (a checkpoint kept its weights because an open group is pinned to it)."""
+        with self._lock:
+            latest = self.models[self.latest]
+        model = copy.deepcopy(latest)
+        model.load_state_dict(state_dict)
+        model.eval()
+        with self._lock:
+            self.models[version] = model
+
+    def versions(self) -> set[int]:
+        with self._lock:
+            return set(self.models)
 
     def retire(self, in_use: set[int]) -> list[int]:
         """Drop the versions that are neither the latest nor in `in_use`; returns the dropped ones."""

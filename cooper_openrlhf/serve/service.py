@@ -12,8 +12,17 @@ Per sample (any number arrive concurrently, one per request from OpenRLHF):
      in the learner thread; the new version is published when the update ends. On an alarm the service can switch
      to the rule reward (`on_hacking`).
 Every `checkpoint_every` updates, and on shutdown, the RM's DeepSpeed state (model, optimizer, schedule), the
-version, the counters and the groups not yet learned from are saved (`serve/checkpoint.py`); a restart resumes
-from there.
+version, the counters, the groups not yet learned from and the weights of the older versions open groups are
+pinned to are committed as a new checkpoint (`serve/checkpoint.py`: a kill at any moment leaves the previous one
+loadable); a restart resumes from there and finishes the open groups with their own versions. A group pinned to a
+version the checkpoint does not hold is re-pinned to the restored version and counted (`groups_repinned`): its
+remaining samples are scored, never refused.
+
+Rounds are supervised: an exception anywhere in a round (pairs, RM update, publish, checkpoint, hacking monitor,
+metrics log) or in the loop's expiry is logged with its traceback, counted (`round_failures` at /metrics), shown
+in /health (`"learning": "failing: <error>"` until a round succeeds again, "ok" otherwise), the engine's
+gradients are discarded, and the next round runs as usual: scoring never stops for it. A checkpoint that failed is
+tried again at the next round.
 
 Failures are never a reward: a sample that cannot be scored raises (the HTTP layer answers 5xx and the client
 retries), its group place is released.
@@ -112,6 +121,10 @@ class RewardService:
         self._closing = False
         self._waited = 0.0  # seconds new groups spent waiting for updates since the last round
         self.group_mismatch: str | None = None  # set once the trainer's groups are seen not to be the service's
+        self.round_failures = 0
+        self.round_error: str | None = None  # the last round's failure; None once a round succeeds
+        self.groups_repinned = 0
+        self._checkpointed_updates = 0  # `updates` at the last checkpoint
         if state:
             self._load_state(state)
 
@@ -127,16 +140,23 @@ class RewardService:
         await self.update_done.wait()
         if self._rounds is not None:
             self._rounds.cancel()
-        if save and self.checkpointer is not None:
-            await self._checkpoint()
-        await self.rm_batcher.stop()
-        await self.verify_batcher.stop()
-        self._executor.shutdown(wait=True)
-        self.log.close()
+        try:
+            if save and self.checkpointer is not None:
+                await self._checkpoint()  # a new checkpoint beside the live one (serve/checkpoint.py)
+        finally:
+            await self.rm_batcher.stop()
+            await self.verify_batcher.stop()
+            self._executor.shutdown(wait=True)
+            self.log.close()
 
     @property
     def version(self) -> int:
         return self.scorer.latest
+
+    @property
+    def learning_status(self) -> str:
+        """What /health says of the rounds: "ok", or "failing: <error>" until a round succeeds again."""
+        return "ok" if self.round_error is None else f"failing: {self.round_error}"
 
     # -------------------------------------------------------------------------------------- scoring
     async def score(self, samples: list[Sample]) -> list[Scored]:
@@ -214,7 +234,8 @@ class RewardService:
         self._round_wakeup.set()
 
     async def _round_loop(self) -> None:
-        """Turn complete groups into rounds: monitor each, learn from each (one at a time), expire stale groups."""
+        """Turn complete groups into rounds: monitor each, learn from each (one at a time), expire stale groups.
+        Nothing a round raises ends the loop (module docstring: rounds are supervised)."""
         per_round = self.config.groups_per_update
         while True:
             try:
@@ -222,13 +243,19 @@ class RewardService:
             except asyncio.TimeoutError:
                 pass
             self._round_wakeup.clear()
-            for group in self.groups.expire():
-                logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
-                               group.prompt[:60], len(group.scored), self.config.group_size)
-            self.scorer.retire(self.groups.versions_in_use())
+            try:
+                self._expire_and_retire()
+            except Exception as exc:
+                self._round_failed("expiring groups", exc)
             while per_round and len(self.ready) >= per_round and self.group_mismatch is None:
                 batch, self.ready = self.ready[:per_round], self.ready[per_round:]
-                await self._run_round(batch)
+                index = self.counters["rounds"]
+                try:
+                    await self._run_round(index, batch)
+                except Exception as exc:
+                    self._round_failed(f"round {index}", exc)
+                else:
+                    self.round_error = None
 
     def _check_round_at_step_end(self) -> None:
         """Invariant (2) of serve/trainer_groups.py, when a group completes a round: a synchronous trainer's
@@ -244,14 +271,34 @@ class RewardService:
         except GroupMismatch:
             pass  # this sample is scored and answered; the requests after it are refused
 
-    async def _run_round(self, groups: list[Group]) -> None:
-        index = self.counters["rounds"]
+    def _expire_and_retire(self) -> None:
+        for group in self.groups.expire():
+            logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
+                           group.prompt[:60], len(group.scored), self.config.group_size)
+        self.scorer.retire(self.groups.versions_in_use())
+
+    def _round_failed(self, what: str, exc: Exception) -> None:
+        """Log, count and show a failure; leave the engine as a fresh round expects it (no stale gradients)."""
+        logger.error("%s failed; the next round tries again", what, exc_info=exc)
+        self.round_failures += 1
+        self.round_error = f"{what}: {type(exc).__name__}: {exc}"
+        if self.learner is not None:
+            try:
+                self.learner.discard_gradients()
+            except Exception:
+                logger.exception("discarding the failed round's gradients failed too")
+
+    async def _run_round(self, index: int, groups: list[Group]) -> None:
+        """One round: its metrics, the RM update and publish (with learning), the hacking monitor, the log line,
+        then a checkpoint when due. Raises what failed (after the monitor and the log line when the update failed:
+        the round is still watched); the round counts either way, and its groups are not retried."""
         self.counters["rounds"] += 1
         texts = RoundTexts.of(groups)
         rm_mode = "rm" if self.mode == "rule" else self.mode  # what the RM pays, whatever the service pays
         metrics = round_metrics(texts, modes.rewards_of(rm_mode, texts.logits, [o.verdict for o in texts.outcomes]))
         versions = [group.version for group in groups]  # the versions that scored the round's groups
         metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
+        update_failure = None
         if self.learner is not None:
             metrics["timing/serve_waited"], self._waited = self._waited, 0.0  # new groups' waits for the last update
             self.update_done.clear()
@@ -266,16 +313,12 @@ class RewardService:
                     metrics["timing/serve_publish"] = time.perf_counter() - start
                     self.counters["updates"] += 1
                     self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
-            except Exception:
-                logger.exception("round %d: the RM update failed; the RM is unchanged", index)
+            except Exception as exc:  # nothing new published; raised below, once the round is logged
+                update_failure = exc
                 metrics["cooper/rm_update_failed"] = 1.0
             finally:
                 self.update_done.set()
             metrics["cooper/rm_version_after"] = float(self.version)
-            every = self.config.checkpoint_every
-            if self.checkpointer is not None and every and metrics.get("cooper/rm_updated") and \
-                    self.counters["updates"] % every == 0:
-                await self._checkpoint()
         metrics.update(guard_step(self.monitor, index, metrics))
         if metrics[ALARM] and ON_HACKING[self.config.on_hacking].reward_from_rule and self.mode != "rule":
             logger.warning("reward hacking alarm at round %d: paying the rule reward from now on", index)
@@ -284,6 +327,12 @@ class RewardService:
         metrics["cooper/paying_rule"] = float(self.mode == "rule")
         self.last_round = metrics
         self.log.round(index, metrics)
+        if update_failure is not None:
+            raise update_failure
+        # Due counts from the last checkpoint that succeeded: one that failed is tried again next round.
+        every = self.config.checkpoint_every
+        if self.checkpointer is not None and every and self.counters["updates"] - self._checkpointed_updates >= every:
+            await self._checkpoint()
 
     # ---------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict:
@@ -293,19 +342,36 @@ class RewardService:
         return {"version": self.version, "mode": self.mode, "counters": dict(self.counters),
                 "groups": self.groups.state(), "ready": groups_to_dicts(self.ready)}
 
+    def pinned_models(self) -> dict:
+        """{version: scoring module} of the versions older than the latest that open groups are pinned to."""
+        return {v: self.scorer.model_of(v) for v in sorted(self.groups.versions_in_use()) if v != self.version}
+
     def _load_state(self, state: dict) -> None:
         from cooper_openrlhf.serve.groups import groups_from_dicts
 
         self.counters.update(state.get("counters", {}))
+        self._checkpointed_updates = self.counters["updates"]
         self.mode = state.get("mode", self.mode)
         self.groups.load_state(state.get("groups", {}))
         self.ready = groups_from_dicts(state.get("ready", []))
+        held = self.scorer.versions()
+        for group in self.groups.open.values():
+            if group.version not in held:  # a checkpoint without that version's weights: score on, with ours
+                logger.warning("open group of prompt %r was scored by RM version %d, which the checkpoint does not "
+                               "hold; its remaining samples are scored by version %d", group.prompt[:60],
+                               group.version, self.version)
+                group.version = self.version
+                self.groups_repinned += 1
 
     async def _checkpoint(self) -> None:
-        state = self.state()  # taken in the event loop: no request changes it meanwhile
+        # Taken in the event loop (no request changes them meanwhile). The pinned modules are published copies
+        # nobody trains; one retired meanwhile is reused only by `publish`, which runs on the same executor thread,
+        # so after this save.
+        state, pinned = self.state(), self.pinned_models()
         start = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.checkpointer.save, state)
-        logger.info("checkpoint of RM version %d in %.1fs", state["version"], time.perf_counter() - start)
+        tag = await asyncio.get_running_loop().run_in_executor(self._executor, self.checkpointer.save, state, pinned)
+        self._checkpointed_updates = state["counters"]["updates"]
+        logger.info("checkpoint %s of RM version %d in %.1fs", tag, state["version"], time.perf_counter() - start)
 
     # -------------------------------------------------------------------------------------- metrics
     def gauges(self) -> dict[str, float]:
@@ -317,4 +383,6 @@ class RewardService:
                 "verify_queue": float(self.verify_batcher.queued), "rm_batches": float(stats.batches),
                 "rm_batch_mean": stats.items / stats.batches if stats.batches else 0.0,
                 "update_in_flight": float(not self.update_done.is_set()), "paying_rule": float(self.mode == "rule"),
+                "round_failures": float(self.round_failures), "learning_failing": float(self.round_error is not None),
+                "groups_repinned": float(self.groups_repinned),
                 **{k: float(v) for k, v in self.counters.items()}}
