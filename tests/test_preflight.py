@@ -420,7 +420,7 @@ def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
 def test_after_a_best_save_off_the_save_steps_the_job_resumes_both_models_from_the_best_tag(rl_env):
     """Issue 43: step 3's evaluation was the best so far and 3 is no --ckpt.save_steps step, so the policy and the RM
     were saved as best_global_step3 only, and both `latest` files name it. The preflight judges the folders the
-    trainer loads (`checkpoint_tags.resume_tags`): it names them, and refuses when the RM's is damaged."""
+    trainer loads (`checkpoint_tags.resume_point`): it names them, and refuses when the RM's is damaged."""
     from cooper_openrlhf.cluster.launch_record import record_attempt
 
     out = rl_env["OUT"]
