@@ -406,8 +406,9 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
     attempts = launch_record(out)["attempts"]
     assert [a["restart_count"] for a in attempts] == [0, 1] and {a["job_id"] for a in attempts} == {cooper}
     assert attempts[0]["exit"] != 0 and attempts[1]["exit"] == 0
+    # The first attempt's last lines may be lost with it (Ray forwards a worker's log asynchronously).
     first, second = attempts_steps(out / "logs" / "job.log")
-    assert first == [1, 2] and second == [2, 3, 4], f"the steps of each attempt: {first}, {second}"
+    assert first in ([1], [1, 2]) and second == [2, 3, 4], f"the steps of each attempt: {first}, {second}"
     resumed = re.findall(r"resuming at step .*", (out / "logs" / "job.log").read_text(errors="replace"))
     assert len(resumed) == 1 and re.fullmatch(
         r"resuming at step 1 from the policy's (best_)?global_step1 and the RM's (best_)?global_step1: the save of "
