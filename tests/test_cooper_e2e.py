@@ -375,8 +375,8 @@ def test_a_run_requeued_after_a_best_save_resumes_with_the_rm_of_that_step(best_
     # The state issue 43 describes: the only checkpoint is step 2's best one, and 2 is no save step.
     assert state == {model: (["best_global_step2"], "best_global_step2") for model in ("_actor", "_rm")}
     # The preflight judges it as the trainer resumes: both models from best_global_step2.
-    assert check_last_checkpoint(str(run / "ckpt")) == [str(run / "ckpt" / m / "best_global_step2")
-                                                        for m in ("_actor", "_rm")]
+    assert check_last_checkpoint(str(run / "ckpt"))[0] == [str(run / "ckpt" / m / "best_global_step2")
+                                                           for m in ("_actor", "_rm")]
     assert "resumed the Cooper RM from best_global_step2" in (run / "run.log").read_text()
     # The requeued job's step 3 was paid by the RM saved with the best policy, the RM after step 2's update...
     assert resumed_rm_problems(run, run / "ckpt", "best_global_step2", dtype=torch_dtype("auto")) == []

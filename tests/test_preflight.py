@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -391,13 +392,16 @@ def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
         open(os.path.join(out, "ckpt", model, "latest"), "w").write("global_step2")
     plan_rl(Env(rl_env))  # whole: resumes
     os.remove(os.path.join(out, "ckpt", "_rm", "global_step2", "mp_rank_00_model_states.pt"))
-    with pytest.raises(PreflightError, match=r"the last checkpoint .*_rm/global_step2 \(named by .*_rm/latest\) is damaged"):
+    with pytest.raises(PreflightError, match=r"the checkpoint .*_rm/global_step2 it resumes from is damaged"):
         plan_rl(Env(rl_env))
+    # The RM's `latest` one step behind the policy's (a folder from before the pair markers): the policy's step-2
+    # save finished, the RM's was cut; both hold step 1 whole, and the job resumes there, saying so.
     open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
-    with pytest.raises(PreflightError, match="different steps"):
-        plan_rl(Env(rl_env))
+    resumed = plan_rl(Env(rl_env))
+    assert (f"OUT={out}: resuming at step 1 from the policy's global_step1 and the RM's global_step1: the save of "
+            "global_step2 was cut (the policy's `latest` named global_step2, the RM's global_step1)") in resumed.notes
     # Step 2's evaluation was the best so far: OpenRLHF saved the policy again as best_global_step2 and pointed its
-    # `latest` there (seen in CI: the requeued attempt was refused). The same step as the RM's global_step2: resumes.
+    # `latest` there. Before the RM kept best tags its `latest` stayed at the same step's global_step2: resumes.
     open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step2")
     open(os.path.join(out, "ckpt", "_rm", "global_step2", "mp_rank_00_model_states.pt"), "w").close()
     best = os.path.join(out, "ckpt", "_actor", "best_global_step2")
@@ -405,16 +409,18 @@ def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
     open(os.path.join(best, "mp_rank_00_model_states.pt"), "w").close()
     open(os.path.join(out, "ckpt", "_actor", "latest"), "w").write("best_global_step2")
     plan_rl(Env(rl_env))
+    # No step whole in both: refused, naming the folder.
+    for tag in ("global_step1", "global_step2"):
+        shutil.rmtree(os.path.join(out, "ckpt", "_actor", tag))
     open(os.path.join(out, "ckpt", "_rm", "latest"), "w").write("global_step1")
-    with pytest.raises(PreflightError, match=r"different steps \(the policy's last checkpoint is best_global_step2 "
-                                             r"but the RM's is global_step1\)"):
+    with pytest.raises(PreflightError, match=rf"OUT={out}: no step of its checkpoints is whole in both models"):
         plan_rl(Env(rl_env))
 
 
 def test_after_a_best_save_off_the_save_steps_the_job_resumes_both_models_from_the_best_tag(rl_env):
     """Issue 43: step 3's evaluation was the best so far and 3 is no --ckpt.save_steps step, so the policy and the RM
     were saved as best_global_step3 only, and both `latest` files name it. The preflight judges the folders the
-    trainer loads (`checkpoint_tags.resume_tags`): it names them, and refuses when the RM's is damaged."""
+    trainer loads (`checkpoint_tags.resume_point`): it names them, and refuses when the RM's is damaged."""
     from cooper_openrlhf.cluster.launch_record import record_attempt
 
     out = rl_env["OUT"]
@@ -430,6 +436,5 @@ def test_after_a_best_save_off_the_save_steps_the_job_resumes_both_models_from_t
     loads = [os.path.join(out, "ckpt", model, "best_global_step3") for model in ("_actor", "_rm")]
     assert f"OUT={out}: the job resumes from {loads[0]} and {loads[1]}" in resumed.notes
     os.remove(os.path.join(loads[1], "mp_rank_00_model_states.pt"))
-    with pytest.raises(PreflightError, match=r"the last checkpoint .*_rm/best_global_step3 \(named by .*_rm/latest\) "
-                                             r"is damaged"):
+    with pytest.raises(PreflightError, match=r"the checkpoint .*_rm/best_global_step3 it resumes from is damaged"):
         plan_rl(Env(rl_env))

@@ -24,6 +24,18 @@ LOCAL_SLURM = REPO / "scripts" / "local_slurm.sh"
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 JOB_TIMEOUT_S = 600
+# Final states of a job that did not complete (a requeued job is PENDING again, not one of these).
+CHAIN_ENDS = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+# COOPER_SAVE_MOMENT_HOOK (ray/checkpoints.py) for the chain's arm: at PREEMPT_AT (moment:tag), once, the job
+# sends itself USR1 (what Slurm sends before the time limit) and the save is held there until the requeue ends the
+# trainer, so the preemption lands at that moment on any machine, however fast.
+PREEMPT_HOOK = """#!/bin/bash
+[[ "$1:$2" == "$PREEMPT_AT" && ! -e "$PREEMPT_FIRED" ]] || exit 0
+echo "$1 $2 job $SLURM_JOB_ID" > "$PREEMPT_FIRED"
+scancel --batch --signal=USR1 "$SLURM_JOB_ID"
+exec tail --pid="$PPID" -f /dev/null
+"""
 
 
 @pytest.fixture(scope="session")
@@ -77,18 +89,41 @@ class Kit:
             records[key] = fields["JobState"]
         return records
 
-    def wait(self, *jobs: str, timeout=JOB_TIMEOUT_S) -> dict[str, str]:
-        """Wait until no job is queued or running; their final states."""
+    def wait(self, *jobs: str, timeout=JOB_TIMEOUT_S, chain: bool = False) -> dict[str, str]:
+        """Wait until no job is queued or running; their final states. A `chain` (jobs that must all complete)
+        fails at once, with the job's log tail, when one of them fails or waits on a dependency that can never be
+        satisfied, rather than at the timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             queued = self.sh(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], check=False).stdout.split()
             if not queued:
                 break
+            if chain:
+                self.fail_if_the_chain_cannot_run(jobs)
             time.sleep(3)
         else:
             self.sh(["scancel", *jobs], check=False)
             pytest.fail(f"jobs {jobs} still queued or running after {timeout} s: {self.logs()}")
         return {job_id: state for job in jobs for job_id, state in self.states(job).items()}
+
+    def fail_if_the_chain_cannot_run(self, jobs) -> None:
+        """Fail now, cancelling the chain, when a job of it ended other than COMPLETED or is held by a dependency
+        that can never be satisfied (a job before it failed): the rest of the chain would never run."""
+        for job in jobs:
+            out = self.sh(["scontrol", "-o", "show", "job", job], check=False).stdout
+            for line in out.splitlines():
+                fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+                state, reason = fields.get("JobState"), fields.get("Reason")
+                if state in CHAIN_ENDS or reason == "DependencyNeverSatisfied":
+                    self.sh(["scancel", *jobs], check=False)
+                    pytest.fail(f"job {fields['JobId']} of the chain {jobs} is {state} ({reason}): the chain cannot "
+                                f"complete\n{self.job_log_tail(job)}")
+
+    def job_log_tail(self, job: str, tail: int = 6000) -> str:
+        """The Slurm output of a job (every array task's), and the RL run's job.log when the job is an arm."""
+        files = sorted(self.tmp.glob(f"slurm-*-{job}_*.log")) + sorted(self.tmp.glob(f"slurm-*-{job}.log"))
+        files += [p for p in self.tmp.rglob("logs/job.log") if f"{job}" in p.read_text(errors="replace")]
+        return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-tail:]}" for p in files) or self.logs()
 
     def state_now(self, job: str) -> str:
         return self.sh(["squeue", "-h", "-o", "%T", "-j", job], check=False).stdout.strip()
@@ -325,10 +360,12 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
     chained by afterok (one arm: two arms' 2-node Ray clusters starting at once overload 2 cores; the fake-sbatch
     test in test_launch_scripts.py checks that evaluation and report wait for every arm).
 
-    After its first checkpoint the arm gets USR1, what Slurm sends SIGNAL_MARGIN before the time limit
-    (--signal=B:USR1@600): it requeues itself (scontrol requeue) and keeps its id; the next attempt loads the last
-    checkpoint, so its steps continue rather than start again at 1; evaluation and report wait for that final
-    completion."""
+    The arm gets USR1, what Slurm sends SIGNAL_MARGIN before the time limit (--signal=B:USR1@600), at a chosen
+    moment of its checkpoint saves rather than at a time: at step 2, after the policy's save and before the RM's
+    (step 1 saved both twice: its scheduled and its best save), sent by the job itself (`PREEMPT_HOOK`). It
+    requeues itself (scontrol requeue) and keeps its id; the next attempt resumes from the newest step both models
+    hold whole, step 1, says so in one line naming the cut save, and goes on at step 2; evaluation and report wait
+    for that final completion. A job of the chain that fails ends the test at once, with its log."""
     policy, rm = kit.models["tiny-qwen2-policy"], kit.models["tiny-qwen2-rm"]
     raw = tmp_path / "train.jsonl"
     raw.write_text("".join(json.dumps({"question": f"What is {i} + {i + 1}?", "answer": f"#### {2 * i + 1}"}) + "\n"
@@ -344,24 +381,19 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
            "RM_TRAIN_BATCH_SIZE": "4", "RM_MICRO_BATCH_SIZE": "2", "EPOCHS": "1", "MAX_LENGTH": "64",
            "ARMS": "cooper", "RL_NODES": "2", "EVAL_STEPS": "1", **TINY_RL, "NUM_EPISODES": "2",  # 4 steps
            "SBATCH_ARGS": f"--output={tmp_path}/slurm-%x-%A_%a.log"}
+    hook = tmp_path / "preempt_hook.sh"
+    hook.write_text(PREEMPT_HOOK)
+    hook.chmod(0o755)
+    fired = tmp_path / "preempted"
+    env.update({"COOPER_SAVE_MOMENT_HOOK": str(hook), "PREEMPT_AT": "before_rm_save:global_step2",
+                "PREEMPT_FIRED": str(fired)})
     result = kit.sh(["bash", str(LAUNCH / "reproduce_paper.sh")], env, timeout=600)
     jobs = re.findall(r"^(\d+)$", result.stderr, flags=re.MULTILINE)
     assert len(jobs) == 5, result.stderr  # annotate, train, the arm, evaluate, report
     annotate, train, cooper, evaluate, report = jobs
     out = work / "rl-cooper"
-    try:
-        def first_checkpoint() -> bool:  # failing at once if a stage before the arm failed (the arm would never run)
-            failed = {task: state for stage in (annotate, train) for task, state in kit.states(stage).items()
-                      if state not in ("PENDING", "RUNNING", "COMPLETING", "COMPLETED")}
-            assert not failed, f"{failed}\n{kit.logs()}"
-            return (out / "ckpt" / "_actor" / "latest").is_file()  # written once the checkpoint is whole
-
-        wait_for(first_checkpoint, 3 * JOB_TIMEOUT_S, "the cooper arm's first checkpoint", kit, cooper)
-        kit.sh(["scancel", "--batch", "--signal=USR1", cooper])
-        states = kit.wait(*jobs, timeout=3 * JOB_TIMEOUT_S)
-    except BaseException:
-        kit.sh(["scancel", *jobs], check=False)
-        raise
+    states = kit.wait(*jobs, timeout=4 * JOB_TIMEOUT_S, chain=True)
+    assert fired.read_text().split() == ["before_rm_save", "global_step2", "job", cooper], "the preemption landed"
     # annotate: 2 shards; train; the arm; evaluate: the base policy and the arm; report
     assert set(states.values()) == {"COMPLETED"} and len(states) == 2 + 1 + 1 + 2 + 1, f"{states}\n{kit.logs()}"
     times = {job: _job_times(kit, job) for job in jobs}
@@ -374,9 +406,14 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
     attempts = launch_record(out)["attempts"]
     assert [a["restart_count"] for a in attempts] == [0, 1] and {a["job_id"] for a in attempts} == {cooper}
     assert attempts[0]["exit"] != 0 and attempts[1]["exit"] == 0
-    *_, second = attempts_steps(out / "logs" / "job.log")  # the first may be cut off before it logs its step
-    assert second and second[0] > 1, f"the requeued attempt restarted at step 1: {second}"
-    assert second[-1] == 4
+    # The first attempt's last lines may be lost with it (Ray forwards a worker's log asynchronously).
+    first, second = attempts_steps(out / "logs" / "job.log")
+    assert first in ([1], [1, 2]) and second == [2, 3, 4], f"the steps of each attempt: {first}, {second}"
+    resumed = re.findall(r"resuming at step .*", (out / "logs" / "job.log").read_text(errors="replace"))
+    assert len(resumed) == 1 and re.fullmatch(
+        r"resuming at step 1 from the policy's (best_)?global_step1 and the RM's (best_)?global_step1: the save of "
+        r"global_step2 was cut \(the policy's `latest` named global_step2, the RM's (best_)?global_step1\)",
+        resumed[0]), resumed
     assert "requeueing job" in kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
     assert (out / "logs" / "ray-n1.log").is_file() and (out / "logs" / "ray-n2.log").is_file()
     last = attempts[-1]

@@ -240,6 +240,18 @@ def rm_export_path(args) -> str:
     return args.cooper.rm_save_path or os.path.join(args.ckpt.output_dir, "rm")
 
 
+def settle_resume_point(ckpt_path: str) -> None:
+    """Before any model loads: point the policy's and the RM's `latest` at the newest step both saved whole
+    (`ray/checkpoint_tags.py`; the policy actor loads what its `latest` names), and say in one line where the run
+    resumes and which save was cut. Raises NoWholeCheckpoint when checkpoints exist but no step of them is whole."""
+    from cooper_openrlhf.ray.checkpoint_tags import point_latest_at, resume_point
+
+    point = resume_point(ckpt_path)
+    if point.policy_tag is not None:
+        point_latest_at(ckpt_path, point)
+        logger.info("%s", point.describe())
+
+
 def train_cooper(args) -> None:
     """Run a Cooper (or static-RM, or rule-reward) training; the diff to stock `train(args)` is in the module docstring."""
     from openrlhf.trainer.ray import create_vllm_engines
@@ -260,6 +272,8 @@ def train_cooper(args) -> None:
     if args.reward.model_name_or_path:
         check_reward_model(args.reward.model_name_or_path)
     check_prompt_dataset(args, strategy)
+    if args.ckpt.load_enable:
+        settle_resume_point(args.ckpt.path)
     start_ray()
 
     # As stock: one placement group for colocated actor/ref (and, with colocate_all, vLLM and the RM).
@@ -349,11 +363,13 @@ def report(args) -> None:
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that mean a mistake in the command or its inputs, not a bug: one `error:` line for them."""
     from cooper_openrlhf.cli.cooper_args import CooperArgsError
+    from cooper_openrlhf.ray.checkpoint_tags import NoWholeCheckpoint
     from cooper_openrlhf.rm.model import NotASequenceClassifierError
     from cooper_openrlhf.runtime.dtype import DtypeError
     from cooper_openrlhf.runtime.ray_env import WorkersCannotImportError
 
-    return StartupError, CooperArgsError, NotASequenceClassifierError, DtypeError, WorkersCannotImportError
+    return (StartupError, CooperArgsError, NotASequenceClassifierError, DtypeError, WorkersCannotImportError,
+            NoWholeCheckpoint)
 
 
 def _error(message: str) -> int:

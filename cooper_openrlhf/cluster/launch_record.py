@@ -17,6 +17,7 @@ import os
 import time
 
 from cooper_openrlhf.cluster.checks import Env, PreflightError
+from cooper_openrlhf.ray.checkpoint_tags import POLICY_DIR, RM_DIR, NoWholeCheckpoint, ResumePoint, resume_point
 from cooper_openrlhf.runtime.secrets import redact_argv, redact_env
 
 LAUNCH_RECORD = "launch.json"
@@ -125,12 +126,12 @@ def _first_difference(old: list[str], new: list[str]) -> str:
     return "the order of the flags"
 
 
-def check_resumable(out: str, argv: list[str]) -> list[str]:
+def check_resumable(out: str, argv: list[str]) -> tuple[list[str], ResumePoint | None]:
     """A run folder with checkpoints is resumed (`--ckpt.load_enable`) only by the configuration that wrote them.
-    Returns the checkpoint folders the job will load (none for a fresh run)."""
+    Returns the checkpoint folders the job will load and where it resumes (none, None for a fresh run)."""
     ckpt = os.path.join(out, "ckpt")
     if not (os.path.isdir(ckpt) and os.listdir(ckpt)):
-        return []
+        return [], None
     record = os.path.join(out, LAUNCH_RECORD)
     try:
         with open(record, encoding="utf-8") as handle:
@@ -150,30 +151,27 @@ def check_resumable(out: str, argv: list[str]) -> list[str]:
 _CHECKPOINT_FILES = ("mp_rank_00_model_states.pt",)
 
 
-def check_last_checkpoint(ckpt: str) -> list[str]:
-    """The checkpoints `--ckpt.load_enable` would load are whole: the policy's `latest` tag, and the RM's checkpoint
-    of that step, chosen as the trainer chooses it (`ray.checkpoint_tags.resume_tags`: after a best save,
-    `best_global_stepN`); otherwise refuse, naming the folder, instead of loading half a state or overwriting it.
-    Returns the folders a resumed job loads."""
-    from cooper_openrlhf.ray.checkpoint_tags import POLICY_DIR, RM_DIR, CheckpointMismatch, resume_tags
-
+def check_last_checkpoint(ckpt: str) -> tuple[list[str], ResumePoint]:
+    """The checkpoints `--ckpt.load_enable` would load are whole: the newest step the policy and the RM both saved
+    whole, chosen as the trainer chooses it (`ray.checkpoint_tags.resume_point`: after a save cut by a preemption,
+    the pair before it); refused, naming the folder, when no such pair exists or its files are gone, instead of
+    loading half a state or overwriting it. Returns the folders a resumed job loads, and the resume point."""
     out = os.path.dirname(ckpt)
     try:
-        policy_tag, rm_tag = resume_tags(ckpt)
-    except CheckpointMismatch as exc:
-        raise PreflightError(f"OUT={out}: the models' last checkpoints are of different steps ({exc}): a save was cut "
-                             "off between them; point every model's `latest` at the same whole tag, or remove the "
-                             "folder") from None
+        point = resume_point(ckpt)
+    except NoWholeCheckpoint as exc:
+        raise PreflightError(f"OUT={out}: no step of its checkpoints is whole in both models ({exc}); remove the "
+                             "folder to start afresh") from None
     loads = []
-    for model, tag in ((POLICY_DIR, policy_tag), (RM_DIR, rm_tag)):
+    for model, tag in ((POLICY_DIR, point.policy_tag), (RM_DIR, point.rm_tag)):
         if tag is None:
             continue
-        folder, latest = os.path.join(ckpt, model, tag), os.path.join(ckpt, model, "latest")
+        folder = os.path.join(ckpt, model, tag)
         missing = [name for name in _CHECKPOINT_FILES if not os.path.isfile(os.path.join(folder, name))]
         if not os.path.isdir(folder) or missing:
-            raise PreflightError(f"OUT={out}: the last checkpoint {folder} (named by {latest}) is "
-                                 f"damaged ({'missing' if not os.path.isdir(folder) else 'no ' + ', '.join(missing)}); "
-                                 f"a resumed job would fail to load it. Point {latest} at an earlier whole tag "
-                                 "(each model's), or remove the folder to start afresh")
+            raise PreflightError(f"OUT={out}: the checkpoint {folder} it resumes from is damaged "
+                                 f"({'missing' if not os.path.isdir(folder) else 'no ' + ', '.join(missing)}); "
+                                 "a resumed job would fail to load it. Remove that tag's folders (each model's) to "
+                                 "resume from the pair before it, or remove the folder to start afresh")
         loads.append(folder)
-    return loads
+    return loads, point

@@ -236,9 +236,11 @@ def plan_rl(env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -> Plan
     argv += list(extra_args)
     notes += secret_flag_notes(extra_args)
     entry.check_train_cooper(argv[3:], 0 if cpu_mode(env) else placement.gpus_per_node)
-    resumes = check_resumable(out, argv)
+    resumes, point = check_resumable(out, argv)
     if resumes:
         notes.append(f"OUT={out}: the job resumes from {' and '.join(resumes)}")
+    if point is not None and point.cut:
+        notes.append(f"OUT={out}: {point.describe()}")
     # The job's runtime env comes from the one place that builds it; train_cooper's ray.init adds only what is
     # missing from it (runtime/ray_env.py says why). CPU mode: the CPU runtime in every worker, a small KV cache.
     # Imported here: it imports torch, which the other stages' checks and each attempt's launch.json do without.
