@@ -51,18 +51,29 @@ class ServiceProcess:
                 "--groups-per-update", str(PROMPTS_PER_STEP), "--learn", "--state-dir", str(work / "state"),
                 "--rm-lr", "1e-3", "--rm-max-length", "256", *extra]
         self.log = open(work / "serve.log", "a")
-        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+        # Its own session: a test that fails leaves no service (nor its verifier pools) behind.
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            assert self.process.poll() is None, (work / "serve.log").read_text()[-4000:]
+            if self.process.poll() is not None:
+                raise AssertionError("the service exited: " + (work / "serve.log").read_text()[-4000:])
             try:
                 if requests.get(self.url + "/health", headers=self.auth, timeout=2).ok:
                     return
             except requests.ConnectionError:
                 pass
             time.sleep(0.5)
+        self.kill_all()
         raise AssertionError("the service did not come up: " + (work / "serve.log").read_text()[-4000:])
+
+    def kill_all(self) -> None:
+        """SIGKILL the service and everything it started."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(30)
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -76,6 +87,10 @@ class ServiceProcess:
     def stop(self, sig=signal.SIGTERM) -> int:
         self.process.send_signal(sig)
         code = self.process.wait(60)
+        try:  # what a killed service leaves (its verifier pools' processes)
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.log.close()
         return code
 
