@@ -1,14 +1,20 @@
 """verl's custom reward function, paid by the reward service.
 
-    custom_reward_function.path=$(python -c "import cooper_openrlhf.clients.verl as m; print(m.__file__)")
-    custom_reward_function.name=compute_score            # NaiveRewardManager (one sample a call)
-    # or name=compute_score_batch with reward_model.reward_manager=batch (one request per batch: faster)
-    +custom_reward_function.reward_kwargs.url=http://127.0.0.1:5000/get_reward
+    # verl 0.9.x (its trainer scores with the reward loop's registered managers; "naive" calls one sample a call):
+    reward.custom_reward_function.path=$(python -c "import cooper_openrlhf.clients.verl as m; print(m.__file__)")
+    reward.custom_reward_function.name=compute_score
+    +reward.custom_reward_function.reward_kwargs.url=http://127.0.0.1:5000/get_reward
 
-verl loads this file by path (`get_custom_reward_fn`: `spec_from_file_location`, then the named function with
-`reward_kwargs` added to every call). The question comes from `extra_info[question_key]` (verl's GSM8K and MATH
-preprocessing store it as "question"), so the service runs with `--no-chat-template`. Each result is a dict with
-"score" and the service's per-sample logs, which verl's reward managers log as reward_extra_info.
+`compute_score_batch` (one request per batch) is for verl's `BatchRewardManager` (`verl.workers.reward_manager`),
+which 0.9.1 still ships but its trainer no longer calls (before the reward loop: `custom_reward_function.*` at the
+top level with `reward_model.reward_manager=batch`).
+
+verl loads this file by path (`get_custom_reward_fn` -> `load_extern_object`), then the named function with
+`reward_kwargs` added to every call; its one import (`cooper_openrlhf.clients.http`, which needs only requests)
+must be importable in verl's environment (scripts/verl_venv.sh puts this checkout on the path). The question comes
+from `extra_info[question_key]` (verl's GSM8K and MATH preprocessing store it as "question"), so the service runs
+with `--no-chat-template`. Each result is a dict with "score" and the service's per-sample logs, which verl's reward
+managers log as reward_extra_info. The token comes from COOPER_REWARD_TOKEN (or reward_kwargs.token).
 """
 
 from cooper_openrlhf.clients.http import RewardClient
