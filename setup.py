@@ -49,6 +49,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
+            "cooper=cooper_openrlhf.cli.main:main",  # every command-line tool: `cooper --help`
             "cooper-materialize-models=cooper_openrlhf.models.materialize:main",
         ],
         # Runs in vLLM's own engine and worker processes; acts only under the CPU runtime (runtime/vllm_plugin.py).

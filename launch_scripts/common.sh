@@ -4,8 +4,8 @@
 #
 # Every launcher works in two modes:
 #   bash launch_scripts/X.sbatch [extra flags]   check the configuration (seconds, no Slurm or GPU needed), then
-#                                                 sbatch this same script; with DRY_RUN=1, print what each node
-#                                                 would run instead of submitting
+#                                                 sbatch this same script; with DRY_RUN=1, print the sbatch line
+#                                                 (and, RL, what each node would run) instead of submitting
 #   inside the job (SLURM_JOB_ID set)             check again, then run
 # `sbatch launch_scripts/X.sbatch` directly works too (it skips the check before the queue): the job runs a copy
 # of the script in slurmd's spool folder, so each launcher finds this kit through COOPER_LAUNCH_DIR (exported by
@@ -75,12 +75,21 @@ cpu_sbatch_args() {
 
 # sbatch this launcher with the environment exported (the variables are its configuration); extra sbatch options
 # from SBATCH_ARGS (e.g. "--dependency=afterok:123 --partition=gpu"). Prints the job id as the last line.
+# Under DRY_RUN=1 it prints the sbatch line instead, after the script's #SBATCH defaults it does not override
+# (the time limit among them) and, when SBATCH_ARGS is empty, where a cluster's partition and account go.
 submit() {
   local extra=()
   read -r -a extra <<< "${SBATCH_ARGS:-}"
   [[ -z "${CPUS_PER_TASK:-}" ]] || extra+=("--cpus-per-task=$CPUS_PER_TASK")
   [[ -z "${MEM:-}" ]] || extra+=("--mem=$MEM")
   [[ -z "${SIGNAL_MARGIN:-}" ]] || extra+=("--signal=B:USR1@$SIGNAL_MARGIN")
+  if dry_run; then
+    local defaults
+    defaults=$(sed -n 's/^#SBATCH //p' "$0" | tr '\n' ' ')
+    echo "# would submit, with $(basename "$0")'s #SBATCH lines: $defaults(the options below override them)"
+    [[ -n "${SBATCH_ARGS:-}" ]] ||
+      echo '# partition, account and any other sbatch option: SBATCH_ARGS="--partition=P --account=A"'
+  fi
   run sbatch --parsable --export=ALL "${extra[@]}" "$@"
 }
 

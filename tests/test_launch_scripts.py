@@ -204,6 +204,15 @@ def test_rl_dry_run_prints_every_node_command_and_submit_mode_sbatches_itself(sh
     assert "ray job submit" in out and "--cooper.negative_retries 5" in out
     assert out.count("cooper_openrlhf.cluster.ray_stop --port 6379") == 2 and "ray stop" not in out
     assert not shell.calls("sbatch") and not shell.calls("srun")  # nothing ran, nothing was submitted
+    # The job it would submit: nodes and GPUs on the sbatch line, the time limit from the #SBATCH lines, and where
+    # a cluster's partition and account go.
+    (sbatch_line,) = [line for line in out.splitlines() if line.startswith("+ sbatch ")]
+    for option in ("--nodes=2", "--gpus-per-node=8", "--cooper.negative_retries 5"):
+        assert option in sbatch_line, sbatch_line
+    assert "--time=24:00:00" in out and 'SBATCH_ARGS="--partition=P --account=A"' in out
+    dry = shell.run("cooper_slurm.sbatch", {**rl_env, "DRY_RUN": "1", "SBATCH_ARGS": "--partition=gpu --account=proj"})
+    (sbatch_line,) = [line for line in dry.stdout.splitlines() if line.startswith("+ sbatch ")]
+    assert "--partition=gpu --account=proj" in sbatch_line and not shell.calls("sbatch")
 
     result = shell.run("cooper_slurm.sbatch", {**rl_env, "NODES": "2", "SBATCH_ARGS": "--partition=gpu"})
     assert result.returncode == 0, result.stderr

@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 CLI = re.compile(r"python -m (cooper_openrlhf\.cli\.\w+)")
+COOPER = re.compile(r"(?:^|`)cooper (inspect [a-z][\w-]*|[a-z][\w-]*)", re.M)  # at a line's start or in code
 
 
 def test_every_link_and_image_in_readme_and_docs_resolves():
@@ -39,6 +40,17 @@ def test_every_command_the_readme_names_exists_and_answers_help(module):
     shown = io.StringIO()
     with pytest.raises(SystemExit) as done, contextlib.redirect_stdout(shown):
         main(["--help"])
+    assert done.value.code == 0 and "usage:" in shown.getvalue()
+
+
+@pytest.mark.parametrize("subcommand", sorted(set(COOPER.findall((REPO / "README.md").read_text()))))
+def test_every_cooper_command_the_readme_names_exists_and_answers_help(subcommand, monkeypatch):
+    from cooper_openrlhf.cli.main import main
+
+    monkeypatch.setattr("sys.argv", ["cooper"])
+    shown = io.StringIO()
+    with pytest.raises(SystemExit) as done, contextlib.redirect_stdout(shown):
+        main([*subcommand.split(), "--help"])
     assert done.value.code == 0 and "usage:" in shown.getvalue()
 
 

@@ -1,8 +1,13 @@
 """`cli.serve`'s refusals: one `error:` line per mistake, naming the flag, before anything loads."""
 
+import shlex
+import stat
+import subprocess
+import sys
+
 import pytest
 
-from cooper_openrlhf.cli.serve import main
+from cooper_openrlhf.cli.serve import main, read_token
 
 
 def _errors(capsys, argv) -> list[str]:
@@ -40,7 +45,11 @@ def test_prompt_format_must_be_said(capsys, model_dir):
         "error: --input-template applies only with --no-chat-template (as OpenRLHF's --data.input_template)"]
 
 
-def test_a_short_token_is_refused(model_dir, tmp_path):
-    (tmp_path / "token").write_text("short\n")
-    with pytest.raises(SystemExit, match="at least 16"):
-        main(["--rm", model_dir("tiny-qwen2-rm"), "--no-chat-template", "--token-file", str(tmp_path / "token")])
+def test_a_short_token_is_refused_with_the_command_that_makes_a_good_one(model_dir, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("short\n")
+    with pytest.raises(SystemExit, match="at least 16") as refused:
+        main(["--rm", model_dir("tiny-qwen2-rm"), "--no-chat-template", "--token-file", str(token)])
+    make_one = str(refused.value).split("Make one: ", 1)[1]
+    subprocess.run(make_one.replace("python", shlex.quote(sys.executable), 1), shell=True, check=True)
+    assert len(read_token(str(token))) >= 16 and stat.S_IMODE(token.stat().st_mode) == 0o600

@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.batch PLAN.json [--publish DIR [--commit-to REPO]]`: a pre-registered lab batch.
+"""Run a pre-registered lab batch: the plan's labs, resumable, each finished run's logs archived.
+
+    cooper inspect batch PLAN.json [--publish DIR [--commit-to REPO]]   # = python -m cooper_openrlhf.cli.batch
 
 Runs the plan's labs (lab/batch.py) from the package it is started from, which must be the plan's commit (else a
 clear error, nothing run); resumable (run it again); each finished run's small logs are archived under --publish,
@@ -13,8 +15,11 @@ import tempfile
 from pathlib import Path
 
 
+PROG = "cooper inspect batch"  # `python -m cooper_openrlhf.cli.batch` runs the same command
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.batch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("plan", type=Path, help="the plan (JSON: commit, out, labs)")
     parser.add_argument("--publish", type=Path, default=None, help="archive finished runs and reports here")
     parser.add_argument("--commit-to", type=Path, default=None, help="a git worktree holding --publish: commit there")

@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.blindspot LAB [LAB ...] --out DIR`: the lab's arms against the blind spot's size.
+"""Plot and tabulate the lab's arms against the size of the starting RM's blind spot.
+
+    cooper inspect blindspot LAB [LAB ...] --out DIR   # = python -m cooper_openrlhf.cli.blindspot
 
 Each LAB is a lab folder (runs/<lab>, or a committed docs/results/<lab>) whose starting RM differs from the
 others' and nothing else: for example the folders `scripts/lab_blindspot_sweep.sh` makes, one per pair-stage
@@ -12,8 +14,11 @@ import sys
 from pathlib import Path
 
 
+PROG = "cooper inspect blindspot"  # `python -m cooper_openrlhf.cli.blindspot` runs the same command
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.blindspot", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("labs", nargs="+", metavar="LAB", help="lab folders (each with lab.json and its report)")
     parser.add_argument("--out", type=Path, required=True, help="folder for blindspot.png and blindspot.md")
     return parser.parse_args(argv)

@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.demo` (`make demo`): the reward-hacking lab's quick preset.
+"""Run the reward-hacking lab's quick preset: rule reward, static RM and Cooper, one seed, on this CPU.
+
+    cooper demo   # = make demo = python -m cooper_openrlhf.cli.demo = cooper lab --preset quick
 
 One seed of the paper's three arms on a CPU machine -- rule reward, static RM, Cooper -- from the same
 warm-started policy and the same starting VerifyRM, each a real `train_cooper` run; then the report
@@ -19,7 +21,11 @@ def demo_argv(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return lab.main(demo_argv(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:  # lab's parser prints the flags; say first what this command is
+        print(f"{__doc__.splitlines()[0]}\n"
+              f"It is `cooper lab --preset {DEMO_PRESET}`; every `cooper lab` flag applies:\n")
+    return lab.main(demo_argv(argv))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Measure a verifier against labelled data: `python -m cooper_openrlhf.cli.eval_verifier --data FILE --verifier rule`.
+"""Measure a verifier against labelled data: accuracy, precision, recall, F1 and the confusion matrix.
+
+    cooper inspect eval-verifier --data FILE --verifier rule   # = python -m cooper_openrlhf.cli.eval_verifier
 
 Reads VerifyBench-format JSON Lines (`question`, `answer`, `completion`, `gold_correct`, optional
 `answer_type`), asks the chosen verifier whether each completion is correct, and reports
@@ -62,8 +64,12 @@ def predict_judge(examples: list[VerifyExample], args: argparse.Namespace) -> tu
 VERIFIERS = {"rule": predict_rule, "rm": predict_rm, "judge": predict_judge}
 
 
+PROG = "cooper inspect eval-verifier"  # `python -m cooper_openrlhf.cli.eval_verifier` runs the same command
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="VerifyBench-format JSON Lines file")
     parser.add_argument("--verifier", required=True, choices=sorted(VERIFIERS))
     parser.add_argument("--json-out", help="also write the report as JSON to this file")

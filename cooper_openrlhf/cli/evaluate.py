@@ -1,4 +1,6 @@
-"""Evaluate a policy on math benchmarks: `python -m cooper_openrlhf.cli.evaluate --model PATH --out DIR`.
+"""Evaluate a policy on math benchmarks (pass@1 over k samples, or greedy).
+
+    cooper evaluate --model PATH --out DIR   # = python -m cooper_openrlhf.cli.evaluate
 
 Default protocol (the Cooper paper's): k = 8 samples per question at temperature 0.7, top-p 0.95,
 the model's chat template and an answer-format instruction (`eval.prompts`); `--protocol greedy`
@@ -38,8 +40,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
+PROG = "cooper evaluate"  # `python -m cooper_openrlhf.cli.evaluate` runs the same command
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="policy model folder (Hugging Face format)")
     parser.add_argument("--out", required=True, type=Path, help="output folder: results.json, results.md, generations/")
     parser.add_argument("--benchmarks", default=DEFAULT_BENCHMARKS,

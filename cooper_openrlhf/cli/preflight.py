@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.preflight STAGE [options] [-- extra flags]`: check a launcher's config, print its commands.
+"""Check a cluster launcher's configuration and print the commands it will run.
+
+    cooper preflight STAGE [options] [-- extra flags]   # = python -m cooper_openrlhf.cli.preflight
 
 The launch scripts in launch_scripts/ call this before submitting (on the login node) and again inside the
 job; it needs neither Slurm nor GPUs. STAGE is rl | annotate | verifyrm-train | evaluate; the configuration
@@ -24,10 +26,13 @@ import sys
 EXIT_BAD_INPUT = 2
 
 
+PROG = "cooper preflight"  # `python -m cooper_openrlhf.cli.preflight` runs the same command
+
+
 def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.cluster.stage_plans import STAGES
 
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.preflight", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("stage", choices=[*STAGES, "merge-annotations", "run-end"])
     parser.add_argument("status", nargs="?", type=int, help="run-end: the exit status of the attempt")

@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.probe_rm RM... [--preset full]`: what would a policy maximising each RM write?
+"""Probe reward models: what would a policy maximising each RM write?
+
+    cooper inspect probe-rm RM... [--preset full]   # = python -m cooper_openrlhf.cli.probe_rm
 
 Scores lab/rm_probe.py's candidate outputs (right, wrong, answerless, hedged answers in the preset's policy's
 answer sentence, and every constant answer) on the preset's RL prompts and prints, per RM, the one-line verdict
@@ -16,8 +18,11 @@ from pathlib import Path
 from cooper_openrlhf.lab.presets import PRESETS
 
 
+PROG = "cooper inspect probe-rm"  # `python -m cooper_openrlhf.cli.probe_rm` runs the same command
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.probe_rm", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("rm", nargs="+", type=Path, help="reward-model folder(s) (a VerifyRM export)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full", help="whose prompts and answer sentence")
     parser.add_argument("--json", type=Path, default=None, help="also write the records here")

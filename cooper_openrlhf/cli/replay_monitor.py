@@ -1,4 +1,7 @@
-"""`python -m cooper_openrlhf.cli.replay_monitor RUN_DIR [RUN_DIR ...] [--cooper.hacking_* ...]`: re-judge runs.
+"""Re-judge finished runs with the reward-hacking rule at the thresholds given.
+
+    cooper inspect replay-monitor RUN_DIR [RUN_DIR ...] [--cooper.hacking_* ...]
+    # = python -m cooper_openrlhf.cli.replay_monitor ...
 
 Feeds each run's logged metrics to the reward-hacking rule again (`report/replay.py`) with the thresholds given
 (`--cooper.hacking_*`, the same flags and defaults as train_cooper) and prints, per run, the alarm steps the run
@@ -19,10 +22,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 
+PROG = "cooper inspect replay-monitor"  # `python -m cooper_openrlhf.cli.replay_monitor` runs the same command
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.replay_monitor",
+    parser = argparse.ArgumentParser(prog=PROG,
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="One folder per run (arm and seed).")
     parser.add_argument("--held-at", type=float, default=None, metavar="F",

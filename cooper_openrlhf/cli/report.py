@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.report RUN_DIR [RUN_DIR ...] --out DIR`: figures and tables of training runs.
+"""Write figures and tables of training runs.
+
+    cooper report RUN_DIR [RUN_DIR ...] --out DIR   # = python -m cooper_openrlhf.cli.report
 
 Each RUN_DIR is one run (one arm, one seed), read recursively: tensorboard event files from OpenRLHF's
 logger and, when present, `--cooper.sample_log_dir`'s rollouts.jsonl / pairs.jsonl. Arm and seed come from
@@ -19,8 +21,11 @@ from pathlib import Path
 logger = logging.getLogger("cooper_openrlhf.report")
 
 
+PROG = "cooper report"  # `python -m cooper_openrlhf.cli.report` runs the same command
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="One folder per run (arm and seed).")
     parser.add_argument("--out", required=True, help="Folder for the figures, report.md and summary.json.")
     parser.add_argument("--publish", type=Path, default=None, metavar="DEST",

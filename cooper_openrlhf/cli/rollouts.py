@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.rollouts RUN_DIR... [--steps 38-40] [--top 3]`: what each run's policy wrote.
+"""Show what each run's policy wrote: rewards, verified share, the commonest and highest-paid rollouts.
+
+    cooper inspect rollouts RUN_DIR... [--steps 38-40] [--top 3]   # = python -m cooper_openrlhf.cli.rollouts
 
 Per run, over the steps given (default: the last three logged): rollouts, mean RM reward, verified share, mean
 reward of verified and of unverified rollouts, the most common completions and the highest-paid rollouts
@@ -28,11 +30,14 @@ def _steps(text: str) -> tuple[int, int]:
     return window
 
 
+PROG = "cooper inspect rollouts"  # `python -m cooper_openrlhf.cli.rollouts` runs the same command
+
+
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.report.rollouts import EXPORT_FORMATS, rollout_triples, rollout_window
     from cooper_openrlhf.report.runs import iter_rollouts
 
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.rollouts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--steps", type=_steps, default=None, help="N or N-M (default: the last three logged steps)")
     parser.add_argument("--top", type=int, default=3, help="completions listed per run")

@@ -1,4 +1,6 @@
-"""`python -m cooper_openrlhf.cli.serve --rm VERIFYRM_DIR [--learn] ...`: Cooper behind any trainer's reward URL.
+"""Serve a reward model over HTTP, learning as it scores (--learn): Cooper behind any trainer's reward URL.
+
+    cooper serve --rm VERIFYRM_DIR [--learn] ...   # = python -m cooper_openrlhf.cli.serve
 
 Serves OpenRLHF's remote-RM protocol at POST /get_reward (`--reward.remote_url http://HOST:PORT/get_reward`), with
 /metrics (Prometheus) and /health. With --learn the RM keeps learning from the rollouts it scores (Cooper's RM
@@ -11,10 +13,14 @@ import copy
 import ipaddress
 import logging
 import os
+import shlex
 import sys
 from dataclasses import fields
 
 logger = logging.getLogger("cooper_openrlhf.serve")
+
+
+PROG = "cooper serve"  # `python -m cooper_openrlhf.cli.serve` runs the same command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.serve.modes import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
 
-    p = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.serve", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--rm", required=True, help="VerifyRM folder (a one-logit sequence classifier)")
     p.add_argument("--policy", default=None,
@@ -118,7 +124,8 @@ def check_args(args) -> list[str]:
         problems.append(f"--host {args.host} is reachable beyond this machine; pass --token-file (clients then send "
                         "the token), or bind 127.0.0.1")
     if args.token_file and not os.path.isfile(args.token_file):
-        problems.append(f"--token-file {args.token_file}: no such file")
+        problems.append(f"--token-file {args.token_file}: no such file; make one: "
+                        f"{make_token_command(args.token_file)}")
     if args.policy is None and not args.no_chat_template:
         problems.append("--policy PATH (whose chat template built the prompts) or --no-chat-template is required")
     if args.policy is not None and not os.path.isdir(args.policy):
@@ -147,12 +154,22 @@ def check_args(args) -> list[str]:
     return problems
 
 
+MIN_TOKEN_CHARS = 16
+
+
+def make_token_command(path: str) -> str:
+    """The shell line that writes a random token (43 URL-safe characters) to `path`, readable by its owner only."""
+    quoted = shlex.quote(path)
+    return f"python -c \"import secrets; print(secrets.token_urlsafe(32))\" > {quoted} && chmod 600 {quoted}"
+
+
 def read_token(path: str | None) -> str | None:
     if not path:
         return None
     token = open(path, encoding="utf-8").read().strip()
-    if len(token) < 16:
-        raise SystemExit(f"error: --token-file {path}: the token is {len(token)} characters; use at least 16")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise SystemExit(f"error: --token-file {path}: the token is {len(token)} characters; use at least "
+                         f"{MIN_TOKEN_CHARS}. Make one: {make_token_command(path)}")
     return token
 
 

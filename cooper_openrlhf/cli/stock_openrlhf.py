@@ -1,5 +1,7 @@
-"""`python -m cooper_openrlhf.cli.stock_openrlhf ARGS...`: stock `python -m openrlhf.cli.train_ppo_ray ARGS...`,
-unchanged, on a machine without CUDA.
+"""Run stock OpenRLHF's `train_ppo_ray`, unchanged, on a machine without CUDA.
+
+    cooper inspect stock-openrlhf ARGS...   # = python -m cooper_openrlhf.cli.stock_openrlhf ARGS...
+                                            # = stock python -m openrlhf.cli.train_ppo_ray ARGS..., CPU runtime
 
 Nothing of OpenRLHF is patched or extended: this only starts the local Ray cluster with the package's CPU runtime
 in every worker (`runtime.ray_cluster.init_local_ray`: the shims of `runtime/cpu.py`, logical over-commit of CPUs
@@ -36,7 +38,13 @@ def main(argv: list[str]) -> None:
     dtype = trainer_dtype(argv)
     if dtype in DTYPES:
         announce_run_dtype(dtype)
-    init_local_ray()
+    if "-h" in argv or "--help" in argv:  # stock's parser prints the flags and exits: the CPU shims, no Ray
+        from cooper_openrlhf.runtime import install_cpu_runtime
+
+        print(f"{__doc__.splitlines()[0]}\nEvery flag is stock OpenRLHF's:\n", flush=True)
+        install_cpu_runtime()
+    else:
+        init_local_ray()
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 

@@ -1,4 +1,7 @@
-"""`python -m cooper_openrlhf.cli.train_cooper`: OpenRLHF 0.11.2's `train_ppo_ray` with Cooper's step.
+"""Train a policy with Cooper: OpenRLHF 0.11.2's `train_ppo_ray` with Cooper's step.
+
+    cooper train [OpenRLHF flags] [--remote_rm_trainable] [--cooper.* flags]
+    # = python -m cooper_openrlhf.cli.train_cooper ...
 
 Every stock flag works unchanged, plus `--remote_rm_trainable` and `--cooper.*` (`cli/cooper_args.py`).
 The three arms of the paper run from this one command: Cooper (`--remote_rm_trainable`), static RM
@@ -40,13 +43,24 @@ logger = logging.getLogger("cooper_openrlhf.train_cooper")
 
 
 # --------------------------------------------------------------------------------------- parsing
+PROG = "cooper train"  # `python -m cooper_openrlhf.cli.train_cooper` runs the same command
+
+
+def add_train_cooper_args(parser):
+    """Cooper's flags on OpenRLHF's parser, which is named here: without it `--help` opens with ~390 stock flags."""
+    parser.prog = PROG
+    parser.usage = f"{PROG} [OpenRLHF train_ppo_ray flags] [--remote_rm_trainable] [--cooper.* flags]"
+    parser.description = __doc__.split("\n\n")[0]
+    return add_cooper_args(parser)
+
+
 def parse_args(argv: list[str] | None = None, gpu_run: bool | None = None):
     """Stock parser + Cooper's flags, Cooper's checks, then stock validation -> hierarchized args.
 
     gpu_run: whether the run's models are on GPUs, for the dtype and the device checks (default: decided here,
     `runtime.openrlhf_args`); the launchers' preflight passes what the job's nodes have (GPUS_PER_NODE)."""
     # Cooper grades --eval.dataset with its rule verifier; the stock block asserts a remote RM for it.
-    return validated_train_ppo_ray_args(argv, extend=add_cooper_args,
+    return validated_train_ppo_ray_args(argv, extend=add_train_cooper_args,
                                         check=lambda args: validate_cooper_args(args, cuda=gpu_run),
                                         hold_back=("eval.dataset",), gpu_run=gpu_run)
 

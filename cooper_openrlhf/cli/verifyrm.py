@@ -1,4 +1,6 @@
-"""The VerifyRM recipe: `python -m cooper_openrlhf.cli.verifyrm {annotate,train,score,compare} ...`
+"""Build a VerifyRM reward model: annotate triples, train the classifier, score files, compare verifiers.
+
+    cooper verifyrm {annotate,train,score,compare} ...   # = python -m cooper_openrlhf.cli.verifyrm
 
   annotate  sample k completions per question from each generator, label them with math-verify and an LLM
             judge, keep the triples where both agree (resumable; see rm/annotate.py)
@@ -82,9 +84,12 @@ def resolve_train_flags(parser, args, argv: list[str]) -> None:
         parser.error(f"verifyrm train needs {', '.join(missing)}")
 
 
+PROG = "cooper verifyrm"  # `python -m cooper_openrlhf.cli.verifyrm` runs the same command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cooper_openrlhf.cli.verifyrm", description=__doc__.split("\n\n")[0],
+        prog=PROG, description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
