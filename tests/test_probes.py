@@ -158,3 +158,38 @@ def test_an_rm_trained_on_the_exploit_form_pays_it_less(model_dir):
     assert after["exploit"] < before["exploit"] - 0.3, report
     assert after["exploit_tail"] < before["exploit_tail"] - 0.3, report  # the tail did not hide the form
     assert report["losses"][-1] < report["losses"][0], report
+
+
+def test_the_report_draws_each_saved_rms_premium_per_form_against_step(tmp_path, model_dir):
+    """Two RM exports of a run (the tiny RM, then the same with its head turned to pay the exploit hedge's text
+    differently): the curve has a point per export and form, and the figure is written."""
+    import shutil
+    from types import SimpleNamespace
+
+    import torch
+
+    from cooper_openrlhf.report.robustness import FIGURE, rm_exports, robustness_curve, run_problems, write_robustness
+    from cooper_openrlhf.rm.model import export_rm, load_rm
+
+    run = tmp_path / "cooper_seed0"
+    (run / "samples").mkdir(parents=True)
+    rows = [{"step": 1, "question": f"What is {a} + 2?", "reference": str(a + 2), "completion": "x", "verified": False,
+             "reward": 0.1} for a in (1, 2, 3)]
+    (run / "samples" / "heldout.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    ckpt = run / "ckpt"
+    shutil.copytree(model_dir("tiny-qwen2-rm"), ckpt / "global_step2_rm_hf")
+    model, tokenizer, version = load_rm(str(model_dir("tiny-qwen2-rm")))
+    with torch.no_grad():
+        model.score.weight.mul_(40.0)  # a sharper RM: premiums move away from the first export's
+    export_rm(model, tokenizer, ckpt / "best_global_step4_rm_hf", template_version=version, max_length=128)
+
+    assert sorted(rm_exports(run)) == [2, 4]
+    assert [p.reference for p in run_problems(run, limit=2)] == ["3", "4"]
+    curve = robustness_curve(run, limit=2)
+    assert set(curve) == {"right", "exploit", "exploit_tail", "reference_then_wrong", "reference_echo", "master_key",
+                          "truncated"}
+    assert all([step for step, _ in points] == [2, 4] for points in curve.values())
+    assert any(abs(points[0][1] - points[1][1]) > 1e-3 for points in curve.values())  # each export read on its own
+    path = write_robustness([SimpleNamespace(failed=False, path=str(run), arm="cooper", seed=0),
+                             SimpleNamespace(failed=False, path=str(tmp_path / "none"), arm="static", seed=0)], tmp_path)
+    assert path == tmp_path / FIGURE and path.stat().st_size > 10_000
