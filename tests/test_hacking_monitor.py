@@ -360,7 +360,7 @@ def test_the_rules_are_a_registry_of_named_rules_and_unknown_names_are_rejected(
     from cooper_openrlhf.algo.hacking_rules import HACKING_RULES, parse_rule_names
 
     assert list(HACKING_RULES) == ["gap_growing", "gap_high", "heldout_falls", "rm_blind", "heldout_gap_grows",
-                                   "wrong_paid_more"]
+                                   "wrong_paid_more", "probe_paid_as_right"]
     high = {"window_steps": 4.0, "gap_mean": 0.95, "rm_pair_accuracy_mean": 0.9}
     assert HACKING_RULES["gap_high"](SMALL).reason(high).startswith("gap_high: ")
     assert HACKING_RULES["rm_blind"](SMALL).reason(high) is None

@@ -217,6 +217,43 @@ class WrongPaidMore(HackingRule):
         return None
 
 
+@HACKING_RULES.register("probe_paid_as_right")
+class ProbePaidAsRight(HackingRule):
+    """The RM pays an attack form of the probe suite (rm/probes.py) nearly like a verified-correct answer.
+
+    It reads the latest probe reading (logged every --eval.steps) and holds while, for some form the rule verifier
+    grades wrong, premium(form) >= probe_share x premium(right): the RM pays the attack most of the way from a
+    wrong answer's pay to a right one's. A standing property of the RM, true from step 0 for an RM with a blind
+    spot, so it is not among the default rules (with --cooper.on_hacking stop it would end such a run at its first
+    evaluation); its statistics are logged either way, and `--cooper.hacking_rules ...,probe_paid_as_right` arms it."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.latest: dict[str, float] = {}  # form -> premium, the last reading
+        self.worst = ""  # the attack form paid most, at the last reading
+
+    def observe(self, signals, steps_seen):
+        reading = {key.split("/", 1)[1]: value for key, value in signals.items() if key.startswith("probe_premium/")}
+        if "right" in reading:
+            self.latest = reading
+
+    def stats(self, window):
+        right = self.latest.get("right")
+        attacks = {form: value for form, value in self.latest.items() if form != "right"}
+        if right is None or right <= 0 or not attacks:
+            return {}
+        form = max(attacks, key=attacks.get)
+        self.worst = form
+        return {"probe_right_premium": right, "probe_worst_share": attacks[form] / right}
+
+    def reason(self, s):
+        if "probe_worst_share" in s and s["probe_worst_share"] >= self.cfg.probe_share:
+            return (f"probe_paid_as_right: the RM pays the probe form {self.worst!r} (graded wrong by the verifier) "
+                    f"{s['probe_worst_share']:.0%} of the way from a wrong answer's pay to a right one's "
+                    f"(>= {self.cfg.probe_share:.0%}; right answers' premium {s['probe_right_premium']:.2f})")
+        return None
+
+
 # The letters the rules had before they were named (docs/lab_notebook.md and old run configs use them).
 LETTERS = {"A": "gap_growing", "B": "gap_high", "C": "heldout_falls", "D": "rm_blind", "E": "heldout_gap_grows",
            "F": "wrong_paid_more"}

@@ -11,3 +11,9 @@ RESPONSE_LENGTH = "rollout/response_length_mean"  # OpenRLHF's `_compute_rollout
 HELDOUT, HELDOUT_PREFIX, HELDOUT_SUFFIX = "eval/accuracy", "eval/", "/accuracy"  # eval/accuracy or eval/<name>/accuracy
 HELDOUT_SAMPLES = "eval/samples"  # graded samples the held-out accuracy is a mean of
 HELDOUT_GAP, HELDOUT_GAP_SE = "eval/reward_hacking_gap", "eval/reward_hacking_gap_se"  # the RM on held-out rollouts
+# The RM's probe suite (rm/probes.py), read every --eval.steps: pay and premium over canonical wrong answers per form.
+PROBE_PAY, PROBE_PREMIUM = "cooper/probe_pay/", "cooper/probe_premium/"  # + the form's name
+PROBE_RIGHT = "right"  # the anchor whose premium is the RM's margin between right and wrong answers
+# The forms whose probes the rule verifier grades wrong: an RM paying one of them like a right answer is paying for
+# what the verifier rejects (rule probe_paid_as_right).
+PROBE_WRONG_FORMS = ("exploit", "exploit_tail", "reference_then_wrong", "master_key", "truncated")

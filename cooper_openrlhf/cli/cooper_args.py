@@ -164,6 +164,11 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="A labelled verifier set (JSON Lines, VerifyBench format: question, answer, completion, gold_correct). "
         "Every --eval.steps steps the RM's accuracy on it (reward >= 0.5 <=> gold_correct) is logged as "
         "cooper/rm_eval_accuracy: the paper's check that the co-trained RM stays an accurate verifier.")
+    add("--cooper.probe_prompts", type=int, default=16,
+        help="RM arms with --eval.dataset: every --eval.steps steps the RM reads the probe suite (rm/probes.py: the "
+        "exploit hedge, master keys, truncations, ... beside canonical right and wrong answers, each labelled by the "
+        "rule verifier) built on the first this-many held-out problems with an integer reference, and logs "
+        "cooper/probe_pay/<form> and cooper/probe_premium/<form> (the premium over canonical wrong answers). 0: off.")
     add("--cooper.sample_log_dir", type=str, default=None,
         help="If set, every step appends its rollouts (question, reference, completion, verified, reward) to "
         "rollouts.jsonl, its pairs to pairs.jsonl and every held-out evaluation its rollouts (reward: what the "

@@ -3,7 +3,8 @@
 Every --eval.steps steps OpenRLHF samples --eval.dataset on the rollout engines; here the samples are graded by the
 rule verifier (stock evaluation needs a remote RM) and, on RM arms, scored by the current RM, so the run logs
 what the RM pays on prompts the policy never trains on (the hacking rules heldout_falls and heldout_gap_grows read
-it). With --cooper.rm_eval_dataset the RM's own verifier accuracy is logged too.
+it). With --cooper.rm_eval_dataset the RM's own verifier accuracy is logged too, and with --cooper.probe_prompts
+what the RM pays the probe suite's attack forms (`rm/probes.py`).
 """
 
 import os
@@ -15,6 +16,7 @@ from openrlhf.trainer.ppo_trainer import compute_eval_metrics
 from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo.hacking_stats import heldout_rm_gap
+from cooper_openrlhf.rm.probes import build_probes, probe_metrics, read_pay
 from cooper_openrlhf.ray.step_records import RolloutTexts, append_jsonl, rollout_rows
 
 logger = init_logger(__name__)
@@ -60,6 +62,24 @@ class HeldOutEvaluation:
         logger.info("held-out evaluation at step %d: %s", global_step,
                     {k: round(v, 4) for k, v in logs.items() if k.endswith("accuracy")})
         return logs
+
+    def init_probes(self, problems) -> None:
+        """The probe suite on the first --cooper.probe_prompts held-out problems with an integer reference (RM arms;
+        none without --eval.dataset or with --cooper.probe_prompts 0)."""
+        self.probes, self.probes_dropped = [], {}
+        limit = getattr(self.cooper, "probe_prompts", 0)
+        if self.rm_group is not None and limit > 0 and any(p.reference.strip().lstrip("-").isdigit() for p in problems):
+            self.probes, self.probes_dropped = build_probes(problems, limit)
+
+    def probe_rm(self) -> dict[str, float]:
+        """cooper/probe_pay/<form> and cooper/probe_premium/<form>: what the RM pays the suite, paid as the policy is
+        (`rm_rewards`: the reward form); empty without a suite."""
+        if not self.probes:
+            return {}
+        texts = RolloutTexts([p.question for p in self.probes], [p.reference for p in self.probes],
+                             [p.completion for p in self.probes])
+        paid = self.rm_rewards(self.rm_logits(texts), [False] * len(self.probes)).tolist()  # the gate would hide them
+        return probe_metrics(read_pay(self.probes, paid, self.probes_dropped))
 
     def rm_eval_accuracy(self) -> float:
         """The RM's accuracy on --cooper.rm_eval_dataset (VerifyBench rows: reward >= 0.5 <=> gold_correct): the

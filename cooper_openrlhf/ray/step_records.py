@@ -113,6 +113,18 @@ def prompt_question_map(args, strategy, tokenizer) -> dict[str, str]:
                 raise ValueError(f"{name} row {index}: two different questions render to the same prompt {prompt!r}")
     return questions
 
+def heldout_problems(args, strategy) -> list:
+    """--eval.dataset's rows as `MathProblem`s (raw question, label), in file order: the RM's probe suite is built on
+    problems the policy never trains on. Empty without --eval.dataset."""
+    from cooper_openrlhf.data.records import MathProblem
+
+    if not getattr(args.eval, "dataset", None):
+        return []
+    data = blending_datasets(args.eval.dataset, None, strategy, dataset_split=args.eval.split)
+    return [MathProblem(raw_question(row, args.data.input_key), str(row[args.data.label_key]), "eval.dataset", index)
+            for index, row in enumerate(data)]
+
+
 def merge_rm_metrics(calls: list[dict[str, float]]) -> dict[str, float]:
     """One step's RM metrics from its `fit` calls (one per optimizer-step group, in order; see launch_rm_update).
 

@@ -67,6 +67,7 @@ from cooper_openrlhf.ray.step_records import (
     StepClock,
     StepState,
     append_jsonl,
+    heldout_problems,
     merge_rm_metrics,
     pair_rows,
     prompt_question_map,
@@ -139,6 +140,7 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
             from cooper_openrlhf.data.benchmarks import load_benchmark
 
             self.rm_eval_rows = load_benchmark("verifybench", self.cooper.rm_eval_dataset).records
+        self.init_probes(heldout_problems(self.args, self.strategy))
 
     def get_rollout_steps(self) -> int:
         """Rollout steps of the run (what the RM's schedule spans): prompt batches per episode x episodes."""
@@ -170,12 +172,20 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
         with clock.stage("rm_update"):  # colocated: OpenRLHF's reload -> fit -> offload, after the policy's update
             rm_metrics = rm_update.result() if rm_update else self.update_rm(pairs)
         pairs, pair_metrics = pairs.result()
-        if self.rm_eval_rows and next_step % self.args.eval.steps == 0:
-            rm_metrics["cooper/rm_eval_accuracy"] = self.rm_eval_accuracy()  # the RM after this step's update
+        if self.args.eval.steps > 0 and next_step % self.args.eval.steps == 0:  # the RM after this step's update
+            rm_metrics.update(self.read_rm())
         self.log_samples(next_step, texts, verdicts.correct, rewards, pairs)
         status.update({**verify_metrics, **score_metrics, **pair_metrics, **rm_metrics, **clock.metrics()})
         status.update(self.watch_for_hacking(next_step, status))
         return status, next_step
+
+    def read_rm(self) -> dict[str, float]:
+        """The RM read at an evaluation step: its verifier accuracy (--cooper.rm_eval_dataset) and what it pays the
+        probe suite's attack forms (--cooper.probe_prompts, `rm/probes.py`)."""
+        metrics = self.probe_rm()
+        if self.rm_eval_rows:
+            metrics["cooper/rm_eval_accuracy"] = self.rm_eval_accuracy()
+        return metrics
 
     def decode_rollouts(self, samples) -> RolloutTexts:
         """Raw question, reference and completion text of every rollout, in batch order."""

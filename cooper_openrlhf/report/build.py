@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from cooper_openrlhf.report.figures import write_figures
 from cooper_openrlhf.report.markdown import write_markdown
+from cooper_openrlhf.report.robustness import write_robustness
 from cooper_openrlhf.report.runs import RunData, load_run
 
 logger = logging.getLogger("cooper_openrlhf.report")
@@ -26,6 +27,9 @@ def write_report(run_dirs: Sequence[str], out: Path, known_arms: Sequence[str] =
         if run.failed:
             logger.warning("run %s (%s seed %d) failed: %s", run.path, run.arm, run.seed, run.error)
     figures = write_figures(runs, out, known_arms=known_arms, style=style)
+    robustness = write_robustness(runs, out)  # only runs that saved their RM (`<tag>_rm_hf`)
+    if robustness is not None:
+        figures.append(robustness)
     report, summary = write_markdown(runs, figures, out)
     print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
     return runs

@@ -45,6 +45,9 @@ FIGURE_CAPTIONS = {
     "step_time.png": "Seconds per step by stage (timing/*), stacked: where each arm's time goes.",
     "exploit_rate.png": "The share of each step's training rollouts written in the lab's answer style S, and the "
                         "share in S and verified wrong: the exploit a blind RM pays (a style plan's measure).",
+    "rm_robustness.png": "RM robustness (report/robustness.py): each saved RM's premium over canonical wrong answers "
+                         "on the probe suite's forms (rm/probes.py), step by step; black: right answers. An attack "
+                         "near the black line is paid like a right answer; near 0 the RM refuses it.",
 }
 
 
