@@ -21,6 +21,15 @@ def raw_service(model_dir, tmp_path):
     running.stop()
 
 
+@pytest.fixture
+def monitored_service(model_dir, tmp_path):
+    """`raw_service` with rounds of one group (the hacking monitor reads them), so that groups are kept: without
+    rounds or learning the service keeps none."""
+    running = RunningService(model_dir, tmp_path, token=TOKEN, chat_template=False, group_size=4, groups_per_update=1)
+    yield running
+    running.stop()
+
+
 def _expected(service, questions, references, completions) -> list[float]:
     return torch.sigmoid(torch.tensor(service.direct_logits(list(zip(questions, references, completions))))).tolist()
 
@@ -113,7 +122,7 @@ def test_verl_custom_reward_function_loaded_as_verl_does(raw_service, monkeypatc
 
 
 @pytest.mark.slow
-def test_trl_grpo_trains_with_the_service_reward(raw_service, model_dir, tmp_path, monkeypatch):
+def test_trl_grpo_trains_with_the_service_reward(monitored_service, model_dir, tmp_path, monkeypatch):
     """TRL's own GRPOTrainer, 2 steps on CPU with the tiny policy; every completion paid by the service."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -131,11 +140,11 @@ def test_trl_grpo_trains_with_the_service_reward(raw_service, model_dir, tmp_pat
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = GRPOTrainer(model=model, processing_class=AutoTokenizer.from_pretrained(policy),
-                          reward_funcs=[service_reward(raw_service.url + "/get_reward")], args=config,
+                          reward_funcs=[service_reward(monitored_service.url + "/get_reward")], args=config,
                           train_dataset=Dataset.from_list(rows))
     trainer.train()
-    assert raw_service.service.counters["samples"] == 2 * 4  # 2 steps x 4 completions, every one scored
-    assert raw_service.service.groups.completed == 2  # TRL's 4 generations of a prompt formed one group
+    assert monitored_service.service.counters["samples"] == 2 * 4  # 2 steps x 4 completions, every one scored
+    assert monitored_service.service.groups.completed == 2  # TRL's 4 generations of a prompt formed one group
     logged = [entry for entry in trainer.state.log_history if "reward" in entry]
     assert len(logged) == 2 and all(0 < entry["reward"] < 1 for entry in logged)  # the RM's probabilities
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
