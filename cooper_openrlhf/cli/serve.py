@@ -134,6 +134,9 @@ def check_args(args) -> list[str]:
             problems.append("--learn needs --state-dir (checkpoints: nothing learned is lost on a restart)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
+    if args.max_queued_samples < args.max_request_samples or args.max_queued_bytes < args.max_body_bytes:
+        problems.append("--max-queued-samples and --max-queued-bytes must be at least --max-request-samples and "
+                        "--max-body-bytes (a request larger than the bound could never be admitted)")
     for flag in ("group_size", "max_batch", "max_queued_samples", "max_queued_bytes", "max_sample_chars",
                  "verify_lanes", "rm_micro_batch_size"):
         if getattr(args, flag) < 1:
