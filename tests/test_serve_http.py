@@ -214,12 +214,13 @@ def test_past_the_memory_bound_a_request_is_refused_with_retry_after_and_served_
 
         held, refused = asyncio.run(scenario())
         after = requests.post(running.url + "/get_reward", json=running.body(*QUESTIONS[0], "The answer is 5."))
+        health = requests.get(running.url + "/health").json()
     finally:
         running.stop()
     assert held[0][0] == 200
     status, retry_after, error = refused
     assert status == 503 and 1 <= int(retry_after) <= 60 and "--max-queued-samples" in error
-    assert after.status_code == 200
+    assert after.status_code == 200 and health["refused_over_memory_bound"] == 1 and health["in_flight_samples"] == 0
 
 
 def test_rule_mode_pays_the_verifier(model_dir, tmp_path):

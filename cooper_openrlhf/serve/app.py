@@ -92,7 +92,10 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
     app = FastAPI(title="cooper-openrlhf reward service", lifespan=lifespan)
     log = service.log
     admission = Admission(max_queued_samples, max_queued_bytes)
-    app.state.admission = admission
+
+    def gauges() -> dict[str, float]:
+        return {**service.gauges(), "in_flight_samples": float(admission.samples),
+                "in_flight_bytes": float(admission.bytes), "refused_over_memory_bound": float(admission.refused)}
 
     @app.middleware("http")
     async def authenticate(request: Request, call_next):
@@ -140,11 +143,11 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
 
     @app.get("/metrics")
     async def metrics():
-        return Response(log.exposition(service.gauges()), media_type=CONTENT_TYPE_LATEST)
+        return Response(log.exposition(gauges()), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "mode": service.mode, **service.gauges()}
+        return {"status": "ok", "mode": service.mode, **gauges()}
 
     return app
 

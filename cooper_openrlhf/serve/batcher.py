@@ -76,7 +76,7 @@ class MicroBatcher:
         return self._queue.qsize() if self._queue is not None else 0
 
     async def submit(self, item):
-        """The result for one item (raises what the batch function raised for its batch)."""
+        """The result for one item (raises what the batch function raised on this item alone: `results_or_errors`)."""
         return (await self.submit_many([item]))[0]
 
     async def submit_many(self, items: list) -> list:
