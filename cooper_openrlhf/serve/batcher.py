@@ -148,9 +148,24 @@ def results_or_errors(fn: Callable[[list], Sequence], items: list, name: str = "
             return [exc]
         logger.warning("%s: a batch of %d failed (%s: %s); scoring its halves apart", name, len(items),
                        type(exc).__name__, exc)
-        middle = len(items) // 2
-        return results_or_errors(fn, items[:middle], name) + results_or_errors(fn, items[middle:], name)
+        return _bisect(fn, items)
+    return _checked(results, items, name)
+
+
+def _bisect(fn: Callable[[list], Sequence], items: list) -> list:
+    """Each half of `items` tried on its own, recursively (quietly: the caller logged the batch's failure)."""
+    middle = len(items) // 2
+    outcomes = []
+    for part in (items[:middle], items[middle:]):
+        try:
+            outcomes += _checked(list(fn(part)), part, "part")
+        except Exception as exc:
+            outcomes += [exc] if len(part) == 1 else _bisect(fn, part)
+    return outcomes
+
+
+def _checked(results: list, items: list, name: str) -> list:
+    """`results`, or one error per item when their count is not the items' (a bug in the batch function)."""
     if len(results) != len(items):
-        error = RuntimeError(f"{name}: {len(results)} results for {len(items)} items")
-        return [error] * len(items)
+        return [RuntimeError(f"{name}: {len(results)} results for {len(items)} items")] * len(items)
     return results
