@@ -29,6 +29,15 @@ def raw_service(model_dir, tmp_path):
     running.stop()
 
 
+@pytest.fixture
+def monitored_service(model_dir, tmp_path):
+    """`raw_service` with rounds of one group (the hacking monitor reads them), so that groups are kept: without
+    rounds or learning the service keeps none."""
+    running = RunningService(model_dir, tmp_path, token=TOKEN, chat_template=False, group_size=4, groups_per_update=1)
+    yield running
+    running.stop()
+
+
 def _expected(service, questions, references, completions) -> list[float]:
     return torch.sigmoid(torch.tensor(service.direct_logits(list(zip(questions, references, completions))))).tolist()
 
@@ -148,7 +157,7 @@ def test_verl_custom_reward_function_loaded_as_verl_does(raw_service, monkeypatc
 
 @pytest.mark.slow
 @pytest.mark.parametrize("form", ["sync", "async"])
-def test_trl_grpo_trains_with_the_service_reward(form, raw_service, model_dir, tmp_path, monkeypatch):
+def test_trl_grpo_trains_with_the_service_reward(form, monitored_service, model_dir, tmp_path, monkeypatch):
     """TRL's own GRPOTrainer, 2 steps on CPU with the tiny policy; every completion paid by the service, through
     `service_reward` or its `async def` form."""
     from datasets import Dataset
@@ -159,7 +168,7 @@ def test_trl_grpo_trains_with_the_service_reward(form, raw_service, model_dir, t
     from cooper_openrlhf.clients.trl import async_service_reward, service_reward
 
     monkeypatch.setenv("COOPER_REWARD_TOKEN", TOKEN)
-    reward = (service_reward if form == "sync" else async_service_reward)(raw_service.url + "/get_reward")
+    reward = (service_reward if form == "sync" else async_service_reward)(monitored_service.url + "/get_reward")
     # TRL picks its path with `is_async_callable`: a coroutine function is awaited on the trainer's event-loop
     # thread; its synchronous path would get a coroutine object back and fail on `len()`. So with the async form,
     # a run in which the service scored every completion went through TRL's async path.
@@ -175,8 +184,8 @@ def test_trl_grpo_trains_with_the_service_reward(form, raw_service, model_dir, t
     trainer = GRPOTrainer(model=model, processing_class=AutoTokenizer.from_pretrained(policy),
                           reward_funcs=[reward], args=config, train_dataset=Dataset.from_list(rows))
     trainer.train()
-    assert raw_service.service.counters["samples"] == 2 * 4  # 2 steps x 4 completions, every one scored
-    assert raw_service.service.groups.completed == 2  # TRL's 4 generations of a prompt formed one group
+    assert monitored_service.service.counters["samples"] == 2 * 4  # 2 steps x 4 completions, every one scored
+    assert monitored_service.service.groups.completed == 2  # TRL's 4 generations of a prompt formed one group
     logged = [entry for entry in trainer.state.log_history if "reward" in entry]
     assert len(logged) == 2 and all(0 < entry["reward"] < 1 for entry in logged)  # the RM's probabilities
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())

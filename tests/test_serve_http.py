@@ -29,7 +29,7 @@ class RunningService:
 
     def __init__(self, model_dir, tmp_path, *, token=None, verify_deadline_s=5.0, lanes=2, max_request_samples=64,
                  max_body_bytes=1 << 20, group_size=2, mode="rm", chat_template=True, tensorboard=False,
-                 **service_config):
+                 app_options: dict | None = None, **service_config):
         import uvicorn
         from transformers import AutoTokenizer
 
@@ -56,7 +56,7 @@ class RunningService:
         splitter = (PromptSplitter.from_tokenizer(self.tokenizer) if chat_template
                     else PromptSplitter(special_tokens=self.tokenizer.all_special_tokens))
         app = build_app(self.service, splitter, token=token,
-                        max_body_bytes=max_body_bytes, max_request_samples=max_request_samples)
+                        max_body_bytes=max_body_bytes, max_request_samples=max_request_samples, **(app_options or {}))
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -168,7 +168,8 @@ def test_a_thousand_concurrent_requests_are_all_answered_with_real_scores(servic
     got = [data["rewards"][0] for _, data in results]
     assert got == pytest.approx(expected, abs=1e-4)
     assert service.service.rm_batcher.stats.largest > 1  # requests were batched together
-    assert service.service.counters["samples"] == 1000 and service.service.groups.completed == 500
+    assert service.service.counters["samples"] == 1000
+    assert not service.service.groups.open and not service.service.ready  # no learner, no rounds: nothing kept
 
 
 def test_a_hung_verification_answers_at_its_deadline_while_others_flow(model_dir, tmp_path):
@@ -195,6 +196,31 @@ def test_a_hung_verification_answers_at_its_deadline_while_others_flow(model_dir
         assert deadline - 1.0 <= hung_took < deadline + 3.0  # it did hang (sent 0.3 s before the clock), cut at its deadline
     finally:
         running.stop()
+
+
+def test_past_the_memory_bound_a_request_is_refused_with_retry_after_and_served_once_it_drains(model_dir, tmp_path):
+    """The memory bound (here 1 sample in flight) refuses at once with Retry-After; nothing below it is refused."""
+    running = RunningService(model_dir, tmp_path, verify_deadline_s=3.0, app_options={"max_queued_samples": 1})
+    try:
+        async def scenario():
+            held = asyncio.ensure_future(_post_many(running.url + "/get_reward",  # in flight until its deadline
+                                                    [running.body("What is 9?", "9", TOWER)], {}))
+            await asyncio.sleep(0.5)
+            async with aiohttp.ClientSession() as session:
+                async with session.post(running.url + "/get_reward",
+                                        json=running.body(*QUESTIONS[0], "The answer is 5.")) as response:
+                    refused = response.status, response.headers.get("Retry-After"), (await response.json())["error"]
+            return await held, refused
+
+        held, refused = asyncio.run(scenario())
+        after = requests.post(running.url + "/get_reward", json=running.body(*QUESTIONS[0], "The answer is 5."))
+        health = requests.get(running.url + "/health").json()
+    finally:
+        running.stop()
+    assert held[0][0] == 200
+    status, retry_after, error = refused
+    assert status == 503 and 1 <= int(retry_after) <= 60 and "--max-queued-samples" in error
+    assert after.status_code == 200 and health["refused_over_memory_bound"] == 1 and health["in_flight_samples"] == 0
 
 
 def test_rule_mode_pays_the_verifier(model_dir, tmp_path):

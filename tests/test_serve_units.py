@@ -1,5 +1,5 @@
 """The reward service's pure parts: the protocol and prompt splitting (on the real Qwen2 and SmolLM2 chat templates),
-the reward modes, GRPO groups pinned to RM versions, and the batcher (batching, back-pressure, errors, lanes)."""
+the reward modes, GRPO groups pinned to RM versions, and the batcher (batching, waiting, errors, lanes)."""
 
 import asyncio
 import threading
@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from cooper_openrlhf.serve.batcher import MicroBatcher, QueueFull
+from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample, groups_from_dicts, groups_to_dicts
 from cooper_openrlhf.serve.modes import REWARD_MODES, rewards_of
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, Sample, build_response, parse_request
@@ -155,24 +155,27 @@ def test_concurrent_submits_are_batched_and_answered_in_order():
     assert max(sizes) == 16 and len(sizes) < 10
 
 
-def test_a_full_queue_refuses_and_a_failed_batch_fails_every_request():
-    def boom(items):
-        time.sleep(0.05)
-        raise RuntimeError("model exploded")
+def test_a_busy_batcher_queues_every_item_and_a_failed_batch_fails_only_its_culprit():
+    """Far more items than batches can hold at once all wait their turn (no refusal); a batch holding an item its
+    function cannot take answers every other item with its result."""
+    def slow_double(items):
+        time.sleep(0.01)
+        if any(x < 0 for x in items):
+            raise ValueError(f"cannot take {[x for x in items if x < 0]}")
+        return [2 * x for x in items]
 
     async def run():
-        batcher = MicroBatcher(boom, max_batch=2, max_wait_s=0.0, max_queue=3)
+        batcher = MicroBatcher(slow_double, max_batch=8, max_wait_s=0.0)
         batcher.start()
-        first = asyncio.gather(*(batcher.submit(i) for i in range(3)), return_exceptions=True)
-        await asyncio.sleep(0)
-        with pytest.raises(QueueFull):
-            await batcher.submit_many([9, 9])
-        results = await first
+        items = list(range(1000)) + [-1] + list(range(1000, 1063))
+        results = await asyncio.gather(*(batcher.submit(i) for i in items), return_exceptions=True)
         await batcher.stop()
-        return results
+        return items, results
 
-    results = asyncio.run(run())
-    assert all(isinstance(r, RuntimeError) and "exploded" in str(r) for r in results)
+    items, results = asyncio.run(run())
+    failed = [i for i, r in zip(items, results) if isinstance(r, Exception)]
+    assert failed == [-1] and "cannot take [-1]" in str(results[1000])
+    assert [r for i, r in zip(items, results) if i >= 0] == [2 * i for i in items if i >= 0]
 
 
 def test_a_stuck_lane_does_not_hold_up_the_others():

@@ -27,8 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.algo.hacking import HackingMonitorConfig
     from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
+    from cooper_openrlhf.serve.app import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_SAMPLES
     from cooper_openrlhf.serve.modes import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
+    from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -48,13 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-body-bytes", type=int, default=4 << 20)
     g.add_argument("--max-request-samples", type=int, default=256)
     g.add_argument("--request-timeout-s", type=float, default=150.0,
-                   help="answer 504 past this (OpenRLHF's client gives up at 180 s)")
+                   help="a request that waited this long for the scorer is answered 504 (OpenRLHF's client gives "
+                        "up at 180 s)")
+    g.add_argument("--max-queued-samples", type=int, default=DEFAULT_MAX_QUEUED_SAMPLES,
+                   help="a memory bound, not a load limit: past this many samples admitted and not yet answered a "
+                        "new request is refused (503, Retry-After); below it a busy scorer is waited for. The "
+                        "default is 4x a rollout batch of 1,024 prompts x 16 samples")
+    g.add_argument("--max-queued-bytes", type=int, default=DEFAULT_MAX_QUEUED_BYTES,
+                   help="the same bound on the request bodies admitted and not yet answered")
+    g.add_argument("--max-sample-chars", type=int, default=DEFAULT_MAX_SAMPLE_CHARS,
+                   help="most characters in one sample's query, prompt or label (400 naming the sample past it)")
     g = p.add_argument_group("scoring")
     g.add_argument("--mode", default="rm", choices=REWARD_MODES, help="the reward paid (docs/serve.md)")
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="RM weights' dtype (auto: the device's fast one)")
     g.add_argument("--max-batch", type=int, default=64, help="most samples per RM forward")
     g.add_argument("--max-wait-ms", type=float, default=5.0, help="longest wait for a batch to fill")
-    g.add_argument("--max-queue", type=int, default=4096, help="queued samples past which requests get 503")
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
     g.add_argument("--verify-lanes", type=int, default=2, help="verifier pools serving batches side by side")
     g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
@@ -148,7 +158,11 @@ def check_args(args) -> list[str]:
             problems.append("--keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
-    for flag in ("group_size", "max_batch", "max_queue", "verify_lanes", "rm_micro_batch_size"):
+    if args.max_queued_samples < args.max_request_samples or args.max_queued_bytes < args.max_body_bytes:
+        problems.append("--max-queued-samples and --max-queued-bytes must be at least --max-request-samples and "
+                        "--max-body-bytes (a request larger than the bound could never be admitted)")
+    for flag in ("group_size", "max_batch", "max_queued_samples", "max_queued_bytes", "max_sample_chars",
+                 "verify_lanes", "rm_micro_batch_size"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be >= 1")
     return problems
@@ -201,7 +215,7 @@ def build_service(args):
     dtype_name = resolve_dtype_name(args.dtype)
     config = ServiceConfig(mode=args.mode, group_size=args.group_size, groups_per_update=args.groups_per_update,
                            group_timeout_s=args.group_timeout_s, max_batch=args.max_batch,
-                           max_wait_s=args.max_wait_ms / 1000, max_queue=args.max_queue,
+                           max_wait_s=args.max_wait_ms / 1000,
                            wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
                            on_hacking=args.on_hacking, check_groups=not args.no_group_check,
                            heldout=getattr(args, "heldout_questions", frozenset()),
@@ -327,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
 
     app = build_app(service, splitter, token=token, max_body_bytes=args.max_body_bytes,
                     max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
-                    on_shutdown=shutdown)
+                    max_queued_samples=args.max_queued_samples, max_queued_bytes=args.max_queued_bytes,
+                    max_sample_chars=args.max_sample_chars, on_shutdown=shutdown)
     origin = args.rm if service.version == 0 else f"resumed from {checkpointer.dir}, trained from {args.rm}"
     scheme = "https" if args.ssl_certfile else "http"
     logger.info("serving RM version %d (%s; mode %s, learning %s) at %s://%s:%d/get_reward", service.version, origin,

@@ -1,13 +1,22 @@
 """The reward service's HTTP face (FastAPI): OpenRLHF's `/get_reward`, `/metrics`, `/health`; auth and limits.
 
+OpenRLHF's client (0.11.2) gives a sample 5 tries, 1 s apart, and then leaves its reward None, which crashes the
+trainer: every non-2xx is a failed try. So the service waits rather than refuses, and refuses only what waiting
+cannot fix or what no trainer sends.
 - Auth: with a token configured every route needs it, as `Authorization: Bearer TOKEN` or, because OpenRLHF's
   client can only be given a URL, as `?token=TOKEN`; compared in constant time (`hmac.compare_digest`); 401
   without it. `cli.serve` refuses to listen beyond loopback without a token.
-- Limits: a body over `max_body_bytes` is 413 (read no further); a malformed body 400 naming the field; more
-  samples than `max_request_samples` 413; a full queue 503; a request not answered within `request_timeout_s`
-  504 (below the 180 s after which OpenRLHF's client gives up). All of these the client may retry; none of them is
-  ever answered with a reward.
-- Every answer is a real score: an error inside scoring is a 500 with its message, never a 0.
+- Bad input: a body over `max_body_bytes` is 413 (read no further); a malformed body 400 naming the field; a
+  sample whose text is not encodable or over `max_sample_chars` 400 naming the sample and field
+  (`serve/validation.py`), before it joins a batch; more samples than `max_request_samples` 413.
+- Load: a request that finds the scorer busy waits its turn; one not answered within `request_timeout_s` is 504
+  (below the 180 s after which OpenRLHF's client gives up). Only past the memory bound on work in flight
+  (`max_queued_samples`, `max_queued_bytes`: `serve/admission.py`) is a new request refused, 503 with
+  `Retry-After`.
+- Every answer is a real score: an error inside scoring is a 500 with its message (only the samples that fail on
+  their own fail: `serve/batcher.py`), never a 0; a non-finite RM score is its request's 500.
+- `/metrics` stays the same size whatever is requested: the request counter's route label is one of the app's
+  routes or "other".
 """
 
 import asyncio
@@ -19,12 +28,23 @@ import time
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from cooper_openrlhf.serve.batcher import QueueFull
+from cooper_openrlhf.serve.admission import Admission, Overloaded
 from cooper_openrlhf.serve.metrics import CONTENT_TYPE_LATEST
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, build_response, parse_request
 from cooper_openrlhf.serve.trainer_groups import GroupMismatch
+from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS, check_sample_texts
 
 logger = logging.getLogger(__name__)
+
+ROUTES = ("/get_reward", "/metrics", "/health")
+DEFAULT_MAX_QUEUED_SAMPLES = 1 << 16  # 4x a rollout batch of 1,024 prompts x 16 samples (serve/admission.py)
+DEFAULT_MAX_QUEUED_BYTES = 1 << 30
+
+
+def route_label(path: str) -> str:
+    """The request counter's route label: a known route, else "other" (a label per path would grow /metrics with
+    every path anyone tries)."""
+    return path if path in ROUTES else "other"
 
 
 def token_matches(expected: str | None, request: Request) -> bool:
@@ -51,7 +71,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def build_app(service, splitter: PromptSplitter, *, token: str | None = None, max_body_bytes: int = 4 << 20,
-              max_request_samples: int = 256, request_timeout_s: float = 150.0, on_shutdown=None) -> FastAPI:
+              max_request_samples: int = 256, request_timeout_s: float = 150.0,
+              max_queued_samples: int = DEFAULT_MAX_QUEUED_SAMPLES, max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+              max_sample_chars: int = DEFAULT_MAX_SAMPLE_CHARS, on_shutdown=None) -> FastAPI:
     """The FastAPI app around a `serve.service.RewardService`, started and stopped (checkpointed) by its lifespan.
 
     on_shutdown: called after the service stopped (the CLI exports the trained RM and closes the verifier pools
@@ -70,11 +92,16 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
 
     app = FastAPI(title="cooper-openrlhf reward service", lifespan=lifespan)
     log = service.log
+    admission = Admission(max_queued_samples, max_queued_bytes)
+
+    def gauges() -> dict[str, float]:
+        return {**service.gauges(), "in_flight_samples": float(admission.samples),
+                "in_flight_bytes": float(admission.bytes), "refused_over_memory_bound": float(admission.refused)}
 
     @app.middleware("http")
     async def authenticate(request: Request, call_next):
         if not token_matches(token, request):
-            log.requests.labels(route=request.url.path, status="401").inc()
+            log.requests.labels(route=route_label(request.url.path), status="401").inc()
             return JSONResponse({"error": "missing or wrong token (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
                                 status_code=401)
         return await call_next(request)
@@ -89,17 +116,20 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
             except ValueError as exc:
                 raise RequestError(f"the body is not JSON: {exc}") from None
             queries, prompts, labels = parse_request(decoded, max_request_samples)
-            samples = []
-            for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
-                try:
-                    samples.append(splitter.split(query, prompt, label))
-                except RequestError as exc:
-                    raise RequestError(f"sample {i}: {exc}", exc.status) from None
-            scored = await asyncio.wait_for(service.score(samples), request_timeout_s)
+            check_sample_texts(queries, prompts, labels, max_sample_chars)
+            with admission.admit(len(queries), len(body), _scoring_rate(service)):
+                samples = []
+                for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
+                    try:
+                        samples.append(splitter.split(query, prompt, label))
+                    except RequestError as exc:
+                        raise RequestError(f"sample {i}: {exc}", exc.status) from None
+                scored = await asyncio.wait_for(service.score(samples), request_timeout_s)
         except RequestError as exc:
             return _error(log, exc.status, str(exc))
-        except QueueFull as exc:
-            return _error(log, 503, f"{exc}; retry")
+        except Overloaded as exc:
+            return _error(log, 503, f"{exc}; retry after {exc.retry_after_s}s",
+                          headers={"Retry-After": str(exc.retry_after_s)})
         except GroupMismatch as exc:  # the trainer must be restarted with matching flags: no retry can help
             return _error(log, 409, str(exc))
         except asyncio.TimeoutError:
@@ -116,17 +146,23 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
 
     @app.get("/metrics")
     async def metrics():
-        return Response(log.exposition(service.gauges()), media_type=CONTENT_TYPE_LATEST)
+        return Response(log.exposition(gauges()), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health():
         groups = "ok" if service.group_mismatch is None else f"mismatch: {service.group_mismatch}"
         return {"status": "ok", "mode": service.mode, "learning": service.learning_status, "groups": groups,
-                **service.gauges()}
+                **gauges()}
 
     return app
 
 
-def _error(log, status: int, message: str) -> JSONResponse:
+def _scoring_rate(service) -> float:
+    """Samples a second the RM batcher has scored while busy (0 before its first batch)."""
+    stats = service.rm_batcher.stats
+    return stats.items / stats.busy_seconds if stats.busy_seconds > 0 else 0.0
+
+
+def _error(log, status: int, message: str, headers: dict | None = None) -> JSONResponse:
     log.requests.labels(route="/get_reward", status=str(status)).inc()
-    return JSONResponse({"error": message}, status_code=status)
+    return JSONResponse({"error": message}, status_code=status, headers=headers)

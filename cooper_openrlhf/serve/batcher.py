@@ -3,26 +3,27 @@
 OpenRLHF sends one sample per request, hundreds at once during a step; a GPU scores 64 samples in about the time
 it scores one. `MicroBatcher` collects items from concurrent coroutines into batches of at most `max_batch`,
 waiting at most `max_wait_s` after the first item of a batch for more to arrive, and runs the batch function in a
-worker thread (the event loop keeps accepting requests meanwhile). The queue is bounded: past `max_queue` waiting
-items `submit` raises `QueueFull` at once (the HTTP layer answers 503 and the client retries) rather than letting
-latency grow without bound.
+worker thread (the event loop keeps accepting requests meanwhile). The queue has no bound of its own: an item that
+finds the batch function busy waits its turn, because a refusal is a failed try for OpenRLHF's client and five of
+them crash the run. What bounds the queue is the HTTP layer's admission limit (`serve/admission.py`), a memory
+bound no trainer's step reaches, and a request's own timeout.
 
 Lanes: one batch function per lane, one batch running per lane. The RM has one lane (one model). The rule
 verifier has several (one verifier pool each), so that an item that hangs until its deadline holds up only the
 batch in its lane while the other lanes keep serving.
 
-An exception from the batch function fails every item of that batch (each waiting request gets it), never
-a default value.
+Each item fails alone: when the batch function raises on a batch, the batch is split in halves and each half
+tried again (down to single items), so only the items that fail on their own get the exception, never a default
+value, and the rest of the batch gets its results. One bad item among B costs about 2 log2(B) more calls.
 """
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-
-class QueueFull(RuntimeError):
-    """The batcher's queue is at max_queue items."""
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,13 +41,12 @@ class MicroBatcher:
         list of such functions, one per lane.
     """
 
-    def __init__(self, fn: Callable[[list], Sequence] | list[Callable[[list], Sequence]], max_batch: int = 64, max_wait_s: float = 0.005,
-                 max_queue: int = 4096, name: str = "batcher"):
-        if max_batch < 1 or max_queue < 1 or max_wait_s < 0:
-            raise ValueError(f"need max_batch >= 1, max_queue >= 1, max_wait_s >= 0; got {max_batch}, {max_queue}, "
-                             f"{max_wait_s}")
+    def __init__(self, fn: Callable[[list], Sequence] | list[Callable[[list], Sequence]], max_batch: int = 64,
+                 max_wait_s: float = 0.005, name: str = "batcher"):
+        if max_batch < 1 or max_wait_s < 0:
+            raise ValueError(f"need max_batch >= 1, max_wait_s >= 0; got {max_batch}, {max_wait_s}")
         self.lanes = list(fn) if isinstance(fn, (list, tuple)) else [fn]
-        self.max_batch, self.max_wait_s, self.max_queue, self.name = max_batch, max_wait_s, max_queue, name
+        self.max_batch, self.max_wait_s, self.name = max_batch, max_wait_s, name
         self.stats = BatchStats()
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
@@ -76,15 +76,13 @@ class MicroBatcher:
         return self._queue.qsize() if self._queue is not None else 0
 
     async def submit(self, item):
-        """The result for one item (raises what the batch function raised for its batch)."""
+        """The result for one item (raises what the batch function raised on this item alone: `results_or_errors`)."""
         return (await self.submit_many([item]))[0]
 
     async def submit_many(self, items: list) -> list:
         """Results for several items (they may land in different batches)."""
         if self._queue is None:
             raise RuntimeError(f"{self.name} is not started")
-        if self._queue.qsize() + len(items) > self.max_queue:
-            raise QueueFull(f"{self.name}: {self._queue.qsize()} items queued (max {self.max_queue})")
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in items]
         for item, future in zip(items, futures):
@@ -118,20 +116,56 @@ class MicroBatcher:
     async def _run(self, lane: int, batch: list) -> None:
         start = time.perf_counter()
         try:
-            results = await asyncio.to_thread(self.lanes[lane], [item for item, _ in batch])
-            if len(results) != len(batch):
-                raise RuntimeError(f"{self.name}: {len(results)} results for {len(batch)} items")
-        except Exception as exc:  # every waiting request gets the error: nobody is paid a default
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-        else:
-            for (_, future), result in zip(batch, results):
-                if not future.done():
-                    future.set_result(result)
+            outcomes = await asyncio.to_thread(results_or_errors, self.lanes[lane], [item for item, _ in batch],
+                                               self.name)
+        except Exception as exc:  # a bug outside the batch function: every waiting request gets it, none a default
+            outcomes = [exc] * len(batch)
+        try:
+            for (_, future), outcome in zip(batch, outcomes):
+                if future.done():
+                    continue
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
         finally:
             self.stats.batches += 1
             self.stats.items += len(batch)
             self.stats.largest = max(self.stats.largest, len(batch))
             self.stats.busy_seconds += time.perf_counter() - start
             self._free_lanes.put_nowait(lane)
+
+
+def results_or_errors(fn: Callable[[list], Sequence], items: list, name: str = "batch") -> list:
+    """`fn(items)`, except that where it raises, each item gets its own result or its own exception (bisection).
+
+    Blocking; one entry per item, in order: a result, or the Exception instance that `fn` raised on the smallest
+    part holding that item (a single item, unless a part failed for a reason that is not any one item's)."""
+    try:
+        results = list(fn(items))
+    except Exception as exc:
+        if len(items) == 1:
+            return [exc]
+        logger.warning("%s: a batch of %d failed (%s: %s); scoring its halves apart", name, len(items),
+                       type(exc).__name__, exc)
+        return _bisect(fn, items)
+    return _checked(results, items, name)
+
+
+def _bisect(fn: Callable[[list], Sequence], items: list) -> list:
+    """Each half of `items` tried on its own, recursively (quietly: the caller logged the batch's failure)."""
+    middle = len(items) // 2
+    outcomes = []
+    for part in (items[:middle], items[middle:]):
+        try:
+            outcomes += _checked(list(fn(part)), part, "part")
+        except Exception as exc:
+            outcomes += [exc] if len(part) == 1 else _bisect(fn, part)
+    return outcomes
+
+
+def _checked(results: list, items: list, name: str) -> list:
+    """`results`, or one error per item when their count is not the items' (a bug in the batch function)."""
+    if len(results) != len(items):
+        return [RuntimeError(f"{name}: {len(results)} results for {len(items)} items")] * len(items)
+    return results

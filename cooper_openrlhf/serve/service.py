@@ -10,7 +10,10 @@ Per sample (any number arrive concurrently, one per request from OpenRLHF):
   3. record it in its group. Complete groups gather into rounds of `groups_per_update`; each round is read by the
      hacking monitor (`algo.hacking`, the trainer's rule) and, with learning on, trained on (`serve/learner.py`)
      in the learner thread; the new version is published when the update ends. On an alarm the service can switch
-     to the rule reward (`on_hacking`).
+     to the rule reward (`on_hacking`). With neither rounds nor learning nothing reads a group, so none is kept:
+     the version never changes and a sample is scored and forgotten (memory stays flat over any number of groups).
+     With rounds, what is kept is the open groups (each until complete or `group_timeout_s`) and at most one
+     round's complete groups.
 Every `checkpoint_every` updates, and on shutdown, the RM's DeepSpeed state (model, optimizer, schedule), the
 version, the counters, the groups not yet learned from and the weights of the older versions open groups are
 pinned to are committed as a new checkpoint (`serve/checkpoint.py`: a kill at any moment leaves the previous one
@@ -25,11 +28,14 @@ gradients are discarded, and the next round runs as usual: scoring never stops f
 tried again at the next round.
 
 Failures are never a reward: a sample that cannot be scored raises (the HTTP layer answers 5xx and the client
-retries), its group place is released.
+retries), its group place is released; a non-finite RM logit is such a failure (`NonFiniteScore`), so it is
+neither paid nor recorded for learning. Scoring waits for the batchers however busy they are; the bound on work
+in flight is the HTTP layer's (`serve/admission.py`).
 """
 
 import asyncio
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -63,7 +69,6 @@ class ServiceConfig:
     group_timeout_s: float = 600.0
     max_batch: int = 64
     max_wait_s: float = 0.005
-    max_queue: int = 4096
     wait_for_update: bool = True
     update_wait_timeout_s: float = 120.0  # a new group waits at most this long for an update, then takes the latest
     checkpoint_every: int = 1  # updates between checkpoints (0: only on shutdown)
@@ -83,6 +88,10 @@ def _log_failed_preparation(future) -> None:
     """A group the learner could not prepare is prepared again when its round is learned from (and fails there)."""
     if not future.cancelled() and future.exception() is not None:
         logger.warning("preparing a complete group failed (retried at its round): %s", future.exception())
+
+
+class NonFiniteScore(RuntimeError):
+    """The RM's logit of a sample is NaN or infinite: no reward to pay and nothing to learn from."""
 
 
 @dataclass
@@ -105,10 +114,12 @@ class RewardService:
         self.config, self.scorer, self.learner, self.checkpointer, self.log = config, scorer, learner, checkpointer, log
         self.mode = config.mode
         self.groups = GroupTracker(config.group_size, config.group_timeout_s)
-        self.rm_batcher = MicroBatcher(scorer.score, config.max_batch, config.max_wait_s, config.max_queue, "rm")
+        self.rm_batcher = MicroBatcher(scorer.score, config.max_batch, config.max_wait_s, "rm")
         self.verify_batcher = MicroBatcher(
             [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],
-            config.max_batch, config.max_wait_s, config.max_queue, "verifier")
+            config.max_batch, config.max_wait_s, "verifier")
+        # Groups are read by rounds (the monitor) and the learner; with neither, none is kept (module docstring).
+        self.keeps_groups = learner is not None or config.groups_per_update > 0
         self.monitor = HackingMonitor(config.monitor)
         self.ready: list[Group] = []  # complete groups not yet in a round
         self.counters = {"rounds": 0, "updates": 0, "pairs": 0, "samples": 0, "alarms": 0, "heldout_samples": 0}
@@ -176,6 +187,9 @@ class RewardService:
             logits, outcomes = await asyncio.gather(
                 self.rm_batcher.submit_many(items),
                 self.verify_batcher.submit_many([(s.reference, s.completion) for s in samples]))
+            for i, logit in enumerate(logits):
+                if not math.isfinite(logit):
+                    raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
         except BaseException:
             for group in places:
                 if group is not None:
@@ -186,8 +200,9 @@ class RewardService:
         answers = []
         for group, sample, logit, outcome, reward, (version, *_) in zip(places, samples, logits, outcomes, rewards,
                                                                         items):
-            if group is None:
-                self.counters["heldout_samples"] += 1
+            if group is None or not self.keeps_groups:  # held out, or a service that keeps no groups
+                if group is None:
+                    self.counters["heldout_samples"] += 1
                 answers.append(Scored(reward, logit, outcome.verdict, version))
                 continue
             complete = self.groups.record(group, ScoredSample(sample, logit, outcome, reward))
@@ -213,6 +228,8 @@ class RewardService:
                 logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
                                self.config.update_wait_timeout_s, self.version)
             self._waited += time.perf_counter() - start
+        if not self.keeps_groups:  # a place in no tracker: the version it names is all that is read from it
+            return Group(-1, sample.prompt, self.version, 0.0)
         return self.groups.reserve(sample.prompt, self.version)
 
     # -------------------------------------------------------------------------------- trainer groups
