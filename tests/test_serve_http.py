@@ -29,7 +29,7 @@ class RunningService:
 
     def __init__(self, model_dir, tmp_path, *, token=None, verify_deadline_s=5.0, lanes=2, max_request_samples=64,
                  max_body_bytes=1 << 20, group_size=2, mode="rm", chat_template=True, tensorboard=False,
-                 app_options: dict | None = None, **service_config):
+                 app_options: dict | None = None, probe=None, **service_config):
         import uvicorn
         from transformers import AutoTokenizer
 
@@ -52,7 +52,8 @@ class RunningService:
         lanes_fns = [lambda r, c, pool=pool: pool.verify_batch(r, c).outcomes for pool in self.pools]
         self.service = RewardService(ServiceConfig(mode=mode, group_size=group_size, max_batch=64, max_wait_s=0.002,
                                                    **service_config),
-                                     scorer, lanes_fns, ServiceLog(str(tmp_path / "logs"), tensorboard=tensorboard))
+                                     scorer, lanes_fns, ServiceLog(str(tmp_path / "logs"), tensorboard=tensorboard),
+                                     probe=probe)
         splitter = (PromptSplitter.from_tokenizer(self.tokenizer) if chat_template
                     else PromptSplitter(special_tokens=self.tokenizer.all_special_tokens))
         app = build_app(self.service, splitter, token=token,

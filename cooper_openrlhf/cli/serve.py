@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--heldout-prompts", default=None,
                    help="the file given to OpenRLHF's --eval.dataset: its prompts are scored, never learned from")
     g.add_argument("--heldout-input-key", default="input", help="the question's field in --heldout-prompts")
+    g.add_argument("--probe-every", type=int, default=0,
+                   help="read the probe suite (what the RM pays known attack forms, rm/probes.py) on the current RM "
+                        "every N rounds, into the rounds' log and /metrics (0: never)")
+    g.add_argument("--probe-prompts", default=None,
+                   help="problems to build the probes from (input/label rows; default: --heldout-prompts)")
+    g.add_argument("--probe-problems", type=int, default=16, help="problems with an integer reference the suite uses")
     g.add_argument("--no-group-check", action="store_true",
                    help="do not refuse a trainer whose GRPO groups are seen not to match --group-size / "
                         "--groups-per-update (docs/serve.md)")
@@ -147,6 +153,12 @@ def check_args(args) -> list[str]:
     for flag in ("ssl_certfile", "ssl_keyfile"):
         if getattr(args, flag) and not os.path.isfile(getattr(args, flag)):
             problems.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}: no such file")
+    if args.probe_every < 0:
+        problems.append("--probe-every must be >= 0")
+    if args.probe_every and not (args.probe_prompts or args.heldout_prompts):
+        problems.append("--probe-every needs --probe-prompts FILE (or --heldout-prompts): the problems to probe with")
+    if args.probe_prompts and not os.path.isfile(args.probe_prompts):
+        problems.append(f"--probe-prompts {args.probe_prompts}: no such file")
     if args.heldout_prompts and not os.path.isfile(args.heldout_prompts):
         problems.append(f"--heldout-prompts {args.heldout_prompts}: no such file")
     if args.learn:
@@ -242,7 +254,7 @@ def build_service(args):
         scorer.restore(old_version, weights)
     log = ServiceLog(os.path.join(args.state_dir, "logs") if args.state_dir else None)
     service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer,
-                            state=restored.state if restored else None)
+                            state=restored.state if restored else None, probe=getattr(args, "probe", None))
     service.verifier_pools = pools
     return service, checkpointer
 
@@ -319,6 +331,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         logger.info("%d held-out questions (--heldout-prompts): scored, never learned from",
                     len(args.heldout_questions))
+    if args.probe_every:  # built here, in the main thread: math-verify's deadline is a signal
+        from cooper_openrlhf.serve.probing import ServiceProbe, problems_of
+
+        try:
+            args.probe = ServiceProbe(problems_of(args.probe_prompts or args.heldout_prompts), args.probe_every,
+                                      args.probe_problems)
+        except ValueError as exc:
+            print(f"error: --probe-prompts: {exc}", file=sys.stderr)
+            return 2
     from cooper_openrlhf.runtime import install_cpu_runtime
 
     install_cpu_runtime()

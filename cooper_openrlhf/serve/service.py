@@ -110,8 +110,9 @@ class RewardService:
     `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None; `log`: a `serve.metrics.ServiceLog`."""
 
     def __init__(self, config: ServiceConfig, scorer, verify_lanes, log, learner=None, checkpointer=None,
-                 state: dict | None = None):
+                 state: dict | None = None, probe=None):
         self.config, self.scorer, self.learner, self.checkpointer, self.log = config, scorer, learner, checkpointer, log
+        self.probe = probe  # a serve.probing.ServiceProbe, or None
         self.mode = config.mode
         self.groups = GroupTracker(config.group_size, config.group_timeout_s)
         self.rm_batcher = MicroBatcher(scorer.score, config.max_batch, config.max_wait_s, "rm")
@@ -336,6 +337,9 @@ class RewardService:
             finally:
                 self.update_done.set()
             metrics["cooper/rm_version_after"] = float(self.version)
+        if self.probe is not None and self.probe.due(index):  # before the monitor: its rules may read them
+            metrics.update(await asyncio.get_running_loop().run_in_executor(self._executor, self.probe.read,
+                                                                            self.scorer))
         metrics.update(guard_step(self.monitor, index, metrics))
         if metrics[ALARM] and ON_HACKING[self.config.on_hacking].reward_from_rule and self.mode != "rule":
             logger.warning("reward hacking alarm at round %d: paying the rule reward from now on", index)
