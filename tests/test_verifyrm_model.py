@@ -83,6 +83,22 @@ def test_encoding_pads_right_and_counts_truncation(model_dir, caplog):
     assert "1 of 2 RM inputs exceed 32 tokens" in caplog.text
 
 
+@pytest.mark.parametrize("name", ["tiny-qwen2-rm", "minilm-l6-v2"])
+@pytest.mark.parametrize("max_length", [8, 31, 32, 33, 512])
+def test_encoding_equals_the_tokenizers_own_padded_and_truncated_call(model_dir, name, max_length):
+    """The encoding tokenizes once (rows at the limit again) and must give exactly what one call of the tokenizer
+    with padding and truncation gives, special tokens included (MiniLM ends a cut row with [SEP])."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(name))
+    texts = ["short", "a much longer text " * 40, "中文 テスト ünïcode " * 3, "x" * 31, " ".join(["word"] * 31), ""]
+    ours = encode_rm_texts(tokenizer, texts, max_length)
+    theirs = tokenizer(texts, padding=True, truncation=True, max_length=max_length, padding_side="right",
+                       return_attention_mask=True, return_tensors="pt")
+    assert torch.equal(ours["input_ids"], theirs["input_ids"])
+    assert torch.equal(ours["attention_mask"], theirs["attention_mask"])
+
+
 @pytest.mark.parametrize("name, kwargs", [("tiny-qwen2-rm", {}), ("minilm-l6-v2", {"init_head": True})])
 def test_batched_logits_equal_one_by_one(model_dir, name, kwargs):
     model, tokenizer, version = load_rm(model_dir(name), **kwargs)

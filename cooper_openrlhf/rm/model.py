@@ -232,19 +232,17 @@ def encode_rm_texts(tokenizer, texts: Sequence[str], max_length: int) -> dict[st
     """
     if not texts:
         raise ValueError("no texts to encode")
-    lengths = [len(ids) for ids in tokenizer(list(texts))["input_ids"]]
-    cut = sum(length > max_length for length in lengths)
+    # One tokenization in the common case: cut at one token past the limit, so a row that reaches it is one the
+    # limit cuts; only those rows are encoded again, cut where the tokenizer's own truncation cuts (special tokens
+    # kept).
+    ids = tokenizer(list(texts), truncation=True, max_length=max_length + 1)["input_ids"]
+    cut = [i for i, row in enumerate(ids) if len(row) > max_length]
     if cut:
-        logger.warning("%d of %d RM inputs exceed %d tokens and are truncated", cut, len(texts), max_length)
-    encoded = tokenizer(
-        list(texts),
-        padding=True,
-        truncation=True,
-        max_length=max_length,
-        padding_side="right",
-        return_attention_mask=True,
-        return_tensors="pt",
-    )
+        logger.warning("%d of %d RM inputs exceed %d tokens and are truncated", len(cut), len(texts), max_length)
+        for i, row in zip(cut, tokenizer([texts[i] for i in cut], truncation=True, max_length=max_length)["input_ids"]):
+            ids[i] = row
+    encoded = tokenizer.pad({"input_ids": ids}, padding=True, padding_side="right", return_attention_mask=True,
+                            return_tensors="pt")
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
 
@@ -305,19 +303,22 @@ def score_logits(
 
     Puts `model` (a model or a DeepSpeed engine) in eval mode and runs it without gradients on
     micro-batches of `batch_size` triples (`render_and_encode`, right-padded: the batching changes a
-    logit only by float rounding).
+    logit only by float rounding). The triples are taken shortest first, so a micro-batch pads its rows to a
+    length near their own rather than to the longest of the whole call.
     """
     _check_triples(questions, references, completions)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     model.eval()
-    logits: list[float] = []
+    order = sorted(range(len(questions)), key=lambda i: len(questions[i]) + len(references[i]) + len(completions[i]))
+    logits = [0.0] * len(questions)
     with torch.no_grad():
-        for start in range(0, len(questions), batch_size):
-            end = start + batch_size
-            batch = render_and_encode(tokenizer, questions[start:end], references[start:end], completions[start:end],
-                                      max_length, template_version)
-            logits.extend(rm_logits(model, batch).cpu().tolist())
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            batch = render_and_encode(tokenizer, [questions[i] for i in chunk], [references[i] for i in chunk],
+                                      [completions[i] for i in chunk], max_length, template_version)
+            for i, logit in zip(chunk, rm_logits(model, batch).cpu().tolist()):
+                logits[i] = logit
     return logits
 
 
