@@ -2,6 +2,9 @@
 
     python benchmarks/serve_throughput.py [--rm PATH] [--policy PATH] [--requests 512] [--concurrency 1,16,64,256]
 
+Without --rm it measures two RMs in turn: the tiny Qwen2 RM (per-request work is the cost) and the lab's MiniLM
+VerifyRM architecture (the forward is the cost; stock serve_rm cannot load an encoder, so it is left out there).
+
 One run measures, on the same RM, dtype and stream of single-sample requests (OpenRLHF's body: query = chat-
 templated prompt + response, one sample per POST, as its vLLM actors send them), with an aiohttp client holding
 `concurrency` requests in flight:
@@ -140,33 +143,24 @@ def bare_forward(args, bodies: list[dict]) -> tuple[int, float]:
     return best
 
 
-def main() -> None:
+def minilm_verifyrm(workdir: str) -> str:
+    """The lab's VerifyRM architecture (MiniLM-L6 with a one-logit head) as a VerifyRM folder: a real encoder, where
+    the forward is the cost. Its head is fresh (throughput does not depend on what it learnt)."""
     from cooper_openrlhf.models import model_path
+    from cooper_openrlhf.rm.model import export_rm, load_rm
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rm", default=None, help="RM folder (default: the materialised tiny Qwen2 RM)")
-    p.add_argument("--policy", default=None, help="policy tokenizer folder (default: the tiny Qwen2 policy)")
-    p.add_argument("--requests", type=int, default=512)
-    p.add_argument("--concurrency", default="1,16,64,256")
-    p.add_argument("--dtype", default="auto", help="cooper's --dtype (auto: bf16 where the CPU has bf16 units)")
-    p.add_argument("--servers", default="serve_rm,cooper,learning,learning_nowait")
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--groups-per-update", type=int, default=8)
-    p.add_argument("--max-batch", type=int, default=64)
-    args = p.parse_args()
-    args.rm = args.rm or model_path("tiny-qwen2-rm")
-    args.policy = args.policy or model_path("tiny-qwen2-policy")
-    from cooper_openrlhf.runtime.dtype import resolve_dtype_name
+    model, tokenizer, version = load_rm(model_path("minilm-l6-v2"), init_head=True)
+    return str(export_rm(model, tokenizer, os.path.join(workdir, "minilm-verifyrm"), template_version=version,
+                         max_length=512))
 
-    args.dtype = resolve_dtype_name(args.dtype)
-    args.openrlhf_dtype = "fp16" if args.dtype == "fp16" else "bf16"  # serve_rm offers only these two
-    levels = [int(c) for c in args.concurrency.split(",")]
+
+def measure(args, levels: list[int], kinds: list[str]) -> None:
+    """One RM: the bare forward, every server at every level, and the ratios the targets are set in."""
     bodies = make_stream(args.policy, args.requests, args.group_size)
-    print(f"{args.requests} single-sample requests per level; RM {args.rm} ({args.dtype}; serve_rm "
-          f"{args.openrlhf_dtype}); {os.cpu_count()} CPUs", flush=True)
+    print(f"\n== RM {args.rm} ({args.dtype}; serve_rm {args.openrlhf_dtype}): {args.requests} single-sample "
+          f"requests per level; {os.cpu_count()} CPUs", flush=True)
     first_batch, first_limit = bare_forward(args, bodies)  # before and after the servers: the better is the limit
     results: dict[str, dict[int, tuple[float, float, float]]] = {}
-    kinds = args.servers.split(",")
     with tempfile.TemporaryDirectory() as workdir:
         # All servers up at once, measured in turn at each level: a machine whose load drifts during the run
         # shifts every server's numbers alike, so the ratios hold.
@@ -186,7 +180,7 @@ def main() -> None:
                     rate, latencies = asyncio.run(run_load(url, stream, level))
                     q = statistics.quantiles(latencies, n=100)
                     results[kind][level] = (rate, q[49], q[98])
-                    print(f"  {kind:9s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
+                    print(f"  {kind:15s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
                           f"p99 {q[98] * 1000:7.1f} ms", flush=True)
         finally:
             for _, process in servers.values():
@@ -206,6 +200,37 @@ def main() -> None:
             for level in levels:
                 print(f"{kind} / learning off at concurrency {level}: {results[kind][level][0] / cooper[level][0]:.2f}x"
                       f" (target >= 0.8)")
+
+
+def main() -> None:
+    from cooper_openrlhf.models import model_path
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rm", default=None, help="one RM folder (default: the tiny Qwen2 RM, then the MiniLM VerifyRM)")
+    p.add_argument("--policy", default=None, help="policy tokenizer folder (default: the tiny Qwen2 policy)")
+    p.add_argument("--requests", type=int, default=512)
+    p.add_argument("--concurrency", default="1,16,64,256")
+    p.add_argument("--dtype", default="auto", help="cooper's --dtype (auto: bf16 where the CPU has bf16 units)")
+    p.add_argument("--servers", default="serve_rm,cooper,learning,learning_nowait")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--groups-per-update", type=int, default=8)
+    p.add_argument("--max-batch", type=int, default=64)
+    args = p.parse_args()
+    args.policy = args.policy or model_path("tiny-qwen2-policy")
+    from cooper_openrlhf.runtime.dtype import resolve_dtype_name
+
+    args.dtype = resolve_dtype_name(args.dtype)
+    args.openrlhf_dtype = "fp16" if args.dtype == "fp16" else "bf16"  # serve_rm offers only these two
+    levels = [int(c) for c in args.concurrency.split(",")]
+    kinds = args.servers.split(",")
+    if args.rm:
+        measure(args, levels, kinds)
+        return
+    with tempfile.TemporaryDirectory() as rms:
+        for rm in (model_path("tiny-qwen2-rm"), minilm_verifyrm(rms)):
+            args.rm = rm
+            # stock serve_rm loads a decoder RM only (get_llm_for_sequence_regression): an encoder is cooper's alone
+            measure(args, levels, kinds if "qwen" in rm else [k for k in kinds if k != "serve_rm"])
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "e2e-token-0123456789abcdef"
 N, PROMPTS_PER_STEP, STEPS = 4, 4, 3
+STOCK_N = 8  # the stock runs' n_samples_per_prompt (the GRPO group size most recipes use)
 
 
 def free_port() -> int:
@@ -101,9 +102,9 @@ def _stock_openrlhf(work: Path, policy: Path, prompts: Path, url: str, *extra: s
             "--actor.model_name_or_path", str(policy), "--reward.remote_url", url,
             "--data.prompt_dataset", str(prompts), "--data.input_key", "input", "--data.label_key", "label",
             "--data.apply_chat_template", "--data.max_len", "1024",
-            "--rollout.max_new_tokens", "16", "--rollout.n_samples_per_prompt", str(N),
+            "--rollout.max_new_tokens", "16", "--rollout.n_samples_per_prompt", str(STOCK_N),
             "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.micro_batch_size", "4",
-            "--train.batch_size", "16", "--train.micro_batch_size", "4",
+            "--train.batch_size", str(PROMPTS_PER_STEP * STOCK_N), "--train.micro_batch_size", "4",
             "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
             "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
             "--vllm.gpu_memory_utilization", "0.1", "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",
@@ -149,8 +150,9 @@ CPU_WITHOUT_BF16 = {"COOPER_CPU_BF16": "0", "COOPER_OPENRLHF_DTYPE": "fp32"}
 @pytest.mark.parametrize("async_training", [False, True], ids=["sync-cpu-without-bf16", "async"])
 def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, model_dir, tmp_path, async_training):
     policy, prompt_file = prompts
-    service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy),
-                             "--heldout-prompts", str(heldout), *(["--no-wait-for-update"] if async_training else []))
+    service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy), "--group-size",
+                             str(STOCK_N), "--heldout-prompts", str(heldout),
+                             *(["--no-wait-for-update"] if async_training else []))
     try:
         # OpenRLHF's eval rollouts (2 samples per held-out prompt, n is 4 in training) reach the same URL.
         extra = ["--eval.dataset", str(heldout), "--eval.steps", "1", "--eval.n_samples_per_prompt", "2",
@@ -167,7 +169,7 @@ def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, mo
     # Every one of the 3 x 4 x 4 samples was scored and answered (none lost, none failed: OpenRLHF would have
     # stopped on a missing reward); every group completed, none expired.
     trained = health["samples"] - health["heldout_samples"]
-    assert trained == STEPS * PROMPTS_PER_STEP * N and health["groups_completed"] == STEPS * PROMPTS_PER_STEP
+    assert trained == STEPS * PROMPTS_PER_STEP * STOCK_N and health["groups_completed"] == STEPS * PROMPTS_PER_STEP
     assert health["groups_expired"] == 0 and len(rounds) == STEPS and health["open_groups"] == 0
     # The eval prompts were paid and never grouped: no group was learned from them, and no check was broken.
     assert health["heldout_samples"] >= 2 * 2 and health["groups"] == "ok"
