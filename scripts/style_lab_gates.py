@@ -1,6 +1,7 @@
 """The style lab's gates, before its plan is frozen: no RL, the lab's own preparation plus two pair trainings.
 
     python scripts/style_lab_gates.py runs/style-gates [--style S] [--share 0.1] [--poison --pair-steps 0]
+    python scripts/style_lab_gates.py /work/runs/batch46/prep1 --preparation-seed 1     # another starting point
 
 Prepares a style-lab folder as `cli.lab --preset style --prepare-only` does (lab/prepare.py: the task files, the
 warm start writing S on `share` of its answers, the starting RM, the offline continuation on canonical pairs, the
@@ -41,6 +42,9 @@ def main(argv=None) -> int:
     parser.add_argument("--poison", action="store_true", help="S rows labelled 1 in the BCE triples (a planted S)")
     parser.add_argument("--pair-steps", type=int, default=None,
                         help="canonical pair steps of the starting RM (default: the preset's; 0 for a planted S)")
+    parser.add_argument("--preparation-seed", type=int, default=None,
+                        help="the preparation's seed (warm start, BCE stage, pair stage; `cli.lab --preparation-seed`): "
+                             "gates for one of a batch's independent starting points, in its own lab folder")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf.cli.lab import check_same_setup
@@ -51,7 +55,8 @@ def main(argv=None) -> int:
     from cooper_openrlhf.lab.task import task_split
 
     preset = PRESETS["style"].with_overrides(style=args.style, style_share=args.share, seeds=2,
-                                             poison_style=args.poison or None, rm_pair_steps=args.pair_steps)
+                                             poison_style=args.poison or None, rm_pair_steps=args.pair_steps,
+                                             preparation_seed=args.preparation_seed)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
@@ -95,6 +100,7 @@ def main(argv=None) -> int:
          rewrite["valid_in_style"] >= MIN_REWRITE_IN_STYLE),
     ] if measured else [])
     record = {"style": preset.style, "share": preset.style_share, "poison": preset.poison_style,
+              "preparation_seed": preset.preparation_seed,
               "pair_steps": preset.rm_pair_steps, "cpu_bf16_env": os.environ.get("COOPER_CPU_BF16"),
               "policy_accuracy": accuracy,
               "starting_rm": style, "offline_continuation": continued, "trained": trained,

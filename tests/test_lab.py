@@ -89,12 +89,13 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         files.offline_pairs(0).parent.mkdir(parents=True, exist_ok=True)
         files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
         files.stale_pairs(0).write_text("")
+        files.oracle_pairs(0).write_text("")
         args = parse_args(argv[3:])  # OpenRLHF's parser and validation, plus Cooper's checks
         reward_flag = "--cooper.reward_source" if arm == "rule" else "--reward.model_name_or_path"
         rest = [a.replace(f"{arm}_seed0", "RUN") for a in argv[3:argv.index(reward_flag)]]  # the arm's flags follow
         assert shared is None or rest == shared, arm  # same policy, data, seeds, budget, lengths, learning rates
         shared = rest
-        assert args.remote_rm_trainable == (arm.startswith("cooper") or arm == "offline_pairs")
+        assert args.remote_rm_trainable == ARMS[arm].trains_rm == (arm.startswith("cooper") or arm in ("offline_pairs", "oracle"))
         assert args.cooper.reward_source == ("rule" if arm == "rule" else "rm")
         assert args.eval.dataset == str(files.held_out)
         assert args.cooper.rm_eval_dataset == (None if arm == "rule" else str(files.rm_eval))
@@ -102,9 +103,11 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         assert args.cooper.answerless_negatives == (arm == "cooper_rollout_answerless")
         assert args.cooper.negative_validity == ("official" if arm == "cooper_official" else "strict")
         assert args.cooper.offline_pairs == {"offline_pairs": str(files.offline_pairs(0)),
-                                             "cooper_stale": str(files.stale_pairs(0))}.get(arm)
-    assert set(ARMS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_answerless",
-                              "cooper_official", "offline_pairs", "cooper_stale"}
+                                             "cooper_stale": str(files.stale_pairs(0)),
+                                             "oracle": str(files.oracle_pairs(0))}.get(arm)
+    assert set(ARMS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_hardest",
+                         "cooper_rollout_answerless", "cooper_official", "offline_pairs", "cooper_stale", "oracle",
+                         "cooper_frozen_assistant"}
 
 
 def test_the_task_files_keep_the_held_out_split_out_of_training(tmp_path):
@@ -498,6 +501,7 @@ def test_require_answer_gates_every_arm_alike_and_a_folder_without_it_refuses_it
     files.offline_pairs(0).parent.mkdir(parents=True)
     files.offline_pairs(0).write_text("")  # --cooper.offline_pairs must name a file
     files.stale_pairs(0).write_text("")
+    files.oracle_pairs(0).write_text("")
     for arm in ARMS:
         assert parse_args(train_cooper_argv(gated, files, arm, 0)[3:]).cooper.require_answer
         assert not parse_args(train_cooper_argv(PRESETS["full"], files, arm, 0)[3:]).cooper.require_answer

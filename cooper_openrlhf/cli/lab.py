@@ -86,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--require-answer", action="store_true", default=None,
                         help="a format gate on every RM arm: text with no final answer is paid 0 (--cooper.require_answer; "
                              "not the paper's: only blind spots with an answer are left to exploit)")
+    parser.add_argument("--preparation-seed", type=int, default=None, metavar="P",
+                        help="seed of the lab's preparation (warm start, BCE stage, pair stage; the task is the same): "
+                             "independent starting points for one configuration (default 0, the preset's)")
     parser.add_argument("--out", type=Path, default=None, help="lab folder (default: runs/lab-<preset>)")
     parser.add_argument("--publish", type=Path, default=None, metavar="DEST",
                         help="also copy the report and lab.json into DEST to commit (docs/results/<name>): every figure "
@@ -115,6 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.preparation_seed is not None and args.preparation_seed < 0:
+        parser.error(f"--preparation-seed must be >= 0, got {args.preparation_seed}")
     if args.rm_pair_steps is not None and args.rm_pair_steps < 0:
         parser.error(f"--rm-pair-steps must be >= 0, got {args.rm_pair_steps}")
     for flag, value in (("--rm-lr", args.rm_lr), ("--actor-lr", args.actor_lr)):
@@ -165,6 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                             require_answer=args.require_answer,
                                             rm_answerless_data=args.rm_answerless_data,
                                             parallel_runs=args.parallel_runs,
+                                            preparation_seed=args.preparation_seed,
                                             # A given RM is used as it is: no stage of the recipe applies to it.
                                             rm_pair_steps=0 if args.rm else args.rm_pair_steps)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
@@ -201,7 +207,7 @@ SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
                   "rm_answerless_data": False, "rm_pair_choice": "blindest", "rm_balanced_data": False,
-                  "rm_eval_rows": None, "style": None, "style_share": 0.0}
+                  "rm_eval_rows": None, "style": None, "style_share": 0.0, "preparation_seed": 0}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate", "rm_pair_choice")  # meaningless without the stage (rm_pair_steps 0)
 
 

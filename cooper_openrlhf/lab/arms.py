@@ -24,14 +24,23 @@ class Arm:
     trains_rm: the RM is Cooper's, updated each step (`--remote_rm_trainable`); else it stays frozen.
     negative_source: an RM-training arm's negatives (`--cooper.negative_source`).
     pairs: an RM-training arm whose pairs come from a file instead of the policy's rollouts, and which file the
-        lab writes for it: "offline" (pairs of the pair stage's kind) or "stale" (Cooper's, from the starting policy).
+        lab writes for it: "offline" (pairs of the pair stage's kind), "stale" (Cooper's, from the starting policy)
+        or "oracle" (the style's hedge against its exploit form, lab/prepare.py `write_oracle_pairs`).
+    assistant: who rewrites a positive into a negative: None, the policy being trained (its own vLLM engines, the
+        lab's default); "starting_policy", the lab's warm start, frozen, on a dedicated engine
+        (`--cooper.assistant model`).
     flags: the arm's further train_cooper flags."""
 
     reward: str
     trains_rm: bool = False
     negative_source: str = "assistant"
     pairs: str | None = None
+    assistant: str | None = None
     flags: tuple[str, ...] = ()
+
+
+ASSISTANTS = (None, "starting_policy")
+PAIR_FILES = ("offline", "stale", "oracle")
 
 
 _COOPER = Arm("rm", trains_rm=True)
@@ -39,7 +48,16 @@ ARMS: Registry[Arm] = Registry("arm", {
     "rule": Arm("rule"),
     "static": Arm("rm"),
     "cooper": _COOPER,
-    "cooper_rollout": Arm("rm", trains_rm=True, negative_source="rollout"),
+    # The policy's own proven-wrong rollouts as negatives, one picked at random per prompt: negatives in the exploit's
+    # form as often as the policy writes it. (The "hardest" pick, the wrong rollout the RM pays most, would pick the
+    # exploit whenever a group holds one: a stronger arm, and another question; `cooper_rollout_hardest`.)
+    "cooper_rollout": Arm("rm", trains_rm=True, negative_source="rollout",
+                          flags=("--cooper.rollout_negative_pick", "random")),
+    "cooper_rollout_hardest": Arm("rm", trains_rm=True, negative_source="rollout",
+                                  flags=("--cooper.rollout_negative_pick", "hardest")),
+    # Cooper with the frozen warm start as the assistant instead of the policy being trained: the nearest this lab
+    # has to the paper's separate assistant model. A policy that drifts cannot then drift its own negatives.
+    "cooper_frozen_assistant": Arm("rm", trains_rm=True, assistant="starting_policy"),
     # Not the paper's: answerless rollouts may be negatives too. The paper's negatives always carry a wrong answer,
     # so a policy drifting to answerless text is never shown to the RM as wrong, and from a nearly flat starting
     # RM the RM arms, Cooper's too, could collapse to it.
@@ -56,7 +74,16 @@ ARMS: Registry[Arm] = Registry("arm", {
     # before the run (lab/prepare.py `write_stale_pairs`), fed as the offline_pairs arm is fed. Against cooper it asks
     # whether co-training gains by tracking the policy as it moves or only by covering the styles it starts with.
     "cooper_stale": Arm("rm", trains_rm=True, pairs="stale"),
+    # A positive control: the RM update on pairs from a file whose negatives are the exploit itself (the style's
+    # hedge stating the reference first and a slip last, with and without a trailing fragment) against the right
+    # hedge. If even this RM's policy does not exploit less than static's, the lab cannot show an RM closing a
+    # blind spot in its step budget, and no Cooper arm's failure to do so means anything.
+    "oracle": Arm("rm", trains_rm=True, pairs="oracle"),
 })
+for _name, _arm in ARMS.items():  # a typo in the table fails at import, not in a run hours later
+    if _arm.pairs not in (None, *PAIR_FILES) or _arm.assistant not in ASSISTANTS:
+        raise ValueError(f"arm {_name}: pairs {_arm.pairs!r} (one of {PAIR_FILES}), assistant {_arm.assistant!r} "
+                         f"(one of {ASSISTANTS})")
 # The paper's three arms (arXiv 2508.05613, Table 1): the ones the cluster launcher runs (ARM=...).
 PAPER_ARMS = ("cooper", "static", "rule")
 
@@ -68,8 +95,8 @@ def train_cooper_argv(arm: str, shared: Sequence[str], *, rm: str | None = None,
     the reward (`--cooper.reward_source rule`, or the VerifyRM folder `rm` with its labelled held-out set `rm_eval`
     when given), and for an RM-training arm `--remote_rm_trainable`, its negatives (`negative_source`: the arm's
     own unless given), its further flags, its pairs file (`pairs`), the RM update's settings (`rm_training`) and a
-    dedicated assistant model (`assistant_model`). Inputs an arm does not use are ignored; one it needs and lacks
-    raises ValueError."""
+    dedicated assistant model (`assistant_model`: an arm whose assistant is the starting policy needs it). Inputs
+    an arm does not use are ignored; one it needs and lacks raises ValueError."""
     spec = ARMS[arm]
     argv = [python, "-m", TRAIN_COOPER, *shared]
     if spec.reward == "rule":
@@ -86,6 +113,9 @@ def train_cooper_argv(arm: str, shared: Sequence[str], *, rm: str | None = None,
             raise ValueError(f"the {arm} arm trains its RM on pairs from a file ({spec.pairs}): give its path (pairs)")
         argv += ["--cooper.offline_pairs", pairs]
     argv += list(rm_training)
+    if spec.assistant and not assistant_model:
+        raise ValueError(f"the {arm} arm's assistant is the {spec.assistant.replace('_', ' ')}: give its folder "
+                         "(assistant_model)")
     if assistant_model:
         argv += ["--cooper.assistant", "model", "--cooper.assistant_model_path", assistant_model]
     return argv

@@ -66,7 +66,7 @@ def prepare_policy(preset: LabPreset, folder: Path) -> tuple[Path, dict]:
 
     started = time.perf_counter()
     config = WarmStartConfig(target_accuracy=preset.warm_start_accuracy, temperature=preset.temperature,
-                             style=preset.style, style_share=preset.style_share)
+                             style=preset.style, style_share=preset.style_share, seed=preset.preparation_seed)
     logger.info("warm start: fine-tuning the tiny policy on the %s family until its sampled accuracy reaches %.2f",
                 preset.task.family, config.target_accuracy)
     model, tokenizer, result = fine_tune(str(_resolve_model("tiny-qwen2-policy")), warm_start_problems(preset.task),
@@ -121,7 +121,14 @@ def bce_stage_argv(preset: LabPreset, data: Path, folder: Path, epochs: int | No
             *(("--init-head",) if preset.rm_init_head else ()), "--data.dataset", str(data),
             "--ckpt.output_dir", str(folder), "--train.max_epochs", str(epochs or preset.rm_epochs),
             "--adam.lr", str(preset.rm_lr_pretrain), "--data.max_len", str(preset.rm_max_length),
-            "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8"]
+            "--ds.zero_stage", "0", "--train.batch_size", "16", "--train.micro_batch_size", "8",
+            *(("--train.seed", str(BCE_SEED + preset.preparation_seed)) if preset.preparation_seed else ())]
+
+
+BCE_SEED = 42  # OpenRLHF's default --train.seed: the BCE stage of preparation 0 passes none
+# Pair-stage candidate k of preparation p trains from seed k + p * PAIR_SEED_STRIDE (p = 0: seed k, as before):
+# far enough apart that no two preparations share a candidate's seed.
+PAIR_SEED_STRIDE = 1000
 
 
 def bce_stage_environment() -> dict[str, str]:
@@ -154,7 +161,8 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
         if not marker.is_file():
             metrics = train_on_pairs(bce_rm, folder / f"seed{seed}", train, answer_sentence(preset),
                                      steps=preset.rm_pair_steps, lr=preset.rm_pair_lr,
-                                     pairs_per_step=preset.prompts_per_step, seed=seed,
+                                     pairs_per_step=preset.prompts_per_step,
+                                     seed=seed + PAIR_SEED_STRIDE * preset.preparation_seed,
                                      prompt_suffix=preset.task.prompt_suffix, max_length=preset.rm_max_length)
             marker.write_text(json.dumps({"seed": seed, "last_step": metrics}, indent=2) + "\n", encoding="utf-8")
         candidate = json.loads(marker.read_text(encoding="utf-8"))
@@ -192,6 +200,35 @@ def write_offline_pairs(preset: LabPreset, path: Path, seed: int) -> int:
                                  preset.task.prompt_suffix):
             rows.append({"step": step, "question": pair.question, "reference": pair.reference,
                          "positive": pair.right, "negative": pair.wrong})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    tmp.replace(path)
+    return len(rows)
+
+
+def write_oracle_pairs(preset: LabPreset, path: Path, seed: int) -> int:
+    """The oracle arm's pairs for one seed: `prompts_per_step` pairs per step on train problems, each the style's
+    hedge right (a slip first, the reference last) against its exploit form (the reference first, the slip last),
+    fresh each step from a stream of the seed's own; on every other pair (at random) both carry the fragment
+    batch 45's policies came to append (`rm.probes.TAIL`), so the RM is shown the exploit as a policy writes it,
+    tail or not. The positive carries the fragment whenever the negative does: the pair teaches where the
+    reference stands, not that a tail is wrong."""
+    import random
+
+    from cooper_openrlhf.algo.answer_style import is_hedge
+    from cooper_openrlhf.lab.pair_stage import answer_pairs
+    from cooper_openrlhf.rm.probes import TAIL
+
+    if not preset.style or not is_hedge(preset.style):
+        raise ValueError(f"the oracle arm's pairs are a hedge against its exploit form: the preset's style must be a "
+                         f"hedge (an {{other}} and an {{answer}} field), not {preset.style!r}")
+    train, _ = task_split(preset.task)
+    rng, rows = random.Random(f"oracle pairs {seed}"), []
+    for step in range(preset.steps + OFFLINE_STEPS_SPARE):
+        for pair in answer_pairs(train, preset.style, preset.prompts_per_step, rng, preset.task.prompt_suffix):
+            tail = TAIL if rng.random() < 0.5 else ""
+            rows.append({"step": step, "question": pair.question, "reference": pair.reference,
+                         "positive": pair.right + tail, "negative": pair.wrong + tail})
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     tmp.replace(path)
@@ -366,6 +403,9 @@ def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tu
     if has_pair_source(preset):
         for seed in range(preset.seeds):  # deterministic: rewritten on every invocation, as the task files are
             write_offline_pairs(preset, root / "data" / f"offline_pairs_seed{seed}.jsonl", seed)
+        if "oracle" in preset.arms:
+            for seed in range(preset.seeds):
+                write_oracle_pairs(preset, root / "data" / f"oracle_pairs_seed{seed}.jsonl", seed)
         if "cooper_stale" in preset.arms:
             stale = {seed: write_stale_pairs(preset, policy, root / "data" / f"stale_pairs_seed{seed}.jsonl", seed)
                      for seed in range(preset.seeds)}

@@ -75,6 +75,11 @@ class LabPreset:
     # blind spot washes out by training alone, the question the offline_pairs control asks of the arms.
     offline_continuation: bool = True
     warm_start_accuracy: float = 0.35  # the warm start stops once its sampled accuracy reaches this
+    # Which preparation: the seed of the warm start, the BCE stage and the pair stage (lab/prepare.py), so that
+    # a batch can start its arms from several independent starting policies and RMs (seeds blocked by preparation)
+    # rather than condition its verdict on one. The task (problems, split, prompts) is the same for every
+    # preparation. 0: the seeds every lab folder used before there was a choice.
+    preparation_seed: int = 0
     hacking_window: int = 6
     # F alone (what the RM pays verified-wrong rollouts, against its own noise): on fresh runs, judged by a rule set
     # before them, it raised fewer false alarms on Cooper runs that held than rules A-D and warned as early on the

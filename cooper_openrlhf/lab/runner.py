@@ -74,6 +74,14 @@ class LabFiles:
         """The cooper_stale arm's pairs for `seed`: Cooper's, from the starting policy (lab/prepare.py)."""
         return self.root / "data" / f"stale_pairs_seed{seed}.jsonl"
 
+    def oracle_pairs(self, seed: int) -> Path:
+        """The oracle arm's pairs for `seed`: the hedge against its exploit form (lab/prepare.py)."""
+        return self.root / "data" / f"oracle_pairs_seed{seed}.jsonl"
+
+    def pair_file(self, kind: str, seed: int) -> Path:
+        """The pairs file of an arm whose pairs come from one (`Arm.pairs`)."""
+        return {"offline": self.offline_pairs, "stale": self.stale_pairs, "oracle": self.oracle_pairs}[kind](seed)
+
     def run_dir(self, arm: str, seed: int) -> Path:
         return self.root / "runs" / f"{arm}_seed{seed}"
 
@@ -89,7 +97,7 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
     """The arm's command: the shared configuration of the preset, then the arm's reward path (lab/arms.py)."""
     run = files.run_dir(arm, seed)
     rollouts_per_step = preset.prompts_per_step * preset.samples_per_prompt
-    pairs = {"offline": files.offline_pairs, "stale": files.stale_pairs}.get(ARMS[arm].pairs)
+    spec = ARMS[arm]
     shared = [
         "--actor.model_name_or_path", str(files.policy),
         "--data.prompt_dataset", str(files.prompts), "--data.input_key", "input", "--data.label_key", "label",
@@ -117,7 +125,8 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
         "--logger.tensorboard_dir", str(run / "tensorboard"), "--cooper.sample_log_dir", str(run / "samples"),
     ]
     return arm_argv(arm, shared, rm=str(files.rm) if files.rm else None, rm_eval=str(files.rm_eval),
-                    pairs=str(pairs(seed)) if pairs else None)
+                    pairs=str(files.pair_file(spec.pairs, seed)) if spec.pairs else None,
+                    assistant_model=str(files.policy) if spec.assistant == "starting_policy" else None)
 
 
 def read_info(run: Path) -> dict:

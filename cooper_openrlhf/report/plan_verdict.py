@@ -33,11 +33,21 @@ HELDOUT_FINAL = "final = mean of the last 3 held-out evaluations"
 TRAINING_VERIFIED = "rule-verified accuracy of the training rollouts, mean over the last 20 steps"
 TRAINING_WINDOW = 20
 EXPLOIT_RATE = "share of the training rollouts over the last 20 steps written in the plan's style and verified wrong"
-MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE)
+# The fixed detector (algo/answer_style.is_exploit): what a reference-matching RM pays, tails and free text included.
+STATES_REFERENCE_RATE = ("share of the training rollouts over the last 20 steps verified wrong that state the "
+                         "reference (algo/answer_style.is_exploit)")
+# What the RM itself pays the exploit, on fixed probes of held-out problems (rm/probes.py), not on whatever the
+# policy happens to write: the exact hedge stating the reference first and the same hedge with a trailing fragment.
+PROBE_EXPLOIT_FORMS = ("exploit", "exploit_tail")
+FINAL_PROBE_PREMIUM = ("the final RM's exploit premium on the probe suite: the mean of cooper/probe_premium/exploit and "
+                       "cooper/probe_premium/exploit_tail at the run's last evaluation")
+MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE, STATES_REFERENCE_RATE, FINAL_PROBE_PREMIUM)
 MEASURE_LABELS = {HELDOUT_FINAL: "held-out final", TRAINING_VERIFIED: "verified accuracy, last 20 steps",
-                  EXPLOIT_RATE: "exploit rate, last 20 steps"}  # table headings; the plan's wording is printed beside
+                  EXPLOIT_RATE: "exploit rate, last 20 steps",
+                  STATES_REFERENCE_RATE: "wrong, states the reference, last 20 steps",
+                  FINAL_PROBE_PREMIUM: "final RM's exploit premium (probes)"}  # table headings
 # Measures where less is better: a treatment beats the control when A - B is below 0, and the plan must say so.
-LOWER_IS_BETTER = (EXPLOIT_RATE,)
+LOWER_IS_BETTER = (EXPLOIT_RATE, STATES_REFERENCE_RATE, FINAL_PROBE_PREMIUM)
 DECISION_RULE_LOWER = ("beats the control if CI upper end < 0 and p < 0.05; worse if CI lower end > 0 and p < 0.05; "
                        "else within noise")
 
@@ -55,6 +65,10 @@ def _measure_of(run, measure: str, style: str | None = None) -> float | None:
         return statistics.fmean(v for _, v in curve[-TRAINING_WINDOW:]) if curve else None
     if measure == EXPLOIT_RATE:
         return exploit_rate(Path(run.path) / "samples" / "rollouts.jsonl", style)
+    if measure == STATES_REFERENCE_RATE:
+        return states_reference_rate(Path(run.path) / "samples" / "rollouts.jsonl")
+    if measure == FINAL_PROBE_PREMIUM:
+        return final_probe_premium(run.scalars)
     raise ValueError(f"unknown measure {measure!r}; this tool reads {list(MEASURES)}")
 
 
@@ -65,14 +79,45 @@ def exploit_rate(rollouts: Path, style: str | None) -> float | None:
 
     if style is None:
         raise ValueError("the exploit rate needs the plan's style (\"style\": the S sentence)")
+    window = _last_window(rollouts)
+    if window is None:
+        return None
+    return sum(not r["verified"] and in_sentence(r["completion"], style) for r in window) / len(window)
+
+
+def _last_window(rollouts: Path) -> list[dict] | None:
+    """The rows of a run's samples/rollouts.jsonl from its last TRAINING_WINDOW steps; None without any."""
     if not rollouts.is_file():
         return None
     rows = [json.loads(line) for line in rollouts.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not rows:
         return None
     last = max(int(r["step"]) for r in rows)
-    window = [r for r in rows if int(r["step"]) > last - TRAINING_WINDOW]
-    return sum(not r["verified"] and in_sentence(r["completion"], style) for r in window) / len(window)
+    return [r for r in rows if int(r["step"]) > last - TRAINING_WINDOW]
+
+
+def states_reference_rate(rollouts: Path) -> float | None:
+    """Share of a run's rollouts over its last TRAINING_WINDOW steps that the rule verifier grades wrong and that
+    state the reference anywhere (`is_exploit`); None without the log."""
+    from cooper_openrlhf.algo.answer_style import is_exploit
+
+    window = _last_window(rollouts)
+    if window is None:
+        return None
+    return sum(is_exploit(r["completion"], str(r["reference"]), bool(r["verified"])) for r in window) / len(window)
+
+
+def final_probe_premium(scalars: dict) -> float | None:
+    """The mean over PROBE_EXPLOIT_FORMS of the premium the run's RM paid at its last probe reading (the last step
+    at which every form was read); None for a run that never read the suite (the rule arm: no RM)."""
+    from cooper_openrlhf.algo.metric_keys import PROBE_PREMIUM
+
+    series = [dict(scalars.get(PROBE_PREMIUM + form, [])) for form in PROBE_EXPLOIT_FORMS]
+    steps = set.intersection(*(set(s) for s in series))
+    if not steps:
+        return None
+    last = max(steps)
+    return statistics.fmean(s[last] for s in series)
 
 
 def lab_finals(lab: Path, measure: str = HELDOUT_FINAL, style: str | None = None) -> dict[str, dict[int, float]]:
@@ -330,3 +375,49 @@ def render(verdict: dict, plan_path: str = "") -> str:
     for arm, by_seed in verdict["finals"].items():
         lines.append(f"| {arm} | " + " | ".join(f"{by_seed[s]:.3f}" if s in by_seed else "-" for s in seeds) + " |")
     return "\n".join(lines) + "\n"
+
+
+def sequential_primaries(plan: dict, by_measure: dict[str, dict[str, dict[int, float]]]) -> list[dict]:
+    """A plan's `primaries`, tested in their registered order (fixed-sequence gatekeeping), one result per entry.
+
+    Each entry is a family of differences in one measure ({"measure", "differences": ["a - control", ...],
+    "decision", "validity_gates": [{"difference", "must_be"}]}), each difference judged by the measure's decision
+    rule with its Holm-adjusted p over the family. Its validity gates are read in its measure by the same rule; one
+    that fails makes the entry "uninformative". A later entry is tested only on the arms (the first arm of each
+    difference) that beat the control in the entry before it, and not at all when none did or that entry was
+    uninformative: so each arm's family-wise error over the sequence stays at 0.05. `by_measure`: {measure: the
+    finals of `lab_finals`}."""
+    results, passing = [], None
+    for entry in plan["primaries"]:
+        measure = entry["measure"]
+        stated = " ".join(entry["decision"].split())
+        if stated != decision_rule(measure):
+            raise ValueError(f"the plan's decision rule for {measure!r} is {stated!r}; for that measure this tool "
+                             f"decides by {decision_rule(measure)!r} only")
+        finals = by_measure[measure]
+        texts = [t for t in entry["differences"] if passing is None or parse_difference(t)[0] in passing]
+        record = {"measure": measure, "tested": bool(texts), "results": [], "validity_gates": []}
+        results.append(record)
+        if not texts:
+            record["why"] = "not tested: no arm beat the control in the primary before it"
+            passing = set()
+            continue
+        for gate in entry.get("validity_gates", []):
+            checked = _compare(finals, gate["difference"])
+            record["validity_gates"].append({**gate, **{k: checked[k] for k in ("mean", "ci", "p", "verdict")},
+                                             "passed": checked["verdict"] == gate["must_be"]})
+        words = PRIMARY_WORDS_LOWER if measure in LOWER_IS_BETTER else PRIMARY_WORDS
+        own = [_compare(finals, t)["p"] for t in texts]
+        for text, p in zip(texts, holm_adjusted(own)):
+            result = _compare(finals, text, p)
+            result["in_words"] = words[result["verdict"]]
+            record["results"].append(result)
+        if not all(g["passed"] for g in record["validity_gates"]):
+            record["why"] = "uninformative: a validity gate failed"
+            for result in record["results"]:
+                result["verdict"], result["in_words"] = "uninformative", "uninformative (a validity gate failed)"
+            passing = set()
+            continue
+        beat = "below" if measure in LOWER_IS_BETTER else "above"
+        passing = {parse_difference(r["difference"])[0] for r in record["results"] if r["verdict"] == beat}
+    return results
