@@ -23,7 +23,7 @@ and the best-paid constant answer, a text just as easy to learn, which a format 
 A starting policy below that accuracy is paid to stop answering: a static arm then climbs its RM's reward
 while verified accuracy falls, by as much as `universal_reward` exceeds the policy's current reward.
 
-`summarize` is pure; `probe_rm` scores with `verify.rm_scorer.RMScorer`, the scorer `cli.eval_verifier` uses.
+`summarize` is pure; `probe_rm` scores with `rm.scorer.RMScorer`, the scorer `cli.eval_verifier` uses.
 """
 
 from collections import defaultdict

@@ -133,7 +133,7 @@ def judge_predictions(rows: Sequence[Triple], judge_model: str | None, engine: s
 
 
 def rm_scores(rows: Sequence[Triple], model: str, batch_size: int, max_length: int | None, device: str) -> list[float]:
-    """sigmoid(logit) per row; max_length None: what the export records (`verify.rm_scorer.RMScorer`)."""
+    """sigmoid(logit) per row; max_length None: what the export records (`rm.scorer.RMScorer`)."""
     from cooper_openrlhf.rm.scorer import RMScorer
 
     scorer = RMScorer(model, device=device, max_length=max_length, batch_size=batch_size)

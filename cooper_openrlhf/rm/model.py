@@ -372,7 +372,8 @@ def openrlhf_compatibility(model) -> tuple[bool, str]:
     return False, (
         f"{type(model).__name__} is not a decoder backbone with a bias-free linear `score` head on the last token, "
         f"so openrlhf.models.get_llm_for_sequence_regression(..., 'reward') would score it with a new random head. "
-        f"Score it through cooper_openrlhf (rm.model.load_rm, verify.rm_scorer.RMScorer, cli.eval_verifier --verifier rm); "
+        f"Score it through cooper_openrlhf (rm.model.load_rm, rm.scorer.RMScorer, cooper serve --rm, "
+        f"cooper inspect eval-verifier --verifier rm); "
         f"for a reward model stock OpenRLHF can load, train from a decoder backbone (e.g. Qwen2, Llama)."
     )
 
