@@ -20,6 +20,7 @@ logger = logging.getLogger("cooper_openrlhf.serve")
 def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.algo.hacking import HackingMonitorConfig
     from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
+    from cooper_openrlhf.cli.cooper_args import RM_LR_SCHEDULERS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve.modes import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
@@ -84,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-micro-batch-size", type=int, default=4, help="RM inputs per training forward (a pair is two)")
     g.add_argument("--rm-updates-per-round", type=int, default=1, help="optimizer steps over a round's pairs")
     g.add_argument("--rm-schedule-rounds", type=int, default=1000, help="rounds the LR schedule spans")
+    g.add_argument("--rm-lr-scheduler", default="constant_with_warmup", choices=RM_LR_SCHEDULERS,
+                   help="the RM's LR schedule over --rm-schedule-rounds (the trainer's --cooper.rm_lr_scheduler)")
+    g.add_argument("--rm-warmup-ratio", type=float, default=0.0,
+                   help="share of the schedule spent warming up (the trainer's --cooper.rm_warmup_ratio, default "
+                        "0.01 there: its first RM step then has LR 0)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--on-hacking", default="warn", choices=ON_HACKING,
                    help="on a hacking alarm: warn, or pay the rule reward from then on")
@@ -139,6 +145,8 @@ def check_args(args) -> list[str]:
             problems.append("--learn needs --state-dir (checkpoints: nothing learned is lost on a restart)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
+    if not 0.0 <= args.rm_warmup_ratio < 1.0:
+        problems.append(f"--rm-warmup-ratio must be in [0, 1), got {args.rm_warmup_ratio}")
     for flag in ("group_size", "max_batch", "max_queue", "verify_lanes", "rm_micro_batch_size"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be >= 1")
@@ -235,8 +243,8 @@ def _build_learner(args, dtype_name: str):
     model, tokenizer, template_version = load_rm(args.rm, dtype=torch_dtype(dtype_name),
                                                  attn_implementation="eager", ds_config=strategy.get_ds_train_config())
     max_length = usable_max_length(model, args.rm_max_length or recorded_max_length(model.config))
-    optim = adamw_config(lr=args.rm_lr, weight_decay=args.rm_weight_decay, lr_scheduler="constant_with_warmup",
-                         warmup_ratio=0.0, max_norm=args.rm_max_norm,
+    optim = adamw_config(lr=args.rm_lr, weight_decay=args.rm_weight_decay, lr_scheduler=args.rm_lr_scheduler,
+                         warmup_ratio=args.rm_warmup_ratio, max_norm=args.rm_max_norm,
                          scheduler_steps=args.rm_schedule_rounds * args.rm_updates_per_round)
     engine, optimizer, scheduler = strategy.prepare((model, optim))
     engine.eval()

@@ -9,7 +9,8 @@ samples to an in-process `RewardService` built by `cli.serve.build_service` from
 the learner `cli.serve` builds, starting from the same `--rm`), one single-sample request each, all at once, as
 OpenRLHF's client sends them; a step's groups are one round. After each round it compares, with the trainer's
 records of that step:
-  scores   the reward the service paid each sample (RM version of its group) with the reward the trainer logged;
+  scores   the reward the service paid each sample with the reward the trainer logged, and that the RM version of
+           step t's groups is the one after t-1 updates (the trainer scores step t with the RM updated at t-1);
   verdicts the rule verifier's "correct" per sample;
   pairs    the pair slots the learner built (positive, negative, validity per prompt) with pairs.jsonl;
   schedule the learning rate, Adam step and scheduler step of the service's engine with the trainer's checkpoint;
@@ -55,12 +56,16 @@ class StepParity:
     weight_max_abs: float  # max |w_service - w_trainer|
     weight_rel_update: float  # ||w_service - w_trainer|| / ||trainer's update this step|| (nan: no update)
     update_norm: float  # ||w_trainer(t) - w_trainer(t-1)||
+    versions: list[int]  # the RM versions that scored the step's samples (the trainer: the RM after step t-1)
     schedule: dict = field(default_factory=dict)  # name -> (service, trainer)
 
     def problems(self) -> list[str]:
         found = [f"step {self.step}: {line}" for line in self.pair_mismatches]
         if self.score_max_abs > SCORE_ATOL:
             found.append(f"step {self.step}: rewards differ by up to {self.score_max_abs:.3g} (> {SCORE_ATOL})")
+        if self.versions != [self.step - 1]:
+            found.append(f"step {self.step}: scored by RM versions {self.versions}, the trainer's by the RM after "
+                         f"{self.step - 1} updates")
         if self.verdict_mismatches:
             found.append(f"step {self.step}: {self.verdict_mismatches} verdicts differ")
         if self.weight_max_abs > WEIGHT_ATOL:
@@ -181,7 +186,7 @@ async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[di
             mine_schedule = service_schedule(learner.trainer)
             result = StepParity(step, len(rows), float((paid - logged).abs().max()), verdict_mismatches,
                                 pair_differences(built[-1], pairs.get(step, [])), max_abs, rel_update, update,
-                                {k: (mine_schedule[k], schedule[k]) for k in schedule})
+                                sorted({answer.version for (answer,) in answers}), {k: (mine_schedule[k], schedule[k]) for k in schedule})
             logger.info("step %d: %d samples, rewards max |diff| %.3g, %d verdicts differ, %d pair slots differ; "
                         "weights max |diff| %.3g, ||diff|| / ||update|| %.3g (||update|| %.3g); lr %s / %s",
                         step, len(rows), result.score_max_abs, verdict_mismatches, len(result.pair_mismatches),
