@@ -59,6 +59,30 @@ def test_a_step_within_the_tolerances_has_no_problems_and_each_breach_is_named()
         assert part in text
 
 
+@pytest.mark.parametrize("fallback", ["none", "last_number"])
+def test_the_services_verifier_finds_answers_as_the_trainers_does(fallback):
+    """A completion whose only answer is an unanchored last number: the trainer's pair actor judges it with
+    --cooper.answer_fallback (default none: no answer, so neither a positive nor a rollout negative); the service
+    built with the same value, and by default, judges it the same (the verifier's own default is last_number)."""
+    import argparse
+
+    from cooper_openrlhf.cli.cooper_args import add_cooper_args
+    from cooper_openrlhf.cli.serve import build_parser, verifier_config
+    from cooper_openrlhf.verify.rule import RuleVerifierConfig, Verdict, verify_one
+
+    trainer_default = getattr(add_cooper_args(argparse.ArgumentParser()).parse_args([]), "cooper.answer_fallback")
+    serve_default = build_parser().parse_args(["--rm", "RM", "--no-chat-template"])
+    assert verifier_config(serve_default) == RuleVerifierConfig(answer_fallback=trainer_default)
+    service = verifier_config(build_parser().parse_args(["--rm", "RM", "--no-chat-template",
+                                                         "--answer-fallback", fallback]))
+    trainer = RuleVerifierConfig(answer_fallback=fallback)  # ray/pair_actor.py's
+    for completion, reference in (("So I get 27", "27"), ("So I get 28", "27"), ("The answer is 27.", "27")):
+        mine, theirs = verify_one(reference, completion, service), verify_one(reference, completion, trainer)
+        assert (mine.verdict, mine.extracted) == (theirs.verdict, theirs.extracted)
+    expected = Verdict.NO_ANSWER if fallback == "none" else Verdict.CORRECT
+    assert verify_one("27", "So I get 27", service).verdict == expected
+
+
 # ------------------------------------------------------------------------------------------------ slow
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, answering_policy, model_dir) -> Path:

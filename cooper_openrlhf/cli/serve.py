@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve.modes import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
+    from cooper_openrlhf.verify.extract import FALLBACKS
 
     p = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cli.serve", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -53,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
     g.add_argument("--verify-lanes", type=int, default=2, help="verifier pools serving batches side by side")
     g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
+    g.add_argument("--answer-fallback", default="none", choices=FALLBACKS,
+                   help="how a completion's final answer is found (the trainer's --cooper.answer_fallback): none = "
+                        "only an explicit one (\\boxed{}, '####', 'the answer is'); last_number also takes the last "
+                        "number of the text")
     g = p.add_argument_group("GRPO groups, learning and the hacking monitor")
     g.add_argument("--group-size", type=int, default=8, help="the trainer's samples per prompt (n)")
     g.add_argument("--groups-per-update", type=int, default=0,
@@ -196,7 +201,8 @@ def build_service(args):
                            heldout=getattr(args, "heldout_questions", frozenset()),
                            monitor=HackingMonitorConfig(**{f.name: getattr(args, f"hacking_{f.name}")
                                                            for f in fields(HackingMonitorConfig)}))
-    pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s) for _ in range(args.verify_lanes)]
+    pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s, config=verifier_config(args))
+             for _ in range(args.verify_lanes)]
     lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
     learner = checkpointer = state = None
     if args.learn:
@@ -217,6 +223,14 @@ def build_service(args):
     service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer, state=state)
     service.verifier_pools = pools
     return service, checkpointer
+
+
+def verifier_config(args):
+    """The rule verifier's config: answers found as the trainer's pair actor finds them (`--answer-fallback`; the
+    verifier's own default, last_number, would mark correct what the trainer calls answerless)."""
+    from cooper_openrlhf.verify.rule import RuleVerifierConfig
+
+    return RuleVerifierConfig(answer_fallback=args.answer_fallback)
 
 
 def scoring_device() -> str:
@@ -254,9 +268,11 @@ def _build_learner(args, dtype_name: str):
         from cooper_openrlhf.engines.openai_api import OpenAIChatEngine
 
         assistant = OpenAIChatEngine(args.assistant_url, args.assistant_model, os.environ.get(args.assistant_key_env))
-    builder = PairBuilder(VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s), assistant,
-                          NegativeConfig(retries=args.negative_retries, max_new_tokens=args.negative_max_new_tokens,
-                                         temperature=args.negative_temperature, seed=args.seed))
+    builder = PairBuilder(VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s, config=verifier_config(args)),
+                          assistant, NegativeConfig(retries=args.negative_retries,
+                                                    max_new_tokens=args.negative_max_new_tokens,
+                                                    temperature=args.negative_temperature, seed=args.seed),
+                          answer_fallback=args.answer_fallback)
     learner = Learner(trainer, builder, LearnConfig(
         groups_per_update=args.groups_per_update, negative_source=args.negative_source,
         rollout_negative_pick=args.rollout_negative_pick, answerless_negatives=args.answerless_negatives,
