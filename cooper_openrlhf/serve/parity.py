@@ -15,8 +15,9 @@ records of that step:
   pairs    the pair slots the learner built (positive, negative, validity per prompt) with pairs.jsonl;
   schedule the learning rate, Adam step and scheduler step of the service's engine with the trainer's checkpoint;
   weights  the service's RM weights with the RM of the trainer's DeepSpeed checkpoint `_rm/global_step{t}`
-           (`--ckpt.save_steps 1`): max |difference| and ||difference|| / ||trainer's update of that step||.
-The service's flags must say what the run's did (docs/serve.md, "Learning parity", has the mapping). Exits 1 when a
+           (`--ckpt.save_steps 1`): max |difference| and ||difference|| / ||trainer's update of that step||; and
+           ZeRO's fp32 master weights (in a bf16 run the module's weights are their rounding).
+The service's flags must say what the run's did (docs/serve.md, "Parity with the trainer", has the mapping). Exits 1 when a
 step differs beyond the tolerances.
 """
 
@@ -56,6 +57,7 @@ class StepParity:
     weight_max_abs: float  # max |w_service - w_trainer|
     weight_rel_update: float  # ||w_service - w_trainer|| / ||trainer's update this step|| (nan: no update)
     update_norm: float  # ||w_trainer(t) - w_trainer(t-1)||
+    master_max_abs: float  # max |difference| of ZeRO's fp32 master weights (what bf16 weights are rounded from)
     versions: list[int]  # the RM versions that scored the step's samples (the trainer: the RM after step t-1)
     schedule: dict = field(default_factory=dict)  # name -> (service, trainer)
 
@@ -70,6 +72,9 @@ class StepParity:
             found.append(f"step {self.step}: {self.verdict_mismatches} verdicts differ")
         if self.weight_max_abs > WEIGHT_ATOL:
             found.append(f"step {self.step}: weights differ by up to {self.weight_max_abs:.3g} (> {WEIGHT_ATOL})")
+        if self.master_max_abs > WEIGHT_ATOL:
+            found.append(f"step {self.step}: fp32 master weights differ by up to {self.master_max_abs:.3g} "
+                         f"(> {WEIGHT_ATOL})")
         if self.weight_rel_update > UPDATE_RTOL:
             found.append(f"step {self.step}: the weight difference is {self.weight_rel_update:.3g} of the step's "
                          f"update (> {UPDATE_RTOL})")
@@ -88,19 +93,24 @@ def read_jsonl_by_step(path: Path) -> dict[int, list[dict]]:
     return steps
 
 
-def trainer_checkpoint(rm_checkpoints: Path, step: int) -> tuple[dict[str, torch.Tensor], dict]:
-    """(RM weights, schedule) of the trainer's DeepSpeed checkpoint `global_step{step}` (`reward_actor.save_checkpoint`).
+def trainer_checkpoint(rm_checkpoints: Path, step: int) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict]:
+    """(RM weights, fp32 master weights, schedule) of the trainer's DeepSpeed checkpoint `global_step{step}`
+    (`reward_actor.save_checkpoint`; one data-parallel rank).
 
-    Weights are the engine's module state dict as DeepSpeed saved it (rank 0's file: ZeRO 1/2 keep whole weights).
-    Schedule: the learning rate of the next step, the scheduler's step count and the optimizer steps taken."""
+    Weights: the engine's module state dict as DeepSpeed saved it (ZeRO 1/2 keep whole weights), in the run's dtype.
+    Master weights: ZeRO's flat fp32 partitions, one per parameter group, concatenated. Schedule: the learning rate
+    of the next step, the scheduler's step count and the optimizer steps taken."""
     folder = rm_checkpoints / f"global_step{step}"
     (model_file,) = folder.glob("mp_rank_00_model_states.pt")
+    (optim_file,) = folder.glob("*zero_pp_rank_0_mp_rank_00_optim_states.pt")
     states = torch.load(model_file, map_location="cpu", weights_only=False)
     weights = {name: tensor.float() for name, tensor in states["module"].items()}
+    optim = torch.load(optim_file, map_location="cpu", weights_only=False)["optimizer_state_dict"]
+    master = torch.cat([part.float() for part in optim["single_partition_of_fp32_groups"]])
     schedule = {"lr": float(states["lr_scheduler"]["_last_lr"][0]),
                 "scheduler_steps": float(states["lr_scheduler"]["last_epoch"]),
                 "optimizer_steps": float(states["cooper_rm_counters"]["optimizer_steps"])}
-    return weights, schedule
+    return weights, master, schedule
 
 
 def service_schedule(trainer) -> dict[str, float]:
@@ -180,17 +190,20 @@ async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[di
             logged = torch.tensor([r["reward"] for r in rows])
             verdict_mismatches = sum((answer.verdict.value == "correct") != r["verified"]
                                      for (answer,), r in zip(answers, rows))
-            weights, schedule = trainer_checkpoint(rm_checkpoints, step)
+            weights, master, schedule = trainer_checkpoint(rm_checkpoints, step)
             mine = {name: t.detach().float() for name, t in learner.trainer.model.module.state_dict().items()}
             max_abs, rel_update, update = weight_difference(mine, weights, before)
+            my_master = torch.cat([p.detach().float() for p in learner.trainer.optim.single_partition_of_fp32_groups])
+            master_max_abs = float((my_master - master).abs().max())
             mine_schedule = service_schedule(learner.trainer)
             result = StepParity(step, len(rows), float((paid - logged).abs().max()), verdict_mismatches,
                                 pair_differences(built[-1], pairs.get(step, [])), max_abs, rel_update, update,
-                                sorted({answer.version for (answer,) in answers}), {k: (mine_schedule[k], schedule[k]) for k in schedule})
+                                master_max_abs, sorted({answer.version for (answer,) in answers}), {k: (mine_schedule[k], schedule[k]) for k in schedule})
             logger.info("step %d: %d samples, rewards max |diff| %.3g, %d verdicts differ, %d pair slots differ; "
-                        "weights max |diff| %.3g, ||diff|| / ||update|| %.3g (||update|| %.3g); lr %s / %s",
-                        step, len(rows), result.score_max_abs, verdict_mismatches, len(result.pair_mismatches),
-                        max_abs, rel_update, update, mine_schedule["lr"], schedule["lr"])
+                        "weights max |diff| %.3g, ||diff|| / ||update|| %.3g (||update|| %.3g), fp32 master max |diff| %.3g; "
+                        "lr %s / %s", step, len(rows), result.score_max_abs, verdict_mismatches,
+                        len(result.pair_mismatches), max_abs, rel_update, update, master_max_abs, mine_schedule["lr"],
+                        schedule["lr"])
             found.append(result)
             before = weights
     finally:
