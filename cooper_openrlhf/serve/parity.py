@@ -13,12 +13,12 @@ records of that step:
            step t's groups is the one after t-1 updates (the trainer scores step t with the RM updated at t-1);
   verdicts the rule verifier's "correct" per sample;
   pairs    the pair slots the learner built (positive, negative, validity per prompt) with pairs.jsonl;
-  schedule the learning rate, Adam step and scheduler step of the service's engine with the trainer's checkpoint;
+  schedule the learning rate, scheduler steps and optimizer steps of the service's engine and the trainer's;
   weights  the service's RM weights with the RM of the trainer's DeepSpeed checkpoint `_rm/global_step{t}`
            (`--ckpt.save_steps 1`): max |difference| and ||difference|| / ||trainer's update of that step||; and
            ZeRO's fp32 master weights (in a bf16 run the module's weights are their rounding).
-The service's flags must say what the run's did (docs/serve.md, "Parity with the trainer", has the mapping). Exits 1 when a
-step differs beyond the tolerances.
+The service's flags must say what the run's did (docs/serve.md, "Parity with the trainer", has the mapping). Exits 1
+when a step differs beyond the tolerances.
 """
 
 import argparse
@@ -26,7 +26,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -165,6 +164,32 @@ def recording_pairs(learner) -> list:
     return rounds
 
 
+def compare_step(step: int, rows: list[dict], answers: list, built, logged_pairs: list[dict], learner,
+                 rm_checkpoints: Path, before: dict[str, torch.Tensor]) -> tuple[StepParity, dict[str, torch.Tensor]]:
+    """The service after its round on step `step` against the trainer's records of that step; also returns the
+    trainer's weights of the step (the next step's `before`).
+
+    rows: the step's logged rollouts; answers: the service's `Scored` per row; built: the learner's PairBatch."""
+    paid = torch.tensor([answer.reward for answer in answers])
+    logged = torch.tensor([row["reward"] for row in rows])
+    verdicts = sum((answer.verdict.value == "correct") != row["verified"] for answer, row in zip(answers, rows))
+    weights, master, schedule = trainer_checkpoint(rm_checkpoints, step)
+    trainer = learner.trainer
+    mine = {name: t.detach().float() for name, t in trainer.model.module.state_dict().items()}
+    max_abs, rel_update, update = weight_difference(mine, weights, before)
+    my_master = torch.cat([part.detach().float() for part in trainer.optim.single_partition_of_fp32_groups])
+    mine_schedule = service_schedule(trainer)
+    result = StepParity(step, len(rows), float((paid - logged).abs().max()), verdicts,
+                        pair_differences(built, logged_pairs), max_abs, rel_update, update,
+                        float((my_master - master).abs().max()), sorted({answer.version for answer in answers}),
+                        {key: (mine_schedule[key], schedule[key]) for key in schedule})
+    logger.info("step %d: %d samples, rewards max |diff| %.3g, %d verdicts differ, %d pair slots differ; weights max "
+                "|diff| %.3g, ||diff|| / ||update|| %.3g (||update|| %.3g), fp32 master max |diff| %.3g; lr %s / %s",
+                step, len(rows), result.score_max_abs, verdicts, len(result.pair_mismatches), max_abs, rel_update,
+                update, result.master_max_abs, mine_schedule["lr"], schedule["lr"])
+    return result, weights
+
+
 async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[dict]],
                  rm_checkpoints: Path) -> list[StepParity]:
     """Replay every logged step through a service built from `args` (cli.serve's namespace); see the module doc."""
@@ -180,32 +205,16 @@ async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[di
     try:
         for step in sorted(rollouts):
             rows = rollouts[step]
+            # The question is the group key too: the trainer's templated prompt is not logged, and is one per question.
             samples = [Sample(r["question"], r["question"], r["reference"], r["completion"]) for r in rows]
             answers = await asyncio.gather(*(service.score([sample]) for sample in samples))
             while service.counters["rounds"] < len(found) + 1 or not service.update_done.is_set():
                 await asyncio.sleep(0.05)
             if service.last_round.get("cooper/rm_update_failed"):
                 raise RuntimeError(f"step {step}: the service's RM update failed (traceback above)")
-            paid = torch.tensor([answer.reward for (answer,) in answers])
-            logged = torch.tensor([r["reward"] for r in rows])
-            verdict_mismatches = sum((answer.verdict.value == "correct") != r["verified"]
-                                     for (answer,), r in zip(answers, rows))
-            weights, master, schedule = trainer_checkpoint(rm_checkpoints, step)
-            mine = {name: t.detach().float() for name, t in learner.trainer.model.module.state_dict().items()}
-            max_abs, rel_update, update = weight_difference(mine, weights, before)
-            my_master = torch.cat([p.detach().float() for p in learner.trainer.optim.single_partition_of_fp32_groups])
-            master_max_abs = float((my_master - master).abs().max())
-            mine_schedule = service_schedule(learner.trainer)
-            result = StepParity(step, len(rows), float((paid - logged).abs().max()), verdict_mismatches,
-                                pair_differences(built[-1], pairs.get(step, [])), max_abs, rel_update, update,
-                                master_max_abs, sorted({answer.version for (answer,) in answers}), {k: (mine_schedule[k], schedule[k]) for k in schedule})
-            logger.info("step %d: %d samples, rewards max |diff| %.3g, %d verdicts differ, %d pair slots differ; "
-                        "weights max |diff| %.3g, ||diff|| / ||update|| %.3g (||update|| %.3g), fp32 master max |diff| %.3g; "
-                        "lr %s / %s", step, len(rows), result.score_max_abs, verdict_mismatches,
-                        len(result.pair_mismatches), max_abs, rel_update, update, master_max_abs, mine_schedule["lr"],
-                        schedule["lr"])
+            result, before = compare_step(step, rows, [answer for (answer,) in answers], built[-1],
+                                          pairs.get(step, []), learner, rm_checkpoints, before)
             found.append(result)
-            before = weights
     finally:
         await service.stop(save=False)
         for pool in service.verifier_pools:
@@ -218,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m cooper_openrlhf.serve.parity", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False,  # else cli.serve's --rm would be read as --rm-checkpoints
                                 epilog="Every other flag is cli.serve's (--rm, --group-size, --groups-per-update, "
-                                       "--seed, --rm-lr, ...); --learn, --no-chat-template and a --state-dir are added.")
+                                       "--seed, --rm-lr, ...); --learn, --no-chat-template and a --state-dir are "
+                                       "added.")
     p.add_argument("--samples", required=True, type=Path, help="the run's --cooper.sample_log_dir")
     p.add_argument("--rm-checkpoints", required=True, type=Path, help="the run's {--ckpt.path}/_rm")
     p.add_argument("--report", type=Path, default=None, help="write the per-step results here as JSON")
