@@ -26,11 +26,13 @@ PROG = "cooper serve"  # `python -m cooper_openrlhf.cli.serve` runs the same com
 def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.algo.hacking import HackingMonitorConfig
     from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
+    from cooper_openrlhf.cli.cooper_args import RM_LR_SCHEDULERS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve.app import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_SAMPLES
     from cooper_openrlhf.serve.modes import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
+    from cooper_openrlhf.verify.extract import FALLBACKS
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -68,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
     g.add_argument("--verify-lanes", type=int, default=2, help="verifier pools serving batches side by side")
     g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
+    g.add_argument("--answer-fallback", default="none", choices=FALLBACKS,
+                   help="how a completion's final answer is found (the trainer's --cooper.answer_fallback): none = "
+                        "only an explicit one (\\boxed{}, '####', 'the answer is'); last_number also takes the last "
+                        "number of the text")
     g = p.add_argument_group("GRPO groups, learning and the hacking monitor")
     g.add_argument("--group-size", type=int, default=8, help="the trainer's samples per prompt (n)")
     g.add_argument("--groups-per-update", type=int, default=0,
@@ -106,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-micro-batch-size", type=int, default=4, help="RM inputs per training forward (a pair is two)")
     g.add_argument("--rm-updates-per-round", type=int, default=1, help="optimizer steps over a round's pairs")
     g.add_argument("--rm-schedule-rounds", type=int, default=1000, help="rounds the LR schedule spans")
+    g.add_argument("--rm-lr-scheduler", default="constant_with_warmup", choices=RM_LR_SCHEDULERS,
+                   help="the RM's LR schedule over --rm-schedule-rounds (the trainer's --cooper.rm_lr_scheduler)")
+    g.add_argument("--rm-warmup-ratio", type=float, default=0.0,
+                   help="share of the schedule spent warming up (the trainer's --cooper.rm_warmup_ratio, default "
+                        "0.01 there: its first RM step then has LR 0)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--on-hacking", default="warn", choices=ON_HACKING,
                    help="on a hacking alarm: warn, or pay the rule reward from then on")
@@ -170,6 +181,8 @@ def check_args(args) -> list[str]:
             problems.append("--keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
+    if not 0.0 <= args.rm_warmup_ratio < 1.0:
+        problems.append(f"--rm-warmup-ratio must be in [0, 1), got {args.rm_warmup_ratio}")
     if args.max_queued_samples < args.max_request_samples or args.max_queued_bytes < args.max_body_bytes:
         problems.append("--max-queued-samples and --max-queued-bytes must be at least --max-request-samples and "
                         "--max-body-bytes (a request larger than the bound could never be admitted)")
@@ -233,7 +246,8 @@ def build_service(args):
                            heldout=getattr(args, "heldout_questions", frozenset()),
                            monitor=HackingMonitorConfig(**{f.name: getattr(args, f"hacking_{f.name}")
                                                            for f in fields(HackingMonitorConfig)}))
-    pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s) for _ in range(args.verify_lanes)]
+    pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s, config=verifier_config(args))
+             for _ in range(args.verify_lanes)]
     lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
     learner = checkpointer = restored = None
     if args.learn:
@@ -257,6 +271,14 @@ def build_service(args):
                             state=restored.state if restored else None, probe=getattr(args, "probe", None))
     service.verifier_pools = pools
     return service, checkpointer
+
+
+def verifier_config(args):
+    """The rule verifier's config: answers found as the trainer's pair actor finds them (`--answer-fallback`; the
+    verifier's own default, last_number, would mark correct what the trainer calls answerless)."""
+    from cooper_openrlhf.verify.rule import RuleVerifierConfig
+
+    return RuleVerifierConfig(answer_fallback=args.answer_fallback)
 
 
 def scoring_device() -> str:
@@ -283,8 +305,8 @@ def _build_learner(args, dtype_name: str):
     model, tokenizer, template_version = load_rm(args.rm, dtype=torch_dtype(dtype_name),
                                                  attn_implementation="eager", ds_config=strategy.get_ds_train_config())
     max_length = usable_max_length(model, args.rm_max_length or recorded_max_length(model.config))
-    optim = adamw_config(lr=args.rm_lr, weight_decay=args.rm_weight_decay, lr_scheduler="constant_with_warmup",
-                         warmup_ratio=0.0, max_norm=args.rm_max_norm,
+    optim = adamw_config(lr=args.rm_lr, weight_decay=args.rm_weight_decay, lr_scheduler=args.rm_lr_scheduler,
+                         warmup_ratio=args.rm_warmup_ratio, max_norm=args.rm_max_norm,
                          scheduler_steps=args.rm_schedule_rounds * args.rm_updates_per_round)
     engine, optimizer, scheduler = strategy.prepare((model, optim))
     engine.eval()
@@ -294,9 +316,11 @@ def _build_learner(args, dtype_name: str):
         from cooper_openrlhf.engines.openai_api import OpenAIChatEngine
 
         assistant = OpenAIChatEngine(args.assistant_url, args.assistant_model, os.environ.get(args.assistant_key_env))
-    builder = PairBuilder(VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s), assistant,
-                          NegativeConfig(retries=args.negative_retries, max_new_tokens=args.negative_max_new_tokens,
-                                         temperature=args.negative_temperature, seed=args.seed))
+    builder = PairBuilder(VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s, config=verifier_config(args)),
+                          assistant, NegativeConfig(retries=args.negative_retries,
+                                                    max_new_tokens=args.negative_max_new_tokens,
+                                                    temperature=args.negative_temperature, seed=args.seed),
+                          answer_fallback=args.answer_fallback)
     learner = Learner(trainer, builder, LearnConfig(
         groups_per_update=args.groups_per_update, negative_source=args.negative_source,
         rollout_negative_pick=args.rollout_negative_pick, answerless_negatives=args.answerless_negatives,
