@@ -14,24 +14,11 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from cooper_openrlhf.clients.http import (
-    Scores,
-    backoff,
-    bearer_headers,
-    out_of_retries,
-    read_answer,
-    request_body,
-)
+from cooper_openrlhf.clients.http import Scores, ServiceEndpoint, backoff, out_of_retries, read_answer, request_body
 from cooper_openrlhf.runtime.secrets import redact_url
 
 
-class AsyncRewardClient:
-    def __init__(self, url: str, token: str | None = None, token_env: str = "COOPER_REWARD_TOKEN",
-                 retries: int = 5, timeout_s: float = 180.0, backoff_s: float = 0.5):
-        self.url, self.retries, self.timeout_s, self.backoff_s = url, retries, timeout_s, backoff_s
-        self.shown_url = redact_url(url)  # what errors name: a `?token=` in the URL stays out of logs
-        self.headers = bearer_headers(token, token_env)
-
+class AsyncRewardClient(ServiceEndpoint):
     async def score(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str]) -> Scores:
         """Rewards (one per query) and the service's per-sample extra logs."""
         body = request_body(queries, prompts, labels)

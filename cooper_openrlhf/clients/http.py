@@ -34,12 +34,19 @@ class Scores:
     extra_logs: dict[str, list[float]]
 
 
-class RewardClient:
+class ServiceEndpoint:
+    """Where and how a client reaches the service: the URL, the token's header, the retry budget."""
+
     def __init__(self, url: str, token: str | None = None, token_env: str = "COOPER_REWARD_TOKEN",
                  retries: int = 5, timeout_s: float = 180.0, backoff_s: float = 0.5):
         self.url, self.retries, self.timeout_s, self.backoff_s = url, retries, timeout_s, backoff_s
         self.shown_url = redact_url(url)  # what errors name: a `?token=` in the URL stays out of logs
         self.headers = bearer_headers(token, token_env)
+
+
+class RewardClient(ServiceEndpoint):
+    def __init__(self, url: str, **endpoint):
+        super().__init__(url, **endpoint)
         self.session = requests.Session()
 
     def score(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[str]) -> Scores:
