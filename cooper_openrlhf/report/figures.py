@@ -59,10 +59,11 @@ def _by_arm(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
     return arms
 
 
-# Colours a reader tells apart, in the order of the lab's arms (rule, static, cooper, cooper_rollout,
-# cooper_rollout_answerless, cooper_official, offline_pairs, cooper_stale): pairwise at least 30 degrees of hue apart,
-# or black and grey (tab10's orange and brown, static and cooper_official, looked alike in the headline figure).
-PALETTE = ["#0072b2", "#d55e00", "#009e73", "#808000", "#9467bd", "#000000", "#7f7f7f", "#cc79a7"]
+# Colours a reader tells apart, one per arm in the order of the lab's arms (lab/arms.py): pairwise at least 30
+# degrees of hue apart, or black and grey, or far apart in lightness (tab10's orange and brown, static and
+# cooper_official, looked alike in the headline figure). A new arm needs a colour added here.
+PALETTE = ["#0072b2", "#d55e00", "#009e73", "#808000", "#9467bd", "#000000", "#7f7f7f", "#cc79a7", "#2ca02c",
+           "#3b3bd6", "#fb9a99"]
 
 
 def fitted_limits(values: Sequence[float], floor: float = 0.0, ceiling: float = 1.0) -> tuple[float, float]:
