@@ -1,6 +1,6 @@
-"""Learning parity: the reward service learns what the trainer learns from the same rollouts (`serve/parity.py`).
+"""Learning parity: the reward service learns what the trainer learns from the same rollouts (`cli/serve_parity.py`).
 
-Fast: the comparisons of `serve/parity.py` on hand-made weights and pairs. Slow: a 3-step `train_cooper` run on CPU
+Fast: the comparisons of `cli/serve_parity.py` on hand-made weights and pairs. Slow: a 3-step `train_cooper` run on CPU
 (rollout negatives, picked at random with the run's seed; a linear LR schedule, so the schedule's mapping is tested
 too; fp32), then its logged rollouts replayed through the service built as `cli.serve --learn` builds it: same
 rewards, RM versions, verdicts, pairs, schedule and RM weights at every step; and a replay with a schedule the run did
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cooper_openrlhf.algo.pairs import PairBatch
-from cooper_openrlhf.serve.parity import (UPDATE_RTOL, WEIGHT_ATOL, StepParity, pair_differences,
+from cooper_openrlhf.cli.serve_parity import (UPDATE_RTOL, WEIGHT_ATOL, StepParity, pair_differences,
                                           weight_difference)
 
 STEPS = 3
@@ -101,13 +101,13 @@ def run(tmp_path_factory, answering_policy, model_dir) -> Path:
 
 
 def _replay(run: Path, model_dir, *flags: str) -> tuple[int, list[dict], str]:
-    """(exit code, per-step report, log) of `python -m cooper_openrlhf.serve.parity` on the run, with the service
+    """(exit code, per-step report, log) of `python -m cooper_openrlhf.cli.serve_parity` on the run, with the service
     flags that say what _launch's run did (docs/serve.md), then `flags` (argparse: the last one wins).
 
     One thread, as the run's RM actor (_launch's OMP_NUM_THREADS=1): the summation order of every matmul is then
     the trainer's."""
     report = run / f"parity_{len(list(run.glob('parity_*.json')))}.json"
-    argv = [sys.executable, "-m", "cooper_openrlhf.serve.parity", "--samples", str(run / "samples"),
+    argv = [sys.executable, "-m", "cooper_openrlhf.cli.serve_parity", "--samples", str(run / "samples"),
             "--rm-checkpoints", str(run / "ckpt" / "_rm"), "--report", str(report),
             "--rm", model_dir("tiny-qwen2-rm"), "--dtype", "fp32", "--group-size", str(ROUND),
             "--groups-per-update", str(ROUND), "--seed", "0", "--rm-lr", "1e-3", "--rm-warmup-ratio", "0",

@@ -38,6 +38,7 @@ INSPECT_TOOLS = {
     "eval-verifier": "eval_verifier",
     "stock-openrlhf": "stock_openrlhf",
     "batch": "batch",
+    "serve-parity": "serve_parity",
 }
 
 INSPECT = "inspect"
