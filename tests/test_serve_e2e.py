@@ -97,14 +97,15 @@ class ServiceProcess:
 
 
 def _stock_openrlhf(work: Path, policy: Path, prompts: Path, url: str, *extra: str,
-                    extra_env: dict | None = None) -> None:
+                    extra_env: dict | None = None, n: int = STOCK_N, must_succeed: bool = True) -> int:
+    """Stock `train_ppo_ray` against `url`, n samples per prompt; its exit code."""
     argv = [sys.executable, "-m", "cooper_openrlhf.cli.stock_openrlhf",
             "--actor.model_name_or_path", str(policy), "--reward.remote_url", url,
             "--data.prompt_dataset", str(prompts), "--data.input_key", "input", "--data.label_key", "label",
             "--data.apply_chat_template", "--data.max_len", "1024",
-            "--rollout.max_new_tokens", "16", "--rollout.n_samples_per_prompt", str(STOCK_N),
+            "--rollout.max_new_tokens", "16", "--rollout.n_samples_per_prompt", str(n),
             "--rollout.batch_size", str(PROMPTS_PER_STEP), "--rollout.micro_batch_size", "4",
-            "--train.batch_size", str(PROMPTS_PER_STEP * STOCK_N), "--train.micro_batch_size", "4",
+            "--train.batch_size", str(PROMPTS_PER_STEP * n), "--train.micro_batch_size", "4",
             "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
             "--vllm.num_engines", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
             "--vllm.gpu_memory_utilization", "0.1", "--ds.attn_implementation", "eager", "--ds.zero_stage", "2",
@@ -117,7 +118,9 @@ def _stock_openrlhf(work: Path, policy: Path, prompts: Path, url: str, *extra: s
     env = {**env, **(extra_env or {})}
     result = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
     (work / "openrlhf.log").write_text(result.stdout + result.stderr)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    if must_succeed:
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    return result.returncode
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +188,26 @@ def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, mo
     assert code == 0 and (service.work / "state" / "final_rm" / "config.json").is_file()
     tb = list((tmp_path / "run" / "tb").rglob("events.out.tfevents.*"))
     assert tb, "OpenRLHF logged nothing"
+
+
+def test_stock_openrlhf_with_more_samples_per_prompt_than_the_group_size_is_refused_naming_both(prompts, model_dir,
+                                                                                                 tmp_path):
+    """n = 16 against --group-size 8: the service sees each prompt go on into a second group in the same step and
+    refuses from then on, saying both numbers, rather than learn from half groups; the run stops on its first
+    unpaid sample instead of training on a mis-grouped RM."""
+    policy, prompt_file = prompts
+    service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy), "--group-size", "8")
+    try:
+        code = _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}",
+                               n=16, must_succeed=False)
+        health = service.health()
+    finally:
+        service.stop()
+    log = (tmp_path / "run" / "openrlhf.log").read_text()
+    assert code != 0, log[-3000:]
+    assert health["groups"].startswith("mismatch:") and "more than --group-size 8" in health["groups"]
+    assert health["rounds"] == 0 and health["updates"] == 0  # nothing learned from half groups
+    assert "A prompt has" in (service.work / "serve.log").read_text()
 
 
 def _send_round(service: ServiceProcess, tokenizer, round_index: int) -> list[dict]:
