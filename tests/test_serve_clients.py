@@ -206,7 +206,7 @@ def verl_python() -> Path:
 
 
 @pytest.mark.slow
-def test_verl_reward_managers_score_a_rollout_batch_through_the_service(verl_python, raw_service, model_dir):
+def test_verl_reward_managers_score_a_rollout_batch_through_the_service(verl_python, monitored_service, model_dir):
     """verl 0.9.1's own reward managers (its trainer's reward loop, and the legacy batch manager) score a rollout
     batch through clients/verl.py against the running service; verl runs in its own venv (transformers < 5.11)."""
     batches = {"loop": {"question": "What is 1 + 1?", "answer": "2",
@@ -215,7 +215,7 @@ def test_verl_reward_managers_score_a_rollout_batch_through_the_service(verl_pyt
                           "responses": [" The answer is 7.", " 8", " It is 7.", " The answer is 9."]}}
     env = {**os.environ, "COOPER_REWARD_TOKEN": TOKEN,  # the token from the environment, as a user would pass it
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}  # this checkout's clients
-    done = subprocess.run([str(verl_python), str(VERL_SCRIPT), raw_service.url + "/get_reward",
+    done = subprocess.run([str(verl_python), str(VERL_SCRIPT), monitored_service.url + "/get_reward",
                            str(model_dir("tiny-qwen2-policy")), json.dumps(batches)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -224,12 +224,12 @@ def test_verl_reward_managers_score_a_rollout_batch_through_the_service(verl_pyt
     assert scored["legacy"]["manager"] == "verl.workers.reward_manager.batch.BatchRewardManager"
     for path, spec in batches.items():
         n = len(spec["responses"])
-        expected = _expected(raw_service, [spec["question"]] * n, [spec["answer"]] * n, spec["responses"])
+        expected = _expected(monitored_service, [spec["question"]] * n, [spec["answer"]] * n, spec["responses"])
         rows, last = scored[path]["rewards"], scored[path]["last"]
         # the service's reward on each response's last token, nothing elsewhere: what verl's advantage reads
         assert [row[i] for row, i in zip(rows, last)] == pytest.approx(expected, abs=1e-5)
         assert all(value == 0 for row, i in zip(rows, last) for j, value in enumerate(row) if j != i)
     assert [info["cooper_rule_correct"] for info in scored["loop"]["extra"]] == [1.0, 0.0, 1.0, 0.0]
     assert scored["legacy"]["extra"]["cooper_rule_correct"] == [1.0, 0.0, 1.0, 0.0]
-    assert raw_service.service.counters["samples"] == 8  # every sample paid once
-    assert raw_service.service.groups.completed == 2  # each prompt's 4 responses formed one group
+    assert monitored_service.service.counters["samples"] == 8  # every sample paid once
+    assert monitored_service.service.groups.completed == 2  # each prompt's 4 responses formed one group
