@@ -113,3 +113,14 @@ def test_a_heldout_file_names_its_bad_row(tmp_path):
     with pytest.raises(ValueError, match=r"eval.jsonl:2: field 'input' is missing"):
         heldout_questions(str(path))
     assert last_user_message([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]) == "q"
+
+
+def test_the_refusal_names_the_likely_cause_by_what_the_open_groups_hold():
+    from cooper_openrlhf.serve.trainer_groups import open_when_a_round_completes
+
+    assert open_when_a_round_completes([], {}, 8, 4) is None
+    more = open_when_a_round_completes([("p", 4)], {"p": 12}, 8, 4)  # a prompt past the group size: n > group size
+    assert "A prompt has 12 samples" in more and "more than --group-size 8" in more
+    partial = open_when_a_round_completes([("q", 3)], {"q": 3}, 8, 4)  # a partial group of another prompt
+    assert "Most likely --groups-per-update 4 is below the trainer's prompts per step" in partial
+    assert "more than --group-size 8" not in partial.split(";")[0]

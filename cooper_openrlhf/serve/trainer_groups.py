@@ -52,12 +52,17 @@ def open_when_a_round_completes(others: list[tuple[str, int]], prompt_samples: d
     if not others:
         return None
     most = max(prompt_samples.get(prompt, count) for prompt, count in others)
-    return (f"a round of {groups_per_update} complete GRPO groups formed while {len(others)} more were open: the "
-            f"trainer's step was not over. A prompt has {most} samples at this RM version, more than --group-size "
-            f"{group_size}: the trainer sends more samples per prompt (--rollout.n_samples_per_prompt) than "
-            f"--group-size; restart the service with --group-size set to it. Or held-out prompts reach the service "
-            f"(pass the trainer's --eval.dataset file as --heldout-prompts), or --groups-per-update is below the "
-            f"trainer's prompts per step (--rollout.batch_size)")
+    opening = (f"a round of {groups_per_update} complete GRPO groups formed while {len(others)} more were open: the "
+               f"trainer's step was not over. ")
+    heldout = ("held-out prompts reach the service (pass the trainer's --eval.dataset file as --heldout-prompts)")
+    if most > group_size:
+        return (opening + f"A prompt has {most} samples at this RM version, more than --group-size {group_size}: the "
+                f"trainer sends more samples per prompt (--rollout.n_samples_per_prompt) than --group-size; restart the "
+                f"service with --group-size set to it. Or {heldout}, or --groups-per-update is below the trainer's "
+                f"prompts per step (--rollout.batch_size)")
+    return (opening + f"Most likely --groups-per-update {groups_per_update} is below the trainer's prompts per step "
+            f"(--rollout.batch_size), or {heldout}; or the trainer sends more than --group-size {group_size} samples "
+            f"per prompt (an open group holds {most} so far)")
 
 
 def last_user_message(value) -> str | None:
