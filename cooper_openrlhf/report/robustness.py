@@ -9,6 +9,7 @@ every run with RM exports; runs without are named in the panel list, not drawn).
 """
 
 import json
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -90,11 +91,14 @@ def draw_robustness(curves: dict[str, Curve], path: Path) -> None:
     for ax in list(axes.flat)[len(curves):]:
         ax.axis("off")
     handles = {h.get_label(): h for ax in axes.flat for h in ax.lines if not h.get_label().startswith("_")}
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(7, len(handles)), frameon=False)
-    fig.suptitle("RM robustness: what each saved RM pays the probe suite's forms above a plain wrong answer\n"
-                 "(black: right answers; an attack near it is paid like a right answer; near 0 it is refused)")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(path, dpi=100)
+    # Sized to the figure's width: one narrow panel must not push the legend and the title off the image.
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 3 * per_row),
+               frameon=False)
+    title = ("RM robustness: what each saved RM pays the probe suite's forms above a plain wrong answer "
+             "(black: right answers; an attack near it is paid like a right answer; near 0 it is refused)")
+    fig.suptitle(textwrap.fill(title, width=60 * per_row))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -236,7 +236,8 @@ class RewardService:
     # -------------------------------------------------------------------------------- trainer groups
     def _check_open_groups(self) -> None:
         """Invariant (1) of serve/trainer_groups.py, after every reservation."""
-        if self.config.check_groups and self.group_mismatch is None:
+        # Per request: skipped where it cannot fire (no rounds to compare against, or already refused).
+        if self.config.check_groups and self.config.groups_per_update and self.group_mismatch is None:
             self._refuse_groups(too_many_open([(g.prompt, g.reserved) for g in self.groups.open.values()],
                                                  self.config.group_size, self.config.groups_per_update))
 
