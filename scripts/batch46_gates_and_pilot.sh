@@ -1,5 +1,5 @@
 #!/bin/bash
-# Batch 46's gates before any Cooper or control run (docs/batch46/plan.json "gates_before_arms"), from the worktree
+# Batch 46's gates before any Cooper or control run (docs/lab/batch46/plan.json "gates_before_arms"), from the worktree
 # pinned at the plan's registration commit. Resumable: each step reuses what an earlier invocation finished.
 #   nohup nice -n 19 bash scripts/batch46_gates_and_pilot.sh > /work/runs/batch46/driver.log 2>&1 &
 # (nice: the gates run beside other work on 2 cores). The pinned worktree is made on first use.

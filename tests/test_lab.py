@@ -189,7 +189,7 @@ def test_answerless_rm_data_is_a_shared_setting_and_a_folder_written_before_it_r
 
 def test_an_older_full_lab_folder_refuses_todays_starting_rm_and_resumes_with_the_two_flags_that_made_it(tmp_path):
     """A folder of the older starting RM (8 candidates, no cut-off rows) must refuse the new default, not mix two
-    starting RMs, and resume with the flags that reproduce it (docs/lab_notebook.md)."""
+    starting RMs, and resume with the flags that reproduce it (docs/lab/notebook.md)."""
     full = PRESETS["full"]
     assert (full.rm_answerless_data, full.rm_pair_candidates) == (True, 32)
     run16 = lab_cli.parse_args(["--preset", "full", "--no-rm-answerless-data", "--rm-pair-candidates", "8"]).preset_obj
@@ -474,7 +474,7 @@ def test_a_folder_written_before_the_candidate_choice_resumes_and_another_choice
 
 
 def test_the_lab_runs_alarm_rule_f_and_refuses_to_resume_folders_that_ran_other_rules(tmp_path):
-    """The lab passes its alarm rules to every run (F: docs/lab_notebook.md, "Rule F"). A folder written with other rules
+    """The lab passes its alarm rules to every run (F: docs/lab/notebook.md, "Rule F"). A folder written with other rules
     (explicitly, or before the setting existed: A-D) logged other alarms, so resuming it would mix two in one report."""
     from cooper_openrlhf.lab.runner import LabFiles, train_cooper_argv
 

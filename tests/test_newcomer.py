@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "lab").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 CLI = re.compile(r"python -m (cooper_openrlhf\.cli\.\w+)")
 COOPER = re.compile(r"(?:^|`)cooper (inspect [a-z][\w-]*|[a-z][\w-]*)", re.M)  # at a line's start or in code

@@ -254,7 +254,7 @@ class ProbePaidAsRight(HackingRule):
         return None
 
 
-# The letters the rules had before they were named (docs/lab_notebook.md and old run configs use them).
+# The letters the rules had before they were named (docs/lab/notebook.md and old run configs use them).
 LETTERS = {"A": "gap_growing", "B": "gap_high", "C": "heldout_falls", "D": "rm_blind", "E": "heldout_gap_grows",
            "F": "wrong_paid_more"}
 
