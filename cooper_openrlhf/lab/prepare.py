@@ -107,8 +107,12 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.parent / f"{folder.name}.log"
     logger.info("starting VerifyRM: verifyrm train --model.model_name_or_path %s (log %s)", argv[5], log)
-    with open(log, "w", encoding="utf-8") as out:
+    from cooper_openrlhf.lab.progress import bce_stage_update, polling, step_bar
+
+    line = step_bar("preparation: starting RM, BCE stage", None)  # its total once the stage has counted its steps
+    with open(log, "w", encoding="utf-8") as out, polling(bce_stage_update(folder, log, line)):
         status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=bce_stage_environment()).returncode
+    line.close()
     if status != 0:
         raise RuntimeError(f"training the starting VerifyRM failed (exit {status}); its log: {log}")
     return folder / "best"
@@ -156,7 +160,8 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     folder.mkdir(parents=True, exist_ok=True)
     train, _ = task_split(preset.task)
     candidates = []
-    for seed in tqdm(range(preset.rm_pair_candidates), desc="starting RM: pair-stage candidates", unit="RM"):
+    for seed in tqdm(range(preset.rm_pair_candidates), desc="preparation: starting RM, pair-stage candidates",
+                     unit="RM", dynamic_ncols=True):
         marker = folder / f"seed{seed}.json"
         if not marker.is_file():
             metrics = train_on_pairs(bce_rm, folder / f"seed{seed}", train, answer_sentence(preset),
