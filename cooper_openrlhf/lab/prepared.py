@@ -94,6 +94,8 @@ def copy_prepared(preset, out: Path) -> Path | None:
 
 def prepare_store(preset) -> Path:
     """Make (or keep, when current) the install's preparation of `preset`."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
     from cooper_openrlhf.lab.prepare import prepare
 
     store = store_dir(preset)
@@ -104,7 +106,8 @@ def prepare_store(preset) -> Path:
     if store.exists():  # another key's, or unfinished: prepared afresh (its paths are written into its records)
         shutil.rmtree(store)
     store.mkdir(parents=True)
-    prepare(preset, store)
+    with logging_redirect_tqdm():  # the stages' progress lines stay whole between their log lines
+        prepare(preset, store)
     (store / KEY_FILE).write_text(json.dumps(preparation_key(preset), indent=2) + "\n", encoding="utf-8")
     return store
 
