@@ -111,7 +111,7 @@ def test_the_cli_reads_a_sequence_plan_over_its_preparations_with_seeds_paired_w
     import subprocess
     import sys
 
-    plan = json.loads((Path(__file__).resolve().parent.parent / "docs" / "batch46" / "plan.json").read_text())
+    plan = json.loads((Path(__file__).resolve().parent.parent / "docs" / "lab" / "batch46" / "plan.json").read_text())
     plan["out"] = str(tmp_path / "out")
     arms = {"rule": (None, 0.0), "static": (0.8, 0.3), "offline_pairs": (0.7, 0.2), "oracle": (0.1, 0.05),
             "cooper": (0.3, 0.1), "cooper_frozen_assistant": (0.7, 0.2), "cooper_rollout": (0.72, 0.2)}

@@ -1,4 +1,4 @@
-"""The test of a plan whose primaries form a fixed sequence (docs/batch46/plan.json's "sequence"), read off runs
+"""The test of a plan whose primaries form a fixed sequence (docs/lab/batch46/plan.json's "sequence"), read off runs
 spread over several lab folders, one per preparation.
 
 A plan of this kind blocks its seeds by preparation: every lab folder (`plan["labs"]`) is one preparation with its
