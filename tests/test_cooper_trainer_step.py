@@ -290,7 +290,7 @@ def make_trainer(monkeypatch, pool, tmp_path_factory):
 
     from cooper_openrlhf.ray import checkpoints, evaluation, rm_scoring
     from cooper_openrlhf.ray import trainer as trainer_module
-    from cooper_openrlhf.ray.pair_builder import PairBuilder
+    from cooper_openrlhf.core.pair_builder import PairBuilder
 
     for module in (trainer_module, checkpoints, evaluation, rm_scoring, ppo_trainer, vllm_engine):
         monkeypatch.setattr(module, "ray", FakeRay)
@@ -459,7 +459,7 @@ def test_the_next_step_is_scored_by_the_updated_rm(make_trainer):
 
 
 def test_each_distinct_rollout_is_scored_once_over_the_rm_ranks_and_every_copy_gets_its_logit(make_trainer):
-    from cooper_openrlhf.ray.step_records import RolloutTexts
+    from cooper_openrlhf.core import RolloutTexts
 
     trainer, events, _ = make_trainer(COOPER)
     ranks = [FakeRM(), FakeRM()]
@@ -597,32 +597,6 @@ def test_a_window_of_steps_without_a_correct_rollout_warns_once_naming_the_likel
         warned_at += [step] * (len(warnings()) - len(warned_at))
     assert warned_at == [1 + NO_CORRECT_ROLLOUT_WINDOW]  # the window'th empty step after the reset, and only then
     assert "--data.label_key holds whole solutions" in warnings()[0] and "--rollout.max_new_tokens" in warnings()[0]
-
-
-@pytest.mark.parametrize("source", ["assistant", "rollout", "mixed"])
-def test_the_trainer_and_pair_builder_run_one_pair_pipeline(make_trainer, source):
-    """The trainer (rewrites overlapping its RM scoring) and PairBuilder.build_pairs (serial) compose the same
-    `algo.selection` pipeline: on one hand-built group they give the same pairs and the same pair metrics."""
-    from cooper_openrlhf.ray.step_records import StepClock
-
-    trainer, _, _ = make_trainer((*COOPER, "--cooper.negative_source", source, "--cooper.answerless_negatives")
-                                 if source != "assistant" else (*COOPER, "--cooper.negative_source", source))
-    texts = trainer.decode_rollouts(samples())
-    verdicts, _ = trainer.verify(texts)
-    scores = torch.tensor([0.5, 2.0, 0.1, -1.0, 3.0, 1.0])  # hand-made RM logits: "hardest" picks differ by prompt
-    pending = trainer.request_negatives(texts, verdicts, 7, StepClock())
-    pairs, metrics = trainer.pairs_of(pending, scores)
-
-    builder = trainer.pair_actor._obj
-    built, built_metrics = builder.build_pairs(
-        texts.questions, texts.references, texts.completions, verdicts.correct, N, step=7,
-        proven_wrong=verdicts.proven_wrong, answerless=verdicts.answerless,
-        answerless_negatives=trainer.cooper.answerless_negatives, rm_scores=scores.tolist(), source=source,
-        pick=trainer.cooper.rollout_negative_pick)
-    assert pairs == built and pairs.num_valid >= 1
-    compared = {k for k in built_metrics if not k.startswith("timing/")}  # the assistant's seconds differ
-    assert {k: metrics[k] for k in compared} == {k: built_metrics[k] for k in compared}
-    assert "cooper/pairs_answerless_negative" in compared  # the metric once only the trainer logged
 
 
 def test_offline_pairs_replace_only_where_the_rm_updates_pairs_come_from(make_trainer, tmp_path):

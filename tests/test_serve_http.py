@@ -263,7 +263,7 @@ def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_
     assert all(0.3 < r["cooper/reward_hacking_gap"] < 0.7 for r in rounds)
     assert [p["rewards"][0] > 0.3 for p in paid[:6]] == [True] * 6  # the RM's pay, before and at the alarm
     assert [p["rewards"][0] for p in paid[6:]] == [0.0] * 4  # the rule's from the round after
-    assert rounds[-1]["cooper/paying_rule"] == 1.0
+    assert rounds[-1]["cooper/reward_from_rule"] == 1.0  # the core's key, the trainer's too
     from cooper_openrlhf.report.runs import load_run
 
     run = load_run(tmp_path / "logs")  # the package's report reads a service run like a training run

@@ -10,7 +10,6 @@ import torch
 
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample, groups_from_dicts, groups_to_dicts
-from cooper_openrlhf.serve.modes import REWARD_MODES, rewards_of
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, Sample, build_response, parse_request
 from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
 
@@ -77,21 +76,6 @@ def test_splitter_without_chat_template_and_with_an_input_template():
     assert (sample.question, sample.completion) == ("What is 1+1?", " 2")
     with pytest.raises(RequestError, match="prompt template"):
         templated.question_of("What is 1+1?")
-
-
-# ------------------------------------------------------------------------------------------------ modes
-def test_reward_modes():
-    logits = [2.0, -1.0, 0.0, 3.0]
-    verdicts = [Verdict.CORRECT, Verdict.INCORRECT, Verdict.NO_ANSWER, Verdict.TIMEOUT]
-    sig = torch.sigmoid(torch.tensor(logits)).tolist()
-    assert rewards_of("rm", logits, verdicts) == pytest.approx(sig)
-    assert rewards_of("rm_binary", logits, verdicts) == [1.0, 0.0, 1.0, 1.0]
-    assert rewards_of("rule", logits, verdicts) == [1.0, 0.0, 0.0, 0.0]
-    # no answer is gated to 0; a timeout is not the completion's fault and is not gated
-    assert rewards_of("rm_answer_gated", logits, verdicts) == pytest.approx([sig[0], sig[1], 0.0, sig[3]])
-    assert set(REWARD_MODES) == {"rm", "rm_binary", "rule", "rm_answer_gated"}
-    with pytest.raises(ValueError, match="valid"):
-        rewards_of("paper", logits, verdicts)
 
 
 # ------------------------------------------------------------------------------------------------ groups
