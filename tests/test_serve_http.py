@@ -37,7 +37,7 @@ class RunningService:
         from cooper_openrlhf.serve.app import build_app
         from cooper_openrlhf.serve.metrics import ServiceLog
         from cooper_openrlhf.serve.protocol import PromptSplitter
-        from cooper_openrlhf.serve.scorer import VersionedScorer
+        from cooper_openrlhf.rm.scorer import RMScorer
         from cooper_openrlhf.serve.service import RewardService, ServiceConfig
         from cooper_openrlhf.verify.pool import VerifierPool
         from cooper_openrlhf.verify.rule import RuleVerifierConfig
@@ -45,7 +45,7 @@ class RunningService:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir("tiny-qwen2-policy"))
         model, rm_tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
         self.rm = (model, rm_tokenizer, version)
-        scorer = VersionedScorer(model, rm_tokenizer, max_length=256, template_version=version, batch_size=64)
+        scorer = RMScorer(model, rm_tokenizer, max_length=256, template_version=version, batch_size=64)
         # math-verify's own alarms off: only the pool's deadline ends a hung item
         config = RuleVerifierConfig(parse_timeout_s=600, compare_timeout_s=600)
         self.pools = [VerifierPool(num_workers=1, deadline_s=verify_deadline_s, config=config) for _ in range(lanes)]

@@ -233,7 +233,7 @@ def build_service(args):
     from cooper_openrlhf.rm.model import load_rm, recorded_max_length, usable_max_length
     from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
     from cooper_openrlhf.serve.metrics import ServiceLog
-    from cooper_openrlhf.serve.scorer import VersionedScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
     from cooper_openrlhf.serve.service import RewardService, ServiceConfig
     from cooper_openrlhf.verify.pool import VerifierPool
 
@@ -262,7 +262,7 @@ def build_service(args):
         scoring_model.to(scoring_device())  # with --learn DeepSpeed places the RM (and so its scoring copy)
         max_length = usable_max_length(scoring_model, args.rm_max_length or recorded_max_length(scoring_model.config))
         version = 0
-    scorer = VersionedScorer(scoring_model, tokenizer, max_length=max_length,  # it copies the tokenizer (thread safety)
+    scorer = RMScorer(scoring_model, tokenizer, max_length=max_length,  # it copies the tokenizer (thread safety)
                              template_version=template_version, batch_size=args.max_batch, version=version)
     for old_version, weights in (restored.pinned.items() if restored else ()):  # open groups finish on their own
         scorer.restore(old_version, weights)

@@ -229,7 +229,7 @@ def run_score(args) -> int:
     from cooper_openrlhf.rm.scorer import RMScorer
 
     rows = load_for_scoring(args.data)
-    scorer = RMScorer(args.model, device=args.device, max_length=args.max_length, batch_size=args.batch_size)
+    scorer = RMScorer.load(args.model, device=args.device, max_length=args.max_length, batch_size=args.batch_size)
     logits = scorer.logits([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
     import math
 

@@ -54,7 +54,7 @@ class ServiceProbe:
         version = scorer.latest
 
         def pay(questions, references, completions):
-            logits = scorer.score([(version, q, r, normalize_solution(c))
+            logits = scorer.logits_of([(version, q, r, normalize_solution(c))
                                    for q, r, c in zip(questions, references, completions)])
             return rm_pay(REWARD_MODES["rm"], logits, [False] * len(logits)).tolist()
 

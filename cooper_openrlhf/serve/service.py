@@ -5,7 +5,7 @@ Per sample (any number arrive concurrently, one per request from OpenRLHF):
      `wait_for_update` (the default) the first sample of a NEW group waits while an update is in flight, so a
      synchronous trainer's step t+1 is scored by the RM updated on step t, as in the paper; samples of groups
      already open never wait (their version is pinned).
-  2. RM logit (`serve/scorer.py`, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
+  2. RM logit (`rm/scorer.py`, by version, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
      at the same time; the reward of the service's mode (`core.REWARD_MODES`, the trainer's reward forms).
   3. record it in its group. Complete groups gather into rounds of `groups_per_update`; each round is read by the
      hacking response (`core.HackingResponse`, the trainer's) and, with learning on, trained on (`serve/learner.py`)
@@ -105,7 +105,7 @@ class Scored:
 
 
 class RewardService:
-    """See the module docstring. `scorer`: a VersionedScorer; `verify_lanes`: one blocking
+    """See the module docstring. `scorer`: an `rm.scorer.RMScorer`; `verify_lanes`: one blocking
     (references, completions) -> outcomes function per lane; `learner`: a `serve.learner.Learner` or None;
     `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None; `log`: a `serve.metrics.ServiceLog`."""
 
@@ -115,7 +115,7 @@ class RewardService:
         self.probe = probe  # a serve.probing.ServiceProbe, or None
         self.pay = REWARD_MODES[config.mode]
         self.groups = GroupTracker(config.group_size, config.group_timeout_s)
-        self.rm_batcher = MicroBatcher(scorer.score, config.max_batch, config.max_wait_s, "rm")
+        self.rm_batcher = MicroBatcher(scorer.logits_of, config.max_batch, config.max_wait_s, "rm")
         self.verify_batcher = MicroBatcher(
             [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],
             config.max_batch, config.max_wait_s, "verifier")
