@@ -38,14 +38,13 @@ def reaches_past_the_core(source: str) -> list[str]:
 
 
 def test_the_scan_sees_a_transport_reaching_past_the_core():
-    source = "\n".join([
-        "from cooper_openrlhf.algo import selection",  # 1
-        "from cooper_openrlhf.algo.rewards import rule_reward",  # 2
-        "pairs = builder.build_pairs(q, r, c, v, 2)",  # 3
-        "plan = selection.plan_negatives(v, w, a, 2, 'rollout')",  # 4
-        "from cooper_openrlhf.core import finish_pairs, rewards",  # 5: the core's own: allowed
-        "pairs = finish_pairs(config, plan, texts, {}, None, 0)",  # 6
-    ])
+    # lines 1-4 reach past the core; 5-6 call the core's own functions, which is what a transport does
+    source = """from cooper_openrlhf.algo import selection
+from cooper_openrlhf.algo.rewards import rule_reward
+pairs = builder.build_pairs(q, r, c, v, 2)
+plan = selection.plan_negatives(v, w, a, 2, 'rollout')
+from cooper_openrlhf.core import finish_pairs, rewards
+pairs = finish_pairs(config, plan, texts, {}, None, 0)"""
     assert reaches_past_the_core(source) == [
         "line 1: from cooper_openrlhf.algo import ...", "line 2: from cooper_openrlhf.algo.rewards import ...",
         "line 2: imports rule_reward", "line 3: .build_pairs(...)", "line 4: .plan_negatives(...)"]
