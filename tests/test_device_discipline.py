@@ -203,16 +203,17 @@ def test_the_reward_service_scores_with_the_rm_on_cuda(model_dir):
     reward modes. (Publishing a version is `copy.deepcopy` + `load_state_dict`, which keep torch's devices; the fake
     cannot follow a deepcopy, so it is not run under it.)"""
     from cooper_openrlhf.rm.model import load_rm
-    from cooper_openrlhf.serve.modes import rewards_of
-    from cooper_openrlhf.serve.scorer import VersionedScorer
+    from cooper_openrlhf.core import REWARD_MODES, RolloutVerdicts, rewards
+    from cooper_openrlhf.rm.scorer import RMScorer
     from cooper_openrlhf.verify.rule import Verdict
 
     model, tokenizer, version = load_rm(str(model_dir("tiny-qwen2-rm")))
     fake = FakeCuda()
     with fake:
         fake.put(model)
-        scorer = VersionedScorer(model, tokenizer, max_length=128, template_version=version, batch_size=2)
-        logits = scorer.score([(0, "1+1?", "2", "The answer is 2."), (0, "2+2?", "4", "It is 5."),
+        scorer = RMScorer(model, tokenizer, max_length=128, template_version=version, batch_size=2)
+        logits = scorer.logits_of([(0, "1+1?", "2", "The answer is 2."), (0, "2+2?", "4", "It is 5."),
                                (0, "3+3?", "6", "#### 6")])
     assert all(isinstance(x, float) for x in logits)
-    assert len(rewards_of("rm_answer_gated", logits, [Verdict.CORRECT, Verdict.INCORRECT, Verdict.CORRECT])) == 3
+    verdicts = RolloutVerdicts.of([Verdict.CORRECT, Verdict.INCORRECT, Verdict.CORRECT])
+    assert len(rewards(REWARD_MODES["rm_answer_gated"], verdicts, logits).paid) == 3

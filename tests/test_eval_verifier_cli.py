@@ -100,7 +100,7 @@ def test_rm_ranking_is_reported_whatever_the_threshold(tmp_path):
         main(["--data", str(data), "--verifier", "rm", "--model", tiny_rm_path(), "--threshold", threshold,
               "--batch-size", "4", "--json-out", str(out)])
         reports.append(json.loads(out.read_text())["details"]["ranking"])
-    scores = RMScorer(tiny_rm_path(), batch_size=4).score([f"q{i}" for i in range(len(ROWS))], [r[0] for r in ROWS],
+    scores = RMScorer.load(tiny_rm_path(), batch_size=4).score([f"q{i}" for i in range(len(ROWS))], [r[0] for r in ROWS],
                                                          [r[1] for r in ROWS])
     expected = ranking_metrics(scores, [r[2] for r in ROWS], [f"q{i}" for i in range(len(ROWS))])
     assert reports[0] == reports[1]
@@ -118,7 +118,7 @@ def test_rm_scores_do_not_depend_on_batching():
     path = tiny_rm_path()
     questions = ["What is 2+2?", "q", "A much longer question " * 20]
     references, completions = ["4", "1", "\\frac{1}{2}"], ["\\boxed{4}", "no", "so the answer is 0.5 " * 30]
-    batched = RMScorer(path, batch_size=3).score(questions, references, completions)
+    batched = RMScorer.load(path, batch_size=3).score(questions, references, completions)
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForSequenceClassification.from_pretrained(path).eval()
     with torch.no_grad():
         one_by_one = [

@@ -594,7 +594,7 @@ def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tm
 
 
 def test_the_labs_last_lines_read_the_curves_and_never_call_one_seeds_curve_the_papers_finding():
-    from cooper_openrlhf.lab.reading import FULL_LAB_FIGURE, reading
+    from cooper_openrlhf.lab.reading import full_lab_figure, reading
 
     rm = {"static": [(1, 0.36), (40, 0.64)], "cooper": [(1, 0.38), (40, 0.92)]}
     heldout = {"static": [(2, 0.42), (40, 0.02)], "cooper": [(2, 0.41), (40, 0.26)], "rule": [(2, 0.37), (40, 0.30)]}
@@ -603,7 +603,7 @@ def test_the_labs_last_lines_read_the_curves_and_never_call_one_seeds_curve_the_
                                 "than 0.05 each).")
     assert "level with the rule reward in this run" in one_seed[1]
     assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run.")
-    assert "One seed per arm cannot show this reliably" in one_seed[2] and FULL_LAB_FIGURE in one_seed[2]
+    assert "One seed per arm cannot show this reliably" in one_seed[2] and full_lab_figure() in one_seed[2]
     assert "none of the above is the paper's finding" in one_seed[2]
     assert not any("paper" in line for line in one_seed[:2])  # a draw's curve is described, never called the paper's
     held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
@@ -687,17 +687,24 @@ def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_
         "  starting RM: pays right answers most"]
 
 
-def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows():
-    """`make demo` ends with the pre-registered batches' verdicts, each held to its committed verdict file, after any
-    reading of its own one-seed curves."""
-    from cooper_openrlhf.lab.reading import COMMITTED_RESULTS, committed_sentence, read_runs, verdict_summary
+def full_lab_figure_exists() -> bool:
+    from cooper_openrlhf.lab.reading import REPOSITORY, full_lab_figure
 
-    for result in COMMITTED_RESULTS:
-        verdict = json.loads((Path(__file__).resolve().parents[1] / result["verdict"]).read_text())
-        assert verdict_summary(verdict) == {k: v for k, v in result.items() if k not in ("batch", "lab", "verdict")}
+    return (REPOSITORY / full_lab_figure()).is_file()
+
+
+def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows():
+    """`make demo` ends with the pre-registered batches' verdicts, read from the committed verdict files that
+    docs/results/verdicts.json lists, after any reading of its own one-seed curves."""
+    from cooper_openrlhf.lab.reading import VERDICT_INDEX, committed_results, committed_sentence, read_runs
+
+    listed = json.loads(VERDICT_INDEX.read_text())["batches"]
+    assert [(r["batch"], r["lab"]) for r in committed_results()] == [(b["batch"], b["lab"]) for b in listed]
+    assert all((VERDICT_INDEX.parent / b["verdict"]).is_file() for b in listed)
+    assert full_lab_figure_exists()
 
     last = read_runs([])  # no run finished: the committed results are still the last lines
-    assert last == [committed_sentence(result) for result in COMMITTED_RESULTS]
+    assert last == [committed_sentence(result) for result in committed_results()]
     assert last[0] == (
         "The committed result of the full lab (batch 33b, 8 seeds per arm, pre-registered; docs/results.md), on "
         "held-out accuracy (the mean of the last 3 evaluations): Cooper did not beat the control, "

@@ -56,7 +56,7 @@ def test_training_on_pairs_ranks_the_truth_above_the_slips_and_exports_a_loadabl
     pairs = answer_pairs(held, ANSWER_SENTENCE, 20, random.Random(1))
 
     def margin(rm) -> float:
-        scorer = RMScorer(str(rm), batch_size=40)
+        scorer = RMScorer.load(str(rm), batch_size=40)
         logits = scorer.logits([p.question for p in pairs] * 2, [p.reference for p in pairs] * 2,
                                [p.right for p in pairs] + [p.wrong for p in pairs])
         return sum(logits[:20]) / 20 - sum(logits[20:]) / 20

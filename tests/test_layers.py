@@ -18,6 +18,7 @@ LAYERS = [  # bottom to top; a module may import from its own layer and the ones
     "engines",  # generation engines behind one interface
     "verify",  # answer extraction, the rule verifier and its pool, the LLM judge
     "rm",  # VerifyRM: model, BCE training, annotation, scoring
+    "core",  # one Cooper step on plain data: rewards, pairs, metrics, the hacking response (ray and serve call it)
     "eval",  # benchmark evaluation
     "ray",  # the Cooper step on OpenRLHF's actors
     "serve",  # the reward service: Cooper behind a trainer's reward URL

@@ -6,6 +6,7 @@ import pytest
 
 from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages
 from cooper_openrlhf.algo.pairs import NO_POSITIVE
+from cooper_openrlhf.core import PairConfig, RolloutTexts, build_pairs
 from cooper_openrlhf.data.synthetic import make_arithmetic_problems
 from cooper_openrlhf.engines.base import SamplingConfig, prompt_token_ids
 from cooper_openrlhf.verify.extract import extract_answer
@@ -21,6 +22,14 @@ def _tiny_engine(ray_cluster, path: str):
 
     return create_vllm_engines(1, 1, path, seed=0, full_determinism=False, enable_prefix_caching=False,
                                enforce_eager=True, max_model_len=MAX_MODEL_LEN, gpu_memory_utilization=0.9)[0]
+
+
+def pairs_on(ray_cluster, actor, texts, verdicts, n: int, step: int):
+    """The core's serial pair pipeline with the actor's assistant writing the rewrites (as the trainer composes it)."""
+    def rewrite(questions, positives, prompts, step):
+        return ray_cluster.get(actor.assistant_negatives.remote(questions, positives, prompts, step=step))
+
+    return build_pairs(PairConfig(n), texts, verdicts, None, rewrite, step)
 
 
 def _assert_negatives_verified_different(batch) -> None:
@@ -100,10 +109,10 @@ def test_pair_actor_end_to_end_with_the_tiny_policy_on_a_cpu_vllm_engine(ray_clu
         assert verify_metrics["cooper/verified_accuracy"] == pytest.approx(5 / 10)
         assert verify_metrics["cooper/verify_no_answer"] == pytest.approx(1.0)
 
-        args = (questions, references, completions, correct, 2)
-        first, metrics = ray_cluster.get(actor.build_pairs.remote(*args, step=0))
-        again, metrics_again = ray_cluster.get(actor.build_pairs.remote(*args, step=0))
-        later, _ = ray_cluster.get(actor.build_pairs.remote(*args))  # the actor's own counter: step 2
+        args = (ray_cluster, actor, RolloutTexts(questions, references, completions), verdicts, 2)
+        first, metrics = pairs_on(*args, step=0)
+        again, metrics_again = pairs_on(*args, step=0)
+        later, _ = pairs_on(*args, step=2)
 
         # The policy engine also serves a direct, seeded call: same seed, same text; new seed, new text.
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -169,7 +178,8 @@ def test_smollm2_as_a_separate_assistant_rewrites_arithmetic_solutions(ray_clust
         correct = verdicts.correct
         assert all(correct)
         ready = time.perf_counter()
-        batch, metrics = ray_cluster.get(actor.build_pairs.remote(questions, references, completions, correct, 1))
+        batch, metrics = pairs_on(ray_cluster, actor, RolloutTexts(questions, references, completions), verdicts, 1,
+                                  step=0)
         done = time.perf_counter()
         assert live_placement_groups() == groups_before + 1  # the dedicated engine's own group
     finally:

@@ -7,7 +7,9 @@ import pytest
 from cooper_openrlhf.algo.negatives import NegativeConfig
 from cooper_openrlhf.algo.pairs import NO_POSITIVE
 from cooper_openrlhf.engines.base import GenerationEngine
-from cooper_openrlhf.ray.pair_builder import SEED_STRIDE, PairBuilder
+from cooper_openrlhf import core
+from cooper_openrlhf.core import PairConfig, RolloutTexts, RolloutVerdicts
+from cooper_openrlhf.core.pair_builder import SEED_STRIDE, PairBuilder
 from cooper_openrlhf.verify.pool import VerifierPool
 from cooper_openrlhf.verify.rule import RuleVerifierConfig
 
@@ -50,6 +52,18 @@ class ScriptedAssistant:
 def flat(questions_refs: list[tuple[str, str]], n: int) -> tuple[list[str], list[str]]:
     """Repeat each prompt's (question, reference) for its n rollouts, as OpenRLHF lays them out."""
     return [q for q, _ in questions_refs for _ in range(n)], [r for _, r in questions_refs for _ in range(n)]
+
+
+def build_pairs(pair_builder, questions, references, completions, verified_correct, n, step=None, *, proven_wrong=None,
+                answerless=None, answerless_negatives=False, rm_scores=None, source="assistant", pick="hardest"):
+    """One step's pairs through the core's serial pipeline (`core.build_pairs`) over `pair_builder`'s verifier and
+    assistant, as the reward service runs it; step None: the builder's own count of rewrite calls."""
+    blank = [False] * len(completions)
+    verdicts = RolloutVerdicts(list(verified_correct), blank if proven_wrong is None else list(proven_wrong),
+                               blank if answerless is None else list(answerless))
+    config = PairConfig(n, source, pick, answerless_negatives, seed=pair_builder.config.seed)
+    return core.build_pairs(config, RolloutTexts(list(questions), list(references), list(completions)), verdicts,
+                            rm_scores, pair_builder.assistant_negatives, pair_builder.calls if step is None else step)
 
 
 def builder(pool, script, **config) -> tuple[PairBuilder, ScriptedAssistant]:
@@ -109,7 +123,7 @@ def test_rollout_and_mixed_sources_pick_the_hardest_wrong_rollout_and_fill_only_
     common = dict(proven_wrong=verdicts.proven_wrong, rm_scores=scores)
 
     only_rollouts, assistant = builder(pool, {})
-    batch, metrics = only_rollouts.build_pairs(questions, references, completions, verdicts.correct, 3,
+    batch, metrics = build_pairs(only_rollouts, questions, references, completions, verdicts.correct, 3,
                                                source="rollout", **common)
     assert assistant.calls == []  # no generation at all
     assert batch.negatives == ["\\boxed{8}", ""] and batch.valid == [True, False]  # normalised like the positive
@@ -118,7 +132,7 @@ def test_rollout_and_mixed_sources_pick_the_hardest_wrong_rollout_and_fill_only_
     assert metrics["cooper/prompts_without_wrong_rollout"] == pytest.approx(1.0)
 
     mixed, assistant = builder(pool, {"B?": ["\\boxed{70}"]})
-    batch, metrics = mixed.build_pairs(questions, references, completions, verdicts.correct, 3, source="mixed", **common)
+    batch, metrics = build_pairs(mixed, questions, references, completions, verdicts.correct, 3, source="mixed", **common)
     assert [asked for asked, _ in assistant.calls] == [["B?"]]  # only the prompt without a wrong rollout
     assert batch.negative_source == ["rollout", "assistant"] and batch.valid == [True, True]
     assert metrics["cooper/pairs_from_assistant"] == pytest.approx(0.5)
@@ -136,7 +150,7 @@ def test_pairs_retries_only_missing_prompts_and_rejects_same_answer_in_another_f
         "C?": ["C wrong \\boxed{11}\nNote: changed it"],
     }
     pairs, assistant = builder(pool, script, retries=3, seed=7)
-    batch, metrics = pairs.build_pairs(questions, references, completions, verified, 2)
+    batch, metrics = build_pairs(pairs, questions, references, completions, verified, 2)
 
     assert batch.questions == ["A?", "B?", "C?"] and batch.references == ["0.5", "3", "10"]
     assert batch.positive_index == [1, NO_POSITIVE, 4]
@@ -164,7 +178,7 @@ def test_rewrites_without_an_answer_are_rejected_and_retries_stop_at_the_limit(p
         "B?": ["\\boxed{7}", "7 + 0 = \\boxed{7.0}", "so \\boxed{8}"],  # valid on the last attempt
     }
     pairs, assistant = builder(pool, script, retries=3)
-    batch, metrics = pairs.build_pairs(questions, references, ["\\boxed{12}", "\\boxed{7}"], [True, True], 1)
+    batch, metrics = build_pairs(pairs, questions, references, ["\\boxed{12}", "\\boxed{7}"], [True, True], 1)
     assert batch.valid == [False, True] and batch.negatives == ["", "so \\boxed{8}"]
     assert [asked for asked, _ in assistant.calls] == [["A?", "B?"], ["A?", "B?"], ["A?", "B?"]]
     assert metrics["cooper/negative_attempts"] == pytest.approx(6.0)
@@ -178,10 +192,10 @@ def test_a_rewrite_must_state_its_answer_unless_last_number_is_asked_for(pool):
     questions, references = flat([("A?", "12")], n=1)
     rambling = ["We have 12 apples and 3 friends, so each gets 5 or so."]  # last number 5, no stated answer
     strict, _ = builder(pool, {"A?": rambling}, retries=1)
-    batch, metrics = strict.build_pairs(questions, references, ["\\boxed{12}"], [True], 1)
+    batch, metrics = build_pairs(strict, questions, references, ["\\boxed{12}"], [True], 1)
     assert batch.valid == [False] and metrics["cooper/negative_rejected_no_answer"] == pytest.approx(1.0)
     lenient, _ = builder(pool, {"A?": rambling}, retries=1, answer_fallback="last_number")
-    batch, _ = lenient.build_pairs(questions, references, ["\\boxed{12}"], [True], 1)
+    batch, _ = build_pairs(lenient, questions, references, ["\\boxed{12}"], [True], 1)
     assert batch.valid == [True] and batch.negatives == rambling
     with pytest.raises(ValueError, match="config.answer_fallback"):
         builder(pool, {}, answer_fallback="first_number")
@@ -190,7 +204,7 @@ def test_a_rewrite_must_state_its_answer_unless_last_number_is_asked_for(pool):
 def test_an_undecided_comparison_is_rejected(pool):
     # math-verify cannot finish comparing a power tower: the pool's deadline gives "undecided".
     pairs, _ = builder(pool, {"A?": ["\\boxed{9^{9^{9^{9}}}}"]}, retries=1)
-    batch, metrics = pairs.build_pairs(["A?"], ["5"], ["\\boxed{5}"], [True], 1)
+    batch, metrics = build_pairs(pairs, ["A?"], ["5"], ["\\boxed{5}"], [True], 1)
     assert batch.valid == [False]
     assert metrics["cooper/negative_rejected_undecided"] == pytest.approx(1.0)
     assert metrics["cooper/negative_success_rate"] == pytest.approx(0.0)
@@ -199,13 +213,13 @@ def test_an_undecided_comparison_is_rejected(pool):
 def test_a_step_without_any_correct_rollout_gives_all_invalid_pairs_and_zero_metrics(pool):
     questions, references = flat([("A?", "1"), ("B?", "2")], n=2)
     pairs, assistant = builder(pool, {})
-    batch, metrics = pairs.build_pairs(questions, references, ["x"] * 4, [False] * 4, 2)
+    batch, metrics = build_pairs(pairs, questions, references, ["x"] * 4, [False] * 4, 2)
     assert len(batch) == 2 and batch.valid == [False, False] and batch.num_valid == 0
     assert batch.positives == ["", ""] and batch.negatives == ["", ""] and batch.positive_index == [-1, -1]
     assert assistant.calls == []  # nothing to rewrite: the assistant is not asked
     for key in ("prompts_with_positive", "valid_pair_rate", "negative_success_rate", "negative_attempts"):
         assert metrics[f"cooper/{key}"] == pytest.approx(0.0)
-    empty, empty_metrics = pairs.build_pairs([], [], [], [], 4)
+    empty, empty_metrics = build_pairs(pairs, [], [], [], [], 4)
     assert len(empty) == 0 and empty_metrics["cooper/valid_pair_rate"] == pytest.approx(0.0)
 
 
@@ -214,7 +228,7 @@ def test_an_assistant_that_never_writes_a_valid_negative_gives_rate_zero_and_a_w
     echo = {"A?": ["2 + 2 = \\boxed{4}"] * 2, "B?": ["3 * 3 = \\boxed{9}"] * 2}  # always the same answer
     pairs, assistant = builder(pool, echo, retries=2)
     with caplog.at_level(logging.WARNING, logger="cooper_openrlhf.algo.selection"):
-        batch, metrics = pairs.build_pairs(questions, references, ["\\boxed{4}", "x", "y", "\\boxed{9}"],
+        batch, metrics = build_pairs(pairs, questions, references, ["\\boxed{4}", "x", "y", "\\boxed{9}"],
                                            [True, False, False, True], 2)
     assert batch.valid == [False, False] and batch.positive_index == [0, 3]
     assert len(assistant.calls) == 2
@@ -230,23 +244,23 @@ def test_seeds_follow_the_step_so_a_step_is_reproducible(pool):
     script = {"A?": ["\\boxed{2}"] * 6}  # never valid: every call makes both attempts
     pairs, assistant = builder(pool, script, retries=2, seed=3)
     args = (["A?"], ["2"], ["\\boxed{2}"], [True], 1)
-    pairs.build_pairs(*args)  # internal counter: step 0
-    pairs.build_pairs(*args)  # step 1
-    pairs.build_pairs(*args, step=0)  # explicit step: the same seeds as the first call
+    build_pairs(pairs, *args)  # internal counter: step 0
+    build_pairs(pairs, *args)  # step 1
+    build_pairs(pairs, *args, step=0)  # explicit step: the same seeds as the first call
     seeds = [s.seed for _, s in assistant.calls]
     assert seeds == [3, 3 + SEED_STRIDE, 3 + 2 * SEED_STRIDE, 3 + 3 * SEED_STRIDE, 3, 3 + SEED_STRIDE]
     with pytest.raises(ValueError, match="step"):
-        pairs.build_pairs(*args, step=-1)
+        build_pairs(pairs, *args, step=-1)
 
 
 def test_bad_input_is_rejected_with_the_offending_prompt(pool):
     pairs, _ = builder(pool, {})
     with pytest.raises(ValueError, match="lengths"):
-        pairs.build_pairs(["A?", "A?"], ["1"], ["a", "b"], [True, False], 2)
+        build_pairs(pairs, ["A?", "A?"], ["1"], ["a", "b"], [True, False], 2)
     with pytest.raises(ValueError, match="groups of 2"):
-        pairs.build_pairs(["A?"] * 3, ["1"] * 3, ["a"] * 3, [True] * 3, 2)
+        build_pairs(pairs, ["A?"] * 3, ["1"] * 3, ["a"] * 3, [True] * 3, 2)
     with pytest.raises(ValueError, match="prompt 1: its 2 rollouts carry different questions"):
-        pairs.build_pairs(["A?", "A?", "B?", "C?"], ["1"] * 4, ["a"] * 4, [False] * 4, 2)
+        build_pairs(pairs, ["A?", "A?", "B?", "C?"], ["1"] * 4, ["a"] * 4, [False] * 4, 2)
     with pytest.raises(ValueError, match="answer_fallback"):
         PairBuilder(pool, ScriptedAssistant({}), NegativeConfig(), answer_fallback="first_number")
 
@@ -258,7 +272,7 @@ def test_a_short_assistant_reply_list_is_an_error_not_a_silent_gap(pool):
 
     pairs = PairBuilder(pool, Truncating({"A?": ["\\boxed{1}"], "B?": ["\\boxed{1}"]}), NegativeConfig())
     with pytest.raises(RuntimeError, match="1 replies for 2 prompts"):
-        pairs.build_pairs(["A?", "B?"], ["2", "3"], ["\\boxed{2}", "\\boxed{3}"], [True, True], 1)
+        build_pairs(pairs, ["A?", "B?"], ["2", "3"], ["\\boxed{2}", "\\boxed{3}"], [True, True], 1)
 
 
 def test_the_official_rule_keeps_every_rewrite_not_proved_equal_answerless_and_undecided_ones_included(pool):
@@ -267,10 +281,10 @@ def test_the_official_rule_keeps_every_rewrite_not_proved_equal_answerless_and_u
     script = {"A?": ["I cannot help with that."], "B?": ["7 + 0 = \\boxed{7.0}"], "C?": ["\\boxed{9^{9^{9^{9}}}}"]}
     completions = ["\\boxed{12}", "\\boxed{7}", "\\boxed{5}"]
     strict, _ = builder(pool, script, retries=1)
-    batch, metrics = strict.build_pairs(questions, references, completions, [True] * 3, 1)
+    batch, metrics = build_pairs(strict, questions, references, completions, [True] * 3, 1)
     assert batch.valid == [False, False, False] and metrics["cooper/negative_accepted_answerless"] == 0.0
     official, _ = builder(pool, script, retries=1, validity="official")
-    batch, metrics = official.build_pairs(questions, references, completions, [True] * 3, 1)
+    batch, metrics = build_pairs(official, questions, references, completions, [True] * 3, 1)
     assert batch.valid == [True, False, True]  # answerless and undecided kept; the same answer (7.0) never
     assert batch.negatives[0] == "I cannot help with that."
     assert metrics["cooper/negative_accepted_answerless"] == pytest.approx(1.0)

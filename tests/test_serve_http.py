@@ -37,7 +37,7 @@ class RunningService:
         from cooper_openrlhf.serve.app import build_app
         from cooper_openrlhf.serve.metrics import ServiceLog
         from cooper_openrlhf.serve.protocol import PromptSplitter
-        from cooper_openrlhf.serve.scorer import VersionedScorer
+        from cooper_openrlhf.rm.scorer import RMScorer
         from cooper_openrlhf.serve.service import RewardService, ServiceConfig
         from cooper_openrlhf.verify.pool import VerifierPool
         from cooper_openrlhf.verify.rule import RuleVerifierConfig
@@ -45,7 +45,7 @@ class RunningService:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir("tiny-qwen2-policy"))
         model, rm_tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
         self.rm = (model, rm_tokenizer, version)
-        scorer = VersionedScorer(model, rm_tokenizer, max_length=256, template_version=version, batch_size=64)
+        scorer = RMScorer(model, rm_tokenizer, max_length=256, template_version=version, batch_size=64)
         # math-verify's own alarms off: only the pool's deadline ends a hung item
         config = RuleVerifierConfig(parse_timeout_s=600, compare_timeout_s=600)
         self.pools = [VerifierPool(num_workers=1, deadline_s=verify_deadline_s, config=config) for _ in range(lanes)]
@@ -263,7 +263,7 @@ def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_
     assert all(0.3 < r["cooper/reward_hacking_gap"] < 0.7 for r in rounds)
     assert [p["rewards"][0] > 0.3 for p in paid[:6]] == [True] * 6  # the RM's pay, before and at the alarm
     assert [p["rewards"][0] for p in paid[6:]] == [0.0] * 4  # the rule's from the round after
-    assert rounds[-1]["cooper/paying_rule"] == 1.0
+    assert rounds[-1]["cooper/reward_from_rule"] == 1.0  # the core's key, the trainer's too
     from cooper_openrlhf.report.runs import load_run
 
     run = load_run(tmp_path / "logs")  # the package's report reads a service run like a training run

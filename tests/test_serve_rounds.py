@@ -23,7 +23,7 @@ class _Scorer:
     def __init__(self, latest: int = 0, held=(0,)):
         self.latest, self.held = latest, set(held)
 
-    def score(self, items):
+    def logits_of(self, items):
         return [0.0] * len(items)
 
     def versions(self):
@@ -113,19 +113,19 @@ def test_a_restored_group_whose_version_the_checkpoint_lacks_is_re_pinned_and_co
 
 def test_the_scorer_restores_an_older_versions_weights(model_dir):
     from cooper_openrlhf.rm.model import load_rm
-    from cooper_openrlhf.serve.scorer import VersionedScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
     item = ("What is 1 + 1?", "2", "The answer is 2.")
-    original = VersionedScorer(model, tokenizer, max_length=128, template_version=version, batch_size=4)
-    before = original.score([(0, *item)])[0]
+    original = RMScorer(model, tokenizer, max_length=128, template_version=version, batch_size=4)
+    before = original.logits_of([(0, *item)])[0]
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     trained, _, _ = load_rm(model_dir("tiny-qwen2-rm"))
     with torch.no_grad():
         trained.score.weight.mul_(-1.0)
-    restarted = VersionedScorer(trained, tokenizer, max_length=128, template_version=version, batch_size=4, version=1)
+    restarted = RMScorer(trained, tokenizer, max_length=128, template_version=version, batch_size=4, version=1)
     restarted.restore(0, weights)
-    old, new = restarted.score([(0, *item), (1, *item)])
+    old, new = restarted.logits_of([(0, *item), (1, *item)])
     assert old == pytest.approx(before, abs=1e-6) and new == pytest.approx(-before, abs=1e-4)
 
 

@@ -10,7 +10,6 @@ import torch
 
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample, groups_from_dicts, groups_to_dicts
-from cooper_openrlhf.serve.modes import REWARD_MODES, rewards_of
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, Sample, build_response, parse_request
 from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
 
@@ -77,21 +76,6 @@ def test_splitter_without_chat_template_and_with_an_input_template():
     assert (sample.question, sample.completion) == ("What is 1+1?", " 2")
     with pytest.raises(RequestError, match="prompt template"):
         templated.question_of("What is 1+1?")
-
-
-# ------------------------------------------------------------------------------------------------ modes
-def test_reward_modes():
-    logits = [2.0, -1.0, 0.0, 3.0]
-    verdicts = [Verdict.CORRECT, Verdict.INCORRECT, Verdict.NO_ANSWER, Verdict.TIMEOUT]
-    sig = torch.sigmoid(torch.tensor(logits)).tolist()
-    assert rewards_of("rm", logits, verdicts) == pytest.approx(sig)
-    assert rewards_of("rm_binary", logits, verdicts) == [1.0, 0.0, 1.0, 1.0]
-    assert rewards_of("rule", logits, verdicts) == [1.0, 0.0, 0.0, 0.0]
-    # no answer is gated to 0; a timeout is not the completion's fault and is not gated
-    assert rewards_of("rm_answer_gated", logits, verdicts) == pytest.approx([sig[0], sig[1], 0.0, sig[3]])
-    assert set(REWARD_MODES) == {"rm", "rm_binary", "rule", "rm_answer_gated"}
-    with pytest.raises(ValueError, match="valid"):
-        rewards_of("paper", logits, verdicts)
 
 
 # ------------------------------------------------------------------------------------------------ groups
@@ -211,7 +195,7 @@ def test_scoring_and_the_learners_encoding_at_once_never_share_a_tokenizer(model
     import threading
 
     from cooper_openrlhf.rm.model import encode_rm_texts, load_rm
-    from cooper_openrlhf.serve.scorer import VersionedScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
     texts = ["What is 12 + 7? The answer is 19. " * 8] * 64
@@ -242,30 +226,30 @@ def test_scoring_and_the_learners_encoding_at_once_never_share_a_tokenizer(model
 
     shared = at_once(learner, lambda: encode_rm_texts(tokenizer, texts, 48))  # the race, with one tokenizer
     assert shared and "Already borrowed" in shared[0]
-    scorer = VersionedScorer(model, tokenizer, max_length=48, template_version=version, batch_size=64)
+    scorer = RMScorer(model, tokenizer, max_length=48, template_version=version, batch_size=64)
     assert scorer.tokenizer is not tokenizer
     with torch.no_grad():
-        assert at_once(learner, lambda: scorer.score(items), rounds=15) == []
+        assert at_once(learner, lambda: scorer.logits_of(items), rounds=15) == []
 
 
 def test_scorer_keeps_old_versions_while_pinned_and_publishes_copies(model_dir):
     from cooper_openrlhf.rm.model import load_rm
-    from cooper_openrlhf.serve.scorer import VersionedScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
     trained, _, _ = load_rm(model_dir("tiny-qwen2-rm"))
-    scorer = VersionedScorer(model, tokenizer, max_length=128, template_version=version, batch_size=4)
+    scorer = RMScorer(model, tokenizer, max_length=128, template_version=version, batch_size=4)
     item = ("What is 1 + 1?", "2", "The answer is 2.")
-    before = scorer.score([(0, *item)])[0]
+    before = scorer.logits_of([(0, *item)])[0]
     with torch.no_grad():
         trained.score.weight.mul_(-1.0)  # "training" moved the head
     assert scorer.publish(trained) == 1
     with torch.no_grad():
         trained.score.weight.mul_(0.0)  # training goes on in place: version 1 must not move with it
-    old, new = scorer.score([(0, *item), (1, *item)])
+    old, new = scorer.logits_of([(0, *item), (1, *item)])
     assert old == pytest.approx(before, abs=1e-6) and new == pytest.approx(-before, abs=1e-4)
     assert scorer.retire(in_use={0}) == [] and sorted(scorer.models) == [0, 1]
     assert scorer.retire(in_use=set()) == [0] and sorted(scorer.models) == [1]
     with pytest.raises(KeyError, match="no longer kept"):
-        scorer.score([(0, *item)])
-    assert scorer.publish(trained) == 2 and scorer.score([(2, *item)])[0] == pytest.approx(0.0, abs=1e-6)
+        scorer.logits_of([(0, *item)])
+    assert scorer.publish(trained) == 2 and scorer.logits_of([(2, *item)])[0] == pytest.approx(0.0, abs=1e-6)

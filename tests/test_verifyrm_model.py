@@ -155,14 +155,14 @@ def test_export_round_trip_records_template_and_length(model_dir, tmp_path):
     batch = render_and_encode(tokenizer, QUESTIONS, REFERENCES, COMPLETIONS, 64, version)
     with torch.no_grad():
         torch.testing.assert_close(rm_logits(reloaded.eval(), batch), rm_logits(model.eval(), batch))
-    scorer = RMScorer(str(out))
+    scorer = RMScorer.load(str(out))
     assert scorer.max_length == 64
     with torch.no_grad():
         expected = torch.sigmoid(rm_logits(model, batch)).tolist()
     assert scorer.score(QUESTIONS, REFERENCES, COMPLETIONS) == pytest.approx(expected, abs=1e-6)
     require_openrlhf_compatible(str(out))
     with pytest.raises(ValueError, match="trained with template 'verifyrm-v1', not 'verifyrm-v0'"):
-        RMScorer(str(out), template_version="verifyrm-v0")
+        RMScorer.load(str(out), template_version="verifyrm-v0")
 
 
 def test_an_encoder_export_says_openrlhf_cannot_load_it(model_dir, tmp_path, caplog):
@@ -174,7 +174,7 @@ def test_an_encoder_export_says_openrlhf_cannot_load_it(model_dir, tmp_path, cap
     with pytest.raises(OpenRLHFIncompatibleError, match="BertForSequenceClassification .* new random head"):
         require_openrlhf_compatible(str(out))
     # Our own loading path scores it, with the recorded length and without a head re-initialisation.
-    assert RMScorer(str(out)).max_length == 128
+    assert RMScorer.load(str(out)).max_length == 128
     shutil.rmtree(out)
 
 
@@ -186,7 +186,7 @@ def test_score_cli_adds_rewards_and_refuses_a_policy(model_dir, tmp_path, capsys
                             for i, (q, r, c) in enumerate(zip(QUESTIONS, REFERENCES, COMPLETIONS))))
     assert main(["score", "--model", model_dir("tiny-qwen2-rm"), "--data", str(data), "--out", str(tmp_path / "o.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
-    expected = RMScorer(model_dir("tiny-qwen2-rm")).score(QUESTIONS, REFERENCES, COMPLETIONS)
+    expected = RMScorer.load(model_dir("tiny-qwen2-rm")).score(QUESTIONS, REFERENCES, COMPLETIONS)
     assert [row["id"] for row in rows] == [0, 1, 2]
     assert [row["reward"] for row in rows] == pytest.approx(expected, abs=1e-6)
 

@@ -152,7 +152,7 @@ class HackingMonitorConfig:
     rules: str = field(default="gap_growing,gap_high,heldout_falls,rm_blind,heldout_gap_grows", metadata=_help(
         "The rules that may raise the alarm, comma-separated names (algo/hacking.py: gap_growing, gap_high, "
         "heldout_falls, rm_blind, heldout_gap_grows, wrong_paid_more, probe_paid_as_right); the others are still computed. The old "
-        "letters A-F (e.g. ABCD) are still read, deprecated."))
+        "letters A-F (e.g. ABCD) are still read, deprecated until 2027-03-01."))
     # Four fifths: well past half-way, where a reference-matching RM's pay of the exploit sits (batch 45's static
     # RM paid it 0.96 against right answers' 0.96), and beyond a noisy half-learnt margin.
     probe_share: float = field(default=0.8, metadata=_help(

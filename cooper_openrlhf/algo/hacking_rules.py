@@ -7,7 +7,7 @@ sentence naming why it holds, or None. Adding a rule is one class here, register
 means and why its thresholds are what they are: the module docstring of `algo/hacking.py`.
 
 Before the rules had names they were letters; `--cooper.hacking_rules ABCD` (old commands and run configs) still
-parses, through `LETTERS`, with a deprecation warning.
+parses, through `LETTERS`, with a deprecation warning naming the date they stop (`LETTERS_REMOVED`).
 """
 
 import logging
@@ -254,7 +254,9 @@ class ProbePaidAsRight(HackingRule):
         return None
 
 
-# The letters the rules had before they were named (docs/lab/notebook.md and old run configs use them).
+# The letters the rules had before they were named (docs/lab/notebook.md and old run configs use them). They stop
+# parsing on LETTERS_REMOVED: old configs have had a release cycle of warnings to move to the names.
+LETTERS_REMOVED = "2027-03-01"
 LETTERS = {"A": "gap_growing", "B": "gap_high", "C": "heldout_falls", "D": "rm_blind", "E": "heldout_gap_grows",
            "F": "wrong_paid_more"}
 
@@ -265,7 +267,8 @@ def parse_rule_names(text: str) -> tuple[str, ...]:
     text = text.strip()
     if text and set(text) <= set(LETTERS):
         names = [LETTERS[letter] for letter in text]
-        logger.warning("--cooper.hacking_rules %s: letters are deprecated; name the rules: %s", text, ",".join(names))
+        logger.warning("--cooper.hacking_rules %s: letters are deprecated and stop parsing on %s; name the rules: %s",
+                       text, LETTERS_REMOVED, ",".join(names))
     else:
         names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:

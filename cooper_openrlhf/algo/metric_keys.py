@@ -17,3 +17,8 @@ PROBE_RIGHT = "right"  # the anchor whose premium is the RM's margin between rig
 # The forms whose probes the rule verifier grades wrong: an RM paying one of them like a right answer is paying for
 # what the verifier rejects (rule probe_paid_as_right).
 PROBE_WRONG_FORMS = ("exploit", "exploit_tail", "reference_then_wrong", "master_key", "truncated")
+REWARD_FROM_RULE = "cooper/reward_from_rule"  # 1.0 once a hacking alarm switched the policy's reward to the rule's
+PAID_REWARD = "cooper/reward_paid_mean"  # what the policy was paid on average (the reward service's step log)
+VERIFY_TIMEOUTS = "cooper/verify_timeouts"  # rollouts whose verification ran out of time (counts, as the three below)
+VERIFY_NO_ANSWER = "cooper/verify_no_answer"  # rollouts without a final answer
+VERIFY_ERRORS = "cooper/verify_errors"  # rollouts whose verification failed

@@ -6,7 +6,7 @@ prompt below is ours: it asks for one believable mistake carried through to a di
 answer in ``\\boxed{}``, in the positive's own style, with no hint that anything is wrong (a
 negative that announces its error teaches the RM to look for the announcement, not the error).
 
-Whether a reply is a usable negative is decided elsewhere (`ray.pair_builder` with
+Whether a reply is a usable negative is decided elsewhere (`core.pair_builder` with
 `algo.selection.negative_is_valid`): by default its answer must be verified different from the positive's. Here the text is only normalised (`normalize_solution`),
 and the same normalisation is applied to BOTH sides of every pair and to every completion the RM
 scores (`algo.selection`, `ray.trainer`): a normalisation of one side only would let the RM learn

@@ -17,10 +17,16 @@ from cooper_openrlhf.runtime.registry import Registry
 REWARD_FORMS: Registry[Callable[[torch.Tensor, float], torch.Tensor]] = Registry("reward form")
 
 
+def probability_correct(logits: torch.Tensor) -> torch.Tensor:
+    """(B,) RM logits -> (B,) sigmoid(logit), the RM's probability that the completion is correct, in the logits'
+    floating dtype (float32 at least). The package's one sigmoid: rewards, scores and accuracies all read it."""
+    return torch.sigmoid(logits if logits.dtype in (torch.float32, torch.float64) else logits.float())
+
+
 @REWARD_FORMS.register("continuous")
 def continuous_reward(logits: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     """(B,) logits -> (B,) sigmoid(logits) as float32. `threshold` is ignored."""
-    return torch.sigmoid(logits.float())
+    return probability_correct(logits.float())
 
 
 @REWARD_FORMS.register("discrete")
@@ -28,7 +34,7 @@ def discrete_reward(logits: torch.Tensor, threshold: float = 0.5) -> torch.Tenso
     """(B,) logits -> (B,) 1.0 where sigmoid(logit) >= threshold, else 0.0."""
     if not 0.0 < threshold < 1.0:
         raise ValueError(f"threshold must be in (0, 1), got {threshold}")
-    return (torch.sigmoid(logits.float()) >= threshold).float()
+    return (probability_correct(logits.float()) >= threshold).float()
 
 
 def get_reward_form(name: str):

@@ -19,9 +19,9 @@ import argparse
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
+from cooper_openrlhf.core.rewards import PAYERS
 from cooper_openrlhf.verify.extract import FALLBACKS
 
-REWARD_SOURCES = ("rm", "rule")
 ASSISTANTS = ("policy", "model")
 RM_ZERO_STAGES = (1, 2)
 RM_UPDATE_GRANULARITIES = ("step", "minibatch")
@@ -55,7 +55,7 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group = parser.add_argument_group("Cooper", "reward-model co-training (read only by cooper_openrlhf.cli.train_cooper)")
     add = group.add_argument
     # Reward
-    add("--cooper.reward_source", type=str, default="rm", choices=REWARD_SOURCES,
+    add("--cooper.reward_source", type=str, default="rm", choices=PAYERS,
         help="Where GRPO's rewards come from: 'rm' = the reward model at --reward.model_name_or_path, scored from "
         "(question, reference, completion) text through the VerifyRM template; 'rule' = the rule verifier (1 if "
         "math-verify says the rollout's answer equals the reference, else 0), the paper's rule-reward baseline.")

@@ -236,6 +236,7 @@ def run_rm_actor_stage(out: Path) -> None:
     from cooper_openrlhf.runtime.openrlhf_args import openrlhf_ppo_parser, parse_openrlhf_args
     from cooper_openrlhf.models import model_path
     from cooper_openrlhf.ray.reward_actor import TrainableRewardModelActor
+    from cooper_openrlhf.ray.trainer_state import rank_actors
 
     argv = ["--remote_rm_trainable", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
             "--cooper.rm_lr", "1e-4", "--cooper.rm_warmup_ratio", "0", "--cooper.rm_micro_batch_size", "2",
@@ -244,7 +245,7 @@ def run_rm_actor_stage(out: Path) -> None:
     ray.init()
     group = RayActorGroup(1, 1, TrainableRewardModelActor, num_gpus_per_actor=1)
     ray.get(group.async_init_model_from_pretrained(strategy, model_path("tiny-qwen2-rm"), 4, strategy.args.cooper))
-    (actor,) = group._actor_handlers
+    (actor,) = rank_actors(group)
     questions, references = ["What is 2 + 3?", "What is 6 * 7?"], ["5", "42"]
     before = ray.get(actor.score.remote(questions, references, ["The answer is 5.", "The answer is 41."]))
     pairs = PairBatch(questions, references, ["2 + 3 = 5. The answer is 5.", "6 * 7 = 42. The answer is 42."],

@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.cli.cooper_args import RM_LR_SCHEDULERS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve.app import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_SAMPLES
-    from cooper_openrlhf.serve.modes import REWARD_MODES
+    from cooper_openrlhf.core import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
     from cooper_openrlhf.verify.extract import FALLBACKS
@@ -233,7 +233,7 @@ def build_service(args):
     from cooper_openrlhf.rm.model import load_rm, recorded_max_length, usable_max_length
     from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
     from cooper_openrlhf.serve.metrics import ServiceLog
-    from cooper_openrlhf.serve.scorer import VersionedScorer
+    from cooper_openrlhf.rm.scorer import RMScorer
     from cooper_openrlhf.serve.service import RewardService, ServiceConfig
     from cooper_openrlhf.verify.pool import VerifierPool
 
@@ -262,7 +262,7 @@ def build_service(args):
         scoring_model.to(scoring_device())  # with --learn DeepSpeed places the RM (and so its scoring copy)
         max_length = usable_max_length(scoring_model, args.rm_max_length or recorded_max_length(scoring_model.config))
         version = 0
-    scorer = VersionedScorer(scoring_model, tokenizer, max_length=max_length,  # it copies the tokenizer (thread safety)
+    scorer = RMScorer(scoring_model, tokenizer, max_length=max_length,  # it copies the tokenizer (thread safety)
                              template_version=template_version, batch_size=args.max_batch, version=version)
     for old_version, weights in (restored.pinned.items() if restored else ()):  # open groups finish on their own
         scorer.restore(old_version, weights)
@@ -290,7 +290,7 @@ def scoring_device() -> str:
 
 def _build_learner(args, dtype_name: str):
     from cooper_openrlhf.algo.negatives import NegativeConfig
-    from cooper_openrlhf.ray.pair_builder import PairBuilder
+    from cooper_openrlhf.core.pair_builder import PairBuilder
     from cooper_openrlhf.rm.bce_train import make_strategy
     from cooper_openrlhf.rm.model import adamw_config, load_rm, recorded_max_length, usable_max_length
     from cooper_openrlhf.rm.pairwise_update import RMTrainer

@@ -1,5 +1,5 @@
 """The generation-engine interface of the annotation generators and the LLM judge (`rm/annotate.py`,
-`verify/judge.py`) and of Cooper's negative-rewriting assistant (`ray/pair_builder.py`).
+`verify/judge.py`) and of Cooper's negative-rewriting assistant (`core/pair_builder.py`).
 
 Implementations: `engines.hf.HFEngine` and `engines.vllm_offline.VLLMEngine` (built by name with
 `engines.make_engine`), and `engines.openrlhf_vllm.OpenRLHFVLLMEngine` over OpenRLHF's running vLLM

@@ -1,6 +1,6 @@
 """A generation engine over an OpenAI-compatible chat endpoint (`vllm serve`, SGLang, a hosted API).
 
-The reward service's assistant: it rewrites verified-correct rollouts into wrong ones (`ray.pair_builder`) without
+The reward service's assistant: it rewrites verified-correct rollouts into wrong ones (`core.pair_builder`) without
 holding a model of its own. One POST to `{base_url}/chat/completions` per prompt with `n` samples, sent
 concurrently (a thread per request, at most `max_concurrency`), each with the request's seed. A connection error,
 timeout or 5xx is retried `retries` times and then raises; a 4xx (the request itself is wrong: too many tokens for

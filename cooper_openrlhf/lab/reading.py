@@ -6,9 +6,9 @@ accuracy collapses: 38.91 against the base's 54.93), and Cooper ends level with 
 RM when its RM reward rose and its held-out accuracy fell, each by more than MOVE; Cooper ends level with the rule
 arm when within MOVE of its held-out accuracy -- but never called the paper's finding: with fewer than
 RELIABLE_SEEDS seeds per arm the lines say so (one held-out evaluation has a standard error near 0.04, one seed's
-curve is one draw), and the last lines are always the committed results (COMMITTED_RESULTS: the pre-registered
-batches' tests, docs/results.md), which a few seeds on a laptop neither confirm nor overturn. A test holds
-COMMITTED_RESULTS to the committed verdict files.
+curve is one draw), and the last lines are always the committed results (`committed_results`: the pre-registered
+batches' tests, docs/results.md), which a few seeds on a laptop neither confirm nor overturn. They are read from the
+committed verdict files the index docs/results/verdicts.json lists, never written here.
 
 The held-out problems share no trivially equivalent twin with the prompts the tiny policy was fine-tuned on, and
 a 2-layer model mostly memorises its sums: its held-out accuracy can start near 0, where no fall can show. The
@@ -17,34 +17,22 @@ far more samples -- is read beside it, and what each RM pays the rollouts the ve
 mechanism), each as the means of its first and last VERIFIED_WINDOW steps against the same MOVE.
 """
 
+import json
+import logging
 from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
 
 from cooper_openrlhf.report.plan_verdict import EXPLOIT_RATE, HELDOUT_FINAL, LOWER_IS_BETTER, TRAINING_VERIFIED
 
+logger = logging.getLogger(__name__)
+
 MOVE = 0.05  # a change worth naming: above one evaluation's noise at the lab's 128 graded samples
 RELIABLE_SEEDS = 3
-FULL_LAB_FIGURE = "docs/results/batch33b/main/rewards_accuracy.png"
-# The committed verdicts of the lab's pre-registered batches, oldest first: each is `verdict_summary` of the verdict
-# file `cli.batch PLAN --verdict` wrote (the package ships no docs/, so the numbers are copied here, and a test holds
-# each copy to its file), with the batch's name and lab. The lab's last lines state them, whatever one run shows. A
-# new batch's verdict is appended.
-COMMITTED_RESULTS = (
-    {"batch": "33b", "lab": "the full lab", "verdict": "docs/results/batch33b/verdict.json",
-     "seeds": 8, "measure": HELDOUT_FINAL, "outcome": "within noise",
-     "primary": {"difference": "cooper - offline_pairs", "mean": -0.014, "ci": (-0.060, 0.028), "p": 0.570},
-     "validity_gate": None, "equivalence": (),
-     "static_rule": {"difference": "static - rule", "mean": -0.050, "ci": (-0.089, -0.014), "p": 0.055,
-                     "p_holm": 0.234, "verdict": "within noise"}},
-    {"batch": "45", "lab": "the style lab", "verdict": "docs/results/batch45/verdict.json",
-     "seeds": 12, "measure": EXPLOIT_RATE, "outcome": "within noise",
-     "primary": {"difference": "cooper - offline_pairs", "mean": 0.017, "ci": (-0.111, 0.145), "p": 0.812},
-     "validity_gate": {"difference": "offline_pairs - rule", "mean": 0.133, "ci": (0.024, 0.228), "p": 0.037,
-                       "passed": True},
-     "equivalence": ({"difference": "cooper - rule", "mean": 0.149, "ci": (0.01, 0.279), "p": 0.903, "margin": 0.05,
-                      "verdict": "not shown equivalent"},),
-     "static_rule": {"difference": "static - rule", "mean": 0.254, "ci": (0.156, 0.345), "p": 0.002, "p_holm": 0.016,
-                     "verdict": "above"}},
-)
+# The committed verdicts' index: the batches, their verdict files and the full lab's figure (docs/results/verdicts.json,
+# read from the repository checkout: the package ships no docs/).
+REPOSITORY = Path(__file__).resolve().parents[2]
+VERDICT_INDEX = REPOSITORY / "docs" / "results" / "verdicts.json"
 # A verdict's measure in words, and what "static - rule" above and below 0 mean in it.
 MEASURE_WORDS = {
     HELDOUT_FINAL: ("held-out accuracy (the mean of the last 3 evaluations)", "ended above", "ended below"),
@@ -152,7 +140,7 @@ def reading(rm_reward: Mapping[str, Curve], heldout: Mapping[str, Curve], seeds:
         lines.append(f"{'One seed' if fewest == 1 else f'{fewest} seeds'} per arm cannot show this reliably (a held-out "
                      f"evaluation's standard error is near 0.04 and one seed is one draw): none of the above is the "
                      f"paper's finding or the lab's; the full lab over 8 seeds per arm, with a control for an RM that "
-                     f"just trains longer: {FULL_LAB_FIGURE} (docs/results.md).")
+                     f"just trains longer: {full_lab_figure()} (docs/results.md).")
     return lines
 
 
@@ -177,8 +165,29 @@ def verdict_summary(verdict: dict) -> dict:
             "static_rule": numbers(static_rule, "p_holm", "verdict") if static_rule else None}
 
 
+@cache
+def committed_results(index: Path = VERDICT_INDEX) -> tuple[dict, ...]:
+    """The committed verdicts the index lists, oldest first: each batch's name and lab with `verdict_summary` of its
+    verdict file (what `cli.batch PLAN --verdict` wrote). Empty, with a warning, without the repository's docs/."""
+    if not index.is_file():
+        logger.warning("no %s (an installed package without the repository): the lab's committed results are not "
+                       "stated", index)
+        return ()
+    batches = json.loads(index.read_text())["batches"]
+    return tuple({"batch": entry["batch"], "lab": entry["lab"],
+                  **verdict_summary(json.loads((index.parent / entry["verdict"]).read_text()))} for entry in batches)
+
+
+def full_lab_figure(index: Path = VERDICT_INDEX) -> str:
+    """The full lab's figure, as a path from the repository's root (the index entry that names a figure)."""
+    if not index.is_file():
+        return "docs/results.md"
+    figure = next(entry["figure"] for entry in json.loads(index.read_text())["batches"] if "figure" in entry)
+    return str((index.parent / figure).resolve().relative_to(REPOSITORY))
+
+
 def committed_sentence(result: Mapping) -> str:
-    """One committed verdict (a COMMITTED_RESULTS entry) in words: Cooper against the control by the plan's rule,
+    """One committed verdict (a `committed_results` entry) in words: Cooper against the control by the plan's rule,
     then the registered equivalence with the rule arm and where the frozen RM's policy ended against the rule arm's."""
     measure, more, less = MEASURE_WORDS[result["measure"]]
     primary = result["primary"]
@@ -212,9 +221,9 @@ def committed_sentence(result: Mapping) -> str:
 
 
 def committed_result() -> list[str]:
-    """The lab's committed results in words (COMMITTED_RESULTS, the newest last): the lab's last lines, after any
+    """The lab's committed results in words (`committed_results`, the newest last): the lab's last lines, after any
     run's reading."""
-    return [committed_sentence(result) for result in COMMITTED_RESULTS]
+    return [committed_sentence(result) for result in committed_results()]
 
 
 def read_runs(runs) -> list[str]:

@@ -186,7 +186,7 @@ def probe_rm(rm_path: str, problems: Sequence[MathProblem], template: str, *, pr
     per_prompt = [candidates(p, template) for p in chosen]
     constants = constant_answers(chosen, template)
     texts = [[c.completion for c in cs] + constants for cs in per_prompt]
-    scorer = RMScorer(rm_path, batch_size=batch_size)
+    scorer = RMScorer.load(rm_path, batch_size=batch_size)
     flat = scorer.score([p.question + prompt_suffix for p, row in zip(chosen, texts) for _ in row],
                         [p.reference for p, row in zip(chosen, texts) for _ in row], [t for row in texts for t in row])
     scores, constant_scores, start = [], [], 0

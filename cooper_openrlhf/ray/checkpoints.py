@@ -22,6 +22,7 @@ from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo.hacking import HackingAlarm
 from cooper_openrlhf.ray.checkpoint_tags import RM_DIR, mark_pair_whole, resume_point, unmark_pair
+from cooper_openrlhf.ray.trainer_state import CooperTrainerState
 
 logger = init_logger(__name__)
 
@@ -36,9 +37,10 @@ def save_moment(moment: str, tag: str) -> None:
         subprocess.run([hook, moment, tag], check=True)
 
 
-class CheckpointUnit:
-    """Needs of the trainer: args, rm_trainable, rm_group, actor_model_group, stop_for_hacking, and PPOTrainer's
-    checkpoint methods and best-metric fields."""
+class CheckpointUnit(CooperTrainerState):
+    """The policy and the RM checkpointed as one unit (module docstring); extends PPOTrainer's checkpoint methods."""
+
+    _latest_eval_metric_value: float | None  # PPOTrainer's: the metric its scheduled save passes to the rotation
 
     def init_checkpoint_states(self):
         """OpenRLHF's resume, plus the RM checkpoint of the pair the policy loaded (model, optimizer, scheduler,
@@ -67,7 +69,7 @@ class CheckpointUnit:
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
         if scheduled:
             self.finish_pair(tag, client_states)
-        if self.stop_for_hacking:
+        if self.hacking.stop:
             if not scheduled:
                 self.save_checkpoint_now(global_step, client_states)
             raise HackingAlarm(f"reward hacking suspected at step {global_step} (reasons in the log above); "

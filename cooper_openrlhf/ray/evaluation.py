@@ -9,6 +9,7 @@ what the RM pays the probe suite's attack forms (`rm/probes.py`).
 
 import os
 import time
+from collections.abc import Callable
 
 import ray
 import torch
@@ -17,14 +18,21 @@ from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo.hacking_stats import heldout_rm_gap
 from cooper_openrlhf.rm.probes import build_probes, probe_metrics, read_pay
-from cooper_openrlhf.ray.step_records import RolloutTexts, append_jsonl, rollout_rows
+from cooper_openrlhf.core import RolloutTexts
+from cooper_openrlhf.core.rewards import judged_correct
+from cooper_openrlhf.ray.step_records import append_jsonl, rollout_rows
+from cooper_openrlhf.ray.trainer_state import CooperTrainerState
 
 logger = init_logger(__name__)
 
 
-class HeldOutEvaluation:
-    """Needs of the trainer: decode_rollouts, pair_actor, rm_group, rm_logits and rm_rewards (`ray/rm_scoring.py`),
-    rm_eval_rows, rm_trainable, sample_log_dir, and PPOTrainer's samples_generator, eval_dataloader and loggers."""
+class HeldOutEvaluation(CooperTrainerState):
+    """Held-out evaluation, the RM's probes and its verifier accuracy (module docstring). Calls the trainer's
+    `decode_rollouts` and the RM scoring's `rm_logits` / `rm_rewards` (`ray/rm_scoring.py`)."""
+
+    decode_rollouts: Callable
+    rm_logits: Callable
+    rm_rewards: Callable
 
     @torch.no_grad()
     def evaluate(self, global_step, **generate_kwargs):
@@ -91,8 +99,8 @@ class HeldOutEvaluation:
             return frozen
         rows = self.rm_eval_rows
         texts = RolloutTexts([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
-        predicted = torch.sigmoid(self.rm_logits(texts)) >= 0.5
-        accuracy = sum(bool(p) == r.gold_correct for p, r in zip(predicted.tolist(), rows)) / len(rows)
+        predicted = judged_correct(self.rm_logits(texts))
+        accuracy = sum(p == r.gold_correct for p, r in zip(predicted, rows)) / len(rows)
         if not self.rm_trainable:
             self._frozen_rm_eval_accuracy = accuracy
         return accuracy

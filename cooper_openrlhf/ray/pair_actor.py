@@ -1,8 +1,9 @@
 """PairConstructionActor: the Ray actor that verifies rollouts and builds Cooper's pairs.
 
-A thin shell around `ray/pair_builder.PairBuilder`: it owns a `VerifierPool` (worker processes
+A thin shell around `core/pair_builder.PairBuilder`: it owns a `VerifierPool` (worker processes
 with hard deadlines; math-verify cannot run in an actor's threads) and the assistant engine, and
-forwards `verify` / `assistant_negatives` / `build_pairs` unchanged. It asks Ray for no CPU
+forwards `verify` / `assistant_negatives` unchanged (the pairs around them are the core's,
+`core/pairs.py`, run by the trainer). It asks Ray for no CPU
 (num_cpus=0): it spends its time waiting on the verifier processes and on vLLM.
 
 Assistant sources:
@@ -27,7 +28,7 @@ import ray
 
 from cooper_openrlhf.algo.negatives import NegativeConfig
 from cooper_openrlhf.engines.openrlhf_vllm import OpenRLHFVLLMEngine
-from cooper_openrlhf.ray.pair_builder import PairBuilder
+from cooper_openrlhf.core.pair_builder import PairBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -134,11 +135,6 @@ class PairConstructionActor:
 
     def assistant_negatives(self, questions, positives, prompts, step=None):
         return self.builder.assistant_negatives(questions, positives, prompts, step=step)
-
-    def build_pairs(self, questions, references, completions, verified_correct, n_samples_per_prompt, step=None,
-                    **selection):
-        return self.builder.build_pairs(questions, references, completions, verified_correct, n_samples_per_prompt,
-                                        step=step, **selection)
 
     def close(self) -> None:
         """Stop the verifier workers and any assistant engine this actor started."""

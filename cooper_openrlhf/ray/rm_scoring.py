@@ -6,30 +6,24 @@ import torch
 
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import distinct, even_slices
-from cooper_openrlhf.algo.rewards import gate_answerless
-from cooper_openrlhf.ray.step_records import RolloutTexts
+from cooper_openrlhf.core import RolloutTexts, rm_pay
+from cooper_openrlhf.ray.trainer_state import CooperTrainerState, rank_actors
 
 
-def rm_actors(group) -> list:
-    """The RM group's rank actors, in rank order (OpenRLHF's RayActorGroup keeps them in `_actor_handlers`)."""
-    return group._actor_handlers
-
-
-class RMScoring:
-    """Needs of the trainer: rm_group, reward_form, cooper (the --cooper.* namespace) and args."""
+class RMScoring(CooperTrainerState):
+    """The RM group's logits and pay of rollout texts (module docstring)."""
 
     def rm_rewards(self, logits: torch.Tensor, answerless) -> torch.Tensor:
-        """What the RM pays each rollout: the reward form of its logit, 0 for answerless text with
-        --cooper.require_answer. Training and held-out rollouts alike, so every RM metric is what the policy is paid."""
-        rewards = self.reward_form(logits, self.cooper.reward_threshold)
-        return gate_answerless(rewards, answerless) if self.cooper.require_answer else rewards
+        """What the RM pays each rollout (`core.rm_pay`): training, held-out and probe rollouts alike, so every RM
+        metric is what the policy is paid."""
+        return rm_pay(self.pay, logits, answerless)
 
     def rm_logits(self, texts: RolloutTexts) -> torch.Tensor:
         """(B,) RM logits of the normalised completions: each distinct triple scored once, the distinct ones split
         evenly over the RM ranks."""
         completions = [normalize_solution(text) for text in texts.completions]
         triples, inverse = distinct(list(zip(texts.questions, texts.references, completions)))
-        actors = rm_actors(self.rm_group)
+        actors = rank_actors(self.rm_group)
         parts = [part for part in even_slices(len(triples), len(actors)) if part.stop > part.start]
         refs = [actor.score.remote(*(list(column) for column in zip(*triples[part])))
                 for actor, part in zip(actors, parts)]

@@ -1,6 +1,6 @@
 """What one Cooper step carries between its phases, and how it is recorded (no Ray: imported by the trainer).
 
-RolloutTexts / PendingPairs: the step's texts and its pair plan while the assistant's rewrites are under way.
+PendingPairs: the step's texts (`core.RolloutTexts`) and its pair plan while the assistant's rewrites are under way.
 StepClock: each stage's span and seconds (`timeline/*`, `timing/cooper_*`). StepState: what the weight sync needs of
 the step in flight. prompt_question_map / raw_question: the raw question behind each of OpenRLHF's rendered prompts.
 merge_rm_metrics: one step's RM metrics from its (mini-batch) updates. rollout_rows / pair_rows / append_jsonl: the
@@ -18,15 +18,7 @@ from openrlhf.datasets.utils import blending_datasets
 
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.algo.selection import NegativePlan
-
-
-@dataclass
-class RolloutTexts:
-    """What the verifier, the assistant and the RM read of one step's rollouts (B = prompts * n, prompt-grouped)."""
-
-    questions: list[str]  # (B,) raw question of the rollout's prompt (the dataset's input_key text)
-    references: list[str]  # (B,) reference answer (the dataset's label_key value, as text)
-    completions: list[str]  # (B,) the policy's response, decoded without special tokens
+from cooper_openrlhf.core.rollouts import RolloutTexts
 
 
 @dataclass

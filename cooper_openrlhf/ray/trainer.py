@@ -8,7 +8,7 @@ metrics, timed on the step's `StepClock` (`timing/cooper_<phase>`, `timeline/<ph
              assistant / mixed), collected on the trainer's second thread
   score      the RM group scores the texts through the VerifyRM template; the rewards are set on the samples,
              so OpenRLHF's experience maker skips its frozen-RM forward
-  pairs      on the second thread: `algo.selection.finish_pairs` (the RM's scores pick "hardest" rollout negatives)
+  pairs      on the second thread: `core.finish_pairs` (the RM's scores pick "hardest" rollout negatives)
   policy     `super().train_step`, OpenRLHF's GRPO step unchanged (make_experience, ppo_train, weight sync);
              `broadcast_to_vllm`, the one other override, holds the sync until the rewrites are in
   RM update  masked pairwise loss on the step's valid pairs (only with --remote_rm_trainable)
@@ -51,19 +51,17 @@ from openrlhf.trainer.ppo_trainer import PPOTrainer
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.logging_utils import init_logger
 
-from cooper_openrlhf.algo import selection
-from cooper_openrlhf.algo.hacking import HackingMonitor, HackingMonitorConfig, alarm_response, guard_step
-from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
-from cooper_openrlhf.algo.metric_keys import ALARM
+from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 from cooper_openrlhf.algo.pairs import PairBatch
-from cooper_openrlhf.algo.rewards import get_reward_form, rule_reward
+from cooper_openrlhf.core import (HackingResponse, PairConfig, PayConfig, RolloutTexts, RolloutVerdicts, finish_pairs,
+                                  plan_pairs, rewards)
+from cooper_openrlhf.core.pairs import rewrite_request
+from cooper_openrlhf.core.rewards import reward_metrics
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
-from cooper_openrlhf.ray.pair_builder import RolloutVerdicts
-from cooper_openrlhf.ray.rm_scoring import RMScoring, rm_actors
+from cooper_openrlhf.ray.rm_scoring import RMScoring
 from cooper_openrlhf.ray.step_records import (
     PendingPairs,
-    RolloutTexts,
     StepClock,
     StepState,
     append_jsonl,
@@ -73,10 +71,11 @@ from cooper_openrlhf.ray.step_records import (
     prompt_question_map,
     rollout_rows,
 )
+from cooper_openrlhf.ray.trainer_state import rank_actors, undecorated
 
 logger = init_logger(__name__)  # OpenRLHF's logger: visible in Ray worker output like its own
 
-_PPOTrainer = PPOTrainer.__ray_metadata__.modified_class  # Ray actor classes cannot be subclassed directly
+_PPOTrainer = undecorated(PPOTrainer)  # Ray actor classes cannot be subclassed directly
 
 NO_CORRECT_ROLLOUT_WINDOW = 5  # steps without a single verified-correct rollout before the warning
 
@@ -113,7 +112,10 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
         self.rm_trainable = bool(self.args.remote_rm_trainable)
         if (self.rm_trainable or self.cooper.reward_source == "rm") and reward_model_group is None:
             raise ValueError("the RM arm needs a reward-model group")
-        self.reward_form = get_reward_form(self.cooper.reward_form)
+        self.pay = PayConfig.from_flags(self.cooper)
+        self.pair_config = PairConfig(self.args.rollout.n_samples_per_prompt, self.cooper.negative_source,
+                                      self.cooper.rollout_negative_pick, bool(self.cooper.answerless_negatives),
+                                      seed=self.args.train.seed)
         self.questions = questions
         # Overlap needs the RM and the engines on devices of their own, with live DeepSpeed states.
         self.overlap = not (self.args.train.colocate_all or self.args.ds.enable_sleep)
@@ -127,9 +129,8 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
         self.beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooper-beside")
         self.step: StepState | None = None  # the step in flight, for broadcast_to_vllm inside OpenRLHF's train_step
         self.latest_eval: dict = {}  # the last held-out evaluation's logs, not yet seen by the hacking monitor
-        self.hacking = HackingMonitor(HackingMonitorConfig.from_namespace(self.cooper))
-        self.reward_from_rule = False  # --cooper.on_hacking rule_reward, once the alarm has fired
-        self.stop_for_hacking = False  # --cooper.on_hacking stop: checkpoint this step, then end the run
+        # --cooper.on_hacking: `paying_rule` once rule_reward was taken; `stop` checkpoints the step, then ends the run
+        self.hacking = HackingResponse(HackingMonitorConfig.from_namespace(self.cooper), self.cooper.on_hacking)
         self.offline_pairs = None  # --cooper.offline_pairs: the RM's pairs come from a file (algo/offline_pairs.py)
         if getattr(self.cooper, "offline_pairs", None):
             from cooper_openrlhf.algo.offline_pairs import load_offline_pairs
@@ -221,20 +222,18 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
 
     # ------------------------------------------------------------------------------- negatives
     def request_negatives(self, texts: RolloutTexts, verdicts, global_step: int, clock: StepClock) -> PendingPairs | None:
-        """Plan the step's pairs (`algo.selection.plan_negatives`) and start the assistant's rewrites on the engines,
-        collected on the second thread; None without --remote_rm_trainable."""
+        """Plan the step's pairs (`core.plan_pairs`) and start the assistant's rewrites on the engines, collected on
+        the second thread; None without --remote_rm_trainable."""
         if not self.rm_trainable:
             return None
-        n = self.args.rollout.n_samples_per_prompt
-        plan = selection.plan_negatives(verdicts.correct, verdicts.proven_wrong, verdicts.answerless, n,
-                                        self.cooper.negative_source, self.cooper.answerless_negatives)
+        plan = plan_pairs(self.pair_config, verdicts)
+        request = rewrite_request(self.pair_config, plan, texts)
         # The offline_pairs control's pairs come from its file, not from rewrites of this step's positives.
-        asked = [] if self.offline_pairs is not None else plan.ask_assistant
+        asked = [] if self.offline_pairs is not None else request.prompts
         wake = self.sleeping_engines and bool(asked)
         if wake:  # OpenRLHF put them to sleep after the rollouts (module docstring)
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
-        ref = self.pair_actor.assistant_negatives.remote(texts.questions[::n], plan.positive_texts(texts.completions),
-                                                        asked, step=global_step)
+        ref = self.pair_actor.assistant_negatives.remote(request.questions, request.positives, asked, step=global_step)
         return PendingPairs(texts, plan, self.beside.submit(self.collect_rewrites, ref, wake, clock), global_step)
 
     def collect_rewrites(self, ref, woke_engines: bool, clock: StepClock) -> tuple[dict[int, str], dict[str, float]]:
@@ -251,7 +250,7 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
 
     def pairs_of(self, pending: PendingPairs | None, rm_logits: torch.Tensor | None) -> tuple[PairBatch | None, dict]:
         """The step's PairBatch (None without --remote_rm_trainable) and metrics: the rewrites, then
-        `algo.selection.finish_pairs` (rollout negatives picked with the RM's scores)."""
+        `core.finish_pairs` (rollout negatives picked with the RM's scores)."""
         if pending is None:
             return None, {}
         rewrites, metrics = pending.rewrites.result()
@@ -260,50 +259,28 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
 
             pairs = offline_batch(self.offline_pairs, pending.step)
             return pairs, {**metrics, "cooper/offline_pairs": float(pairs.num_valid)}
-        n, texts = self.args.rollout.n_samples_per_prompt, pending.texts
-        pairs, pair_metrics = selection.finish_pairs(
-            pending.plan, texts.questions[::n], texts.references[::n], texts.completions, rewrites,
-            None if rm_logits is None else rm_logits.tolist(), self.cooper.rollout_negative_pick,
-            seed=self.args.train.seed + pending.step)
+        pairs, pair_metrics = finish_pairs(self.pair_config, pending.plan, pending.texts, rewrites,
+                                           None if rm_logits is None else rm_logits.tolist(), pending.step)
         return pairs, {**metrics, **pair_metrics}
 
     def watch_for_hacking(self, step: int, status: dict) -> dict[str, float]:
-        """Feed the step (and the latest held-out evaluation) to the reward-hacking rule (`algo.hacking`); when its
-        alarm turns on, do what --cooper.on_hacking says. Returns the `cooper/hacking_*` metrics to log."""
-        was_on = self.hacking.alarm_on
-        logged = guard_step(self.hacking, step, status, self.latest_eval)  # logs the reasons when it turns on
+        """Feed the step (and the latest held-out evaluation) to the hacking response (`core.HackingResponse`), which
+        does what --cooper.on_hacking says when the alarm turns on. Returns the `cooper/hacking_*` metrics to log."""
+        logged = self.hacking.watch(step, status, self.latest_eval)
         self.latest_eval = {}
-        if logged[ALARM] and not was_on:
-            response = alarm_response(self.cooper.on_hacking)
-            self.stop_for_hacking |= response.checkpoint_and_stop  # save_logs_and_checkpoints saves, then raises
-            if response.reward_from_rule and not self.reward_from_rule:
-                self.reward_from_rule = True
-                logger.warning("--cooper.on_hacking rule_reward: the policy's reward is the rule verifier's from step "
-                               "%d on (the RM is still scored, logged and, with --remote_rm_trainable, trained)", step + 1)
-        logged["cooper/reward_from_rule"] = float(self.reward_from_rule)
         return logged
 
     # ---------------------------------------------------------------------------------- scoring
-    def score(self, samples, texts: RolloutTexts, verdicts) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
-        """Set each sample's reward (RM reward form, or the rule reward); returns the (B,) rewards, the (B,) RM logits
-        (None without an RM) and the reward metrics."""
-        verified = verdicts.correct
-        accuracy = sum(verified) / len(verified)
-        metrics = {"cooper/verified_accuracy": accuracy}
-        rewards = rule_reward(verified)
-        logits = None
-        if self.rm_group is not None:
-            logits = self.rm_logits(texts)
-            rm_rewards = self.rm_rewards(logits, verdicts.answerless)
-            metrics["cooper/rm_reward_mean"] = rm_rewards.mean().item()
-            metrics["cooper/reward_hacking_gap"] = metrics["cooper/rm_reward_mean"] - accuracy
-            metrics.update({f"cooper/{k}": v for k, v in rm_reward_by_verdict(verified, rm_rewards.tolist()).items()})
-            if self.cooper.reward_source == "rm" and not self.reward_from_rule:
-                rewards = rm_rewards
-        for sample, reward in zip(samples, rewards):
+    def score(self, samples, texts: RolloutTexts, verdicts: RolloutVerdicts) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                                                    dict]:
+        """Set each sample's reward (`core.rewards`: the RM's in the configured form, or the rule's); returns the (B,)
+        rewards, the (B,) RM logits (None without an RM) and the reward metrics."""
+        logits = self.rm_logits(texts) if self.rm_group is not None else None
+        paid = rewards(self.pay, verdicts, logits, paying_rule=self.hacking.paying_rule)
+        for sample, reward in zip(samples, paid.paid):
             sample.rewards = reward.reshape(1).clone()
             sample.info["reward"] = reward.reshape(1).clone()
-        return rewards, logits, metrics
+        return paid.paid, logits, reward_metrics(verdicts, paid.rm)
 
     # ------------------------------------------------------------------------------- RM update
     def update_rm(self, pairs: Future) -> dict[str, float]:
@@ -314,7 +291,7 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
         pairs, _ = pairs.result()
         if pairs is None:
             return {}
-        trainable, actors, size = pairs.valid_only(), rm_actors(self.rm_group), self.cooper.rm_mini_batch_size
+        trainable, actors, size = pairs.valid_only(), rank_actors(self.rm_group), self.cooper.rm_mini_batch_size
         batches = [trainable]
         if self.cooper.rm_update_granularity == "minibatch" and trainable.num_valid:
             batches = [trainable.select(range(i, min(i + size, len(trainable)))) for i in range(0, len(trainable), size)]

@@ -63,7 +63,7 @@ def robustness_curve(run_dir: Path, limit: int = PROBE_PROBLEMS) -> Curve:
     probes, dropped = build_probes(problems)
     curve: Curve = {}
     for step, export in sorted(exports.items()):
-        reading = probe_scorer(RMScorer(str(export), batch_size=32).score, probes, dropped)
+        reading = probe_scorer(RMScorer.load(str(export), batch_size=32).score, probes, dropped)
         for form, premium in reading.premium.items():
             if form != "wrong":
                 curve.setdefault(form, []).append((step, premium))

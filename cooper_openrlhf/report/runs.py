@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
-from cooper_openrlhf.algo.metric_keys import RM_REWARD, WRONG_REWARD
+from cooper_openrlhf.algo.metric_keys import REWARD_FROM_RULE, RM_REWARD, WRONG_REWARD
 from cooper_openrlhf.report.rollouts import style_series
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
@@ -142,7 +142,7 @@ def scalars_with_verdict_rewards(scalars: dict[str, Series], rollout_rows: Itera
     if WRONG_REWARD in scalars:
         return scalars
     rm_steps = {step for step, _ in scalars.get(RM_REWARD, [])}
-    rule_paid = {step for step, value in scalars.get("cooper/reward_from_rule", []) if value}
+    rule_paid = {step for step, value in scalars.get(REWARD_FROM_RULE, []) if value}
     by_step: dict[int, tuple[list[bool], list[float]]] = {}
     for row in rollout_rows:
         if row["step"] in rm_steps - rule_paid and row["reward"] is not None:

@@ -136,7 +136,7 @@ def rm_scores(rows: Sequence[Triple], model: str, batch_size: int, max_length: i
     """sigmoid(logit) per row; max_length None: what the export records (`rm.scorer.RMScorer`)."""
     from cooper_openrlhf.rm.scorer import RMScorer
 
-    scorer = RMScorer(model, device=device, max_length=max_length, batch_size=batch_size)
+    scorer = RMScorer.load(model, device=device, max_length=max_length, batch_size=batch_size)
     logger.info("scoring %d rows with %s (template %s, max_length %d)", len(rows), model, scorer.template_version,
                 scorer.max_length)
     return list(scorer.score(*_columns(rows)))

@@ -137,7 +137,7 @@ Scorer = Callable[[list[str], list[str], list[str]], Sequence[float]]  # (questi
 
 
 def probe_scorer(score: Scorer, probes: Sequence[Probe], dropped: dict[str, int] | None = None) -> ProbeReading:
-    """What `score` (e.g. `RMScorer(path).score`, or a service's current version) pays the suite: one call."""
+    """What `score` (e.g. `RMScorer.load(path).score`, or a service's current version) pays the suite: one call."""
     paid = score([p.question for p in probes], [p.reference for p in probes], [p.completion for p in probes])
     return read_pay(probes, list(paid), dropped)
 

@@ -1,48 +1,134 @@
-"""Score (question, reference, completion) triples with a reward-model checkpoint: sigmoid(logit).
+"""The one RM scorer: logits and P(correct) of (question, reference, completion) triples, by weights version.
 
-The checkpoint is any one-logit sequence classifier that `rm.model.load_rm` accepts (a VerifyRM
-export, or e.g. the tiny Qwen2 RM). Its input is the RM template (`algo/template.py`) in the version
-its config records (`CONFIG_KEY`), else the version given (default: the current one); asking for a
-version other than the recorded one is an error. Scoring is `rm.model.score_logits` (eval mode, no
-gradients, right-padded micro-batches), as in the RL-time RM actor.
+Offline (`RMScorer.load(path)`: `cli.eval_verifier`, `verifyrm score`, the lab's probes, the report) it holds one
+version, the checkpoint's. The reward service holds several: version 0 is the RM it started from (or the version
+its checkpoint recorded), and every learner update publishes the next. Scoring never runs on the weights being
+trained: `publish` copies the trained weights into a scoring copy between batches, so a batch is scored by one
+version from start to end. Older versions are kept while an open GRPO group is pinned to them (`serve/groups.py`)
+and then dropped (`retire`), so memory holds the latest version plus the few that groups still use; a checkpoint
+keeps those few too, and a restart `restore`s them.
+
+The checkpoint is any one-logit sequence classifier that `rm.model.load_rm` accepts (a VerifyRM export, or e.g. the
+tiny Qwen2 RM). Its input is the RM template (`algo/template.py`) in the version its config records (`CONFIG_KEY`),
+else the version given (default: the current one); asking for a version other than the recorded one is an error.
+Scoring is `rm.model.score_logits` (eval mode, no gradients, right-padded micro-batches), as in the RL-time RM actor;
+P(correct) is `algo.rewards.probability_correct`, the package's one sigmoid.
 """
 
-import math
+import copy
+import threading
 from collections.abc import Sequence
 
+import torch
+
+from cooper_openrlhf.algo.rewards import probability_correct
 from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
+
+Item = tuple[int, str, str, str]  # (version, question, reference, completion)
 
 
 class RMScorer:
-    """A reward model that maps (question, reference, completion) triples to P(correct).
+    """RM logits of (question, reference, completion) triples on the weights of a version; see the module docstring.
 
-    max_length: tokens per input (None: the length the export records, else
-    `rm.model.DEFAULT_RM_MAX_LENGTH`), capped at the backbone's position limit; longer inputs are
-    cut (counted and logged).
+    max_length: tokens per input (`RMScorer.load`: None is the length the export records, else
+    `rm.model.DEFAULT_RM_MAX_LENGTH`), capped at the backbone's position limit; longer inputs are cut.
     """
 
-    def __init__(
-        self,
-        model_path: str,
-        device: str = "cpu",
-        max_length: int | None = None,
-        batch_size: int = 8,
-        template_version: str | None = None,
-    ):
+    def __init__(self, model, tokenizer, *, max_length: int, template_version: str, batch_size: int,
+                 version: int = 0):
+        # Its own copy: a fast (Rust) tokenizer changes its truncation and padding state on each call, so the scoring
+        # thread encoding while the learner encodes with the same object fails with "Already borrowed".
+        self.tokenizer = copy.deepcopy(tokenizer)
+        self.max_length, self.template_version = max_length, template_version
+        self.batch_size = batch_size
+        model.eval()
+        self.models = {version: model}
+        self.latest = version
+        self._spare = None  # a retired copy, reused by the next publish instead of a new deepcopy
+        self._lock = threading.Lock()  # publish/retire (learner thread) against the scoring thread's lookups
+
+    @classmethod
+    def load(cls, model_path: str, device: str = "cpu", max_length: int | None = None, batch_size: int = 8,
+             template_version: str | None = None) -> "RMScorer":
+        """The RM checkpoint at `model_path` as version 0."""
         model, tokenizer, recorded_version = load_rm(model_path)
         if template_version is not None and template_version != recorded_version:
             raise ValueError(f"{model_path} was trained with template {recorded_version!r}, not {template_version!r}")
-        self.model = model.to(device).eval()
-        self.tokenizer = tokenizer
-        self.template_version = recorded_version
-        self.max_length = usable_max_length(model, max_length)
-        self.batch_size = batch_size
+        model = model.to(device)
+        return cls(model, tokenizer, max_length=usable_max_length(model, max_length),
+                   template_version=recorded_version, batch_size=batch_size)
 
-    def logits(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str]) -> list[float]:
-        """Raw RM logits for each triple, in input order."""
-        return score_logits(self.model, self.tokenizer, questions, references, completions, max_length=self.max_length,
+    @property
+    def model(self):
+        """The latest version's weights."""
+        return self.model_of(self.latest)
+
+    def model_of(self, version: int):
+        with self._lock:
+            if version not in self.models:
+                raise KeyError(f"RM version {version} is no longer kept (latest {self.latest}, kept "
+                               f"{sorted(self.models)})")
+            return self.models[version]
+
+    # ---------------------------------------------------------------------------------------- scoring
+    def logits(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
+               version: int | None = None) -> list[float]:
+        """Raw RM logits of each triple, in input order, on `version`'s weights (None: the latest)."""
+        return score_logits(self.model_of(self.latest if version is None else version), self.tokenizer, questions,
+                            references, completions, max_length=self.max_length,
                             template_version=self.template_version, batch_size=self.batch_size)
 
-    def score(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str]) -> list[float]:
-        """P(correct) = sigmoid(logit) in [0, 1] for each triple, in input order (tanh form: no overflow)."""
-        return [0.5 * (1.0 + math.tanh(logit / 2)) for logit in self.logits(questions, references, completions)]
+    def score(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
+              version: int | None = None) -> list[float]:
+        """P(correct) = sigmoid(logit) in [0, 1] of each triple, in input order."""
+        logits = self.logits(questions, references, completions, version)
+        return probability_correct(torch.tensor(logits, dtype=torch.float64)).tolist()
+
+    def logits_of(self, items: list[Item]) -> list[float]:
+        """Logits of (version, question, reference, completion) items in input order; items of one version are
+        scored together, on that version's weights (the service's batches mix the versions of open groups)."""
+        logits = [0.0] * len(items)
+        for version in sorted({item[0] for item in items}):
+            index = [i for i, item in enumerate(items) if item[0] == version]
+            scored = self.logits([items[i][1] for i in index], [items[i][2] for i in index],
+                                 [items[i][3] for i in index], version)
+            for i, logit in zip(index, scored):
+                logits[i] = logit
+        return logits
+
+    # --------------------------------------------------------------------------------------- versions
+    @torch.no_grad()
+    def publish(self, trained_module) -> int:
+        """A new version with `trained_module`'s weights (a copy: training goes on in place); returns its number."""
+        with self._lock:
+            latest, fresh, self._spare = self.models[self.latest], self._spare, None
+        fresh = fresh if fresh is not None else copy.deepcopy(latest)
+        fresh.load_state_dict(trained_module.state_dict())
+        fresh.eval()
+        with self._lock:
+            self.latest += 1
+            self.models[self.latest] = fresh
+            return self.latest
+
+    @torch.no_grad()
+    def restore(self, version: int, state_dict: dict) -> None:
+        """Hold an older `version` again (a checkpoint kept its weights because an open group is pinned to it)."""
+        with self._lock:
+            latest = self.models[self.latest]
+        model = copy.deepcopy(latest)
+        model.load_state_dict(state_dict)
+        model.eval()
+        with self._lock:
+            self.models[version] = model
+
+    def versions(self) -> set[int]:
+        with self._lock:
+            return set(self.models)
+
+    def retire(self, in_use: set[int]) -> list[int]:
+        """Drop the versions that are neither the latest nor in `in_use`; returns the dropped ones."""
+        with self._lock:
+            dropped = [v for v in self.models if v != self.latest and v not in in_use]
+            for version in dropped:
+                self._spare = self.models.pop(version)
+            return dropped

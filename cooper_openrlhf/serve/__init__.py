@@ -1,6 +1,7 @@
 """The reward service: Cooper behind a trainer's reward URL (OpenRLHF's `--reward.remote_url`, TRL, verl).
 
-protocol (requests in, responses out, prompt splitting), modes (the reward paid), batcher (across concurrent
-requests), groups (GRPO groups pinned to an RM version), scorer (RM weights by version), learner (Cooper's RM update
-on complete groups), service (the async core), checkpoint, metrics, app (HTTP: auth, limits). `cli.serve` wires them.
+A transport around the Cooper core (`core/`: the reward paid, the pairs, the metrics, the hacking response):
+protocol (requests in, responses out, prompt splitting), batcher (across concurrent requests), groups (GRPO groups
+pinned to an RM version; the versions themselves are `rm/scorer.py`'s), learner (Cooper's RM update on complete groups), service (the async loop), checkpoint,
+metrics, app (HTTP: auth, limits). `cli.serve` wires them.
 """

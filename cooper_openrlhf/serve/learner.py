@@ -1,81 +1,73 @@
 """The reward service's learner: Cooper's RM update on the groups the service has scored.
 
-A *round* is `groups_per_update` complete groups (set it to the trainer's prompts per step, `--rollout.batch_size`,
-and a synchronous trainer's step t is one round: the RM moves exactly between steps, the paper's timing). Per
-round, the same pipeline as the trainer's (`algo.selection` through `ray.pair_builder.PairBuilder.build_pairs`):
-positives are the rollouts the rule verifier marks correct, rollouts are proved wrong by the same verifier pool,
-negatives come from the group's own proven-wrong rollouts (`negative_source` "rollout", the default here: no
-generation needed) or an assistant's rewrites through an OpenAI-compatible endpoint ("assistant" / "mixed"); then
-`rm.pairwise_update.pairwise_update`, the RM actor's own update, on a DeepSpeed engine prepared as the actor's.
-The trained weights are published to the scorer as the next version (`serve/scorer.py`).
+A step is `groups_per_update` complete groups (set it to the trainer's prompts per step, `--rollout.batch_size`,
+and a synchronous trainer's step t is one step here: the RM moves exactly between steps, the paper's timing; the
+service's log and /metrics call it a round). Per step the core's pair pipeline (`core.build_pairs`, the one the
+trainer runs): positives are the rollouts the rule verifier marks correct, rollouts are proved wrong by the same
+verifier pool (`core.pair_builder.PairBuilder`), negatives come from the group's own proven-wrong rollouts
+(`negative_source` "rollout", the default here: no generation needed) or an assistant's rewrites through an
+OpenAI-compatible endpoint ("assistant" / "mixed"); then `rm.pairwise_update.pairwise_update`, the RM actor's own
+update, on a DeepSpeed engine prepared as the actor's. The trained weights are published to the scorer as the next
+version (`rm/scorer.py`).
 
-Runs in the service's learner thread, one round at a time; knows nothing of HTTP.
+Runs in the service's learner thread, one step at a time; knows nothing of HTTP.
 """
 
 import logging
 import time
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.hacking_stats import rm_reward_by_verdict
-from cooper_openrlhf.algo.metric_keys import ACCURACY, GAP, RM_REWARD
+from cooper_openrlhf.algo.metric_keys import PAID_REWARD
 from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.core import PairConfig, PayConfig, Rollouts, RolloutTexts, RolloutVerdicts, build_pairs
+from cooper_openrlhf.core.rewards import reward_metrics, rm_pay
+from cooper_openrlhf.core.rollouts import verdict_metrics
 from cooper_openrlhf.rm.pairwise_update import RMTrainer, pairwise_update
 from cooper_openrlhf.serve.groups import Group
-from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class LearnConfig:
-    groups_per_update: int  # complete groups per round (the trainer's prompts per step)
+    groups_per_update: int  # complete groups per step (the trainer's prompts per step)
     negative_source: str = "rollout"  # algo.selection's sources: rollout | assistant | mixed
     rollout_negative_pick: str = "hardest"  # hardest (the wrong rollout the RM pays most) | random
     answerless_negatives: bool = False  # answerless rollouts may be rollout negatives too
-    passes: int = 1  # optimizer steps over a round's pairs (--cooper.rm_updates_per_step)
+    passes: int = 1  # optimizer steps over a step's pairs (--cooper.rm_updates_per_step)
     seed: int = 0
 
-
-@dataclass
-class RoundTexts:
-    """A round's samples, flat and prompt-grouped (P groups x n), as the pair pipeline takes them."""
-
-    questions: list[str]
-    references: list[str]
-    completions: list[str]
-    logits: list[float]
-    outcomes: list  # VerifyOutcome per sample
-    rewards: list[float]  # what the trainer was paid
-
-    @classmethod
-    def of(cls, groups: list[Group]) -> "RoundTexts":
-        scored = [s for group in groups for s in group.scored]
-        return cls([s.sample.question for s in scored], [s.sample.reference for s in scored],
-                   [s.sample.completion for s in scored], [s.logit for s in scored], [s.outcome for s in scored],
-                   [s.reward for s in scored])
+    def pairs(self, group_size: int) -> PairConfig:
+        return PairConfig(group_size, self.negative_source, self.rollout_negative_pick, self.answerless_negatives,
+                          self.seed)
 
 
-def round_metrics(texts: RoundTexts, rm_rewards: list[float]) -> dict[str, float]:
-    """What the hacking monitor reads of a round: the RM's pay next to the rule verifier's verdicts (the trainer's keys).
+def rollouts_of(groups: list[Group]) -> tuple[Rollouts, list]:
+    """A step's complete groups as the core reads them (flat, prompt-grouped: P groups x n), and the samples'
+    (B,) verdicts (`verify.rule.Verdict`). Proven-wrong flags are the prepared groups' (all False where none is)."""
+    scored = [s for group in groups for s in group.scored]
+    verdicts = [s.outcome.verdict for s in scored]
+    proven = [wrong for group in groups for wrong in (group.proven_wrong or [False] * len(group.scored))]
+    texts = RolloutTexts([s.sample.question for s in scored], [s.sample.reference for s in scored],
+                         [s.sample.completion for s in scored])
+    return Rollouts(texts, RolloutVerdicts.of(verdicts, proven), [s.logit for s in scored]), verdicts
 
-    rm_rewards: (B,) what the RM pays each sample (its reward form), whatever the service's mode paid.
-    """
-    correct = [o.verdict == Verdict.CORRECT for o in texts.outcomes]
-    accuracy = sum(correct) / len(correct)
-    rm_mean = sum(rm_rewards) / len(rm_rewards)
-    metrics = {ACCURACY: accuracy, RM_REWARD: rm_mean, GAP: rm_mean - accuracy,
-               "cooper/reward_paid_mean": sum(texts.rewards) / len(texts.rewards),
-               "cooper/verify_no_answer": float(sum(o.verdict == Verdict.NO_ANSWER for o in texts.outcomes)),
-               "cooper/verify_timeouts": float(sum(o.verdict == Verdict.TIMEOUT for o in texts.outcomes)),
-               "cooper/samples": float(len(correct))}
-    metrics.update({f"cooper/{k}": v for k, v in rm_reward_by_verdict(correct, rm_rewards).items()})
-    return metrics
+
+def step_metrics(groups: list[Group], pay: PayConfig) -> dict[str, float]:
+    """What the hacking monitor reads of a step: the RM's pay (in `pay`'s form, whoever pays) next to the rule
+    verifier's verdicts, under the trainer's keys, and what the trainer was paid."""
+    rollouts, verdicts = rollouts_of(groups)
+    paid = [s.reward for group in groups for s in group.scored]
+    by_rm = rm_pay(pay, rollouts.rm_logits, rollouts.verdicts.answerless)
+    return {**verdict_metrics(verdicts), **reward_metrics(rollouts.verdicts, by_rm),
+            PAID_REWARD: sum(paid) / len(paid), "cooper/samples": float(len(paid))}
 
 
 class Learner:
-    """Builds a round's pairs and trains the RM on them; see the module docstring.
+    """Builds a step's pairs and trains the RM on them; see the module docstring.
 
-    pair_builder: a `ray.pair_builder.PairBuilder` over the service's verifier pool (and assistant engine).
+    pair_builder: a `core.pair_builder.PairBuilder` over the service's verifier pool (and assistant engine): the
+    core's verifier and assistant side, as the trainer's pair actor holds one.
     """
 
     def __init__(self, trainer: RMTrainer, pair_builder, config: LearnConfig):
@@ -83,26 +75,21 @@ class Learner:
 
     def prepare(self, group: Group) -> None:
         """Prove which of a complete group's samples are wrong (the verifier's both-ways check, the slow part of
-        building pairs), as soon as the group completes: a round's update then waits only for its last group."""
+        building pairs), as soon as the group completes: a step's update then waits only for its last group."""
         group.proven_wrong = self.pair_builder.proven_wrong([s.sample.reference for s in group.scored],
                                                             [s.outcome for s in group.scored])
 
-    def pairs_of(self, groups: list[Group], texts: RoundTexts, group_size: int,
-                 round_index: int) -> tuple[PairBatch, dict[str, float]]:
-        """The round's PairBatch (one slot per group) and its `cooper/*` pair metrics."""
+    def pairs_of(self, groups: list[Group], group_size: int, step: int) -> tuple[PairBatch, dict[str, float]]:
+        """The step's PairBatch (one slot per group) and its `cooper/*` pair metrics (`core.build_pairs`)."""
         for group in groups:
             if group.proven_wrong is None:
                 self.prepare(group)
-        correct = [o.verdict == Verdict.CORRECT for o in texts.outcomes]
-        proven_wrong = [wrong for group in groups for wrong in group.proven_wrong]
-        answerless = [o.verdict == Verdict.NO_ANSWER for o in texts.outcomes]
-        return self.pair_builder.build_pairs(
-            texts.questions, texts.references, texts.completions, correct, group_size, step=round_index,
-            proven_wrong=proven_wrong, answerless=answerless, answerless_negatives=self.config.answerless_negatives,
-            rm_scores=texts.logits, source=self.config.negative_source, pick=self.config.rollout_negative_pick)
+        rollouts, _ = rollouts_of(groups)
+        return build_pairs(self.config.pairs(group_size), rollouts.texts, rollouts.verdicts, rollouts.rm_logits,
+                           self.pair_builder.assistant_negatives, step)
 
     def discard_gradients(self) -> None:
-        """Drop whatever gradients a failed update left accumulated, so the next round's step holds only its own.
+        """Drop whatever gradients a failed update left accumulated, so the next step's update holds only its own.
 
         What DeepSpeed's ZeRO 1/2 optimizer itself does when it skips a step on overflow (`stage_1_and_2.step`)."""
         engine = self.trainer.model
@@ -121,14 +108,13 @@ class Learner:
                 for key in held:
                     held[key] = None
 
-    def learn(self, groups: list[Group], group_size: int, round_index: int) -> tuple[bool, dict[str, float]]:
-        """(whether the RM changed, metrics): the round's pairs and one Cooper RM update on them."""
+    def learn(self, groups: list[Group], group_size: int, step: int) -> tuple[bool, dict[str, float]]:
+        """(whether the RM changed, metrics): the step's pairs and one Cooper RM update on them."""
         start = time.perf_counter()
-        texts = RoundTexts.of(groups)
-        pairs, metrics = self.pairs_of(groups, texts, group_size, round_index)
+        pairs, metrics = self.pairs_of(groups, group_size, step)
         metrics["timing/serve_pairs"] = time.perf_counter() - start
         metrics.update(pairwise_update(self.trainer, pairs, pairs.num_valid, passes=self.config.passes))
         updated = bool(metrics["cooper/rm_updated"]) and metrics.get("cooper/rm_steps_skipped", 0) < self.config.passes
         if not pairs.num_valid:
-            logger.info("round %d: no valid pair in %d groups; the RM is unchanged", round_index, len(groups))
+            logger.info("step %d: no valid pair in %d groups; the RM is unchanged", step, len(groups))
         return updated, metrics

@@ -10,10 +10,10 @@ math-verify, whose deadline needs the main thread) from a problem file: `--probe
 import logging
 
 from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.core import REWARD_MODES, rm_pay
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.rows import RowFormatError, iter_rows
 from cooper_openrlhf.rm.probes import build_probes, probe_metrics, probe_scorer
-from cooper_openrlhf.serve import modes
 from cooper_openrlhf.serve.trainer_groups import last_user_message
 
 logger = logging.getLogger(__name__)
@@ -54,8 +54,8 @@ class ServiceProbe:
         version = scorer.latest
 
         def pay(questions, references, completions):
-            logits = scorer.score([(version, q, r, normalize_solution(c))
+            logits = scorer.logits_of([(version, q, r, normalize_solution(c))
                                    for q, r, c in zip(questions, references, completions)])
-            return modes.rewards_of("rm", logits, [None] * len(logits))
+            return rm_pay(REWARD_MODES["rm"], logits, [False] * len(logits)).tolist()
 
         return probe_metrics(probe_scorer(pay, self.probes, self.dropped))

@@ -5,10 +5,10 @@ Per sample (any number arrive concurrently, one per request from OpenRLHF):
      `wait_for_update` (the default) the first sample of a NEW group waits while an update is in flight, so a
      synchronous trainer's step t+1 is scored by the RM updated on step t, as in the paper; samples of groups
      already open never wait (their version is pinned).
-  2. RM logit (`serve/scorer.py`, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
-     at the same time; the reward of the service's mode (`serve/modes.py`).
+  2. RM logit (`rm/scorer.py`, by version, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
+     at the same time; the reward of the service's mode (`core.REWARD_MODES`, the trainer's reward forms).
   3. record it in its group. Complete groups gather into rounds of `groups_per_update`; each round is read by the
-     hacking monitor (`algo.hacking`, the trainer's rule) and, with learning on, trained on (`serve/learner.py`)
+     hacking response (`core.HackingResponse`, the trainer's) and, with learning on, trained on (`serve/learner.py`)
      in the learner thread; the new version is published when the update ends. On an alarm the service can switch
      to the rule reward (`on_hacking`). With neither rounds nor learning nothing reads a group, so none is kept:
      the version never changes and a sample is scored and forgotten (memory stays flat over any number of groups).
@@ -40,14 +40,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitor, HackingMonitorConfig, guard_step
+from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.metric_keys import ALARM
 from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.core import REWARD_MODES, HackingResponse, RolloutVerdicts, rewards
 from cooper_openrlhf.runtime.registry import Registry
-from cooper_openrlhf.serve import modes
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
-from cooper_openrlhf.serve.learner import RoundTexts, round_metrics
+from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.serve.trainer_groups import (GroupMismatch, open_when_a_round_completes, samples_by_prompt,
                                                   too_many_open)
@@ -63,7 +63,7 @@ ON_HACKING = Registry("--on-hacking", {name: ALARM_RESPONSES[name] for name in (
 class ServiceConfig:
     """How the service batches, groups, pays and learns (one field per `cli.serve` flag)."""
 
-    mode: str = "rm"  # serve/modes.py
+    mode: str = "rm"  # core.REWARD_MODES
     group_size: int = 8  # the trainer's n_samples_per_prompt
     groups_per_update: int = 0  # complete groups per round (the trainer's prompts per step); 0: group_size rounds off
     group_timeout_s: float = 600.0
@@ -78,7 +78,7 @@ class ServiceConfig:
     monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
 
     def __post_init__(self) -> None:
-        modes.REWARD_MODES.check(self.mode)
+        REWARD_MODES.check(self.mode)
         ON_HACKING.check(self.on_hacking)
         if self.group_size < 1 or self.groups_per_update < 0:
             raise ValueError("group_size must be >= 1 and groups_per_update >= 0")
@@ -105,7 +105,7 @@ class Scored:
 
 
 class RewardService:
-    """See the module docstring. `scorer`: a VersionedScorer; `verify_lanes`: one blocking
+    """See the module docstring. `scorer`: an `rm.scorer.RMScorer`; `verify_lanes`: one blocking
     (references, completions) -> outcomes function per lane; `learner`: a `serve.learner.Learner` or None;
     `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None; `log`: a `serve.metrics.ServiceLog`."""
 
@@ -113,15 +113,15 @@ class RewardService:
                  state: dict | None = None, probe=None):
         self.config, self.scorer, self.learner, self.checkpointer, self.log = config, scorer, learner, checkpointer, log
         self.probe = probe  # a serve.probing.ServiceProbe, or None
-        self.mode = config.mode
+        self.pay = REWARD_MODES[config.mode]
         self.groups = GroupTracker(config.group_size, config.group_timeout_s)
-        self.rm_batcher = MicroBatcher(scorer.score, config.max_batch, config.max_wait_s, "rm")
+        self.rm_batcher = MicroBatcher(scorer.logits_of, config.max_batch, config.max_wait_s, "rm")
         self.verify_batcher = MicroBatcher(
             [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],
             config.max_batch, config.max_wait_s, "verifier")
         # Groups are read by rounds (the monitor) and the learner; with neither, none is kept (module docstring).
         self.keeps_groups = learner is not None or config.groups_per_update > 0
-        self.monitor = HackingMonitor(config.monitor)
+        self.hacking = HackingResponse(config.monitor, config.on_hacking)
         self.ready: list[Group] = []  # complete groups not yet in a round
         self.counters = {"rounds": 0, "updates": 0, "pairs": 0, "samples": 0, "alarms": 0, "heldout_samples": 0}
         self.last_round: dict[str, float] = {}
@@ -162,6 +162,11 @@ class RewardService:
             self.log.close()
 
     @property
+    def mode(self) -> str:
+        """The reward mode being paid: the configured one, or "rule" once a hacking alarm switched to it."""
+        return "rule" if self.hacking.paying_rule else self.config.mode
+
+    @property
     def version(self) -> int:
         return self.scorer.latest
 
@@ -196,10 +201,10 @@ class RewardService:
                 if group is not None:
                     self.groups.release(group)
             raise
-        verdicts = [o.verdict for o in outcomes]
-        rewards = modes.rewards_of(self.mode, logits, verdicts)
+        paid = rewards(self.pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits,
+                       paying_rule=self.hacking.paying_rule).paid.tolist()
         answers = []
-        for group, sample, logit, outcome, reward, (version, *_) in zip(places, samples, logits, outcomes, rewards,
+        for group, sample, logit, outcome, reward, (version, *_) in zip(places, samples, logits, outcomes, paid,
                                                                         items):
             if group is None or not self.keeps_groups:  # held out, or a service that keeps no groups
                 if group is None:
@@ -312,9 +317,7 @@ class RewardService:
         then a checkpoint when due. Raises what failed (after the monitor and the log line when the update failed:
         the round is still watched); the round counts either way, and its groups are not retried."""
         self.counters["rounds"] += 1
-        texts = RoundTexts.of(groups)
-        rm_mode = "rm" if self.mode == "rule" else self.mode  # what the RM pays, whatever the service pays
-        metrics = round_metrics(texts, modes.rewards_of(rm_mode, texts.logits, [o.verdict for o in texts.outcomes]))
+        metrics = step_metrics(groups, self.pay)
         versions = [group.version for group in groups]  # the versions that scored the round's groups
         metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
         update_failure = None
@@ -341,12 +344,8 @@ class RewardService:
         if self.probe is not None and self.probe.due(index):  # before the monitor: its rules may read them
             metrics.update(await asyncio.get_running_loop().run_in_executor(self._executor, self.probe.read,
                                                                             self.scorer))
-        metrics.update(guard_step(self.monitor, index, metrics))
-        if metrics[ALARM] and ON_HACKING[self.config.on_hacking].reward_from_rule and self.mode != "rule":
-            logger.warning("reward hacking alarm at round %d: paying the rule reward from now on", index)
-            self.mode = "rule"
+        metrics.update(self.hacking.watch(index, metrics))  # with on_hacking rule_reward: the rule pays from now on
         self.counters["alarms"] += int(metrics[ALARM])
-        metrics["cooper/paying_rule"] = float(self.mode == "rule")
         self.last_round = metrics
         self.log.round(index, metrics)
         if update_failure is not None:
@@ -373,7 +372,7 @@ class RewardService:
 
         self.counters.update(state.get("counters", {}))
         self._checkpointed_updates = self.counters["updates"]
-        self.mode = state.get("mode", self.mode)
+        self.hacking.paying_rule = state.get("mode", self.mode) == "rule" and self.pay.source != "rule"
         self.groups.load_state(state.get("groups", {}))
         self.ready = groups_from_dicts(state.get("ready", []))
         held = self.scorer.versions()

@@ -1,7 +1,8 @@
 """PairBuilder: verify a step's rollouts and write the assistant's negatives, for Cooper's pairs.
 
-Pure Python (no Ray import): `ray/pair_actor.py` wraps it in a Ray actor, and the tests drive it
-with a fake engine and the real verifier pool in milliseconds. Which rollout is a positive, which is a
+The core's side that needs the verifier pool and an engine: `ray/pair_actor.py` wraps it in a Ray actor, the
+reward service calls it in its learner thread, and the tests drive it with a fake engine and the real verifier
+pool in milliseconds. Which rollout is a positive, which is a
 rollout negative and how a pair is assembled are pure functions of `algo.selection`; this class owns
 the two things that need the verifier or an engine:
 
@@ -18,8 +19,8 @@ the two things that need the verifier or an engine:
    mislabelled pair); official (the Cooper recipe's), unless its answer is proved equal to the positive's.
    Never the positive unchanged, nor empty.
 
-`build_pairs` runs `algo.selection`'s pair pipeline around them for callers that run a step serially (tests,
-scripts); the trainer runs the same pipeline with its rewrites overlapping its RM scoring.
+The pair pipeline around them is the core's (`core/pairs.py`): the trainer runs it with these two calls on the
+pair-construction actor (`ray/pair_actor.py`), the reward service's learner in its own thread.
 
 Seeds: attempt k of step t samples with seed `config.seed + (t * retries + k) * SEED_STRIDE`
 (the engine adds each request's index), so the same step of a run reproduces its negatives.
@@ -30,12 +31,11 @@ reproduce), else the number of earlier calls.
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from cooper_openrlhf.algo import selection
 from cooper_openrlhf.algo.negatives import NegativeConfig, build_rewrite_messages, normalize_solution
-from cooper_openrlhf.algo.pairs import PairBatch
+from cooper_openrlhf.core.rollouts import RolloutVerdicts, verdict_metrics
 from cooper_openrlhf.engines.base import GenerationEngine, SamplingConfig
 from cooper_openrlhf.verify.extract import FALLBACKS, extract_answer
 from cooper_openrlhf.verify.rule import Verdict
@@ -53,15 +53,6 @@ class Verifier(Protocol):
     def equivalence_batch(self, answers_a: list[str], answers_b: list[str]) -> list[bool | None]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass
-class RolloutVerdicts:
-    """The rule verifier's judgement of one step's rollouts (B = prompts * n, prompt-grouped)."""
-
-    correct: list[bool]  # (B,) Verdict.CORRECT: the rollout's final answer equals the reference
-    proven_wrong: list[bool]  # (B,) its final answer is proved different from the reference (both directions)
-    answerless: list[bool]  # (B,) Verdict.NO_ANSWER: no final answer could be extracted (or the text is empty)
 
 
 class PairBuilder:
@@ -110,18 +101,14 @@ class PairBuilder:
         if len(outcomes) != len(completions):
             raise RuntimeError(f"verifier returned {len(outcomes)} verdicts for {len(completions)} completions")
         verdicts = [outcome.verdict for outcome in outcomes]
-        correct = [verdict == Verdict.CORRECT for verdict in verdicts]
         proven_wrong = self.proven_wrong(references, outcomes)
         metrics = {
-            "cooper/verified_accuracy": sum(correct) / len(correct) if correct else 0.0,
-            "cooper/verify_timeouts": float(sum(v == Verdict.TIMEOUT for v in verdicts)),
-            "cooper/verify_no_answer": float(sum(v == Verdict.NO_ANSWER for v in verdicts)),
-            "cooper/verify_errors": float(sum(v == Verdict.ERROR for v in verdicts)),
+            **verdict_metrics(verdicts),
             "cooper/verify_proven_wrong": float(sum(proven_wrong)),
             "cooper/verify_fallback_only_correct": float(self._fallback_only_correct(references, completions, verdicts)),
             "timing/cooper_verify": time.perf_counter() - start,
         }
-        return RolloutVerdicts(correct, proven_wrong, [v == Verdict.NO_ANSWER for v in verdicts]), metrics
+        return RolloutVerdicts.of(verdicts, proven_wrong), metrics
 
     def proven_wrong(self, references: list[str], outcomes) -> list[bool]:
         """True where an INCORRECT rollout's extracted answer is proved different in both directions."""
@@ -230,50 +217,6 @@ class PairBuilder:
             logger.debug("negatives attempt %d: %d still missing", attempt, len(missing))
         return negatives, counts
 
-    # ------------------------------------------------------------------ one serial step
-    def build_pairs(
-        self,
-        questions: list[str],
-        references: list[str],
-        completions: list[str],
-        verified_correct: list[bool],
-        n_samples_per_prompt: int,
-        step: int | None = None,
-        *,
-        proven_wrong: list[bool] | None = None,
-        answerless: list[bool] | None = None,
-        answerless_negatives: bool = False,
-        rm_scores: list[float] | None = None,
-        source: str = "assistant",
-        pick: str = "hardest",
-    ) -> tuple[PairBatch, dict[str, float]]:
-        """One step's pairs, serially: `algo.selection`'s pipeline (plan_negatives -> the assistant's rewrites ->
-        finish_pairs), the one the trainer runs with its rewrites overlapping the RM's scoring. Inputs are flat and
-        prompt-grouped (P * n); questions/references repeat per rollout. Never raises for a step without positives
-        or negatives: those slots are invalid. Returns the PairBatch and its metrics (pairs and rewrites).
-
-        proven_wrong, answerless: (P * n,) `verify`'s verdicts (default all False); with `answerless_negatives`
-            answerless rollouts are rollout-negative candidates too.
-        rm_scores: (P * n,) the RM's scores of the rollouts (needed by pick "hardest" with those sources).
-        """
-        flat = (questions, references, completions, verified_correct)
-        if len({len(items) for items in flat}) != 1:
-            raise ValueError(
-                "questions, references, completions and verified_correct must have one entry per rollout; "
-                f"got lengths {[len(items) for items in flat]}"
-            )
-        proven_wrong = [False] * len(completions) if proven_wrong is None else list(proven_wrong)
-        plan = selection.plan_negatives(verified_correct, proven_wrong, answerless, n_samples_per_prompt, source,
-                                        answerless_negatives)  # validates the grouping
-        group_questions = group_firsts(questions, n_samples_per_prompt, "question")
-        group_references = group_firsts(references, n_samples_per_prompt, "reference")
-        step_seed = self.calls if step is None else step
-        rewrites, metrics = self.assistant_negatives(group_questions, plan.positive_texts(completions),
-                                                     plan.ask_assistant, step)
-        pairs, pair_metrics = selection.finish_pairs(plan, group_questions, group_references, completions, rewrites,
-                                                     rm_scores, pick, seed=self.config.seed + step_seed)
-        return pairs, {**metrics, **pair_metrics}
-
     def close(self) -> None:
         """Close the verifier, and the assistant if it has a `close`."""
         try:
@@ -282,18 +225,4 @@ class PairBuilder:
                 close_assistant()
         finally:
             self.verifier.close()
-
-
-def group_firsts(items: Sequence[str], n: int, name: str) -> list[str]:
-    """Each group's first item; raises if a group's items differ (the batch is not prompt-grouped)."""
-    firsts = []
-    for p in range(0, len(items), n):
-        group = items[p : p + n]
-        if any(item != group[0] for item in group):
-            raise ValueError(
-                f"prompt {p // n}: its {n} rollouts carry different {name}s; inputs must be prompt-grouped "
-                f"(rollouts {p}..{p + n - 1} of one prompt)"
-            )
-        firsts.append(group[0])
-    return firsts
 

@@ -1,0 +1,26 @@
+"""The Cooper core: one Cooper step's logic on plain data, called by both transports.
+
+A step's rollouts go in (`Rollouts`: texts, prompts' questions and labels, the rule verifier's verdicts, the RM's
+logits) and out come the rewards in the configured form (`rewards`), the pairs the RM trains on (`plan_pairs` ->
+the assistant's rewrites -> `finish_pairs`, or `build_pairs` serially), the step's metrics under one set of keys
+(`algo.metric_keys`) and the hacking response (`HackingResponse`). The trainer (`ray/trainer.py`, Ray actors) and
+the reward service (`serve/`, HTTP) are transports around it: neither selects a pair or shapes a reward itself
+(tests/test_core_transports.py).
+
+One word for one thing: a *step*. The paper's Algorithm 1, OpenRLHF's `global_step`, the trainer's logs and
+checkpoints (`global_stepN`) and the hacking rule's window all count steps, and the reward service's groups are
+set up so that one synchronous trainer step is one update of the RM. The service's HTTP-visible counters keep
+their old name ("rounds" at /metrics, the round log) for the clients and dashboards that read them; inside the
+core it is a step.
+
+Knows nothing of Ray, HTTP or DeepSpeed engines: built on `algo/`, `verify/` and `rm/` (the layer test places it
+above them and below `ray/` and `serve/`).
+"""
+
+from cooper_openrlhf.core.hacking import HackingResponse
+from cooper_openrlhf.core.pairs import PairConfig, build_pairs, finish_pairs, plan_pairs
+from cooper_openrlhf.core.rewards import REWARD_MODES, PayConfig, Rewards, rewards, rm_pay
+from cooper_openrlhf.core.rollouts import Rollouts, RolloutTexts, RolloutVerdicts
+
+__all__ = ["HackingResponse", "PairConfig", "PayConfig", "REWARD_MODES", "Rewards", "RolloutTexts",
+           "RolloutVerdicts", "Rollouts", "build_pairs", "finish_pairs", "plan_pairs", "rewards", "rm_pay"]
