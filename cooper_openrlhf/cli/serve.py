@@ -19,6 +19,13 @@ from dataclasses import fields
 
 logger = logging.getLogger("cooper_openrlhf.serve")
 
+# The RM's OpenMP threads share the cores with the event loop, the verifier workers and the learner. libgomp's
+# default makes a thread spin at every barrier, taking the CPU those need; and when a core is taken from a spinner
+# mid-forward, the forward waits for it (a tiny RM's batch-1 forward on 2 shared cores: milliseconds passive,
+# hundreds of milliseconds spinning; benchmarks/serve_throughput.py). Passive threads sleep instead. libgomp reads
+# this when torch loads, so it is set on import, before torch; a value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 PROG = "cooper serve"  # `python -m cooper_openrlhf.cli.serve` runs the same command
 
