@@ -86,7 +86,7 @@ async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[floa
         return len(bodies) / (time.perf_counter() - start), latencies
 
 
-def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 300) -> None:
+def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 900) -> None:
     import requests
 
     deadline = time.monotonic() + timeout_s
