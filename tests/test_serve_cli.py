@@ -53,3 +53,19 @@ def test_a_short_token_is_refused_with_the_command_that_makes_a_good_one(model_d
     make_one = str(refused.value).split("Make one: ", 1)[1]
     subprocess.run(make_one.replace("python", shlex.quote(sys.executable), 1), shell=True, check=True)
     assert len(read_token(str(token))) >= 16 and stat.S_IMODE(token.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("given, shown", [(None, "GOMP_SPINCOUNT = '0'"), ("ACTIVE", "OMP_WAIT_POLICY = 'ACTIVE'")])
+def test_the_rms_openmp_threads_sleep_rather_than_spin_unless_the_user_says(given, shown):
+    """The RM's OpenMP threads share the cores with the event loop and the verifier workers: at a barrier they sleep
+    (libgomp's default spins, taking the CPU those need), unless the user chose a policy. libgomp shows what it
+    runs with (OMP_DISPLAY_ENV) when torch loads it, which `cooper serve` does while building its parser."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    run = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.serve", "--help"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and shown in run.stderr + run.stdout

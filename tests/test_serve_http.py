@@ -125,6 +125,10 @@ def test_the_token_is_required_and_accepted_as_bearer_or_query(service):
     assert requests.post(service.url + f"/get_reward?token={TOKEN}", json=body).status_code == 200
     assert requests.get(service.url + "/metrics").status_code == 401
     assert requests.get(service.url + "/metrics", headers=auth()).status_code == 200
+    assert requests.get(service.url + "/nowhere").status_code == 401
+    assert requests.get(service.url + "/nowhere", headers=auth()).status_code == 404
+    wrong_method = requests.get(service.url + "/get_reward", headers=auth())
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
 
 
 @pytest.mark.parametrize("mutate, status, words", [

@@ -19,6 +19,13 @@ from dataclasses import fields
 
 logger = logging.getLogger("cooper_openrlhf.serve")
 
+# The RM's OpenMP threads share the cores with the event loop, the verifier workers and the learner. libgomp's
+# default makes a thread spin at every barrier, taking the CPU those need; and when a core is taken from a spinner
+# mid-forward, the forward waits for it (a tiny RM's batch-1 forward on 2 shared cores: milliseconds passive,
+# hundreds of milliseconds spinning; benchmarks/serve_throughput.py). Passive threads sleep instead. libgomp reads
+# this when torch loads, so it is set on import, before torch; a value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 PROG = "cooper serve"  # `python -m cooper_openrlhf.cli.serve` runs the same command
 
@@ -66,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mode", default="rm", choices=REWARD_MODES, help="the reward paid (docs/serve.md)")
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="RM weights' dtype (auto: the device's fast one)")
     g.add_argument("--max-batch", type=int, default=64, help="most samples per RM forward")
-    g.add_argument("--max-wait-ms", type=float, default=5.0, help="longest wait for a batch to fill")
+    g.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="longest wait for a batch to fill, only while the scorer is busy (a request on an idle "
+                        "lane runs at once)")
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
     g.add_argument("--verify-lanes", type=int, default=2, help="verifier pools serving batches side by side")
     g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
