@@ -34,8 +34,8 @@ def test_every_published_result_folder_is_cited():
     assert not uncited, f"docs/results folders no page cites (remove them; git history keeps them): {uncited}"
 
 
-@pytest.mark.parametrize("module", sorted(set(CLI.findall((REPO / "README.md").read_text()))))
-def test_every_command_the_readme_names_exists_and_answers_help(module):
+@pytest.mark.parametrize("module", sorted(set(CLI.findall("\n".join(page.read_text() for page in PAGES)))))
+def test_every_python_m_command_the_docs_name_exists_and_answers_help(module):
     main = importlib.import_module(module).main
     shown = io.StringIO()
     with pytest.raises(SystemExit) as done, contextlib.redirect_stdout(shown):
