@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
     needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
     # Pairs of the pair stage's kind come from the lab's own recipe: its pair stage, or the style lab's canonical
-    # sentence with no pair stage (lab/prepare.py `has_pair_source`).
+    # sentence with no pair stage (lab/arm_pairs.py `has_pair_source`).
     no_source = args.rm is not None or (pair_steps == 0 and preset.style is None)
     if needing and no_source and args.arms is None:
         # the preset's own arms from a given RM: the control has no pair stage to draw from, so it is left out
