@@ -96,10 +96,7 @@ class MicroBatcher:
             lane = await self._free_lanes.get()
             was_busy = not self._queue.empty()  # items waited for this lane: the batcher is under load
             batch = [await self._queue.get()]
-            while len(batch) < self.max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            if was_busy and self.max_wait_s > 0:
-                await self._fill(batch)
+            await self._fill(batch, self.max_wait_s if was_busy else 0.0)
             batch = [(item, future) for item, future in batch if not future.cancelled()]  # clients that left
             if not batch:
                 self._free_lanes.put_nowait(lane)
@@ -108,9 +105,9 @@ class MicroBatcher:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _fill(self, batch: list) -> None:
-        """Add items to `batch` as they arrive, for at most `max_wait_s` or until it holds `max_batch`."""
-        deadline = time.monotonic() + self.max_wait_s
+    async def _fill(self, batch: list, wait_s: float) -> None:
+        """Add what is queued to `batch`, then items as they arrive for at most `wait_s`, up to `max_batch`."""
+        deadline = time.monotonic() + wait_s
         while len(batch) < self.max_batch:
             if not self._queue.empty():
                 batch.append(self._queue.get_nowait())
