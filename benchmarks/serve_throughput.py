@@ -9,6 +9,8 @@ One run measures, on the same RM, dtype and stream of single-sample requests (Op
 templated prompt + response, one sample per POST, as its vLLM actors send them), with an aiohttp client holding
 `concurrency` requests in flight:
   serve_rm    `python -m openrlhf.cli.serve_rm` (stock; the CPU runtime only stands in for flash-attn)
+  serve_rm_passive  the same with OMP_WAIT_POLICY=PASSIVE, as `cli.serve` sets it (the baseline is serve_rm's
+              better policy at each concurrency)
   cooper      `python -m cooper_openrlhf.cli.serve`, learning off (RM + rule verifier per sample)
   learning    the same with --learn: groups of --group-size, an RM update every --groups-per-update groups; new
               groups wait for an update in flight (the paper's timing)
@@ -106,7 +108,10 @@ def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
     if kind == "http_ceiling":
         argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "noop_reward_server.py"),
                 "--port", str(port)]
-    elif kind == "serve_rm":
+    elif kind.startswith("serve_rm"):
+        if kind == "serve_rm_passive":
+            # The fair baseline: stock serve_rm with the OpenMP wait policy cli.serve sets for itself.
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
         code = ("from cooper_openrlhf.runtime import install_cpu_runtime; install_cpu_runtime(); import runpy, sys; "
                 "runpy.run_module('openrlhf.cli.serve_rm', run_name='__main__', alter_sys=True)")
         argv = [sys.executable, "-c", code, "--reward.model_name_or_path", args.rm, "--port", str(port),
@@ -221,7 +226,10 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
                 process.wait(60)
     batch, limit = max((first_batch, first_limit), bare_forward(args), key=lambda x: x[1])
     print(f"\nlimit: bare forward {limit:.1f} samples/s at batch {batch}")
-    cooper, stock, ceiling = results.get("cooper"), results.get("serve_rm"), results.get("http_ceiling")
+    cooper, ceiling = results.get("cooper"), results.get("http_ceiling")
+    # serve_rm's better OpenMP policy at each level is the baseline "never below" is judged against
+    stock_runs = [results[k] for k in ("serve_rm", "serve_rm_passive") if k in results]
+    stock = {level: max(run[level] for run in stock_runs) for level in levels} if stock_runs else None
     if cooper and 64 in cooper:
         print(f"cooper / bare forward at concurrency 64: {cooper[64][0] / limit:.2f}x (target >= 0.7)")
     if ceiling and 64 in ceiling:
@@ -233,8 +241,8 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
                                                         f"{level}" for level in levels))
     if cooper and stock:
         for level in levels:
-            print(f"cooper / serve_rm at concurrency {level}: {cooper[level][0] / stock[level][0]:.2f}x "
-                  f"(target >= 1.0)")
+            print(f"cooper / serve_rm (its better OpenMP policy) at concurrency {level}: "
+                  f"{cooper[level][0] / stock[level][0]:.2f}x (target >= 1.0)")
     for kind in ("learning", "learning_nowait"):
         if cooper and kind in results:
             for level in levels:
@@ -251,7 +259,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=512)
     p.add_argument("--concurrency", default="1,16,64,256")
     p.add_argument("--dtype", default="auto", help="cooper's --dtype (auto: bf16 where the CPU has bf16 units)")
-    p.add_argument("--servers", default="http_ceiling,serve_rm,cooper,learning,learning_nowait")
+    p.add_argument("--servers", default="http_ceiling,serve_rm,serve_rm_passive,cooper,learning,learning_nowait")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--groups-per-update", type=int, default=8)
     p.add_argument("--max-batch", type=int, default=64)
@@ -276,7 +284,7 @@ def main() -> None:
         for rm in (model_path("tiny-qwen2-rm"), minilm_verifyrm(rms)):
             args.rm = rm
             # stock serve_rm loads a decoder RM only (get_llm_for_sequence_regression): an encoder is cooper's alone
-            measure(args, levels, kinds if "qwen" in rm else [k for k in kinds if k != "serve_rm"])
+            measure(args, levels, kinds if "qwen" in rm else [k for k in kinds if not k.startswith("serve_rm")])
 
 
 if __name__ == "__main__":
