@@ -94,6 +94,7 @@ class GroupRegistry:
         if self.learner is not None:
             status = await self.learner.status.remote()
             self._adopt(status)
+            self.version = status["version"]
             if status["state"]:
                 self._load_state(status["state"], set(status["versions"]))
             for version in status["versions"]:  # the weights replicas may need: the latest and the pinned ones
