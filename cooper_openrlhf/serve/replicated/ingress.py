@@ -46,7 +46,7 @@ class RemoteService:
     handle; `keeps_groups`: whether the service keeps groups (rounds or learning): without, no place is asked for
     and the version is the one served at start (nothing publishes another)."""
 
-    def __init__(self, config, registry, scorer, keeps_groups: bool, version: int):
+    def __init__(self, config, registry, scorer, keeps_groups: bool, version: int | None):
         self.config, self.registry, self.scorer = config, registry, scorer
         self.keeps_groups, self.version = keeps_groups, version
         self.pay = REWARD_MODES[config.mode]
@@ -148,7 +148,7 @@ class RemoteService:
         return {**status["gauges"], "scoring_retries": float(self.retried)}
 
 
-def ingress_class(config, args, build_splitter, token: str | None, registry, keeps_groups: bool, version: int,
+def ingress_class(config, args, build_splitter, token: str | None, registry, keeps_groups: bool, version: int | None,
                   scorer_name: str, app_name: str):
     """The ingress deployment's class: `serve.app.build_app` around a `RemoteService`, built in each replica
     (`build_splitter(args)`: the prompt splitter, `cli.serve`'s)."""

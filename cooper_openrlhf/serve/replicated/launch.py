@@ -51,7 +51,9 @@ def deploy(args, config, *, token: str | None, build_splitter, build_learner) ->
         learner = ray.remote(LearnerActor).options(
             max_restarts=-1, max_task_retries=0, num_cpus=1).remote(config, args, build_learner, log_dir)
     registry = ray.remote(GroupRegistry).options(num_cpus=0, max_concurrency=100_000).remote(config, learner)
-    version = ray.get(registry.start.remote())
+    started = registry.start.remote()  # with a learner: its start-up (DeepSpeed) runs while Serve deploys
+    # Without rounds the ingress serves the version the registry starts at; with them each place names its version.
+    version = ray.get(started) if not keeps_groups else None
     serve.start(http_options={"host": args.host, "port": args.port})
     scorer = serve.deployment(Scorer, name=SCORER_NAME, num_replicas=args.replicas,
                               max_ongoing_requests=SCORER_ONGOING_BATCHES * args.max_batch,
@@ -61,7 +63,7 @@ def deploy(args, config, *, token: str | None, build_splitter, build_learner) ->
         name=INGRESS_NAME, num_replicas=args.ingress_replicas, max_ongoing_requests=args.max_queued_samples,
         ray_actor_options={"num_cpus": 1})
     serve.run(ingress.bind(scorer), name=APP_NAME, route_prefix="/")
-    return Deployed(registry, learner, version)
+    return Deployed(registry, learner, ray.get(started))
 
 
 def shutdown(deployed: Deployed) -> str | None:

@@ -85,12 +85,22 @@ class GroupRegistry:
         self._waited = 0.0
         self._closing = False
         self._rounds = None
-
-    async def start(self) -> int:
-        """Resume from the learner's checkpoint (when it loaded one) and start the rounds; the version served."""
+        # Set once `start` has heard from the learner (its DeepSpeed start-up runs while Serve deploys the
+        # replicas); every call that reads the groups or the version waits for it.
+        self._started = asyncio.Event()
         self.update_done = asyncio.Event()
         self.update_done.set()
         self._round_wakeup = asyncio.Event()
+
+    async def start(self) -> int:
+        """Resume from the learner's checkpoint (when it loaded one) and start the rounds; the version served."""
+        try:
+            await self._start()
+        finally:
+            self._started.set()
+        return self.version
+
+    async def _start(self) -> None:
         if self.learner is not None:
             status = await self.learner.status.remote()
             self._adopt(status)
@@ -100,12 +110,12 @@ class GroupRegistry:
             for version in status["versions"]:  # the weights replicas may need: the latest and the pinned ones
                 self.weights.setdefault(version, self.learner.weights.remote(version))
             self._rounds = asyncio.get_running_loop().create_task(self._round_loop())
-        return self.version
 
     # ------------------------------------------------------------------------------------ places
     async def reserve(self, prompts: list[str], heldout: list[bool]) -> tuple[list[Place], bool]:
         """(a place per sample, whether the rule reward is paid); GroupMismatch once the trainer's groups are seen
         not to be the service's."""
+        await self._started.wait()
         if self._closing:
             raise RuntimeError("the service is shutting down")
         if self.group_mismatch:
@@ -170,9 +180,10 @@ class GroupRegistry:
         self.counters["samples"] += samples
         self.counters["heldout_samples"] += heldout
 
-    def weights_of(self, version: int) -> tuple[list, list[int]]:
+    async def weights_of(self, version: int) -> tuple[list, list[int]]:
         """([the object holding `version`'s weights, or None]: in a list, so the caller gets the reference), and the
         versions a replica must keep (the latest and those open groups are pinned to)."""
+        await self._started.wait()
         return [self.weights.get(version)], sorted(self._versions_in_use() | {self.version})
 
     # ------------------------------------------------------------------------ trainer-group checks
@@ -328,8 +339,9 @@ class GroupRegistry:
         return await self.learner.finish.remote(self._pinned_refs(), ray.get_runtime_context().current_actor)
 
     # ------------------------------------------------------------------------------------ status
-    def status(self) -> dict:
+    async def status(self) -> dict:
         """What /health and /metrics show (`RewardService.gauges()`, `learning_status`, `group_mismatch`)."""
+        await self._started.wait()
         learning = "ok" if self.round_error is None else f"failing: {self.round_error}"
         if self.learner_down:
             learning = "learner restarting: scoring with the last published version"
