@@ -2,7 +2,7 @@
 cluster of its own: the CLI is started as a process (the user's path), it starts the cluster, and everything it
 started is stopped with it (SIGTERM, then SIGKILL by pid of what is left; never `ray stop`).
 
-- A scoring replica killed -9 in the middle of a stream of single-sample POSTs (aiohttp, OpenRLHF's body, one try
+- Each scoring replica killed -9 in turn in the middle of a stream of single-sample POSTs (aiohttp, OpenRLHF's body, one try
   each: stricter than OpenRLHF's client, which would try 5 times): every request 200 with the RM's own score, the
   ingress retried the killed replica's calls, and Serve put a new replica in its place.
 - The learner killed -9 in the middle of an update: scoring goes on with the last published version meanwhile
@@ -156,22 +156,25 @@ def as_body(sample: tuple) -> dict:
     return {"query": [query], "prompts": [prompt], "labels": [label]}
 
 
-def test_a_replica_killed_mid_stream_costs_no_request(model_dir, tmp_path):
+def test_scoring_replicas_killed_mid_stream_cost_no_request(model_dir, tmp_path):
     policy = Policy(model_dir)
-    service = ReplicatedService(tmp_path, model_dir)
+    # Batches that wait 50 ms to fill keep both replicas busy with calls in flight, so a kill lands inside one.
+    service = ReplicatedService(tmp_path, model_dir, "--max-batch", "16", "--max-wait-ms", "50")
     try:
         scorers = service.pids("ServeReplica:cooper-serve:Scorer")
         assert len(scorers) == 2, scorers
         samples = arithmetic_samples(policy, 600)
         killed = []
 
-        def kill_one_once_a_sixth_is_answered(answered: int) -> None:
-            if answered >= len(samples) // 6 and not killed:
-                killed.append(scorers[0])
-                os.kill(scorers[0], signal.SIGKILL)
+        def kill_each_original_replica_in_turn(answered: int) -> None:
+            """The first at a sixth of the stream, the second at a half (the first's replacement serves by then)."""
+            due = [len(samples) // 6, len(samples) // 2]
+            if len(killed) < len(due) and answered >= due[len(killed)]:
+                killed.append(scorers[len(killed)])
+                os.kill(killed[-1], signal.SIGKILL)
 
         answers = asyncio.run(post_all(service.url, [as_body(s) for s in samples], 64,
-                                       kill_one_once_a_sixth_is_answered))
+                                       kill_each_original_replica_in_turn))
         health = service.health()
         deadline = time.monotonic() + 180
         while len(service.pids("ServeReplica:cooper-serve:Scorer")) < 2 and time.monotonic() < deadline:
@@ -179,7 +182,7 @@ def test_a_replica_killed_mid_stream_costs_no_request(model_dir, tmp_path):
         replaced = service.pids("ServeReplica:cooper-serve:Scorer")
     finally:
         service.stop()
-    assert killed, "the stream ended before the kill"
+    assert len(killed) == 2, "the stream ended before the kills"
     failed = [(i, a) for i, a in enumerate(answers) if a[0] != 200]
     assert not failed, failed[:5]
     # every reward is the RM's own score of that sample (scored in other batches: fp32 rounding only)
@@ -188,7 +191,7 @@ def test_a_replica_killed_mid_stream_costs_no_request(model_dir, tmp_path):
     assert max(abs(g - e) for g, e in zip(got, own)) < 1e-4
     # the kill hit calls in flight, and the ingress sent them again; Serve replaced the replica
     assert health["scoring_retries"] >= 1 and health["samples"] == len(samples)
-    assert len(replaced) == 2 and killed[0] not in replaced
+    assert len(replaced) == 2 and not set(killed) & set(replaced)
 
 
 def question_from(policy: Policy, prompt: str) -> str:

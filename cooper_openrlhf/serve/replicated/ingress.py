@@ -4,30 +4,31 @@ Ray Serve's proxy hands each HTTP request to an ingress replica, which runs `ser
 body limits, parsing, text validation, prompt splitting, the memory bound, the statuses, the answer) around
 `RemoteService`, which has what the app asks of `serve.service.RewardService`:
   1. `score(samples)`: a place per sample from the group registry (its group's RM version; a new group waits there
-     while an update is in flight), one call per sample to the scoring deployment (Serve routes it to a replica,
-     whose `@serve.batch` batches it with its neighbours), the reward of the service's mode (`core.rewards`, as in
-     one process), the scored samples recorded in their groups; on any failure the places are given back, so the
-     client's retry takes them again.
+     while an update is in flight), the samples of concurrent requests gathered into one call to the scoring
+     deployment (`serve/batcher.py`'s `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per
+     replica; Serve routes each to a replica, whose `@serve.batch` merges the calls it gets), the reward of the
+     service's mode (`core.rewards`, as in one process), the scored samples recorded in their groups; on any failure
+     the places are given back, so the client's retry takes them again. One call per batch, not per sample: each
+     Serve call costs CPU in its router and Ray's RPC, which on a small machine is the front's ceiling.
   2. `gauges()`: the registry's numbers, with this ingress's own.
 
 A replica that dies with calls in flight (kill -9, a lost node) fails them with `RayActorError` (Serve does not
 retry them); Serve's router sends calls it had not yet routed elsewhere once the controller notices. So each call
-that fails that way is sent again, after 0.1 s doubling to 2 s, until it is answered or the app's request timeout
-(`--request-timeout-s`, under OpenRLHF's 180 s) ends the request: a replica restart costs the trainer time, never
-a failed try. An error the scoring itself raised is not retried here (it is the sample's 500, as in one process).
+that fails that way is sent again, after 0.1 s doubling to 2 s, for up to `--request-timeout-s` (the app answers the
+request 504 at that time, under OpenRLHF's 180 s): a replica restart costs the trainer time, never a failed try. An
+error the scoring itself raised is not retried here (it is that sample's 500, as in one process).
 """
 
 import asyncio
 import logging
 import math
 import time
-from types import SimpleNamespace
 
 import ray
 
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.core import REWARD_MODES, RolloutVerdicts, rewards
-from cooper_openrlhf.serve.batcher import BatchStats
+from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import ScoredSample
 from cooper_openrlhf.serve.metrics import ServiceLog
 from cooper_openrlhf.serve.replicated.registry import NO_GROUP, Place
@@ -46,18 +47,23 @@ class RemoteService:
     handle; `keeps_groups`: whether the service keeps groups (rounds or learning): without, no place is asked for
     and the version is the one served at start (nothing publishes another)."""
 
-    def __init__(self, config, registry, scorer, keeps_groups: bool, version: int | None):
+    def __init__(self, config, registry, scorer, keeps_groups: bool, version: int | None, calls_in_flight: int = 2,
+                 retry_for_s: float = 150.0):
         self.config, self.registry, self.scorer = config, registry, scorer
         self.keeps_groups, self.version = keeps_groups, version
         self.pay = REWARD_MODES[config.mode]
         self.log = ServiceLog(None)
-        self.rm_batcher = SimpleNamespace(stats=BatchStats())  # the app's Retry-After reads the scoring rate
+        self.retry_for_s = retry_for_s
+        # One lane per scoring call in flight; the app's Retry-After reads this batcher's rate.
+        self.rm_batcher = MicroBatcher([self._score_remote] * calls_in_flight, config.max_batch, config.max_wait_s,
+                                       "scoring calls")
         self.mode, self.learning_status, self.group_mismatch = config.mode, "ok", None
         self.retried = 0  # scoring calls sent again after their replica died
         self._uncounted = [0, 0]  # samples, held-out samples scored and not yet reported (no places asked)
         self._flusher = None
 
     async def start(self) -> None:
+        self.rm_batcher.start()
         if not self.keeps_groups:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_counts_forever())
 
@@ -65,6 +71,7 @@ class RemoteService:
         """The learner's checkpoint is the launcher's to take (`launch.py`), once, not each ingress replica's."""
         if self._flusher is not None:
             self._flusher.cancel()
+        await self.rm_batcher.stop()
         await self._flush_counts()
 
     async def score(self, samples: list) -> list[Scored]:
@@ -77,11 +84,7 @@ class RemoteService:
         try:
             items = [ScoreItem(p.version, s.question, s.reference, normalize_solution(s.completion), s.completion)
                      for p, s in zip(places, samples)]
-            start = time.perf_counter()
-            results = await asyncio.gather(*(self._score_one(item) for item in items))
-            stats = self.rm_batcher.stats
-            stats.batches, stats.items = stats.batches + 1, stats.items + len(items)
-            stats.busy_seconds += time.perf_counter() - start
+            results = await self.rm_batcher.submit_many(items)
             for i, (logit, _) in enumerate(results):
                 if not math.isfinite(logit):
                     raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
@@ -102,17 +105,20 @@ class RemoteService:
         return [Scored(reward, logit, outcome.verdict, place.version)
                 for place, logit, outcome, reward in zip(places, logits, outcomes, paid)]
 
-    async def _score_one(self, item: ScoreItem) -> tuple:
-        """One sample through the scoring deployment, sent again while the replica it reached has died."""
-        delay = RETRY_FIRST_S
+    def _score_remote(self, items: list[ScoreItem]) -> list:
+        """A batch through the scoring deployment (blocking: a batcher lane's thread), sent again while the replica
+        it reached has died; per item a result or that item's exception."""
+        delay, deadline = RETRY_FIRST_S, time.monotonic() + self.retry_for_s
         while True:
             try:
-                return await self.scorer.score.remote(item)
+                return self.scorer.score_many.remote(items).result()
             except ray.exceptions.RayActorError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
                 self.retried += 1
-                logger.warning("a scoring replica died with a sample in flight (%s); sending it again in %.1fs",
-                               type(exc).__name__, delay)
-                await asyncio.sleep(delay)
+                logger.warning("a scoring replica died with %d samples in flight (%s); sending them again in %.1fs",
+                               len(items), type(exc).__name__, delay)
+                time.sleep(delay)
                 delay = min(2 * delay, RETRY_MAX_S)
 
     @staticmethod
@@ -161,7 +167,8 @@ def ingress_class(config, args, build_splitter, token: str | None, registry, kee
 
         worker_logging()
         scorer = serve.get_deployment_handle(scorer_name, app_name=app_name)
-        service = RemoteService(config, registry, scorer, keeps_groups, version)
+        service = RemoteService(config, registry, scorer, keeps_groups, version,
+                                calls_in_flight=max(2, 2 * args.replicas), retry_for_s=args.request_timeout_s)
         return build_app(service, build_splitter(args), token=token, max_body_bytes=args.max_body_bytes,
                          max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
                          max_queued_samples=args.max_queued_samples, max_queued_bytes=args.max_queued_bytes,

@@ -69,6 +69,11 @@ class Scorer:
             raise result
         return result
 
+    async def score_many(self, items: list[ScoreItem]) -> list:
+        """Per item, (RM logit, `VerifyOutcome`) or the exception it failed with alone: one call for the samples an
+        ingress gathered, merged by `@serve.batch` with what other calls bring."""
+        return list(await asyncio.gather(*(self.score_batch(item) for item in items)))
+
     def pid(self) -> int:
         return os.getpid()
 
