@@ -302,7 +302,7 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
         _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}",
                         *(["--train.async_enable"] if fault == "async" else []))
         health = _wait_for("every round learned", lambda: (h := service.health())["rounds"] >= STEPS
-                           and not h["update_in_flight"] and h, timeout_s=180)
+                           and not h["update_in_flight"] and h, timeout_s=420)
     finally:
         if killer is not None:
             killer.done.set()
@@ -312,9 +312,11 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
     assert health["samples"] == STEPS * PROMPTS_PER_STEP * STOCK_N
     assert health["groups_completed"] == STEPS * PROMPTS_PER_STEP and health["groups_expired"] == 0
     assert health["groups"] == "ok" and health["round_failures"] == 0
-    # each trainer group was scored by one version across the replicas (a round's groups: min = max), rising
     assert [r["round"] for r in rounds] == list(range(STEPS))
-    assert all(r["cooper/scored_version_min"] == r["cooper/scored_version_max"] for r in rounds), rounds
+    if fault != "async":
+        # each step's groups, scored on both replicas, by one version (min = max over the step); an async trainer
+        # sends step t+1 while step t's update runs, so its groups may see two versions (each group one)
+        assert all(r["cooper/scored_version_min"] == r["cooper/scored_version_max"] for r in rounds), rounds
     after = [r["cooper/rm_version_after"] for r in rounds]
     assert after == sorted(after) and health["updates"] >= 1 and health["rm_version"] == health["updates"]
     if fault in ("none", "replica"):  # the paper's timing: step t+1 scored by the RM updated on step t

@@ -201,10 +201,12 @@ class GroupRegistry:
             raise GroupMismatch(reason)
 
     def _check_round_at_step_end(self) -> None:
-        """Invariant (2) of serve/trainer_groups.py, when a group completes a round (`serve/service.py`)."""
+        """Invariant (2) of serve/trainer_groups.py, when a group completes a round (`serve/service.py`). Rounds
+        can queue up here (a learner restarting keeps the gate open, so the next step's groups complete while the
+        last round waits), so the check is made when a round's last group completes, not at every completion after."""
         per_round = self.config.groups_per_update
         if not (self.config.check_groups and self.config.wait_for_update and per_round) \
-                or self.group_mismatch is not None or len(self.ready) < per_round:
+                or self.group_mismatch is not None or len(self.ready) < per_round or len(self.ready) % per_round:
             return
         others = [(g.prompt, g.reserved) for g in self.groups.open.values()]
         counts = samples_by_prompt([*self.ready, *self.groups.open.values()], self.ready[-1].version)
