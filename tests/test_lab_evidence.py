@@ -78,7 +78,7 @@ def test_the_full_presets_own_arms_from_a_given_rm_leave_the_control_out_and_say
 
 def test_offline_pairs_files_are_fresh_each_step_and_load_as_valid_pair_batches(tmp_path):
     from cooper_openrlhf.algo.offline_pairs import load_offline_pairs, offline_batch
-    from cooper_openrlhf.lab.prepare import OFFLINE_STEPS_SPARE, write_offline_pairs
+    from cooper_openrlhf.lab.arm_pairs import OFFLINE_STEPS_SPARE, write_offline_pairs
 
     quick = PRESETS["quick"]
     path = tmp_path / "pairs.jsonl"

@@ -14,76 +14,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-LAUNCH = REPO / "launch_scripts"
-SHIMS = Path(__file__).resolve().parent / "slurm_shims"
+from launch_bench import LAUNCH, REPO, SHIMS, Shell, _model, rl_env, shell
 
-
-def _model(path: Path) -> str:
-    path.mkdir(parents=True)
-    (path / "config.json").write_text("{}")
-    return str(path)
-
-
-def _reward_model(path) -> str:
-    """A folder whose config is a one-logit sequence classifier's (what VERIFY_RM must hold)."""
-    _model(path)
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForSequenceClassification"],
-                                                  "model_type": "qwen2", "num_labels": 1}))
-    return str(path)
-
-
-class Shell:
-    """Runs a launcher with the shims first on PATH; `calls(tool)` reads what the shims recorded."""
-
-    def __init__(self, tmp_path: Path):
-        self.tmp = tmp_path
-        self.log = tmp_path / "shim.log"
-        self.state = tmp_path / "ray-state"
-        self.env = {
-            "PATH": f"{SHIMS}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "PYTHONPATH": str(REPO), "COOPER_PYTHON": sys.executable, "SHIM_PYTHON": sys.executable,
-            "COOPER_RAY": "ray",  # PATH's: the shim (else the launchers take the `ray` beside COOPER_PYTHON)
-            "SHIM_LOG": str(self.log), "FAKE_RAY_STATE": str(self.state), "HOME": os.environ.get("HOME", "/tmp"),
-            "PYTHONWARNINGS": "ignore",
-        }
-
-    def run(self, script: str, env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        started = time.monotonic()
-        result = subprocess.run(["bash", str(LAUNCH / script), *args], env={**self.env, **env}, capture_output=True,
-                                text=True, timeout=timeout)
-        result.seconds = time.monotonic() - started
-        return result
-
-    def calls(self, tool: str) -> list[list[str]]:
-        if not self.log.exists():
-            return []
-        return [call for call in map(json.loads, self.log.read_text().splitlines()) if call[0] == tool]
-
-    def stopped_nodes(self) -> list[str]:
-        """Nodes on which the launcher ran cluster/ray_stop.py (as `@node`, sorted)."""
-        return sorted("@" + next(a.split("=", 1)[1] for a in call if a.startswith("--nodelist="))
-                      for call in self.calls("srun") if "cooper_openrlhf.cluster.ray_stop" in call)
-
-    def leftover_steps(self) -> list[int]:
-        """Fake `ray start --block` processes still running (each would hold a node's GPUs)."""
-        alive = []
-        for pid_file in (self.state / "pids").glob("*") if (self.state / "pids").is_dir() else []:
-            pid = int(pid_file.read_text())
-            try:
-                os.kill(pid, 0)
-                alive.append(pid)
-            except ProcessLookupError:
-                pass
-        return alive
-
-
-@pytest.fixture
-def shell(tmp_path):
-    shell = Shell(tmp_path)
-    yield shell
-    for pid in shell.leftover_steps():  # never leave a fake step behind, even when an assertion failed
-        os.kill(pid, 9)
+__all__ = ["rl_env", "shell"]  # the fixtures, used by name
 
 
 # ------------------------------------------------------------------------ the multi-node Ray logic
@@ -185,13 +118,6 @@ def test_scancel_stops_ray_on_every_node(shell):
 
 
 # ------------------------------------------------------------------------ the RL launcher, whole
-@pytest.fixture
-def rl_env(tmp_path):
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"question": f"{i} + 1?", "answer": str(i + 1), "instruction": "boxed"}) + "\n"
-                               for i in range(64)))
-    return {"POLICY": _model(tmp_path / "policy"), "VERIFY_RM": _reward_model(tmp_path / "rm"), "ASSISTANT_MODEL": "policy",
-            "PROMPTS": str(prompts), "OUT": str(tmp_path / "out"), "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32"}
 
 
 def test_rl_dry_run_prints_every_node_command_and_submit_mode_sbatches_itself(shell, rl_env):
@@ -427,66 +353,3 @@ def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(
     assert f"--dependency=afterok:{ids[2]}:{ids[3]}" in jobs[5]  # the report reads the arms' run folders
     held = [json.loads(line) for line in (tmp_path / "work" / "heldout.jsonl").read_text().splitlines()]
     assert len(held) == 8 and len((tmp_path / "work" / "prompts.jsonl").read_text().splitlines()) == 56
-
-
-# ------------------------------------------------------------------------ secrets (issue 46)
-def test_a_key_fed_through_every_printing_path_is_found_nowhere(shell, rl_env, tmp_path):
-    """A wandb key (from WANDB_API_KEY, as wandb reads it, and one passed as a flag after the launcher) and a reward
-    service token (`?token=` in --reward.remote_url) reach no printed, logged or recorded command: the dry run, the
-    job's own output and Ray job log, launch.json, run_info.json, and the lab's command.txt, run_info.json and run
-    log (which holds train_cooper's printed args)."""
-    from cooper_openrlhf.lab.presets import PRESETS
-    from cooper_openrlhf.lab.runner import LabFiles, run_arm
-
-    env_key, flag_key, token = "envkey" + "0" * 34, "flagkey" + "1" * 33, "svctoken" + "2" * 24
-    seen = []  # every text a user could copy somewhere
-
-    dry = shell.run("cooper_slurm.sbatch", {**rl_env, "DRY_RUN": "1", "WANDB_API_KEY": env_key},
-                    "--logger.wandb.key", flag_key)
-    assert dry.returncode == 0, dry.stderr
-    seen += [dry.stdout, dry.stderr]
-    assert "--logger.wandb.key env:WANDB_API_KEY" in dry.stdout  # wandb on, the key left in the environment
-    assert "--logger.wandb.key '***'" in dry.stdout and "ray job submit" in dry.stdout
-    assert "export WANDB_API_KEY instead" in dry.stderr  # the note for a key given on the command line
-
-    refused = shell.run("cooper_slurm.sbatch", {**rl_env, "DRY_RUN": "1"},
-                        "--reward.remote_url", f"http://rm-host:5000/get_reward?token={token}")
-    assert refused.returncode == 2  # Cooper's own RM replaces a remote one; the refusal shows no token either
-    seen += [refused.stdout, refused.stderr]
-
-    job_env = {**rl_env, "SLURM_JOB_ID": "91", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu-a",
-               "GPUS_PER_NODE": "4", "ARM": "rule", "WANDB_API_KEY": env_key}
-    job = shell.run("cooper_slurm.sbatch", job_env, "--logger.wandb.key", flag_key)
-    assert job.returncode == 0, job.stderr
-    out = Path(rl_env["OUT"])
-    launch = json.loads((out / "launch.json").read_text())
-    assert launch["attempts"][0]["env"]["WANDB_API_KEY"] == "***"
-    assert "***" in launch["attempts"][0]["command"] and "***" in launch["configuration"]
-    seen += [job.stdout, job.stderr, (out / "launch.json").read_text(), (out / "run_info.json").read_text(),
-             (out / "logs" / "job.log").read_text()]
-    submitted = next(call for call in shell.calls("ray") if call[2:4] == ["job", "submit"])
-    assert env_key not in " ".join(submitted)  # only the flag the user typed reaches Ray, and no record shows it
-
-    files = LabFiles(root=tmp_path / "lab", policy=tmp_path / "lab" / "no-policy", rm=tmp_path / "lab" / "rm")
-    info = run_arm(PRESETS["tiny"], files, "rule", seed=0, timeout_s=300,
-                   extra_flags=("--logger.wandb.key", flag_key, "--logger.wandb.project", "p"))
-    run = files.run_dir("rule", 0)
-    log = Path(info["log"]).read_text()
-    assert info["status"] == "failed" and "model folder does not exist" in log  # stopped at start-up...
-    assert "'key': '***'" in log or "key='***'" in log  # ...after printing its args, the key redacted
-    seen += [(run / "command.txt").read_text(), (run / "run_info.json").read_text(), log]
-    assert "--logger.wandb.key ***" in seen[-3]
-
-    leaks = [(index, secret) for index, text in enumerate(seen) for secret in (env_key, flag_key, token)
-             if secret in text]
-    assert not leaks, leaks
-
-
-def test_the_verifyrm_train_launcher_takes_the_wandb_key_from_the_environment(shell, tmp_path):
-    data = tmp_path / "data.jsonl"
-    data.write_text(json.dumps({"question": "1+1?", "reference": "2", "completion": "2", "label": 1}) + "\n")
-    env = {"PRETRAIN": _model(tmp_path / "base"), "DATA": str(data), "OUT": str(tmp_path / "rm"), "GPUS": "1",
-           "RM_TRAIN_BATCH_SIZE": "4", "DRY_RUN": "1", "WANDB_API_KEY": "k" * 40}
-    result = shell.run("verifyrm_train.sbatch", env)
-    assert result.returncode == 0, result.stderr
-    assert "--logger.wandb.key env:WANDB_API_KEY" in result.stdout and "k" * 40 not in result.stdout + result.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "lab").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 CLI = re.compile(r"python -m (cooper_openrlhf\.cli\.\w+)")
 COOPER = re.compile(r"(?:^|`)cooper (inspect [a-z][\w-]*|[a-z][\w-]*)", re.M)  # at a line's start or in code
@@ -34,8 +34,8 @@ def test_every_published_result_folder_is_cited():
     assert not uncited, f"docs/results folders no page cites (remove them; git history keeps them): {uncited}"
 
 
-@pytest.mark.parametrize("module", sorted(set(CLI.findall((REPO / "README.md").read_text()))))
-def test_every_command_the_readme_names_exists_and_answers_help(module):
+@pytest.mark.parametrize("module", sorted(set(CLI.findall("\n".join(page.read_text() for page in PAGES)))))
+def test_every_python_m_command_the_docs_name_exists_and_answers_help(module):
     main = importlib.import_module(module).main
     shown = io.StringIO()
     with pytest.raises(SystemExit) as done, contextlib.redirect_stdout(shown):

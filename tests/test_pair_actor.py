@@ -41,6 +41,15 @@ def _assert_negatives_verified_different(batch) -> None:
         assert negative is not None and answers_equivalent(positive, negative) is False, (p, batch.negatives[p])
 
 
+def test_a_dedicated_assistant_engine_defaults_to_no_more_positions_than_its_model_has(model_dir):
+    """`--cooper.assistant model` leaves the length to this default; vLLM refuses one over the model's positions, so
+    4096 on the tiny policy (2048 positions) failed every start of the frozen-assistant arm."""
+    from cooper_openrlhf.ray.pair_actor import DEFAULT_ASSISTANT_MAX_MODEL_LEN, default_assistant_max_model_len
+
+    assert default_assistant_max_model_len(str(model_dir("tiny-qwen2-policy"))) == 2048
+    assert default_assistant_max_model_len(str(model_dir("smollm2-135m-instruct"))) == DEFAULT_ASSISTANT_MAX_MODEL_LEN
+
+
 def test_openrlhf_vllm_engine_spreads_requests_round_robin_in_order_with_seeds(ray_cluster, model_dir):
     from types import SimpleNamespace
 

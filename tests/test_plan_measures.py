@@ -2,6 +2,7 @@
 final RM's exploit premium on the probe suite, and its primaries tested in a fixed sequence."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,75 @@ def test_a_primary_worded_with_another_rule_is_refused():
     plan["primaries"][0]["decision"] = "beats the control if the mean is below 0"
     with pytest.raises(ValueError, match="decides by"):
         sequential_primaries(plan, {FINAL_PROBE_PREMIUM: {}, STATES_REFERENCE_RATE: {}})
+
+
+def _run(lab, arm, seed, premium, exploit_share):
+    """A finished run of `arm`: its RM's probe premium read at steps 10 and 20 (the last reading counts), and 20
+    steps of 10 rollouts of which `exploit_share` are wrong and state the reference (the rule arm has no RM), with
+    the training accuracy one secondary reads."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from cooper_openrlhf.algo.metric_keys import ACCURACY
+
+    run = lab / "runs" / f"{arm}_seed{seed}"
+    with SummaryWriter(str(run / "tensorboard")) as writer:
+        for step in range(1, 21):
+            writer.add_scalar(ACCURACY, 0.5, step)
+        if premium is not None:
+            for form in ("exploit", "exploit_tail"):
+                writer.add_scalar(f"cooper/probe_premium/{form}", 0.9, 10)
+                writer.add_scalar(f"cooper/probe_premium/{form}", premium, 20)
+    exploits = round(exploit_share * 10)
+    rows = {step: [("The answer is 12. The answer is 13.", False)] * exploits
+            + [("The answer is 13.", False)] * (10 - exploits) for step in range(1, 21)}
+    (run / "samples").mkdir(parents=True)
+    (run / "samples" / "rollouts.jsonl").write_text("".join(
+        json.dumps({"step": step, "completion": c, "reference": "12", "verified": v, "reward": 0.5}) + "\n"
+        for step, pairs in rows.items() for c, v in pairs))
+    (run / "run_info.json").write_text(json.dumps({"arm": arm, "seed": seed, "status": "done"}))
+
+
+def test_the_cli_reads_a_sequence_plan_over_its_preparations_with_seeds_paired_within_each(tmp_path):
+    """Batch 46's kind of plan: three preparations' labs, 4 RL seeds each; 12 pairs, named by both. The Cooper arm
+    closes the blind spot (premium -0.4 below the control) in every preparation; the rollout arm does not."""
+    import shutil
+    import subprocess
+    import sys
+
+    plan = json.loads((Path(__file__).resolve().parent.parent / "docs" / "lab" / "batch46" / "plan.json").read_text())
+    plan["out"] = str(tmp_path / "out")
+    arms = {"rule": (None, 0.0), "static": (0.8, 0.3), "offline_pairs": (0.7, 0.2), "oracle": (0.1, 0.05),
+            "cooper": (0.3, 0.1), "cooper_frozen_assistant": (0.7, 0.2), "cooper_rollout": (0.72, 0.2)}
+    for lab in plan["labs"]:
+        for seed in range(4):
+            for arm, (premium, share) in arms.items():
+                jitter = 0.01 * seed + 0.003 * int(lab["name"][-1])  # a preparation shifts every arm alike
+                _run(tmp_path / "out" / lab["name"], arm, seed, None if premium is None else premium + jitter, share)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    md = tmp_path / "verdict.md"
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.batch", str(tmp_path / "plan.json"),
+                             "--verdict", str(md)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(md.with_suffix(".json").read_text())
+    first, second = verdict["sequence"]
+    assert first["validity_gates"][0]["passed"]  # oracle below offline_pairs
+    by_difference = {r["difference"]: r for r in first["results"]}
+    assert by_difference["cooper - offline_pairs"]["seeds"] == 12
+    assert by_difference["cooper - offline_pairs"]["mean"] == pytest.approx(-0.4)
+    assert by_difference["cooper - offline_pairs"]["in_words"] == "beats the control"
+    assert by_difference["cooper_rollout - offline_pairs"]["in_words"] == "worse than the control"
+    assert by_difference["cooper_frozen_assistant - offline_pairs"]["in_words"] == "within noise"
+    assert [r["difference"] for r in second["results"]] == ["cooper - offline_pairs"]  # only the arm that passed
+    assert second["results"][0]["mean"] == pytest.approx(-0.1)
+    assert len(verdict["secondary"]) == len(plan["secondary"])
+    assert "prep2/3" in verdict["finals"][first["measure"]]["cooper"]
+    assert "cooper - offline_pairs -0.400: beats the control" in result.stdout
+    assert "## 2. secondary, tested in the sequence" in md.read_text()
+
+    del arms["cooper_frozen_assistant"]
+    for lab in plan["labs"]:
+        for seed in range(4):
+            shutil.rmtree(tmp_path / "out" / lab["name"] / "runs" / f"cooper_frozen_assistant_seed{seed}")
+    result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.batch", str(tmp_path / "plan.json"),
+                             "--verdict", str(md)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "no finished run of cooper_frozen_assistant" in result.stderr

@@ -247,7 +247,7 @@ def test_batch45s_plan_is_frozen_read_by_this_tool_and_runs_the_style_preset_in_
     from cooper_openrlhf.lab.presets import STYLE
     from cooper_openrlhf.report.plan_verdict import MEASURES, check_decision_rule, plan_measures
 
-    plan = load_plan(Path(__file__).resolve().parents[1] / "docs" / "batch45" / "plan.json")
+    plan = load_plan(Path(__file__).resolve().parents[1] / "docs" / "lab" / "batch45" / "plan.json")
     assert re.fullmatch(r"[0-9a-f]{40}", plan["commit"]) and "status" not in plan  # frozen: cli.batch runs it
     assert plan["environment"] == {"COOPER_CPU_BF16": "0"}
     check_decision_rule(plan)

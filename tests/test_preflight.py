@@ -15,6 +15,7 @@ from cooper_openrlhf.cli.launch_plans import plan_annotate, plan_rl
 from cooper_openrlhf.cluster.annotation_shards import merge_annotations, shard_bounds, shard_paths
 from cooper_openrlhf.cluster.prompts import INSTRUCTIONS, main as prompts_main
 from cooper_openrlhf.cluster.ray_wait import ClusterNotReady, Watched, wait_for_cluster
+from launch_bench import _model, _reward_model
 
 
 # ------------------------------------------------------------------------------------------ placement
@@ -94,20 +95,6 @@ def test_data_rows_and_output_folders_are_checked(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(PreflightError, match="OUT=.*: output folder is not writable"):
         check_writable_dir("OUT", str(tmp_path / "file" / "run"))
-
-
-def _model(path):
-    path.mkdir(parents=True)
-    (path / "config.json").write_text("{}")
-    return str(path)
-
-
-def _reward_model(path) -> str:
-    """A folder whose config is a one-logit sequence classifier's (what VERIFY_RM must hold)."""
-    _model(path)
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForSequenceClassification"],
-                                                  "model_type": "qwen2", "num_labels": 1}))
-    return str(path)
 
 
 @pytest.fixture

@@ -76,3 +76,19 @@ def test_serves_deployment_config_survives_protobuf_7_with_the_upstream_fix():
     config = DeploymentConfig(num_replicas=3, max_ongoing_requests=7, user_config={"a": [1, 2]})
     back = DeploymentConfig.from_proto_bytes(config.to_proto_bytes())
     assert (back.num_replicas, back.max_ongoing_requests, back.user_config) == (3, 7, {"a": [1, 2]})
+
+
+@pytest.mark.parametrize("given, shown", [(None, "GOMP_SPINCOUNT = '0'"), ("ACTIVE", "OMP_WAIT_POLICY = 'ACTIVE'")])
+def test_the_rms_openmp_threads_sleep_rather_than_spin_unless_the_user_says(given, shown):
+    """The RM's OpenMP threads share the cores with the event loop and the verifier workers: at a barrier they sleep
+    (libgomp's default spins, taking the CPU those need), unless the user chose a policy. libgomp shows what it
+    runs with (OMP_DISPLAY_ENV) when torch loads it, which `cooper serve` does while building its parser."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    run = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.serve", "--help"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and shown in run.stderr + run.stdout

@@ -125,6 +125,10 @@ def test_the_token_is_required_and_accepted_as_bearer_or_query(service):
     assert requests.post(service.url + f"/get_reward?token={TOKEN}", json=body).status_code == 200
     assert requests.get(service.url + "/metrics").status_code == 401
     assert requests.get(service.url + "/metrics", headers=auth()).status_code == 200
+    assert requests.get(service.url + "/nowhere").status_code == 401
+    assert requests.get(service.url + "/nowhere", headers=auth()).status_code == 404
+    wrong_method = requests.get(service.url + "/get_reward", headers=auth())
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
 
 
 @pytest.mark.parametrize("mutate, status, words", [
@@ -251,13 +255,14 @@ def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_
             for wrong in (k + 11, k + 12):  # the group's two samples, both wrong
                 paid.append(requests.post(running.url + "/get_reward",
                                           json=running.body(question, str(k + 10), f"The answer is {wrong}.")).json())
-            for _ in range(100):  # the round is read in the background
+            for _ in range(3000):  # the round is read in the background (a minute's grace on a loaded machine)
                 if running.service.counters["rounds"] > k:
                     break
                 time.sleep(0.02)
-        rounds = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     finally:
         running.stop()
+    # Read after the stop, as the report reads it below: every round's line and scalar are written by then.
+    rounds = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     alarms = [r["cooper/hacking_alarm"] for r in rounds]
     assert alarms[:2] == [0.0, 0.0] and alarms[2] == 1.0  # fires once the window of 3 rounds is full
     assert all(0.3 < r["cooper/reward_hacking_gap"] < 0.7 for r in rounds)

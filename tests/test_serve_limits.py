@@ -22,7 +22,7 @@ from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
     ("labels", "x" * 101, "sample 1: field 'labels' has 101 characters; at most 100"),
 ])
 def test_a_text_no_tokenizer_takes_is_refused_naming_sample_and_field(field, bad, words):
-    columns = {"query": ["q ok", "q ok"], "prompts": ["p", "p"], "labels": ["1", "2"]}
+    columns = {"query": ["q ok", "q ok: π ≈ 3.14, 数学"], "prompts": ["p", "Ünïcode p"], "labels": ["1", "½"]}
     check_sample_texts(columns["query"], columns["prompts"], columns["labels"], max_chars=100)  # good ones pass
     columns[field][1] = bad
     with pytest.raises(RequestError) as refused:

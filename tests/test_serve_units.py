@@ -139,6 +139,54 @@ def test_concurrent_submits_are_batched_and_answered_in_order():
     assert max(sizes) == 16 and len(sizes) < 10
 
 
+def test_a_lone_item_on_an_idle_lane_runs_at_once_whatever_the_window():
+    """A lone request is not held for company that is not coming: with a window of an hour, it is still run (the
+    60 s bound only keeps a failing run from hanging)."""
+    batches = []
+
+    def record(items):
+        batches.append(list(items))
+        return items
+
+    async def run():
+        batcher = MicroBatcher(record, max_batch=64, max_wait_s=3600.0)
+        batcher.start()
+        first = await asyncio.wait_for(batcher.submit("a"), 60)
+        second = await asyncio.wait_for(batcher.submit("b"), 60)
+        await batcher.stop()
+        return first, second
+
+    assert asyncio.run(run()) == ("a", "b")
+    assert batches == [["a"], ["b"]]
+
+
+def test_a_busy_lane_batches_what_arrived_while_it_ran():
+    """The requests that arrive while a batch runs are the next batch, together (none of them runs alone)."""
+    entered, release = threading.Event(), threading.Event()
+    batches = []
+
+    def held(items):
+        batches.append(list(items))
+        entered.set()
+        release.wait(60)
+        return items
+
+    async def run():
+        batcher = MicroBatcher(held, max_batch=64, max_wait_s=0.0)
+        batcher.start()
+        first = asyncio.ensure_future(batcher.submit(0))
+        await asyncio.to_thread(entered.wait, 60)
+        rest = asyncio.ensure_future(asyncio.gather(*(batcher.submit(i) for i in range(1, 6))))
+        await asyncio.sleep(0)  # the five are queued behind the running batch
+        release.set()
+        results = [await first, *await rest]
+        await batcher.stop()
+        return results
+
+    assert asyncio.run(run()) == [0, 1, 2, 3, 4, 5]
+    assert batches == [[0], [1, 2, 3, 4, 5]]
+
+
 def test_a_busy_batcher_queues_every_item_and_a_failed_batch_fails_only_its_culprit():
     """Far more items than batches can hold at once all wait their turn (no refusal); a batch holding an item its
     function cannot take answers every other item with its result."""

@@ -254,7 +254,7 @@ class ProbePaidAsRight(HackingRule):
         return None
 
 
-# The letters the rules had before they were named (docs/lab_notebook.md and old run configs use them). They stop
+# The letters the rules had before they were named (docs/lab/notebook.md and old run configs use them). They stop
 # parsing on LETTERS_REMOVED: old configs have had a release cycle of warnings to move to the names.
 LETTERS_REMOVED = "2027-03-01"
 LETTERS = {"A": "gap_growing", "B": "gap_high", "C": "heldout_falls", "D": "rm_blind", "E": "heldout_gap_grows",

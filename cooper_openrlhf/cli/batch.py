@@ -87,6 +87,8 @@ def _blindspot_figure(plan: dict, out: Path, png: Path) -> None:
 
 
 def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
+    if "sequence" in plan:
+        return _sequence_verdict(plan, out, plan_path, md)
     from cooper_openrlhf.report.figures import STYLE_FIGURE
     from cooper_openrlhf.report.plan_verdict import lab_finals, plan_measures, plan_verdict, render, run_hours
 
@@ -108,6 +110,27 @@ def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
     md.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
     print(f"{md}: {verdict['primary']['difference']} {verdict['primary']['mean']:+.3f} "
           f"over {verdict['primary']['seeds']} seeds: {verdict['primary']['in_words']}")
+    return 0
+
+
+def _sequence_verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
+    """A plan whose primaries form a fixed sequence over several preparations' labs (report/sequence_verdict.py)."""
+    from cooper_openrlhf.report.plan_verdict import run_hours
+    from cooper_openrlhf.report.sequence_verdict import (pooled_finals, render_sequence, sequence_measures,
+                                                         sequence_verdict)
+
+    try:
+        by_measure = {m: pooled_finals(out, plan["labs"], m, plan.get("style")) for m in sequence_measures(plan)}
+        verdict = sequence_verdict(plan, by_measure)
+    except ValueError as exc:
+        print(f"{plan_path}: {exc} (runs read from {out}/{{{','.join(lab['name'] for lab in plan['labs'])}}})",
+              file=sys.stderr)
+        return 2
+    verdict["run_hours"] = round(run_hours([out / entry["name"] for entry in plan["labs"]]), 2)
+    md.write_text(render_sequence(verdict, str(plan_path)), encoding="utf-8")
+    md.with_suffix(".json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
+    first = verdict["sequence"][0]
+    print(f"{md}: " + "; ".join(f"{r['difference']} {r['mean']:+.3f}: {r['in_words']}" for r in first["results"]))
     return 0
 
 

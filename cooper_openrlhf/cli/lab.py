@@ -31,10 +31,10 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from cooper_openrlhf.lab.arms import ARMS
-from cooper_openrlhf.lab.presets import NEEDS_PAIR_SOURCE, PRESETS, parse_arms
+from cooper_openrlhf.lab.presets import NEEDS_PAIR_SOURCE, PRESETS, RESUMABLE_FIELDS, parse_arms
 from cooper_openrlhf.lab.task import task_split
 from cooper_openrlhf.runtime.secrets import WANDB_KEY_FROM_ENV
 
@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
     needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
     # Pairs of the pair stage's kind come from the lab's own recipe: its pair stage, or the style lab's canonical
-    # sentence with no pair stage (lab/prepare.py `has_pair_source`).
+    # sentence with no pair stage (lab/arm_pairs.py `has_pair_source`).
     no_source = args.rm is not None or (pair_steps == 0 and preset.style is None)
     if needing and no_source and args.arms is None:
         # the preset's own arms from a given RM: the control has no pair stage to draw from, so it is left out
@@ -200,9 +200,6 @@ def arm_trends(runs) -> list[str]:
             for arm, scalars in by_arm.items()]
 
 
-# What may change between invocations on one lab folder: which runs there are. Anything else (the task, the
-# models, the step budget, learning rates...) would mix runs of two configurations in one report.
-RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes", "parallel_runs")  # not what a run computes
 SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
@@ -279,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf import __version__
     from cooper_openrlhf.lab.batch import package_commit
     from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
+    from cooper_openrlhf.lab.prepared import copy_prepared
+    from cooper_openrlhf.lab.progress import RunsProgress, polling
     from cooper_openrlhf.lab.reading import read_runs
     from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
@@ -293,19 +292,28 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
     started = time.perf_counter()
+    prepared_at_install = copy_prepared(preset, out)  # the demo's, made by scripts/install.sh (lab/prepared.py)
     try:
-        files, setup = prepare(preset, out, require_verifier=args.require_verifier)
+        with logging_redirect_tqdm():  # the preparation's progress lines stay whole between its log lines
+            files, setup = prepare(preset, out, require_verifier=args.require_verifier)
     except NoVerifierError as exc:
         print(f"lab {preset.name}: {exc}", file=sys.stderr)
         return 3
+    if prepared_at_install:
+        setup["prepared_at_install"] = str(prepared_at_install)
     if args.prepare_only:  # lab.json is the record of runs: a preparation alone leaves it as it was
         print("\n".join([f"lab {preset.name}: prepared {out}", *starting_lines(setup)]))
         return 0
     plan = [(arm, seed) for seed in range(preset.seeds) for arm in preset.arms]  # seed-major: arms finish together
     done_before = {key for key in plan if read_info(files.run_dir(*key)).get("status") == "done"}
-    with tqdm(total=len(plan), desc=f"lab {preset.name}", unit="run") as progress:
-        results = run_arms(preset, files, plan, timeout_s=args.run_timeout, parallel=preset.parallel_runs,
-                           on_done=lambda info: progress.update(), extra_flags=wandb_flags(args.wandb_project))
+    # One line per run (step, last reward, elapsed and remaining), read from the runs' own logs (lab/progress.py).
+    progress = RunsProgress(plan, files.run_dir, preset.steps, done_before)
+    try:
+        with logging_redirect_tqdm(), polling(progress.update):
+            results = run_arms(preset, files, plan, timeout_s=args.run_timeout, parallel=preset.parallel_runs,
+                               on_done=progress.finished, extra_flags=wandb_flags(args.wandb_project))
+    finally:
+        progress.close()
     # The report and lab.json hold every finished run of the folder, earlier invocations' too, so a lab grown by
     # more seeds or arms is reported whole (check_same_setup keeps a folder to one configuration).
     reported = with_earlier_runs(files, plan, ARMS)

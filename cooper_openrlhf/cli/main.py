@@ -29,7 +29,7 @@ COMMANDS = {
 }
 
 # Research tools: they look into finished runs, RMs and verifiers, or re-run the lab's pre-registered batches and
-# stock OpenRLHF for comparison; the lab notebook (docs/lab_notebook.md) uses them, a first-time user does not.
+# stock OpenRLHF for comparison; the lab notebook (docs/lab/notebook.md) uses them, a first-time user does not.
 INSPECT_TOOLS = {
     "blindspot": "blindspot",
     "probe-rm": "probe_rm",

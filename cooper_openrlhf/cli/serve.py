@@ -19,6 +19,13 @@ from dataclasses import fields
 
 logger = logging.getLogger("cooper_openrlhf.serve")
 
+# The RM's OpenMP threads share the cores with the event loop, the verifier workers and the learner. libgomp's
+# default makes a thread spin at every barrier, taking the CPU those need; and when a core is taken from a spinner
+# mid-forward, the forward waits for it (a tiny RM's batch-1 forward on 2 shared cores: milliseconds passive,
+# hundreds of milliseconds spinning; benchmarks/serve_throughput.py). Passive threads sleep instead. libgomp reads
+# this when torch loads, so it is set on import, before torch; a value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 PROG = "cooper serve"  # `python -m cooper_openrlhf.cli.serve` runs the same command
 
@@ -31,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.serve.app import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_SAMPLES
     from cooper_openrlhf.core import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
+    from cooper_openrlhf.serve.replicated.flags import add_replicated_flags
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
     from cooper_openrlhf.verify.extract import FALLBACKS
 
@@ -62,19 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the same bound on the request bodies admitted and not yet answered")
     g.add_argument("--max-sample-chars", type=int, default=DEFAULT_MAX_SAMPLE_CHARS,
                    help="most characters in one sample's query, prompt or label (400 naming the sample past it)")
-    g = p.add_argument_group("more than one process (Ray Serve; docs/serve.md)")
-    g.add_argument("--replicas", type=int, default=0,
-                   help="scoring replicas on Ray Serve, behind one HTTP front, with one group registry and one "
-                        "learner (0: everything in this one process)")
-    g.add_argument("--ingress-replicas", type=int, default=1,
-                   help="with --replicas: HTTP ingress replicas (auth, parsing, prompt splitting)")
-    g.add_argument("--ray-address", default=None,
-                   help="with --replicas: the Ray cluster to join (e.g. auto); default: start a local one")
+    add_replicated_flags(p)
     g = p.add_argument_group("scoring")
     g.add_argument("--mode", default="rm", choices=REWARD_MODES, help="the reward paid (docs/serve.md)")
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="RM weights' dtype (auto: the device's fast one)")
     g.add_argument("--max-batch", type=int, default=64, help="most samples per RM forward")
-    g.add_argument("--max-wait-ms", type=float, default=5.0, help="longest wait for a batch to fill")
+    g.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="longest wait for a batch to fill, only while the scorer is busy (a request on an idle "
+                        "lane runs at once)")
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
     g.add_argument("--verify-lanes", type=int, default=2, help="verifier pools serving batches side by side")
     g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
@@ -152,6 +155,8 @@ def is_loopback(host: str) -> bool:
 
 def check_args(args) -> list[str]:
     """Mistakes a user can make, each naming its flag (empty: none)."""
+    from cooper_openrlhf.serve.replicated.flags import replicated_flag_problems
+
     problems = []
     if not os.path.isdir(args.rm):
         problems.append(f"--rm {args.rm}: no such folder")
@@ -189,13 +194,7 @@ def check_args(args) -> list[str]:
             problems.append("--keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
-    if args.replicas < 0 or args.ingress_replicas < 1:
-        problems.append("--replicas must be >= 0 and --ingress-replicas >= 1")
-    if not args.replicas and args.ray_address:
-        problems.append("--ray-address applies only with --replicas (one process starts no Ray)")
-    if args.replicas and (args.ssl_certfile or args.probe_every):
-        problems.append("--replicas does not take --ssl-certfile/--ssl-keyfile (Serve's proxy serves plain HTTP: "
-                        "put TLS in front of it) nor --probe-every (not built for the learner actor yet)")
+    problems += replicated_flag_problems(args)
     if not 0.0 <= args.rm_warmup_ratio < 1.0:
         problems.append(f"--rm-warmup-ratio must be in [0, 1), got {args.rm_warmup_ratio}")
     if args.max_queued_samples < args.max_request_samples or args.max_queued_bytes < args.max_body_bytes:

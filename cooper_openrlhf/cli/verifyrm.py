@@ -225,17 +225,19 @@ def run_train(args, openrlhf_argv: list[str]) -> int:
 
 
 def run_score(args) -> int:
+    import torch
+
+    from cooper_openrlhf.algo.rewards import probability_correct
     from cooper_openrlhf.rm.data import load_for_scoring
     from cooper_openrlhf.rm.scorer import RMScorer
 
     rows = load_for_scoring(args.data)
     scorer = RMScorer.load(args.model, device=args.device, max_length=args.max_length, batch_size=args.batch_size)
     logits = scorer.logits([r.question for r in rows], [r.reference for r in rows], [r.completion for r in rows])
-    import math
-
+    rewards = probability_correct(torch.tensor(logits, dtype=torch.float64)).tolist()
     with open(args.out, "w", encoding="utf-8") as out:
-        for item, logit in zip(rows, logits):
-            out.write(json.dumps({**item.row, "reward": 1.0 / (1.0 + math.exp(-logit)), "logit": logit}) + "\n")
+        for item, logit, reward in zip(rows, logits, rewards):
+            out.write(json.dumps({**item.row, "reward": reward, "logit": logit}) + "\n")
     print(f"scored {len(rows)} rows with {args.model} (template {scorer.template_version}) -> {args.out}")
     return 0
 

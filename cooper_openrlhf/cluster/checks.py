@@ -122,3 +122,77 @@ def check_rows_have_keys(name: str, path: str, rows: list[dict], keys: dict[str,
                 problem = "has no field" if key not in row else "has an empty field"
                 raise PreflightError(f"{name}={path}: row {index + 1} {problem} {key!r} (set by {variable}); "
                                      f"fields present: {sorted(row)}")
+
+
+# ------------------------------------------------------------------------------- the RL stage's inputs
+def cpu_mode(env: Env) -> bool:
+    """GPUS_PER_NODE=0: every role on CPU (tiny models; the local Slurm cluster of scripts/local_slurm.sh)."""
+    return env.int("GPUS_PER_NODE", 8, minimum=0) == 0
+
+
+def check_prompts_prepared(prompts: str, rows: list[dict], input_key: str, label_key: str) -> None:
+    """PROMPTS rows have the question and a final answer under INPUT_KEY and LABEL_KEY. A common dataset's own file
+    (GSM8K's worked "... #### 72" answers, MATH's problem/answer, {question, reference}) is pointed to the one step
+    that prepares it, `cluster.prompts`, which reads those keys as they are."""
+    from cooper_openrlhf.rm.data import detect_prompt_format
+
+    fmt = detect_prompt_format(rows[0]) if rows and "instruction" not in rows[0] else None
+    prepare = (f"prepare it first: python -m cooper_openrlhf.cluster.prompts --input {prompts} --out prompts.jsonl "
+               "(appends the answer-format instruction; writes question and answer), then PROMPTS=prompts.jsonl")
+    if fmt == "gsm8k" and label_key == "answer":
+        raise PreflightError(f"PROMPTS={prompts}: a GSM8K file (row 1's 'answer' is a worked solution ending "
+                             f"'#### ...', not a final answer); {prepare}")
+    try:
+        check_rows_have_keys("PROMPTS", prompts, rows, {input_key: "INPUT_KEY", label_key: "LABEL_KEY"})
+    except PreflightError as exc:
+        if fmt is None:
+            raise
+        raise PreflightError(f"{exc}. The rows are in the {fmt} format: {prepare}") from None
+
+
+def check_verify_rm(env: Env, path: str) -> None:
+    """VERIFY_RM holds a one-logit sequence classifier (the config only: what train_cooper checks at job start)."""
+    if env.is_pending(path):
+        return
+    from cooper_openrlhf.rm.model import NotASequenceClassifierError, check_reward_model
+
+    try:
+        check_reward_model(path)
+    except NotASequenceClassifierError as exc:
+        raise PreflightError(f"VERIFY_RM={path}: not a VerifyRM export: {exc}") from None
+
+
+def _divisors_up_to(number: int, limit: int) -> list[int]:
+    return [d for d in range(1, limit + 1) if number % d == 0]
+
+
+def check_batch_sizes(env: Env, placement, n: int, rollout_batch: int, rollout_micro: int,
+                      train_batch: int, micro: int) -> None:
+    """The batch arithmetic OpenRLHF asserts at start-up, with the launcher variable that fixes each failure
+    (`placement`: the stage's `cluster.placement.Placement`). The
+    actor's GPU count comes from the placement (ACTOR_GPUS, else NODES x GPUS_PER_NODE), so a count that does not
+    fit the batch is said to be the placement's, not TRAIN_BATCH_SIZE's alone."""
+    actor = placement.actor_gpus
+    given = env.get("ACTOR_GPUS")
+    source = (f"ACTOR_GPUS={actor}" if given else f"the CPU placement gives the actor {actor} slot(s)" if cpu_mode(env)
+              else f"NODES={placement.nodes} x GPUS_PER_NODE={placement.gpus_per_node} gives the actor {actor} GPU(s) "
+              f"({placement.describe()})")
+    if train_batch % (micro * actor):
+        fitting = _divisors_up_to(train_batch // micro, actor) if train_batch % micro == 0 else []
+        fixes = [f"ACTOR_GPUS={fitting[-1]}"] if fitting else []
+        fixes.append(f"a TRAIN_BATCH_SIZE that is a multiple of MICRO_BATCH_SIZE={micro} x {actor} = {micro * actor}")
+        raise PreflightError(f"{source}: TRAIN_BATCH_SIZE={train_batch} must be a multiple of MICRO_BATCH_SIZE={micro} "
+                             f"x {actor} actor GPUs (DeepSpeed's gradient accumulation); set {' or '.join(fixes)}")
+    if rollout_batch * n % train_batch:
+        raise PreflightError(f"TRAIN_BATCH_SIZE={train_batch}: must divide ROLLOUT_BATCH_SIZE={rollout_batch} x "
+                             f"N_SAMPLES={n} = {rollout_batch * n} samples of one rollout step")
+    # OpenRLHF: "The number of sample batches must be greater than or equal to the effective number of actor
+    # processes" (train_ppo_ray.py): every actor rank takes at least one micro-batch of each rollout step.
+    batches = rollout_batch * n // rollout_micro
+    if batches < actor:
+        largest = rollout_batch * n // actor
+        raise PreflightError(
+            f"ROLLOUT_MICRO_BATCH_SIZE={rollout_micro}: ROLLOUT_BATCH_SIZE={rollout_batch} x N_SAMPLES={n} = "
+            f"{rollout_batch * n} samples per rollout step make {batches} micro-batch(es), fewer than the {actor} actor "
+            f"GPU(s) ({source}), each of which needs one (OpenRLHF: \"the number of sample batches must be >= the "
+            f"effective number of actor processes\"); set ROLLOUT_MICRO_BATCH_SIZE <= {largest}")

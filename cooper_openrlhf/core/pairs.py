@@ -78,7 +78,6 @@ def build_pairs(config: PairConfig, texts: RolloutTexts, verdicts: RolloutVerdic
                          f"got lengths {[len(items) for items in flat]}")
     plan = plan_pairs(config, verdicts)  # validates the grouping
     request = rewrite_request(config, plan, texts)
-    group_firsts(texts.references, config.n_samples_per_prompt, "reference")
     rewrites, metrics = rewrite(request.questions, request.positives, request.prompts, step=step)
     pairs, pair_metrics = finish_pairs(config, plan, texts, rewrites, rm_logits, step)
     return pairs, {**metrics, **pair_metrics}

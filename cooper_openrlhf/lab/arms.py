@@ -25,7 +25,7 @@ class Arm:
     negative_source: an RM-training arm's negatives (`--cooper.negative_source`).
     pairs: an RM-training arm whose pairs come from a file instead of the policy's rollouts, and which file the
         lab writes for it: "offline" (pairs of the pair stage's kind), "stale" (Cooper's, from the starting policy)
-        or "oracle" (the style's hedge against its exploit form, lab/prepare.py `write_oracle_pairs`).
+        or "oracle" (the style's hedge against its exploit form, lab/arm_pairs.py `write_oracle_pairs`).
     assistant: who rewrites a positive into a negative: None, the policy being trained (its own vLLM engines, the
         lab's default); "starting_policy", the lab's warm start, frozen, on a dedicated engine
         (`--cooper.assistant model`).
@@ -71,7 +71,7 @@ ARMS: Registry[Arm] = Registry("arm", {
     # (the lab writes one per seed, lab/prepare.py) instead of pairs from the policy's rollouts.
     "offline_pairs": Arm("rm", trains_rm=True, pairs="offline"),
     # The style lab's second control: Cooper's pairs, but made from the *starting* policy's rollouts and rewrites
-    # before the run (lab/prepare.py `write_stale_pairs`), fed as the offline_pairs arm is fed. Against cooper it asks
+    # before the run (lab/arm_pairs.py `write_stale_pairs`), fed as the offline_pairs arm is fed. Against cooper it asks
     # whether co-training gains by tracking the policy as it moves or only by covering the styles it starts with.
     "cooper_stale": Arm("rm", trains_rm=True, pairs="stale"),
     # A positive control: the RM update on pairs from a file whose negatives are the exploit itself (the style's

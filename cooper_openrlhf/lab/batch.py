@@ -110,16 +110,17 @@ def check_commit(repo: Path, commit: str) -> None:
         raise PlanError(f"uncommitted changes under {PACKAGE}/ in {repo}:\n{dirty}")
 
 
+PLANS_DIR = Path("docs") / "lab"  # the pre-registered batches' plans, one folder each (docs/lab/batch46/plan.json)
 PLAN_MARKER = "batch_plan.json"  # in each lab folder of a batch: the plan it belongs to and the plan's commit
 
 
 def plan_of_folder(repo: Path, folder: Path) -> dict | None:
     """The plan a lab folder belongs to ({"commit", "lab", ...}), or None: the marker `run_batch` leaves in it, else a
-    plan under `repo`/docs/*/plan.json whose out/<lab> is `folder` (folders of batches run before the marker)."""
+    plan under `repo`/docs/lab/*/plan.json whose out/<lab> is `folder` (folders of batches run before the marker)."""
     marker = folder / PLAN_MARKER
     if marker.is_file():
         return json.loads(marker.read_text(encoding="utf-8"))
-    for path in sorted((repo / "docs").glob("*/plan.json")):
+    for path in sorted((repo / PLANS_DIR).glob("*/plan.json")):
         try:
             plan = json.loads(path.read_text(encoding="utf-8"))
             labs = [(Path(plan["out"]) / lab["name"], lab["name"]) for lab in plan["labs"]]

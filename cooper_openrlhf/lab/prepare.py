@@ -22,6 +22,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from cooper_openrlhf.lab.arm_pairs import (answer_sentence, has_pair_source, write_offline_pairs, write_oracle_pairs,
+                                            write_stale_pairs)
 from cooper_openrlhf.lab.arms import ARMS
 from cooper_openrlhf.lab.presets import WARM_START, LabPreset
 from cooper_openrlhf.lab.reading import LOW_START
@@ -107,8 +109,12 @@ def prepare_rm(preset: LabPreset, data: Path, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.parent / f"{folder.name}.log"
     logger.info("starting VerifyRM: verifyrm train --model.model_name_or_path %s (log %s)", argv[5], log)
-    with open(log, "w", encoding="utf-8") as out:
+    from cooper_openrlhf.lab.progress import bce_stage_update, polling, step_bar
+
+    line = step_bar("preparation: starting RM, BCE stage", None)  # its total once the stage has counted its steps
+    with open(log, "w", encoding="utf-8") as out, polling(bce_stage_update(folder, log, line)):
         status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=bce_stage_environment()).returncode
+    line.close()
     if status != 0:
         raise RuntimeError(f"training the starting VerifyRM failed (exit {status}); its log: {log}")
     return folder / "best"
@@ -156,7 +162,8 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     folder.mkdir(parents=True, exist_ok=True)
     train, _ = task_split(preset.task)
     candidates = []
-    for seed in tqdm(range(preset.rm_pair_candidates), desc="starting RM: pair-stage candidates", unit="RM"):
+    for seed in tqdm(range(preset.rm_pair_candidates), desc="preparation: starting RM, pair-stage candidates",
+                     unit="RM", dynamic_ncols=True):
         marker = folder / f"seed{seed}.json"
         if not marker.is_file():
             metrics = train_on_pairs(bce_rm, folder / f"seed{seed}", train, answer_sentence(preset),
@@ -180,115 +187,6 @@ def prepare_pair_stage(preset: LabPreset, bce_rm: Path, folder: Path, policy_acc
     logger.info("starting RM: pair-stage seed %d of %d (%s), climb on offer %.3f at accuracy %.2f", best,
                 len(candidates), choice, record["candidates"][best]["climb"], policy_accuracy)
     return folder / f"seed{best}", record
-
-
-OFFLINE_STEPS_SPARE = 8  # groups beyond the step budget, so a run never cycles back to its first pairs
-
-
-def write_offline_pairs(preset: LabPreset, path: Path, seed: int) -> int:
-    """The offline_pairs arm's pairs for one seed (algo/offline_pairs.py's file): `prompts_per_step` answer pairs of
-    the pair stage's kind (`pair_stage.answer_pairs`: the policy's answer sentence, the reference answer against a
-    slip of it) on train problems per step, fresh each step, from a stream of their own (not a candidate's)."""
-    import random
-
-    from cooper_openrlhf.lab.pair_stage import answer_pairs
-
-    train, _ = task_split(preset.task)
-    rng, rows = random.Random(f"offline pairs {seed}"), []
-    for step in range(preset.steps + OFFLINE_STEPS_SPARE):
-        for pair in answer_pairs(train, answer_sentence(preset), preset.prompts_per_step, rng,
-                                 preset.task.prompt_suffix):
-            rows.append({"step": step, "question": pair.question, "reference": pair.reference,
-                         "positive": pair.right, "negative": pair.wrong})
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    tmp.replace(path)
-    return len(rows)
-
-
-def write_oracle_pairs(preset: LabPreset, path: Path, seed: int) -> int:
-    """The oracle arm's pairs for one seed: `prompts_per_step` pairs per step on train problems, each the style's
-    hedge right (a slip first, the reference last) against its exploit form (the reference first, the slip last),
-    fresh each step from a stream of the seed's own; on every other pair (at random) both carry the fragment
-    batch 45's policies came to append (`rm.probes.TAIL`), so the RM is shown the exploit as a policy writes it,
-    tail or not. The positive carries the fragment whenever the negative does: the pair teaches where the
-    reference stands, not that a tail is wrong."""
-    import random
-
-    from cooper_openrlhf.algo.answer_style import is_hedge
-    from cooper_openrlhf.lab.pair_stage import answer_pairs
-    from cooper_openrlhf.rm.probes import TAIL
-
-    if not preset.style or not is_hedge(preset.style):
-        raise ValueError(f"the oracle arm's pairs are a hedge against its exploit form: the preset's style must be a "
-                         f"hedge (an {{other}} and an {{answer}} field), not {preset.style!r}")
-    train, _ = task_split(preset.task)
-    rng, rows = random.Random(f"oracle pairs {seed}"), []
-    for step in range(preset.steps + OFFLINE_STEPS_SPARE):
-        for pair in answer_pairs(train, preset.style, preset.prompts_per_step, rng, preset.task.prompt_suffix):
-            tail = TAIL if rng.random() < 0.5 else ""
-            rows.append({"step": step, "question": pair.question, "reference": pair.reference,
-                         "positive": pair.right + tail, "negative": pair.wrong + tail})
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    tmp.replace(path)
-    return len(rows)
-
-
-def has_pair_source(preset: LabPreset) -> bool:
-    """Whether the lab writes pairs of the pair stage's kind (the offline_pairs and cooper_stale arms' files, the
-    offline continuation): from its own recipe's RM (not `--rm`), with a pair stage or in the style lab."""
-    return not preset.starting_rm and (preset.rm_pair_steps > 0 or preset.style is not None)
-
-
-def write_stale_pairs(preset: LabPreset, policy: Path, path: Path, seed: int) -> dict:
-    """The cooper_stale arm's pairs for one seed: Cooper's pairs as its first step would make them, made from the
-    *starting* policy for every step before the run. Per step, `prompts_per_step` train problems (a stream of the
-    seed's own); per problem `samples_per_prompt` sampled rollouts at the RL temperature; the first verified-correct
-    one is the positive (`algo.selection.select_positives`) and the policy's own reply to Cooper's rewrite prompt
-    for it the negative, kept when the verifier proves its answer different (the strict rule). Returns counts."""
-    import random
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from cooper_openrlhf.algo.negatives import build_rewrite_messages
-    from cooper_openrlhf.lab.warm_start import _sample, answer_example
-    from cooper_openrlhf.verify.rule import Verdict, verify_one
-
-    if path.is_file():  # sampled once: a resume keeps the pairs the seed's first runs trained on
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return {"pairs": len(rows), "steps": len({r["step"] for r in rows}), "in_style": sum(r["in_style"] for r in rows)}
-    from cooper_openrlhf.algo.answer_style import in_sentence
-
-    train, _ = task_split(preset.task)
-    tokenizer = AutoTokenizer.from_pretrained(str(policy))
-    model = AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32).eval()
-    rng, rows, n = random.Random(f"stale pairs {seed}"), [], preset.samples_per_prompt
-    suffix = preset.task.prompt_suffix
-    for step in range(preset.steps + OFFLINE_STEPS_SPARE):
-        problems = rng.sample(list(train), preset.prompts_per_step)
-        texts = _sample(model, tokenizer, [answer_example(p, suffix)[0] for p in problems], n, preset.temperature,
-                        preset.max_new_tokens, seed=seed * 100_003 + step)
-        positives = []
-        for i, problem in enumerate(problems):
-            right = [t for t in texts[i * n:(i + 1) * n]
-                     if verify_one(problem.reference, t).verdict == Verdict.CORRECT]
-            if right:
-                positives.append((problem, right[0].strip()))
-        if not positives:
-            continue
-        chats = [build_rewrite_messages(p.question + suffix, positive, p.reference) for p, positive in positives]
-        negatives = _sample(model, tokenizer, chats, 1, 1.0, 32, seed=seed * 100_003 + 50_000 + step)
-        for (problem, positive), negative in zip(positives, negatives):
-            if verify_one(problem.reference, negative).verdict == Verdict.INCORRECT:
-                rows.append({"step": step, "question": problem.question + suffix, "reference": problem.reference,
-                             "positive": positive, "negative": negative.strip(),
-                             "in_style": bool(preset.style) and in_sentence(positive, preset.style)})
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    tmp.replace(path)
-    return {"pairs": len(rows), "steps": len({r["step"] for r in rows}), "in_style": sum(r["in_style"] for r in rows)}
 
 
 def offline_continuation(preset: LabPreset, rm: Path, folder: Path) -> dict:
@@ -318,14 +216,6 @@ def offline_continuation(preset: LabPreset, rm: Path, folder: Path) -> dict:
 # A cached probe of another version is redone (1 had no break-even accuracy, 2 no constant answers), as is
 # one made with the other format gate.
 PROBE_VERSION = 3
-
-
-def answer_sentence(preset: LabPreset) -> str:
-    """The sentence the preset's policy answers in (an `{answer}` field): the warm start's, else a boxed one."""
-    from cooper_openrlhf.lab.rm_probe import BOXED_SENTENCE
-    from cooper_openrlhf.lab.warm_start import ANSWER_SENTENCE
-
-    return ANSWER_SENTENCE if preset.policy == WARM_START else BOXED_SENTENCE
 
 
 def probe_preset_rm(preset: LabPreset, rm: str | Path, sentence: str | None = None) -> dict:

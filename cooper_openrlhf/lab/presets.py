@@ -20,6 +20,11 @@ NEEDS_PAIR_SOURCE = tuple(name for name, arm in ARMS.items() if arm.pairs)
 _FULL_PRESET_ARMS = ("rule", "static", "cooper", "cooper_official", "offline_pairs")
 
 
+# What may change between invocations on one lab folder: which runs there are. Anything else (the task, the
+# models, the step budget, learning rates...) would mix runs of two configurations in one report.
+RESUMABLE_FIELDS = ("name", "arms", "seeds", "budget_minutes", "parallel_runs")  # not what a run computes
+
+
 @dataclass(frozen=True)
 class LabPreset:
     name: str
@@ -145,8 +150,8 @@ PRESETS: dict[str, LabPreset] = {
     # static arm held, so nothing was tested.
     "full": _FULL,
     "style": _STYLE,
-    # `make demo`: the full preset's configuration (the headline's) at a smaller size, sized for 15 minutes on 2
-    # cores: one seed of the paper's three arms, a starting RM searched from 4 pair-stage candidates, not 32, no
+    # `make demo`: the full preset's configuration (the headline's) at a smaller size, sized for 10 minutes on 2
+    # cores with its preparation made at install (lab/prepared.py: half the demo's time before): one seed of the paper's three arms, a starting RM searched from 4 pair-stage candidates, not 32, no
     # offline continuation (a probe for the controls the demo does not run), held-out evaluation half as often
     # with the RM's own accuracy on a sample of 128 of its labelled triples (scoring was most of an RM arm's time),
     # a BCE stage of 3 epochs, not 4 (the full preset's BCE RM is about as accurate after 3), and two runs at a time.
@@ -154,7 +159,7 @@ PRESETS: dict[str, LabPreset] = {
     # the climb on offer, and its closing lines say what its one seed shows and point to the full lab's figure
     # (lab/reading.py).
     "quick": replace(_FULL, name="quick", arms=("rule", "static", "cooper"), seeds=1, rm_pair_candidates=4,
-                     offline_continuation=False, eval_every=4, rm_eval_rows=128, budget_minutes=15, parallel_runs=2,
+                     offline_continuation=False, eval_every=4, rm_eval_rows=128, budget_minutes=10, parallel_runs=2,
                      rm_epochs=3),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice (a GRPO step

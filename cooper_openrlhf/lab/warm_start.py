@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from cooper_openrlhf.algo.answer_style import is_hedge, right_in, wrong_in
 from cooper_openrlhf.data.records import MathProblem
@@ -139,7 +140,12 @@ def fine_tune(source: str, problems: list[MathProblem], config: WarmStartConfig,
     torch.manual_seed(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     accuracy, step = 0.0, 0
+    # Its line: the step and the last check's accuracy against the target. No remaining time: the warm start ends at
+    # the first check at the target, which no step count foretells.
+    line = tqdm(desc="preparation: warm start", unit="step", mininterval=1.0, dynamic_ncols=True,
+                postfix=f"sampled accuracy - (target {config.target_accuracy:.2f})")
     for step in range(1, config.max_steps + 1):
+        line.update(1)
         model.train()
         optimizer.zero_grad()
         for index, (pool, size) in enumerate(((answers, config.batch_size), (rewrites, max(1, config.batch_size // 4)))):
@@ -156,8 +162,10 @@ def fine_tune(source: str, problems: list[MathProblem], config: WarmStartConfig,
             accuracy = sampled_accuracy(model.eval(), tokenizer, probe, prompt_suffix, temperature=config.temperature,
                                         seed=config.seed + step)
             logger.info("warm start: step %d, loss %.4f, sampled accuracy %.2f", step, loss.item(), accuracy)
+            line.set_postfix_str(f"sampled accuracy {accuracy:.2f} (target {config.target_accuracy:.2f})")
             if accuracy >= config.target_accuracy:
                 break
+    line.close()
     return model.eval(), tokenizer, WarmStartResult(step, accuracy, accuracy >= config.target_accuracy)
 
 

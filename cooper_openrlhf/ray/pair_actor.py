@@ -35,6 +35,14 @@ logger = logging.getLogger(__name__)
 DEFAULT_ASSISTANT_MAX_MODEL_LEN = 4096  # of a dedicated assistant engine; rewrite prompt + rewrite
 
 
+def default_assistant_max_model_len(model_path: str) -> int:
+    """4096, or fewer where the model has fewer positions: vLLM refuses a max_model_len over the model's own."""
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.from_pretrained(model_path, trust_remote_code=True), "max_position_embeddings", None)
+    return min(DEFAULT_ASSISTANT_MAX_MODEL_LEN, positions) if positions else DEFAULT_ASSISTANT_MAX_MODEL_LEN
+
+
 def assistant_engine_options(on_gpu: bool, seed: int, max_model_len: int) -> dict:
     """`create_vllm_engines` keywords of a dedicated assistant engine. On GPU: CUDA graphs, and prefix caching
     (every rewrite prompt opens with the same system prompt); on vLLM-CPU both off, as the CPU runs were tested."""
@@ -49,7 +57,7 @@ class PairConstructionActor:
     assistant_max_model_len: the assistant engines' max_model_len. For shared engines pass the
         value they were created with (prompt_max_len + generate_max_len) so that a rewrite prompt
         too long for them is skipped with a warning instead of failing the step; for a dedicated
-        engine it is also its creation value (default 4096).
+        engine it is also its creation value (default 4096, or the model's positions if fewer).
     answer_fallback: how final answers are found in rollouts, by the verifier and for positives alike
         (`verify.extract`: "none" = only an explicit final answer, the default; "last_number" also takes the
         last number of the text). Rewrites use `config.answer_fallback`.
@@ -93,7 +101,7 @@ class PairConstructionActor:
         self._placement_group = None
         if vllm_engines is None:
             if assistant_max_model_len is None:
-                assistant_max_model_len = DEFAULT_ASSISTANT_MAX_MODEL_LEN
+                assistant_max_model_len = default_assistant_max_model_len(assistant_model_path)
             try:
                 vllm_engines = self._owned_engines = self._start_assistant_engine(
                     assistant_model_path, config.seed, assistant_max_model_len, assistant_engine_kwargs or {}

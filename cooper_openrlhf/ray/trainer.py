@@ -59,7 +59,6 @@ from cooper_openrlhf.core.pairs import rewrite_request
 from cooper_openrlhf.core.rewards import reward_metrics
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
-from cooper_openrlhf.ray.trainer_state import rank_actors, undecorated
 from cooper_openrlhf.ray.rm_scoring import RMScoring
 from cooper_openrlhf.ray.step_records import (
     PendingPairs,
@@ -72,6 +71,7 @@ from cooper_openrlhf.ray.step_records import (
     prompt_question_map,
     rollout_rows,
 )
+from cooper_openrlhf.ray.trainer_state import rank_actors, undecorated
 
 logger = init_logger(__name__)  # OpenRLHF's logger: visible in Ray worker output like its own
 

@@ -1,7 +1,7 @@
 """A pre-registered plan's test, read off its finished runs: the primary difference judged by the plan's decision
 rule, the secondary differences (Holm-corrected as one family), an equivalence test where the plan registers one, and
-how often the static arm fell (a plan's "primary", "secondary" and "equivalence" entries, docs/batch33b/plan.json,
-docs/batch45/plan.json).
+how often the static arm fell (a plan's "primary", "secondary" and "equivalence" entries, docs/lab/batch33b/plan.json,
+docs/lab/batch45/plan.json).
 
 The decision rule is the one the plan states, in code (`decide`); `check_decision_rule` refuses a plan whose rule
 is worded otherwise, so the verdict can never be judged by a rule other than the one written before the runs.

@@ -189,6 +189,7 @@ def evaluate(model, rows: list[LabelledTriple], collate, batch_size: int) -> dic
     import torch
 
     from cooper_openrlhf.algo.losses import bce_rm_loss
+    from cooper_openrlhf.algo.rewards import probability_correct
     from cooper_openrlhf.rm.model import rm_logits
     from cooper_openrlhf.verify.metrics import binary_metrics
 
@@ -205,7 +206,7 @@ def evaluate(model, rows: list[LabelledTriple], collate, batch_size: int) -> dic
     metrics = binary_metrics((logits >= 0).tolist(), (labels > 0.5).tolist())
     return {"loss": float(loss), "accuracy": metrics.accuracy, "precision": metrics.precision,
             "recall": metrics.recall, "f1": metrics.f1, "n": metrics.n,
-            "mean_reward": float(torch.sigmoid(logits).mean())}
+            "mean_reward": float(probability_correct(logits).mean())}
 
 
 def _is_better(metric: str, new: dict, old: dict) -> bool:

@@ -81,8 +81,8 @@ class RMScorer:
     def score(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
               version: int | None = None) -> list[float]:
         """P(correct) = sigmoid(logit) in [0, 1] of each triple, in input order."""
-        logits = self.logits(questions, references, completions, version)
-        return probability_correct(torch.tensor(logits, dtype=torch.float64)).tolist()
+        logits = self.logits(questions, references, completions, version)  # Python floats, already off the device
+        return probability_correct(torch.tensor(logits, dtype=torch.float64, device="cpu")).tolist()
 
     def logits_of(self, items: list[Item]) -> list[float]:
         """Logits of (version, question, reference, completion) items in input order; items of one version are

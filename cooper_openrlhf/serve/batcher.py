@@ -1,12 +1,14 @@
 """Batching across concurrent requests: many one-sample requests in, one model call per batch out.
 
 OpenRLHF sends one sample per request, hundreds at once during a step; a GPU scores 64 samples in about the time
-it scores one. `MicroBatcher` collects items from concurrent coroutines into batches of at most `max_batch`,
-waiting at most `max_wait_s` after the first item of a batch for more to arrive, and runs the batch function in a
-worker thread (the event loop keeps accepting requests meanwhile). The queue has no bound of its own: an item that
-finds the batch function busy waits its turn, because a refusal is a failed try for OpenRLHF's client and five of
-them crash the run. What bounds the queue is the HTTP layer's admission limit (`serve/admission.py`), a memory
-bound no trainer's step reaches, and a request's own timeout.
+it scores one. `MicroBatcher` collects items from concurrent coroutines into batches of at most `max_batch` and
+runs the batch function in a worker thread (the event loop keeps accepting requests meanwhile). A batch is what is
+queued when a lane is free, so a lone request on an idle lane runs at once (a window would be pure latency: nothing
+else is coming) and the requests that arrive while a batch runs form the next one. Only a lane that was busy (its
+first item was already waiting when it came free) waits up to `max_wait_s` for the batch to fill. The queue has
+no bound of its own: an item that finds the batch function busy waits its turn, because a refusal is a failed try
+for OpenRLHF's client and five of them crash the run. What bounds the queue is the HTTP layer's admission limit
+(`serve/admission.py`), a memory bound no trainer's step reaches, and a request's own timeout.
 
 Lanes: one batch function per lane, one batch running per lane. The RM has one lane (one model). The rule
 verifier has several (one verifier pool each), so that an item that hangs until its deadline holds up only the
@@ -92,19 +94,9 @@ class MicroBatcher:
     async def _loop(self) -> None:
         while True:
             lane = await self._free_lanes.get()
+            was_busy = not self._queue.empty()  # items waited for this lane: the batcher is under load
             batch = [await self._queue.get()]
-            deadline = time.monotonic() + self.max_wait_s
-            while len(batch) < self.max_batch:
-                if not self._queue.empty():
-                    batch.append(self._queue.get_nowait())
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-                except asyncio.TimeoutError:
-                    break
+            await self._fill(batch, self.max_wait_s if was_busy else 0.0)
             batch = [(item, future) for item, future in batch if not future.cancelled()]  # clients that left
             if not batch:
                 self._free_lanes.put_nowait(lane)
@@ -112,6 +104,21 @@ class MicroBatcher:
             task = asyncio.get_running_loop().create_task(self._run(lane, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+
+    async def _fill(self, batch: list, wait_s: float) -> None:
+        """Add what is queued to `batch`, then items as they arrive for at most `wait_s`, up to `max_batch`."""
+        deadline = time.monotonic() + wait_s
+        while len(batch) < self.max_batch:
+            if not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+            except asyncio.TimeoutError:
+                return
 
     async def _run(self, lane: int, batch: list) -> None:
         start = time.perf_counter()

@@ -75,7 +75,7 @@ class Learner:
 
     def prepare(self, group: Group) -> None:
         """Prove which of a complete group's samples are wrong (the verifier's both-ways check, the slow part of
-        building pairs), as soon as the group completes: a round's update then waits only for its last group."""
+        building pairs), as soon as the group completes: a step's update then waits only for its last group."""
         group.proven_wrong = self.pair_builder.proven_wrong([s.sample.reference for s in group.scored],
                                                             [s.outcome for s in group.scored])
 
@@ -89,7 +89,7 @@ class Learner:
                            self.pair_builder.assistant_negatives, step)
 
     def discard_gradients(self) -> None:
-        """Drop whatever gradients a failed update left accumulated, so the next round's step holds only its own.
+        """Drop whatever gradients a failed update left accumulated, so the next step's update holds only its own.
 
         What DeepSpeed's ZeRO 1/2 optimizer itself does when it skips a step on overflow (`stage_1_and_2.step`)."""
         engine = self.trainer.model

@@ -1,0 +1,138 @@
+"""The lab's starting and last lines: what the warm-started policy and starting RM were, what the runs' curves
+show and never claim, and the committed verdicts (docs/results/verdicts.json) stated whatever one seed shows."""
+
+import json
+
+import pytest
+
+from cooper_openrlhf.cli import lab as lab_cli
+
+
+def test_the_labs_last_lines_read_the_curves_and_never_call_one_seeds_curve_the_papers_finding():
+    from cooper_openrlhf.lab.reading import full_lab_figure, reading
+
+    rm = {"static": [(1, 0.36), (40, 0.64)], "cooper": [(1, 0.38), (40, 0.92)]}
+    heldout = {"static": [(2, 0.42), (40, 0.02)], "cooper": [(2, 0.41), (40, 0.26)], "rule": [(2, 0.37), (40, 0.30)]}
+    one_seed = reading(rm, heldout, {"static": 1, "cooper": 1, "rule": 1})
+    assert one_seed[0].endswith("the signature of a hacked RM in this run (reward up, held-out accuracy down, by more "
+                                "than 0.05 each).")
+    assert "level with the rule reward in this run" in one_seed[1]
+    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run.")
+    assert "One seed per arm cannot show this reliably" in one_seed[2] and full_lab_figure() in one_seed[2]
+    assert "none of the above is the paper's finding" in one_seed[2]
+    assert not any("paper" in line for line in one_seed[:2])  # a draw's curve is described, never called the paper's
+    held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
+    three = reading(rm, held, {"static": 3, "cooper": 3, "rule": 3})
+    assert "not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more than 0.05" in three[0]
+    assert three[1] == "Cooper: held-out accuracy 0.41 -> 0.44, the rule-reward arm's 0.37 -> 0.42: level with the rule " \
+                       "reward in this run."
+    assert len(three) == 2  # enough seeds: no caveat
+    assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare
+
+
+def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too_low_to_fall():
+    from cooper_openrlhf.lab.reading import VERIFIED_WINDOW, reading
+
+    steps = range(1, 4 * VERIFIED_WINDOW + 1)
+
+    def ramp(first, last):
+        return [(s, first + (last - first) * (s - 1) / (len(steps) - 1)) for s in steps]
+
+    rm = {"static": ramp(0.40, 0.80), "cooper": ramp(0.40, 0.50)}
+    heldout = {arm: [(4, 0.03), (40, 0.02)] for arm in ("static", "cooper", "rule")}
+    verified = {"rule": ramp(0.30, 0.36), "static": ramp(0.32, 0.12), "cooper": ramp(0.31, 0.34)}
+    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
+    assert lines[2].startswith("Held-out accuracy started at 0.03 at most")
+    # The first and last windows' means, not the end points: a ramp's window means sit inside its ends.
+    assert lines[3].startswith("On the training prompts") and "static 0.30 -> 0.14" in lines[3]
+    assert lines[3].endswith("the signature of a hacked RM; Cooper's ends level with the rule arm's.")
+    # A static arm that keeps its verified accuracy, a Cooper arm that ends below rule; a held-out start with room.
+    verified = {"rule": ramp(0.30, 0.34), "static": ramp(0.30, 0.32), "cooper": ramp(0.30, 0.20)}
+    heldout = {arm: [(4, 0.30), (40, 0.30)] for arm in ("static", "cooper", "rule")}
+    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
+    assert not any(line.startswith("Held-out accuracy started") for line in lines)
+    assert lines[-1].endswith("the static RM's policy keeps its verified accuracy; Cooper's ends below the rule arm's, "
+                              "though it fell by 0.08.")
+    # What the RMs pay verified-wrong rollouts: the static RM's rising, Cooper's corrected; then neither moving.
+    wrong = {"static": ramp(0.60, 0.90), "cooper": ramp(0.60, 0.10)}
+    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, wrong)
+    assert lines[-1] == ("What each RM pays the rollouts the verifier marks wrong (first and last 10 steps): static "
+                         "0.63 -> 0.87, Cooper 0.54 -> 0.16: the static RM pays the policy's wrong answers more as it "
+                         "goes on; Cooper's RM, trained as it goes, ends paying them less than the static RM.")
+    flat = {"static": ramp(0.60, 0.60), "cooper": ramp(0.60, 0.60)}
+    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, flat)[-1].endswith(
+        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them about as much.")
+    more = {"static": ramp(0.12, 0.15), "cooper": ramp(0.12, 0.25)}  # batch 33b's seed means
+    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, more)[-1].endswith(
+        "Cooper's RM ends paying them more than the static RM.")
+    # Without a rule or static curve there is nothing to read the rollouts against.
+    assert len(reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, {"static": verified["static"]})) == 2
+
+
+def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_splits():
+    setup = {"policy": {"train_accuracy": 0.34, "heldout_accuracy": 0.0234, "steps": 600},
+             "rm_probe": {"verdict": "pays right answers most"}, "rm": {}}
+    assert lab_cli.starting_lines(setup) == [
+        "  starting policy: sampled accuracy 0.34 on the train split, 0.02 on the held-out problems (warm start, 600 steps)",
+        "  starting RM: pays right answers most"]
+    # A policy the lab did not warm-start (--policy) has no such accuracies: the line is left out.
+    assert lab_cli.starting_lines({**setup, "policy": {"policy": "smollm2-135m-instruct"}}) == [
+        "  starting RM: pays right answers most"]
+
+
+def full_lab_figure_exists() -> bool:
+    from cooper_openrlhf.lab.reading import REPOSITORY, full_lab_figure
+
+    return (REPOSITORY / full_lab_figure()).is_file()
+
+
+def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows():
+    """`make demo` ends with the pre-registered batches' verdicts, read from the committed verdict files that
+    docs/results/verdicts.json lists, after any reading of its own one-seed curves."""
+    from cooper_openrlhf.lab.reading import VERDICT_INDEX, committed_results, committed_sentence, read_runs
+
+    listed = json.loads(VERDICT_INDEX.read_text())["batches"]
+    assert [(r["batch"], r["lab"]) for r in committed_results()] == [(b["batch"], b["lab"]) for b in listed]
+    assert all((VERDICT_INDEX.parent / b["verdict"]).is_file() for b in listed)
+    assert full_lab_figure_exists()
+
+    last = read_runs([])  # no run finished: the committed results are still the last lines
+    assert last == [committed_sentence(result) for result in committed_results()]
+    assert last[0] == (
+        "The committed result of the full lab (batch 33b, 8 seeds per arm, pre-registered; docs/results.md), on "
+        "held-out accuracy (the mean of the last 3 evaluations): Cooper did not beat the control, "
+        "an RM updated as Cooper's on fresh offline pairs that never saw the policy (Cooper - control -0.014, 95% CI "
+        "[-0.060, +0.028], p 0.570: within noise), and the frozen RM's policy ended below the rule arm's by less than "
+        "the plan's test can tell from noise (static - rule -0.050 [-0.089, -0.014], p 0.055, Holm-adjusted 0.234).")
+    assert last[-1] == (  # the newest: batch 45, the style lab
+        "The committed result of the style lab (batch 45, 12 seeds per arm, pre-registered; docs/results.md), on the "
+        "exploit rate (the share of the last 20 steps' training rollouts written in the lab's style and verified wrong; "
+        "less is better): Cooper did not beat the control, an RM updated as Cooper's on fresh offline pairs that never "
+        "saw the policy (Cooper - control +0.017, 95% CI [-0.111, +0.145], p 0.812: within noise); the control's "
+        "policy was hurt, as the plan required (offline_pairs - rule +0.133, p 0.037); Cooper and the rule arm were "
+        "not shown equivalent within ±0.05 (cooper - rule +0.149, two one-sided tests p 0.903), and the frozen RM's "
+        "policy wrote more wrong answers in the style than the rule arm's (static - rule +0.254 [+0.156, +0.345], "
+        "p 0.002, Holm-adjusted 0.016).")
+
+
+@pytest.mark.parametrize("cooper, control, words", [
+    (0.10, 0.30, "Cooper beat the control"),  # less is better: Cooper's policy exploits less in every seed
+    (0.50, 0.30, "Cooper did worse than the control"),
+    (0.10, 0.02, "is uninformative"),  # the control exploits no more than the rule arm: the gate fails
+])
+def test_a_committed_verdict_on_a_measure_where_less_is_better_is_worded_by_its_outcome(cooper, control, words):
+    from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE, plan_verdict
+
+    plan = {"primary": {"lab": "main", "difference": "cooper - offline_pairs", "measure": EXPLOIT_RATE,
+                        "decision": DECISION_RULE_LOWER,
+                        "validity_gate": {"difference": "offline_pairs - rule", "must_be": "above"}},
+            "equivalence": [{"difference": "cooper - rule", "margin": 0.05}], "secondary": ["static - rule"]}
+    finals = {"cooper": {s: cooper + 0.01 * s for s in range(8)}, "offline_pairs": {s: control for s in range(8)},
+              "rule": {s: 0.05 - 0.01 * (s % 2) for s in range(8)}, "static": {s: 0.40 for s in range(8)}}
+    sentence = committed_sentence({"batch": "x", "lab": "a lab", **verdict_summary(plan_verdict(plan, finals))})
+    assert words in sentence and "on the exploit rate" in sentence
+    assert ("the control's policy was hurt, as the plan required" in sentence) == (words != "is uninformative")
+    assert "Cooper and the rule arm were not shown equivalent within ±0.05" in sentence  # 0.05-0.22 above rule
+    assert "the frozen RM's policy wrote more wrong answers in the style than the rule arm's (static - rule +0.355" \
+        in sentence
