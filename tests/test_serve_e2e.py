@@ -174,6 +174,8 @@ def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, mo
     trained = health["samples"] - health["heldout_samples"]
     assert trained == STEPS * PROMPTS_PER_STEP * STOCK_N and health["groups_completed"] == STEPS * PROMPTS_PER_STEP
     assert health["groups_expired"] == 0 and len(rounds) == STEPS and health["open_groups"] == 0
+    # How busy the RM and the verifier were (what a user reads to tell which one bounds the service).
+    assert health["rm_busy_seconds"] > 0 and health["verify_busy_seconds"] > 0
     # The eval prompts were paid and never grouped: no group was learned from them, and no check was broken.
     assert health["heldout_samples"] >= 2 * 2 and health["groups"] == "ok"
     # The service learned from the groups' own rollouts: pairs built, the RM moved, versions published.

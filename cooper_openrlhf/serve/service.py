@@ -403,6 +403,8 @@ class RewardService:
                 "groups_expired": float(self.groups.expired), "rm_queue": float(self.rm_batcher.queued),
                 "verify_queue": float(self.verify_batcher.queued), "rm_batches": float(stats.batches),
                 "rm_batch_mean": stats.items / stats.batches if stats.batches else 0.0,
+                # time inside the batch functions: against wall time, how busy the RM and the verifier are
+                "rm_busy_seconds": stats.busy_seconds, "verify_busy_seconds": self.verify_batcher.stats.busy_seconds,
                 "update_in_flight": float(not self.update_done.is_set()), "paying_rule": float(self.mode == "rule"),
                 "round_failures": float(self.round_failures), "learning_failing": float(self.round_error is not None),
                 "groups_repinned": float(self.groups_repinned),
