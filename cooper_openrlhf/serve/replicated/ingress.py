@@ -169,10 +169,14 @@ def ingress_class(config, args, build_splitter, token: str | None, registry, kee
         scorer = serve.get_deployment_handle(scorer_name, app_name=app_name)
         service = RemoteService(config, registry, scorer, keeps_groups, version,
                                 calls_in_flight=max(2, 2 * args.replicas), retry_for_s=args.request_timeout_s)
-        return build_app(service, build_splitter(args), token=token, max_body_bytes=args.max_body_bytes,
-                         max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
-                         max_queued_samples=args.max_queued_samples, max_queued_bytes=args.max_queued_bytes,
-                         max_sample_chars=args.max_sample_chars)
+        app = build_app(service, build_splitter(args), token=token, max_body_bytes=args.max_body_bytes,
+                        max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
+                        max_queued_samples=args.max_queued_samples, max_queued_bytes=args.max_queued_bytes,
+                        max_sample_chars=args.max_sample_chars)
+        # Serve's replica registers its handlers for its own errors on the app as on a Starlette app. /get_reward is
+        # plain ASGI and answers every error itself; the routes that are FastAPI's (/metrics, /health) get them.
+        app.add_exception_handler = app.fastapi.add_exception_handler
+        return app
 
     @serve.ingress(build)
     class Ingress:
