@@ -1,6 +1,7 @@
 """Throughput of the reward service against OpenRLHF's own `serve_rm.py`, and against the bare RM forward.
 
     python benchmarks/serve_throughput.py [--rm PATH] [--policy PATH] [--requests 512] [--concurrency 1,16,64,256]
+    python benchmarks/serve_throughput.py --replicas 1,2     # one process against Ray Serve with 1 and 2 replicas
 
 Without --rm it measures two RMs in turn: the tiny Qwen2 RM (per-request work is the cost) and the lab's MiniLM
 VerifyRM architecture (the forward is the cost; stock serve_rm cannot load an encoder, so it is left out there).
@@ -15,6 +16,9 @@ templated prompt + response, one sample per POST, as its vLLM actors send them),
   learning    the same with --learn: groups of --group-size, an RM update every --groups-per-update groups; new
               groups wait for an update in flight (the paper's timing)
   learning_nowait  the same with --no-wait-for-update (what the updates cost besides the wait)
+  replicasK   `cli.serve --replicas K` (Ray Serve: proxy, ingress, K scoring replicas; learning off), with
+              `--replicas K,...`; then the servers default to cooper and the replicated ones, the concurrency to
+              64,256, the RM to the tiny one, and the ratios printed are each K against the first and against cooper
   http_ceiling  `noop_reward_server.py`: the same protocol and server stack with no work behind it (the bound the
               single-sample POST itself puts on any reward server here)
   bare        no HTTP: `rm.model.score_logits` over the same samples at its best batch size (the limit), in a
@@ -89,6 +93,7 @@ async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[floa
 
 
 def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 900) -> None:
+    """Until the server answers; Serve's proxy answers 404/503 before its app is deployed, so not those."""
     import requests
 
     deadline = time.monotonic() + timeout_s
@@ -96,10 +101,11 @@ def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 90
         if process.poll() is not None:
             raise RuntimeError(f"server exited: {open(log).read()[-3000:]}")
         try:
-            requests.post(url, json={}, timeout=2)
-            return
-        except requests.ConnectionError:
-            time.sleep(0.5)
+            if requests.post(url, json={}, timeout=5).status_code not in (404, 503):
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
     raise RuntimeError(f"server not up after {timeout_s}s: {open(log).read()[-3000:]}")
 
 
@@ -126,6 +132,8 @@ def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
                      "--state-dir", os.path.join(workdir, kind), "--checkpoint-every", "0", "--no-group-check"]
         if kind == "learning_nowait":
             argv += ["--no-wait-for-update"]
+        if kind.startswith("replicas"):
+            argv += ["--replicas", kind[len("replicas"):], "--ingress-replicas", str(args.ingress_replicas)]
     log = os.path.join(workdir, f"{kind}.log")
     process = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
     process.log = log
@@ -243,6 +251,12 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
         for level in levels:
             print(f"cooper / serve_rm (its better OpenMP policy) at concurrency {level}: "
                   f"{cooper[level][0] / stock[level][0]:.2f}x (target >= 1.0)")
+    replicated = [kind for kind in kinds if kind.startswith("replicas") and kind in results]
+    for kind in replicated:
+        for level in levels:
+            base = results[replicated[0]][level][0]
+            print(f"{kind} / {replicated[0]} at concurrency {level}: {results[kind][level][0] / base:.2f}x"
+                  + (f"; / cooper (one process): {results[kind][level][0] / cooper[level][0]:.2f}x" if cooper else ""))
     for kind in ("learning", "learning_nowait"):
         if cooper and kind in results:
             for level in levels:
@@ -263,8 +277,19 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--groups-per-update", type=int, default=8)
     p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--replicas", default=None, help="e.g. 1,2: also cli.serve --replicas K for each K (Ray Serve)")
+    p.add_argument("--ingress-replicas", type=int, default=1, help="the replicated servers' --ingress-replicas")
     p.add_argument("--bare-only", action="store_true", help=argparse.SUPPRESS)  # one bare_forward_here, as JSON
     args = p.parse_args()
+    if args.replicas:
+        defaults = {"servers": "http_ceiling,serve_rm,serve_rm_passive,cooper,learning,learning_nowait",
+                    "concurrency": "1,16,64,256"}
+        if args.servers == defaults["servers"]:
+            args.servers = "cooper"
+        if args.concurrency == defaults["concurrency"]:
+            args.concurrency = "64,256"
+        args.servers += "".join(f",replicas{k}" for k in args.replicas.split(","))
+        args.rm = args.rm or model_path("tiny-qwen2-rm")
     args.policy = args.policy or model_path("tiny-qwen2-policy")
     from cooper_openrlhf.runtime.dtype import resolve_dtype_name
 

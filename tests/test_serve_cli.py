@@ -55,6 +55,29 @@ def test_a_short_token_is_refused_with_the_command_that_makes_a_good_one(model_d
     assert len(read_token(str(token))) >= 16 and stat.S_IMODE(token.stat().st_mode) == 0o600
 
 
+def test_the_replicated_service_flags_are_checked(capsys, model_dir):
+    base = ["--rm", model_dir("tiny-qwen2-rm"), "--no-chat-template"]
+    assert _errors(capsys, [*base, "--ray-address", "auto"]) == [
+        "error: --ray-address applies only with --replicas (one process starts no Ray)"]
+    assert _errors(capsys, [*base, "--replicas", "-1"]) == ["error: --replicas must be >= 0 and --ingress-replicas >= 1"]
+    assert _errors(capsys, [*base, "--replicas", "2", "--probe-every", "1", "--probe-prompts", __file__]) == [
+        "error: --replicas does not take --ssl-certfile/--ssl-keyfile (Serve's proxy serves plain HTTP: put TLS in "
+        "front of it) nor --probe-every (not built for the learner actor yet)"]
+
+
+def test_serves_deployment_config_survives_protobuf_7_with_the_upstream_fix():
+    """Ray Serve 2.55 reads `FieldDescriptor.label`, which protobuf 7 removed: every `serve.run` failed in the
+    controller (serve/replicated/compat.py). With the fix installed the config round-trips through its proto."""
+    from ray.serve._private.config import DeploymentConfig
+
+    from cooper_openrlhf.serve.replicated import compat
+
+    compat.install()
+    config = DeploymentConfig(num_replicas=3, max_ongoing_requests=7, user_config={"a": [1, 2]})
+    back = DeploymentConfig.from_proto_bytes(config.to_proto_bytes())
+    assert (back.num_replicas, back.max_ongoing_requests, back.user_config) == (3, 7, {"a": [1, 2]})
+
+
 @pytest.mark.parametrize("given, shown", [(None, "GOMP_SPINCOUNT = '0'"), ("ACTIVE", "OMP_WAIT_POLICY = 'ACTIVE'")])
 def test_the_rms_openmp_threads_sleep_rather_than_spin_unless_the_user_says(given, shown):
     """The RM's OpenMP threads share the cores with the event loop and the verifier workers: at a barrier they sleep

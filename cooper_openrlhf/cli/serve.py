@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.serve.app import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_SAMPLES
     from cooper_openrlhf.core import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
+    from cooper_openrlhf.serve.replicated.flags import add_replicated_flags
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
     from cooper_openrlhf.verify.extract import FALLBACKS
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the same bound on the request bodies admitted and not yet answered")
     g.add_argument("--max-sample-chars", type=int, default=DEFAULT_MAX_SAMPLE_CHARS,
                    help="most characters in one sample's query, prompt or label (400 naming the sample past it)")
+    add_replicated_flags(p)
     g = p.add_argument_group("scoring")
     g.add_argument("--mode", default="rm", choices=REWARD_MODES, help="the reward paid (docs/serve.md)")
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="RM weights' dtype (auto: the device's fast one)")
@@ -153,6 +155,8 @@ def is_loopback(host: str) -> bool:
 
 def check_args(args) -> list[str]:
     """Mistakes a user can make, each naming its flag (empty: none)."""
+    from cooper_openrlhf.serve.replicated.flags import replicated_flag_problems
+
     problems = []
     if not os.path.isdir(args.rm):
         problems.append(f"--rm {args.rm}: no such folder")
@@ -190,6 +194,7 @@ def check_args(args) -> list[str]:
             problems.append("--keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)")
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
+    problems += replicated_flag_problems(args)
     if not 0.0 <= args.rm_warmup_ratio < 1.0:
         problems.append(f"--rm-warmup-ratio must be in [0, 1), got {args.rm_warmup_ratio}")
     if args.max_queued_samples < args.max_request_samples or args.max_queued_bytes < args.max_body_bytes:
@@ -236,25 +241,32 @@ def build_splitter(args):
     return PromptSplitter.from_tokenizer(AutoTokenizer.from_pretrained(args.policy))
 
 
+def service_config(args):
+    """The `serve.service.ServiceConfig` of the flags (one process and the replicated service alike)."""
+    from cooper_openrlhf.algo.hacking import HackingMonitorConfig
+    from cooper_openrlhf.serve.service import ServiceConfig
+
+    return ServiceConfig(mode=args.mode, group_size=args.group_size, groups_per_update=args.groups_per_update,
+                         group_timeout_s=args.group_timeout_s, max_batch=args.max_batch,
+                         max_wait_s=args.max_wait_ms / 1000,
+                         wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
+                         on_hacking=args.on_hacking, check_groups=not args.no_group_check,
+                         heldout=getattr(args, "heldout_questions", frozenset()),
+                         monitor=HackingMonitorConfig(**{f.name: getattr(args, f"hacking_{f.name}")
+                                                         for f in fields(HackingMonitorConfig)}))
+
+
 def build_service(args):
     """(service, checkpointer or None): the RM, the verifier lanes, the learner; resumed from --state-dir."""
-    from cooper_openrlhf.algo.hacking import HackingMonitorConfig
     from cooper_openrlhf.rm.model import load_rm, recorded_max_length, usable_max_length
     from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
     from cooper_openrlhf.serve.metrics import ServiceLog
     from cooper_openrlhf.rm.scorer import RMScorer
-    from cooper_openrlhf.serve.service import RewardService, ServiceConfig
+    from cooper_openrlhf.serve.service import RewardService
     from cooper_openrlhf.verify.pool import VerifierPool
 
     dtype_name = resolve_dtype_name(args.dtype)
-    config = ServiceConfig(mode=args.mode, group_size=args.group_size, groups_per_update=args.groups_per_update,
-                           group_timeout_s=args.group_timeout_s, max_batch=args.max_batch,
-                           max_wait_s=args.max_wait_ms / 1000,
-                           wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
-                           on_hacking=args.on_hacking, check_groups=not args.no_group_check,
-                           heldout=getattr(args, "heldout_questions", frozenset()),
-                           monitor=HackingMonitorConfig(**{f.name: getattr(args, f"hacking_{f.name}")
-                                                           for f in fields(HackingMonitorConfig)}))
+    config = service_config(args)
     pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s, config=verifier_config(args))
              for _ in range(args.verify_lanes)]
     lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
@@ -338,6 +350,15 @@ def _build_learner(args, dtype_name: str):
     return learner, checkpointer, model, tokenizer, 0
 
 
+def replica_learner(args):
+    """(learner, checkpointer) of the replicated service's learner actor (`serve/replicated/learner_actor.py`),
+    built there as one process builds its own."""
+    from cooper_openrlhf.runtime.dtype import resolve_dtype_name
+
+    learner, checkpointer, *_ = _build_learner(args, resolve_dtype_name(args.dtype))
+    return learner, checkpointer
+
+
 class _NoAssistant:
     """The assistant of `--negative-source rollout`: never asked (a call is a bug)."""
 
@@ -376,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.runtime import install_cpu_runtime
 
     install_cpu_runtime()
+    if args.replicas:  # the same flags, the same app, on Ray Serve (serve/replicated/)
+        from cooper_openrlhf.serve.replicated.launch import serve_replicated
+
+        return serve_replicated(args, service_config(args), token=token, build_splitter=build_splitter,
+                                build_learner=replica_learner)
     import uvicorn
 
     from cooper_openrlhf.serve.app import build_app

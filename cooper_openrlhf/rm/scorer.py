@@ -112,7 +112,8 @@ class RMScorer:
 
     @torch.no_grad()
     def restore(self, version: int, state_dict: dict) -> None:
-        """Hold an older `version` again (a checkpoint kept its weights because an open group is pinned to it)."""
+        """Hold `version` again: an older one a checkpoint kept because an open group is pinned to it, or (a
+        replica of `serve/replicated`) one published elsewhere, which becomes the latest when it is newer."""
         with self._lock:
             latest = self.models[self.latest]
         model = copy.deepcopy(latest)
@@ -120,6 +121,7 @@ class RMScorer:
         model.eval()
         with self._lock:
             self.models[version] = model
+            self.latest = max(self.latest, version)
 
     def versions(self) -> set[int]:
         with self._lock:

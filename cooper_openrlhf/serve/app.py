@@ -21,6 +21,7 @@ cannot fix or what no trainer sends.
 
 import asyncio
 import hmac
+import inspect
 import json
 import logging
 import time
@@ -122,19 +123,23 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
     log = service.log
     admission = Admission(max_queued_samples, max_queued_bytes)
 
-    def gauges() -> dict[str, float]:
-        return {**service.gauges(), "in_flight_samples": float(admission.samples),
+    async def gauges() -> dict[str, float]:
+        values = service.gauges()
+        if inspect.isawaitable(values):  # a service in other processes asks them (serve/replicated)
+            values = await values
+        return {**values, "in_flight_samples": float(admission.samples),
                 "in_flight_bytes": float(admission.bytes), "refused_over_memory_bound": float(admission.refused)}
 
     @rest.get("/metrics")
     async def metrics():
-        return Response(log.exposition(gauges()), media_type=CONTENT_TYPE_LATEST)
+        return Response(log.exposition(await gauges()), media_type=CONTENT_TYPE_LATEST)
 
     @rest.get("/health")
     async def health():
+        values = await gauges()  # first: a remote service refreshes what it says of itself here
         groups = "ok" if service.group_mismatch is None else f"mismatch: {service.group_mismatch}"
         return {"status": "ok", "mode": service.mode, "learning": service.learning_status, "groups": groups,
-                **gauges()}
+                **values}
 
     async def get_reward(scope, receive) -> tuple[int, dict, dict | None]:
         """(status, JSON body, headers) of one /get_reward request."""

@@ -1,0 +1,186 @@
+"""The replicated service's HTTP face: today's app (`serve/app.py`) around a service that lives in other processes.
+
+Ray Serve's proxy hands each HTTP request to an ingress replica, which runs `serve.app.build_app` unchanged (auth,
+body limits, parsing, text validation, prompt splitting, the memory bound, the statuses, the answer) around
+`RemoteService`, which has what the app asks of `serve.service.RewardService`:
+  1. `score(samples)`: a place per sample from the group registry (its group's RM version; a new group waits there
+     while an update is in flight), the samples of concurrent requests gathered into one call to the scoring
+     deployment (`serve/batcher.py`'s `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per
+     replica; Serve routes each to a replica, whose `@serve.batch` merges the calls it gets), the reward of the
+     service's mode (`core.rewards`, as in one process), the scored samples recorded in their groups; on any failure
+     the places are given back, so the client's retry takes them again. One call per batch, not per sample: each
+     Serve call costs CPU in its router and Ray's RPC, which on a small machine is the front's ceiling.
+  2. `gauges()`: the registry's numbers, with this ingress's own.
+
+A replica that dies with calls in flight (kill -9, a lost node) fails them with `RayActorError` (Serve does not
+retry them); Serve's router sends calls it had not yet routed elsewhere once the controller notices. So each call
+that fails that way is sent again, after 0.1 s doubling to 2 s, for up to `--request-timeout-s` (the app answers the
+request 504 at that time, under OpenRLHF's 180 s): a replica restart costs the trainer time, never a failed try. An
+error the scoring itself raised is not retried here (it is that sample's 500, as in one process).
+"""
+
+import asyncio
+import logging
+import math
+import time
+
+import ray
+
+from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.core import REWARD_MODES, RolloutVerdicts, rewards
+from cooper_openrlhf.serve.batcher import MicroBatcher
+from cooper_openrlhf.serve.groups import ScoredSample
+from cooper_openrlhf.serve.metrics import ServiceLog
+from cooper_openrlhf.serve.replicated.registry import NO_GROUP, Place
+from cooper_openrlhf.serve.replicated.scoring import ScoreItem
+from cooper_openrlhf.serve.service import NonFiniteScore, Scored
+from cooper_openrlhf.serve.trainer_groups import GroupMismatch
+
+logger = logging.getLogger(__name__)
+
+RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
+COUNT_FLUSH_S = 1.0  # how often an ingress that asks no places reports its sample counts to the registry
+
+
+class RemoteService:
+    """See the module docstring. `registry`: the group registry's actor handle; `scorer`: the scoring deployment's
+    handle; `keeps_groups`: whether the service keeps groups (rounds or learning): without, no place is asked for
+    and the version is the one served at start (nothing publishes another)."""
+
+    def __init__(self, config, registry, scorer, keeps_groups: bool, version: int | None, calls_in_flight: int = 2,
+                 retry_for_s: float = 150.0):
+        self.config, self.registry, self.scorer = config, registry, scorer
+        self.keeps_groups, self.version = keeps_groups, version
+        self.pay = REWARD_MODES[config.mode]
+        self.log = ServiceLog(None)
+        self.retry_for_s = retry_for_s
+        # One lane per scoring call in flight; the app's Retry-After reads this batcher's rate.
+        self.rm_batcher = MicroBatcher([self._score_remote] * calls_in_flight, config.max_batch, config.max_wait_s,
+                                       "scoring calls")
+        self.mode, self.learning_status, self.group_mismatch = config.mode, "ok", None
+        self.retried = 0  # scoring calls sent again after their replica died
+        self._uncounted = [0, 0]  # samples, held-out samples scored and not yet reported (no places asked)
+        self._flusher = None
+
+    async def start(self) -> None:
+        self.rm_batcher.start()
+        if not self.keeps_groups:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_counts_forever())
+
+    async def stop(self, save: bool = True) -> None:
+        """The learner's checkpoint is the launcher's to take (`launch.py`), once, not each ingress replica's."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+        await self.rm_batcher.stop()
+        await self._flush_counts()
+
+    async def score(self, samples: list) -> list[Scored]:
+        heldout = [s.question in self.config.heldout for s in samples]
+        if self.keeps_groups:
+            places, paying_rule = await self._registry_call(self.registry.reserve.remote(
+                [s.prompt for s in samples], heldout))
+        else:
+            places, paying_rule = [Place(NO_GROUP, self.version, held) for held in heldout], False
+        try:
+            items = [ScoreItem(p.version, s.question, s.reference, normalize_solution(s.completion), s.completion)
+                     for p, s in zip(places, samples)]
+            results = await self.rm_batcher.submit_many(items)
+            for i, (logit, _) in enumerate(results):
+                if not math.isfinite(logit):
+                    raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
+        except BaseException:
+            if self.keeps_groups:
+                self.registry.release.remote(places)  # not awaited: this request may be being cancelled
+            raise
+        logits = [logit for logit, _ in results]
+        outcomes = [outcome for _, outcome in results]
+        paid = rewards(self.pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits,
+                       paying_rule=paying_rule).paid.tolist()
+        if self.keeps_groups:
+            await self.registry.record.remote(places, [ScoredSample(s, logit, outcome, reward) for s, logit, outcome,
+                                                       reward in zip(samples, logits, outcomes, paid)])
+        else:
+            self._uncounted[0] += len(samples)
+            self._uncounted[1] += sum(heldout)
+        return [Scored(reward, logit, outcome.verdict, place.version)
+                for place, logit, outcome, reward in zip(places, logits, outcomes, paid)]
+
+    def _score_remote(self, items: list[ScoreItem]) -> list:
+        """A batch through the scoring deployment (blocking: a batcher lane's thread), sent again while the replica
+        it reached has died; per item a result or that item's exception."""
+        delay, deadline = RETRY_FIRST_S, time.monotonic() + self.retry_for_s
+        while True:
+            try:
+                return self.scorer.score_many.remote(items).result()
+            except ray.exceptions.RayActorError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                self.retried += 1
+                logger.warning("a scoring replica died with %d samples in flight (%s); sending them again in %.1fs",
+                               len(items), type(exc).__name__, delay)
+                time.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_S)
+
+    @staticmethod
+    async def _registry_call(ref):
+        """A registry answer; its GroupMismatch comes back as that (the app answers it 409)."""
+        try:
+            return await ref
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, GroupMismatch):
+                raise GroupMismatch(str(exc.cause)) from None
+            raise
+
+    async def _flush_counts(self) -> None:
+        samples, heldout = self._uncounted
+        if samples or heldout:
+            self._uncounted = [0, 0]
+            await self.registry.count.remote(samples, heldout)
+
+    async def _flush_counts_forever(self) -> None:
+        while True:
+            await asyncio.sleep(COUNT_FLUSH_S)
+            try:
+                await self._flush_counts()
+            except Exception:
+                logger.exception("reporting sample counts to the registry failed")
+
+    async def gauges(self) -> dict[str, float]:
+        """The registry's numbers (after this ingress's counts), with the retries this ingress made."""
+        await self._flush_counts()
+        status = await self.registry.status.remote()
+        self.mode, self.learning_status, self.group_mismatch = status["mode"], status["learning"], \
+            status["group_mismatch"]
+        return {**status["gauges"], "scoring_retries": float(self.retried)}
+
+
+def ingress_class(config, args, build_splitter, token: str | None, registry, keeps_groups: bool, version: int | None,
+                  scorer_name: str, app_name: str):
+    """The ingress deployment's class: `serve.app.build_app` around a `RemoteService`, built in each replica
+    (`build_splitter(args)`: the prompt splitter, `cli.serve`'s)."""
+    from ray import serve
+
+    from cooper_openrlhf.serve.app import build_app
+
+    def build():
+        from cooper_openrlhf.serve.replicated.registry import worker_logging
+
+        worker_logging()
+        scorer = serve.get_deployment_handle(scorer_name, app_name=app_name)
+        service = RemoteService(config, registry, scorer, keeps_groups, version,
+                                calls_in_flight=max(2, 2 * args.replicas), retry_for_s=args.request_timeout_s)
+        app = build_app(service, build_splitter(args), token=token, max_body_bytes=args.max_body_bytes,
+                        max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
+                        max_queued_samples=args.max_queued_samples, max_queued_bytes=args.max_queued_bytes,
+                        max_sample_chars=args.max_sample_chars)
+        # Serve's replica registers its handlers for its own errors on the app as on a Starlette app. /get_reward is
+        # plain ASGI and answers every error itself; the routes that are FastAPI's (/metrics, /health) get them.
+        app.add_exception_handler = app.fastapi.add_exception_handler
+        return app
+
+    @serve.ingress(build)
+    class Ingress:
+        def __init__(self, scorer):  # the scoring deployment, bound here so that it is deployed with the app
+            self.scorer = scorer
+
+    return Ingress

@@ -1,0 +1,158 @@
+"""The one learner of a replicated service: the rounds, the RM update, the hacking monitor, the checkpoints.
+
+What `serve/service.py`'s `_run_round` does in one process, in an actor of its own: the round's metrics
+(`serve.learner.step_metrics`), the core's pairs and `rm/pairwise_update.py` (`serve.learner.Learner`), the hacking
+monitor (`core.HackingResponse`), the rounds' log (`serve.metrics.ServiceLog`: `STATE_DIR/logs/metrics.jsonl`) and
+the checkpoint (`serve.checkpoint.ServiceCheckpoint`, the one-process format, so either mode resumes the other's).
+
+Publishing: a round that changed the RM returns the new weights (a CPU state dict) as its second return value. The
+registry, which made the call, owns that object: it is put in the object store once, outlives this actor, and
+every scoring replica fetches it by reference. Order: update, then checkpoint, then return, so a version the
+registry adopts is one a restarted learner can reproduce. The learner numbers a new version one past the
+registry's latest (`version_floor`): after a kill that lost an update it had published without checkpointing, the
+numbers stay unique.
+
+Restarts: the actor is created with `max_restarts=-1`; a new incarnation loads the latest checkpoint in `__init__`
+(its counters, version and hacking state continue from there) and the registry sends the round it lost again.
+"""
+
+import logging
+import os
+
+import ray
+
+from cooper_openrlhf.algo.metric_keys import ALARM
+from cooper_openrlhf.core import REWARD_MODES, HackingResponse
+from cooper_openrlhf.serve.learner import step_metrics
+from cooper_openrlhf.serve.metrics import ServiceLog
+from cooper_openrlhf.serve.replicated.registry import LEARNER_COUNTERS, worker_logging
+
+logger = logging.getLogger(__name__)
+
+
+class _Weights:
+    """A state dict where `ServiceCheckpoint.save` expects a module (it reads `state_dict()`)."""
+
+    def __init__(self, state_dict: dict):
+        self._state_dict = state_dict
+
+    def state_dict(self) -> dict:
+        return self._state_dict
+
+
+def cpu_state_dict(module) -> dict:
+    """A copy of `module`'s weights on the CPU (what is published: training goes on in place)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+class LearnerActor:
+    """See the module docstring. `build_learner(args)` -> (`serve.learner.Learner`, `serve.checkpoint.
+    ServiceCheckpoint`), called only with `args.learn`; without it the actor runs the rounds' monitor and log only."""
+
+    def __init__(self, config, args, build_learner, log_dir: str | None):
+        worker_logging()
+        self.config, self.args = config, args
+        self.pay = REWARD_MODES[config.mode]
+        self.learner = self.checkpointer = None
+        if args.learn:
+            self.learner, self.checkpointer = build_learner(args)
+        restored = self.checkpointer.load() if self.checkpointer is not None else None
+        self.state = restored.state if restored else None
+        self.pinned = dict(restored.pinned) if restored else {}  # older versions a checkpoint kept for open groups
+        self.version = self.state["version"] if self.state else 0
+        counters = (self.state or {}).get("counters", {})
+        self.counters = {key: counters.get(key, 0) for key in LEARNER_COUNTERS}
+        self._checkpointed_updates = self.counters["updates"]
+        self.hacking = HackingResponse(config.monitor, config.on_hacking)
+        self.hacking.paying_rule = (self.state or {}).get("mode", config.mode) == "rule" and self.pay.source != "rule"
+        self.log = ServiceLog(log_dir)
+        if restored:
+            logger.info("learner resumed from %s: RM version %d, counters %s", restored.tag, self.version,
+                        self.counters)
+
+    def status(self) -> dict:
+        """The version, counters and pay the registry adopts; the checkpoint's service state (None without one) and
+        the versions whose weights this actor can give."""
+        versions = ([self.version] if self.learner is not None else []) + sorted(self.pinned)
+        return {"version": self.version, "counters": dict(self.counters), "paying_rule": self.hacking.paying_rule,
+                "state": self.state, "versions": versions, "error": None}
+
+    def weights(self, version: int) -> dict:
+        """A version's weights (the latest, or one a checkpoint kept); the caller owns the object."""
+        if self.learner is not None and version == self.version:
+            return cpu_state_dict(self.learner.trainer.model.module)
+        if version in self.pinned:
+            return self.pinned[version]
+        raise KeyError(f"the learner holds no weights of RM version {version} (latest {self.version})")
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run_round(self, index: int, groups: list, version_floor: int, pinned_refs: dict, waited: float, registry):
+        """One round (`RewardService._run_round`): (status with "error", the new weights or None)."""
+        self.counters["rounds"] = index + 1
+        metrics = step_metrics(groups, self.pay)
+        versions = [group.version for group in groups]
+        metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
+        failure, weights = None, None
+        if self.learner is not None:
+            metrics["timing/serve_waited"] = waited
+            try:
+                updated, learned = self.learner.learn(groups, self.config.group_size, index)
+                metrics.update(learned)
+                if updated:
+                    self.version = max(self.version, version_floor) + 1
+                    weights = cpu_state_dict(self.learner.trainer.model.module)
+                    self.counters["updates"] += 1
+                    self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
+            except Exception as exc:
+                failure = exc
+                metrics["cooper/rm_update_failed"] = 1.0
+                self._discard_gradients()
+            metrics["cooper/rm_version_after"] = float(self.version)
+        try:
+            metrics.update(self.hacking.watch(index, metrics))
+            self.counters["alarms"] += int(metrics[ALARM])
+            self.log.round(index, metrics)
+            every = self.config.checkpoint_every
+            if failure is None and self.checkpointer is not None and every \
+                    and self.counters["updates"] - self._checkpointed_updates >= every:
+                self._checkpoint(pinned_refs, registry)
+        except Exception as exc:
+            failure = failure or exc
+        status = self.status()
+        status["state"] = None  # the registry holds the live groups
+        if failure is not None:
+            logger.error("round %d failed", index, exc_info=failure)
+            status["error"] = f"{type(failure).__name__}: {failure}"
+        return status, weights
+
+    def _checkpoint(self, pinned_refs: dict, registry) -> str:
+        """The one-process checkpoint: the engine, the registry's groups and counters with ours, the pinned
+        versions' weights (fetched from the object store)."""
+        state = ray.get(registry.checkpoint_state.remote())
+        state = {**state, "version": self.version, "mode": "rule" if self.hacking.paying_rule else self.config.mode,
+                 "counters": {**state["counters"], **self.counters}}
+        pinned = {v: _Weights(ray.get(ref)) for v, ref in pinned_refs.items() if v != self.version}
+        tag = self.checkpointer.save(state, pinned)
+        self._checkpointed_updates = self.counters["updates"]
+        logger.info("checkpoint %s of RM version %d", tag, self.version)
+        return tag
+
+    def _discard_gradients(self) -> None:
+        try:
+            self.learner.discard_gradients()
+        except Exception:
+            logger.exception("discarding the failed round's gradients failed too")
+
+    def finish(self, pinned_refs: dict, registry) -> str | None:
+        """Shutdown: a last checkpoint and the trained RM exported (its folder); None without learning."""
+        self.log.close()
+        if self.checkpointer is None:
+            return None
+        self._checkpoint(pinned_refs, registry)
+        out = self.args.export_dir or os.path.join(self.args.state_dir, "final_rm")
+        path = self.checkpointer.export(out)
+        self.learner.pair_builder.close()
+        logger.info("exported the trained RM (version %d) to %s", self.version, path)
+        return str(path)

@@ -1,0 +1,357 @@
+"""One group registry for every replica: which RM version scores a sample, and when a round is complete.
+
+GRPO compares the n samples of a prompt with each other, so all n must be scored by one RM version; OpenRLHF's
+engines send them as n separate requests that Serve spreads over the scoring replicas. The pinning therefore lives
+in one place that every ingress replica asks, this actor, with exactly the one-process rules: `serve/groups.py`'s
+`GroupTracker` (reserve a place, which fixes the version; record or release it; expiry), the wait-for-update gate
+(the first sample of a new group waits while an update is in flight) and the two trainer-group checks of
+`serve/trainer_groups.py`. The glue around them is `serve/service.py`'s, line for line where it can be.
+
+Why an actor of its own and not the ingress or the learner: the ingress may run several replicas and is
+restarted by Serve like any replica, and the learner is down for tens of seconds when it restarts (DeepSpeed,
+the checkpoint), while the groups must stay one and must go on being pinned and recorded meanwhile. The registry
+holds no model and does only bookkeeping on its event loop, so it is the part least likely to die; a registry that
+dies loses the open groups (their samples were answered; they are not learned from) and the service must be
+restarted, which resumes from the learner's checkpoint.
+
+Per request the ingress makes two calls (`reserve`, then `record` or `release`); a service that keeps no groups
+(no rounds, no learning) never asks, its version never changes.
+
+Rounds: when `groups_per_update` groups are complete the registry hands them to the learner actor
+(`learner_actor.py`), which trains, publishes and checkpoints. A new version comes back as an object owned by this
+actor (the second return of the learner's call), so it outlives a learner that dies, and the scoring replicas
+fetch it by reference (`weights_of`). If the learner dies during a round, scoring goes on with the last published
+version (the gate is opened), and once the learner is back from its checkpoint the round is sent again, unless
+that checkpoint already holds it.
+"""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import ray
+
+from cooper_openrlhf.serve.groups import GroupTracker, groups_from_dicts, groups_to_dicts
+from cooper_openrlhf.serve.trainer_groups import (GroupMismatch, open_when_a_round_completes, samples_by_prompt,
+                                                  too_many_open)
+
+logger = logging.getLogger(__name__)
+
+NO_GROUP = -1  # a place in no group: a held-out sample, or a service that keeps no groups
+LEARNER_COUNTERS = ("rounds", "updates", "pairs", "alarms")
+
+
+def worker_logging() -> None:
+    """This package's log lines in a Ray worker's log (workers leave the root logger at WARNING, no handler)."""
+    package = logging.getLogger("cooper_openrlhf")
+    package.setLevel(logging.INFO)
+    if not package.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package.addHandler(handler)
+
+
+@dataclass(frozen=True)
+class Place:
+    """A sample's place: its group (an id in the registry) and the RM version that scores it."""
+
+    group: int
+    version: int
+    heldout: bool = False
+
+
+class GroupRegistry:
+    """See the module docstring. `config`: the service's `ServiceConfig`; `learner`: the learner actor's handle,
+    or None for a service without rounds (then no group is kept)."""
+
+    def __init__(self, config, learner=None):
+        worker_logging()
+        self.config, self.learner = config, learner
+        self.keeps_groups = learner is not None
+        self.groups = GroupTracker(config.group_size, config.group_timeout_s)
+        self.ready = []  # complete groups not yet in a round
+        self.version = 0
+        self.weights: dict[int, ray.ObjectRef] = {}  # version -> its weights (a state dict) in the object store
+        self.counters = {"samples": 0, "heldout_samples": 0}
+        self.learner_counters = dict.fromkeys(LEARNER_COUNTERS, 0)
+        self.paying_rule = False
+        self.group_mismatch: str | None = None
+        self.round_failures = 0
+        self.round_error: str | None = None
+        self.groups_repinned = 0
+        self.learner_restarts = 0
+        self.learner_down = False
+        self._waited = 0.0
+        self._closing = False
+        self._rounds = None
+        # Set once `start` has heard from the learner (its DeepSpeed start-up runs while Serve deploys the
+        # replicas); every call that reads the groups or the version waits for it.
+        self._started = asyncio.Event()
+        self.update_done = asyncio.Event()
+        self.update_done.set()
+        self._round_wakeup = asyncio.Event()
+
+    async def start(self) -> int:
+        """Resume from the learner's checkpoint (when it loaded one) and start the rounds; the version served."""
+        try:
+            await self._start()
+        finally:
+            self._started.set()
+        return self.version
+
+    async def _start(self) -> None:
+        if self.learner is not None:
+            status = await self.learner.status.remote()
+            self._adopt(status)
+            self.version = status["version"]
+            if status["state"]:
+                self._load_state(status["state"], set(status["versions"]))
+            for version in status["versions"]:  # the weights replicas may need: the latest and the pinned ones
+                self.weights.setdefault(version, self.learner.weights.remote(version))
+            self._rounds = asyncio.get_running_loop().create_task(self._round_loop())
+
+    # ------------------------------------------------------------------------------------ places
+    async def reserve(self, prompts: list[str], heldout: list[bool]) -> tuple[list[Place], bool]:
+        """(a place per sample, whether the rule reward is paid); GroupMismatch once the trainer's groups are seen
+        not to be the service's."""
+        await self._started.wait()
+        if self._closing:
+            raise RuntimeError("the service is shutting down")
+        if self.group_mismatch:
+            raise GroupMismatch(self.group_mismatch)
+        places: list[Place] = []
+        try:
+            for prompt, held in zip(prompts, heldout):
+                if held:
+                    places.append(Place(NO_GROUP, self.version, heldout=True))
+                    continue
+                await self._wait_for_update(prompt)
+                if not self.keeps_groups:
+                    places.append(Place(NO_GROUP, self.version))
+                    continue
+                group = self.groups.reserve(prompt, self.version)
+                places.append(Place(group.id, group.version))
+            self._check_open_groups()
+        except BaseException:
+            self.release(places)
+            raise
+        return places, self.paying_rule
+
+    async def _wait_for_update(self, prompt: str) -> None:
+        """A new group waits while an update is in flight (`serve/service.py`'s `_reserve`)."""
+        if self.config.wait_for_update and not self.groups.has_filling_group(prompt) \
+                and not self.update_done.is_set():
+            start = time.perf_counter()
+            try:
+                await asyncio.wait_for(self.update_done.wait(), self.config.update_wait_timeout_s)
+            except asyncio.TimeoutError:
+                logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
+                               self.config.update_wait_timeout_s, self.version)
+            self._waited += time.perf_counter() - start
+
+    def release(self, places: list[Place]) -> None:
+        """Give back the places of samples that were not scored (their retries reserve again)."""
+        for place in places:
+            group = self.groups.open.get(place.group)
+            if group is not None:
+                self.groups.release(group)
+
+    def record(self, places: list[Place], scored: list) -> None:
+        """The scored samples (`serve.groups.ScoredSample`) into their groups; a group that completes joins the
+        next round."""
+        for place, sample in zip(places, scored):
+            if place.heldout:
+                self.counters["heldout_samples"] += 1
+                continue
+            group = self.groups.open.get(place.group)
+            if group is None:  # no group kept, or expired while the sample was scored
+                continue
+            complete = self.groups.record(group, sample)
+            if complete is not None:
+                self.ready.append(complete)
+                self._check_round_at_step_end()
+        self.counters["samples"] += len(places)
+        if self.keeps_groups:
+            self._round_wakeup.set()
+
+    def count(self, samples: int, heldout: int) -> None:
+        """Samples an ingress scored without asking for places (a service that keeps no groups)."""
+        self.counters["samples"] += samples
+        self.counters["heldout_samples"] += heldout
+
+    async def weights_of(self, version: int) -> tuple[list, list[int]]:
+        """([the object holding `version`'s weights, or None]: in a list, so the caller gets the reference), and the
+        versions a replica must keep (the latest and those open groups are pinned to)."""
+        await self._started.wait()
+        return [self.weights.get(version)], sorted(self._versions_in_use() | {self.version})
+
+    # ------------------------------------------------------------------------ trainer-group checks
+    def _check_open_groups(self) -> None:
+        """Invariant (1) of serve/trainer_groups.py, after every reservation (`serve/service.py`)."""
+        if self.config.check_groups and self.config.groups_per_update and self.group_mismatch is None:
+            self._refuse_groups(too_many_open([(g.prompt, g.reserved) for g in self.groups.open.values()],
+                                              self.config.group_size, self.config.groups_per_update))
+
+    def _refuse_groups(self, reason: str | None) -> None:
+        if reason is not None and self.group_mismatch is None:
+            self.group_mismatch = reason
+            logger.error("the trainer's GRPO groups are not the service's; every request is refused from now on "
+                         "(--no-group-check turns this check off): %s", reason)
+            raise GroupMismatch(reason)
+
+    def _check_round_at_step_end(self) -> None:
+        """Invariant (2) of serve/trainer_groups.py, when a group completes a round (`serve/service.py`). Rounds
+        can queue up here (a learner restarting keeps the gate open, so the next step's groups complete while the
+        last round waits), so the check is made when a round's last group completes, not at every completion after."""
+        per_round = self.config.groups_per_update
+        if not (self.config.check_groups and self.config.wait_for_update and per_round) \
+                or self.group_mismatch is not None or len(self.ready) < per_round or len(self.ready) % per_round:
+            return
+        others = [(g.prompt, g.reserved) for g in self.groups.open.values()]
+        counts = samples_by_prompt([*self.ready, *self.groups.open.values()], self.ready[-1].version)
+        try:
+            self._refuse_groups(open_when_a_round_completes(others, counts, self.config.group_size, per_round))
+        except GroupMismatch:
+            pass  # this sample is scored and answered; the requests after it are refused
+
+    # ------------------------------------------------------------------------------------ rounds
+    async def _round_loop(self) -> None:
+        """`serve/service.py`'s round loop: expire, then hand each complete round to the learner, one at a time;
+        nothing a round raises ends the loop."""
+        per_round = self.config.groups_per_update
+        while True:
+            try:
+                await asyncio.wait_for(self._round_wakeup.wait(), timeout=5.0)
+            except asyncio.TimeoutError:
+                pass
+            self._round_wakeup.clear()
+            try:
+                self._expire_and_retire()
+            except Exception as exc:
+                self._round_failed("expiring groups", exc)
+            while per_round and len(self.ready) >= per_round and self.group_mismatch is None:
+                batch, self.ready = self.ready[:per_round], self.ready[per_round:]
+                index = self.learner_counters["rounds"]
+                try:
+                    await self._run_round(index, batch)
+                except Exception as exc:
+                    self._round_failed(f"round {index}", exc)
+                else:
+                    self.round_error = None
+
+    def _expire_and_retire(self) -> None:
+        for group in self.groups.expire():
+            logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
+                           group.prompt[:60], len(group.scored), self.config.group_size)
+        keep = self._versions_in_use() | {self.version}
+        for version in [v for v in self.weights if v not in keep]:
+            del self.weights[version]
+
+    def _versions_in_use(self) -> set[int]:
+        return self.groups.versions_in_use()
+
+    def _round_failed(self, what: str, exc: Exception) -> None:
+        logger.error("%s failed; the next round tries again", what, exc_info=exc)
+        self.round_failures += 1
+        self.round_error = f"{what}: {type(exc).__name__}: {exc}"
+
+    async def _run_round(self, index: int, groups: list) -> None:
+        """One round in the learner; a new version is adopted when the learner returns it (after its checkpoint).
+        A learner that dies meanwhile is waited for and sent the round again (module docstring)."""
+        waited, self._waited = self._waited, 0.0
+        self.update_done.clear()
+        try:
+            while True:
+                result_ref, weights_ref = self.learner.run_round.options(num_returns=2).remote(
+                    index, groups, self.version, self._pinned_refs(), waited, ray.get_runtime_context().current_actor)
+                try:
+                    result = await result_ref
+                    break
+                except ray.exceptions.RayActorError as exc:
+                    logger.warning("the learner died during round %d (%s); scoring goes on with RM version %d "
+                                   "while it restarts from its checkpoint", index, type(exc).__name__, self.version)
+                    self.learner_restarts += 1
+                    self.learner_down = True
+                    self.update_done.set()  # new groups take the last published version meanwhile
+                    status = await self._learner_back()
+                    self.learner_down = False
+                    if status["counters"]["rounds"] > index:  # its checkpoint holds this round already
+                        self._adopt(status)
+                        if status["version"] > self.version:
+                            self._take_version(status["version"], self.learner.weights.remote(status["version"]))
+                        return
+                    self._adopt(status)
+                    self.update_done.clear()
+        finally:
+            self.update_done.set()
+        self._adopt(result)
+        if result["version"] > self.version:
+            self._take_version(result["version"], weights_ref)
+        if result["error"]:
+            raise RuntimeError(result["error"])
+
+    def _take_version(self, version: int, ref) -> None:
+        self.weights[version] = ref
+        self.version = version
+
+    def _adopt(self, status: dict) -> None:
+        self.learner_counters = {k: status["counters"].get(k, 0) for k in LEARNER_COUNTERS}
+        self.paying_rule = status["paying_rule"]
+
+    def _pinned_refs(self) -> dict:
+        """{version: weights} of the versions open groups are pinned to, for the learner's checkpoint (a dict, so
+        Ray passes the references, not the weights)."""
+        return {v: self.weights[v] for v in self._versions_in_use() if v in self.weights}
+
+    async def _learner_back(self) -> dict:
+        """The restarted learner's status (it restarts as often as it dies: `max_restarts=-1`)."""
+        while True:
+            try:
+                return await self.learner.status.remote()
+            except ray.exceptions.RayActorError:
+                await asyncio.sleep(1.0)
+
+    # --------------------------------------------------------------------------------- checkpoints
+    def checkpoint_state(self) -> dict:
+        """The groups and counters a checkpoint keeps (`RewardService.state()` less what the learner adds)."""
+        return {"counters": dict(self.counters), "groups": self.groups.state(), "ready": groups_to_dicts(self.ready)}
+
+    def _load_state(self, state: dict, held: set[int]) -> None:
+        """`serve/service.py`'s `_load_state`: groups keep their versions where the checkpoint holds them."""
+        self.counters.update({k: state.get("counters", {}).get(k, 0) for k in self.counters})
+        self.groups.load_state(state.get("groups", {}))
+        self.ready = groups_from_dicts(state.get("ready", []))
+        for group in self.groups.open.values():
+            if group.version not in held:
+                logger.warning("open group of prompt %r was scored by RM version %d, which the checkpoint does not "
+                               "hold; its remaining samples are scored by version %d", group.prompt[:60],
+                               group.version, self.version)
+                group.version = self.version
+                self.groups_repinned += 1
+
+    async def shutdown(self) -> str | None:
+        """Finish the round in flight, then the learner's last checkpoint and export (its path, or None)."""
+        self._closing = True
+        await self.update_done.wait()
+        if self._rounds is not None:
+            self._rounds.cancel()
+        if self.learner is None:
+            return None
+        return await self.learner.finish.remote(self._pinned_refs(), ray.get_runtime_context().current_actor)
+
+    # ------------------------------------------------------------------------------------ status
+    async def status(self) -> dict:
+        """What /health and /metrics show (`RewardService.gauges()`, `learning_status`, `group_mismatch`)."""
+        await self._started.wait()
+        learning = "ok" if self.round_error is None else f"failing: {self.round_error}"
+        if self.learner_down:
+            learning = "learner restarting: scoring with the last published version"
+        gauges = {"rm_version": self.version, "open_groups": len(self.groups.open), "ready_groups": len(self.ready),
+                  "groups_completed": self.groups.completed, "groups_expired": self.groups.expired,
+                  "update_in_flight": not self.update_done.is_set(), "paying_rule": self.paying_rule,
+                  "round_failures": self.round_failures, "learning_failing": self.round_error is not None,
+                  "groups_repinned": self.groups_repinned, "learner_restarts": self.learner_restarts,
+                  **self.counters, **self.learner_counters}
+        return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning,
+                "group_mismatch": self.group_mismatch, "mode": "rule" if self.paying_rule else self.config.mode}

@@ -1,0 +1,122 @@
+"""A scoring replica: the RM's logit and the rule verifier's verdict of one sample, batched by Ray Serve.
+
+Each replica holds the RM by version (`rm/scorer.py`'s `RMScorer`: version 0 loaded from `--rm`, later versions
+fetched from the object store by the reference the registry gives, the first time a batch needs them, and dropped
+when no open group is pinned to them) and one rule-verifier pool (`verify/pool.py`). Serve's `@serve.batch` gathers
+the samples that concurrent requests send to this replica into one RM forward and one verifier batch, side by side
+on worker threads. Each sample fails alone, as in one process: a batch that raises is scored again in halves
+(`serve/batcher.py`'s `results_or_errors`), and a failing sample's exception is its own caller's.
+
+A replica keeps no state a restart would lose: Serve replaces one that dies, and the ingress retries the calls it
+had in flight (`ingress.py`).
+"""
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+
+from ray import serve
+
+from cooper_openrlhf.serve.batcher import results_or_errors
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScoreItem:
+    """One sample as a replica scores it."""
+
+    version: int  # the RM version its group is pinned to
+    question: str
+    reference: str
+    rm_completion: str  # the completion as the trainer's RM reads it (`normalize_solution`)
+    completion: str  # the completion as the rule verifier reads it
+
+
+class Scorer:
+    """See the module docstring. `args`: `cli.serve`'s flags (the RM, dtype, lengths, batching, verifier);
+    `registry`: the group registry's handle (it holds the versions' weights)."""
+
+    def __init__(self, args, registry):
+        import torch
+
+        from cooper_openrlhf.serve.replicated.registry import worker_logging
+
+        from cooper_openrlhf.rm.model import load_rm, recorded_max_length, usable_max_length
+        from cooper_openrlhf.rm.scorer import RMScorer
+        from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
+        from cooper_openrlhf.verify.pool import VerifierPool
+        from cooper_openrlhf.verify.rule import RuleVerifierConfig
+
+        worker_logging()
+        model, tokenizer, template_version = load_rm(args.rm, dtype=torch_dtype(resolve_dtype_name(args.dtype)))
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
+        max_length = usable_max_length(model, args.rm_max_length or recorded_max_length(model.config))
+        self.rm = RMScorer(model, tokenizer, max_length=max_length, template_version=template_version,
+                           batch_size=args.max_batch)
+        self.pool = VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s,
+                                 config=RuleVerifierConfig(answer_fallback=args.answer_fallback))
+        self.registry = registry
+        self._fetching: dict[int, asyncio.Future] = {}
+        self.score_batch.set_max_batch_size(args.max_batch)
+        self.score_batch.set_batch_wait_timeout_s(args.max_wait_ms / 1000)
+
+    async def score(self, item: ScoreItem) -> tuple:
+        """(RM logit, `verify.rule.VerifyOutcome`) of one sample; raises what failed on this sample alone."""
+        result = await self.score_batch(item)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def score_many(self, items: list[ScoreItem]) -> list:
+        """Per item, (RM logit, `VerifyOutcome`) or the exception it failed with alone: one call for the samples an
+        ingress gathered, merged by `@serve.batch` with what other calls bring."""
+        return list(await asyncio.gather(*(self.score_batch(item) for item in items)))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.005)  # set from the flags in __init__
+    async def score_batch(self, items: list[ScoreItem]) -> list:
+        try:
+            await self._hold_versions({item.version for item in items})
+        except Exception as exc:
+            return [exc] * len(items)
+        logits, outcomes = await asyncio.gather(
+            asyncio.to_thread(results_or_errors, self.rm.logits_of,
+                              [(i.version, i.question, i.reference, i.rm_completion) for i in items], "rm"),
+            asyncio.to_thread(results_or_errors, self._verify, [(i.reference, i.completion) for i in items],
+                              "verifier"))
+        return [logit if isinstance(logit, Exception) else outcome if isinstance(outcome, Exception)
+                else (logit, outcome) for logit, outcome in zip(logits, outcomes)]
+
+    def _verify(self, pairs: list[tuple[str, str]]) -> list:
+        return self.pool.verify_batch([r for r, _ in pairs], [c for _, c in pairs]).outcomes
+
+    async def _hold_versions(self, versions: set[int]) -> None:
+        """Fetch the weights of the versions this replica does not hold yet (once each, whatever the number of
+        batches asking), and drop the ones no open group needs any more."""
+        missing = versions - self.rm.versions()
+        if not missing:
+            return
+        await asyncio.gather(*(self._fetch(version) for version in missing))
+
+    async def _fetch(self, version: int) -> None:
+        if version not in self._fetching:
+            self._fetching[version] = asyncio.ensure_future(self._load(version))
+        try:
+            await asyncio.shield(self._fetching[version])
+        finally:
+            if self._fetching.get(version) is not None and self._fetching[version].done():
+                self._fetching.pop(version, None)
+
+    async def _load(self, version: int) -> None:
+        refs, keep = await self.registry.weights_of.remote(version)
+        if refs[0] is None:
+            raise KeyError(f"RM version {version} is not published (kept: {keep})")
+        state_dict = await refs[0]
+        await asyncio.to_thread(self.rm.restore, version, state_dict)
+        dropped = self.rm.retire(set(keep) | {version})
+        logger.info("replica %d holds RM version %d%s", os.getpid(), version,
+                    f"; dropped {dropped}" if dropped else "")
