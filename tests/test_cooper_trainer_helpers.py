@@ -133,3 +133,34 @@ def test_the_rms_eval_set_is_scored_once_for_a_frozen_rm_and_at_every_evaluation
     first, second = trainer.rm_eval_accuracy(), trainer.rm_eval_accuracy()
     assert first == pytest.approx(2 / 3)
     assert (trainer.calls, second) == ((2, 1.0) if trainable else (1, first))
+
+
+@pytest.mark.parametrize("trainable", [False, True])
+def test_the_probe_suite_is_scored_once_for_a_frozen_rm_and_at_every_evaluation_for_a_trained_one(trainable):
+    """The same for the probe suite: a frozen RM's probe logits are scored once (a static arm read them at each of
+    its evaluations, each time the same, for about as long as its steps took); the pay is formed again each time."""
+    import torch
+
+    from cooper_openrlhf.data.records import MathProblem
+    from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
+    from cooper_openrlhf.rm.probes import build_probes
+
+    probes, dropped = build_probes([MathProblem(question="What is 2 + 3?", reference="5", source="t", index=0)], 1)
+
+    class Trainer(HeldOutEvaluation):
+        def __init__(self):
+            self.rm_trainable, self.calls = trainable, 0
+            self.probes, self.probes_dropped = probes, dropped
+
+        def rm_logits(self, texts):
+            self.calls += 1
+            return torch.full((len(texts.completions),), 2.0 if self.calls == 1 else -2.0)  # the RM moves
+
+        def rm_rewards(self, logits, answerless):
+            return torch.sigmoid(logits)
+
+    trainer = Trainer()
+    first, second = trainer.probe_rm(), trainer.probe_rm()
+    assert first and all(0.0 <= v <= 1.0 for k, v in first.items() if "probe_pay" in k)
+    assert trainer.calls == (2 if trainable else 1)
+    assert (second != first) if trainable else (second == first)

@@ -202,12 +202,14 @@ def test_presets_are_sized_in_the_documented_order():
     assert PRESETS["full"].arms == ("rule", "static", "cooper", "cooper_official", "offline_pairs")
     assert PRESETS["full"].seeds >= 3
     # `make demo` runs the full preset's configuration, smaller: fewer arms and seeds, fewer RM candidates, no
-    # probe of the offline continuation (whose RM no arm of the demo starts from), fewer evaluations on fewer rows.
+    # probe of the offline continuation (whose RM no arm of the demo starts from), fewer evaluations on fewer rows,
+    # a probe suite on fewer problems.
     full, quick = asdict(PRESETS["full"]), asdict(PRESETS["quick"])
     size = {"name", "arms", "seeds", "rm_pair_candidates", "offline_continuation", "budget_minutes", "eval_every",
-            "rm_eval_rows", "parallel_runs", "rm_epochs"}
+            "rm_eval_rows", "parallel_runs", "rm_epochs", "probe_prompts"}
     assert {k: v for k, v in quick.items() if k not in size} == {k: v for k, v in full.items() if k not in size}
     assert quick["rm_pair_candidates"] < full["rm_pair_candidates"] and quick["budget_minutes"] <= 15
+    assert 0 < quick["probe_prompts"] < full["probe_prompts"]
     assert quick["eval_every"] > full["eval_every"] and full["rm_eval_rows"] is None and quick["rm_eval_rows"] > 0
     assert (quick["parallel_runs"], full["parallel_runs"]) == (2, 1)  # the full preset's timings are one at a time
     assert quick["rm_epochs"] == full["rm_epochs"] - 1

@@ -48,6 +48,9 @@ class LabPreset:
     # RM is scored on at each evaluation: a fixed sample of them; None, all. On 2 cores scoring all of them at every
     # evaluation can take longer than the arm's training steps.
     rm_eval_rows: int | None = None
+    # The probe suite (rm/probes.py, `--cooper.probe_prompts`) is built on this many held-out problems and read by
+    # every RM arm at each evaluation: about 22 probes a problem, each an RM forward.
+    probe_prompts: int = 16
     rm_epochs: int = 1  # on this recipe more epochs made an RM the tiny policy could not fool: nothing to test
     rm_lr_pretrain: float = 2e-4
     rm_max_length: int = 128
@@ -157,10 +160,11 @@ PRESETS: dict[str, LabPreset] = {
     # a BCE stage of 3 epochs, not 4 (the full preset's BCE RM is about as accurate after 3), and two runs at a time.
     # With 4 candidates the blindest may offer the policy little climb (the static arm then holds): the demo prints
     # the climb on offer, and its closing lines say what its one seed shows and point to the full lab's figure
-    # (lab/reading.py).
+    # (lab/reading.py). The probe suite on 4 problems, not 16: read at each of Cooper's 20 evaluations, 16 problems'
+    # 352 probes cost about as much as its RM updates on 2 cores.
     "quick": replace(_FULL, name="quick", arms=("rule", "static", "cooper"), seeds=1, rm_pair_candidates=4,
                      offline_continuation=False, eval_every=4, rm_eval_rows=128, budget_minutes=10, parallel_runs=2,
-                     rm_epochs=3),
+                     rm_epochs=3, probe_prompts=4),
     # The same lab on SmolLM2-135M-Instruct (the full preset's digit sums, boxed answers), sized to fit an hour on
     # 2 cores: one seed of the paper's arms and rollout negatives, 6 steps, held-out evaluated twice (a GRPO step
     # and an evaluation take minutes each at this size).

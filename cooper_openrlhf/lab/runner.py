@@ -120,6 +120,7 @@ def train_cooper_argv(preset: LabPreset, files: LabFiles, arm: str, seed: int) -
         "--cooper.hacking_window", str(preset.hacking_window), "--cooper.hacking_rules", preset.hacking_rules,
         *(("--cooper.require_answer",) if preset.require_answer else ()),  # the rule arm pays answerless text 0 anyway
         "--eval.dataset", str(files.held_out), "--eval.steps", str(preset.eval_every),
+        "--cooper.probe_prompts", str(preset.probe_prompts),
         "--eval.n_samples_per_prompt", str(preset.eval_samples), "--eval.temperature", str(preset.temperature),
         "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "final"),
         "--logger.tensorboard_dir", str(run / "tensorboard"), "--cooper.sample_log_dir", str(run / "samples"),

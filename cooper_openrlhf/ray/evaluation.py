@@ -81,12 +81,18 @@ class HeldOutEvaluation(CooperTrainerState):
 
     def probe_rm(self) -> dict[str, float]:
         """cooper/probe_pay/<form> and cooper/probe_premium/<form>: what the RM pays the suite, paid as the policy is
-        (`rm_rewards`: the reward form); empty without a suite."""
+        (`rm_rewards`: the reward form); empty without a suite. A frozen RM's logits are scored once, as in
+        `rm_eval_accuracy`; the pay is formed from them each time (the reward form can change after an alarm)."""
         if not self.probes:
             return {}
-        texts = RolloutTexts([p.question for p in self.probes], [p.reference for p in self.probes],
-                             [p.completion for p in self.probes])
-        paid = self.rm_rewards(self.rm_logits(texts), [False] * len(self.probes)).tolist()  # the gate would hide them
+        logits = getattr(self, "_frozen_probe_logits", None)  # set only when the RM is frozen (scored once)
+        if logits is None:
+            texts = RolloutTexts([p.question for p in self.probes], [p.reference for p in self.probes],
+                                 [p.completion for p in self.probes])
+            logits = self.rm_logits(texts)
+            if not self.rm_trainable:
+                self._frozen_probe_logits = logits
+        paid = self.rm_rewards(logits, [False] * len(self.probes)).tolist()  # the gate would hide them
         return probe_metrics(read_pay(self.probes, paid, self.probes_dropped))
 
     def rm_eval_accuracy(self) -> float:
