@@ -49,8 +49,8 @@ from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
 from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.protocol import Sample
-from cooper_openrlhf.serve.trainer_groups import (GroupMismatch, open_when_a_round_completes, samples_by_prompt,
-                                                  too_many_open)
+from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
+from cooper_openrlhf.serve.trainer_groups import GroupMismatch, open_when_a_round_completes, samples_by_prompt
 from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class Scored:
     version: int
 
 
-class RewardService:
+class RewardService(RoundSupervisor):
     """See the module docstring. `scorer`: an `rm.scorer.RMScorer`; `verify_lanes`: one blocking
     (references, completions) -> outcomes function per lane; `learner`: a `serve.learner.Learner` or None;
     `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None; `log`: a `serve.metrics.ServiceLog`."""
@@ -239,47 +239,9 @@ class RewardService:
         return self.groups.reserve(sample.prompt, self.version)
 
     # -------------------------------------------------------------------------------- trainer groups
-    def _check_open_groups(self) -> None:
-        """Invariant (1) of serve/trainer_groups.py, after every reservation."""
-        # Per request: skipped where it cannot fire (no rounds to compare against, or already refused).
-        if self.config.check_groups and self.config.groups_per_update and self.group_mismatch is None:
-            self._refuse_groups(too_many_open([(g.prompt, g.reserved) for g in self.groups.open.values()],
-                                                 self.config.group_size, self.config.groups_per_update))
-
-    def _refuse_groups(self, reason: str | None) -> None:
-        if reason is not None and self.group_mismatch is None:
-            self.group_mismatch = reason
-            logger.error("the trainer's GRPO groups are not the service's; every request is refused from now on "
-                         "(--no-group-check turns this check off): %s", reason)
-            raise GroupMismatch(reason)
-
     # --------------------------------------------------------------------------------------- rounds
     def _wake_rounds(self) -> None:
         self._round_wakeup.set()
-
-    async def _round_loop(self) -> None:
-        """Turn complete groups into rounds: monitor each, learn from each (one at a time), expire stale groups.
-        Nothing a round raises ends the loop (module docstring: rounds are supervised)."""
-        per_round = self.config.groups_per_update
-        while True:
-            try:
-                await asyncio.wait_for(self._round_wakeup.wait(), timeout=5.0)
-            except asyncio.TimeoutError:
-                pass
-            self._round_wakeup.clear()
-            try:
-                self._expire_and_retire()
-            except Exception as exc:
-                self._round_failed("expiring groups", exc)
-            while per_round and len(self.ready) >= per_round and self.group_mismatch is None:
-                batch, self.ready = self.ready[:per_round], self.ready[per_round:]
-                index = self.counters["rounds"]
-                try:
-                    await self._run_round(index, batch)
-                except Exception as exc:
-                    self._round_failed(f"round {index}", exc)
-                else:
-                    self.round_error = None
 
     def _check_round_at_step_end(self) -> None:
         """Invariant (2) of serve/trainer_groups.py, when a group completes a round: a synchronous trainer's
@@ -301,11 +263,12 @@ class RewardService:
                            group.prompt[:60], len(group.scored), self.config.group_size)
         self.scorer.retire(self.groups.versions_in_use())
 
+    def _rounds_done(self) -> int:
+        return self.counters["rounds"]
+
     def _round_failed(self, what: str, exc: Exception) -> None:
         """Log, count and show a failure; leave the engine as a fresh round expects it (no stale gradients)."""
-        logger.error("%s failed; the next round tries again", what, exc_info=exc)
-        self.round_failures += 1
-        self.round_error = f"{what}: {type(exc).__name__}: {exc}"
+        super()._round_failed(what, exc)
         if self.learner is not None:
             try:
                 self.learner.discard_gradients()

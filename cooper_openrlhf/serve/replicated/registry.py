@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import ray
 
 from cooper_openrlhf.serve.groups import GroupTracker, groups_from_dicts, groups_to_dicts
-from cooper_openrlhf.serve.trainer_groups import (GroupMismatch, open_when_a_round_completes, samples_by_prompt,
-                                                  too_many_open)
+from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
+from cooper_openrlhf.serve.trainer_groups import GroupMismatch, open_when_a_round_completes, samples_by_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Place:
     heldout: bool = False
 
 
-class GroupRegistry:
+class GroupRegistry(RoundSupervisor):
     """See the module docstring. `config`: the service's `ServiceConfig`; `learner`: the learner actor's handle,
     or None for a service without rounds (then no group is kept)."""
 
@@ -187,19 +187,6 @@ class GroupRegistry:
         return [self.weights.get(version)], sorted(self._versions_in_use() | {self.version})
 
     # ------------------------------------------------------------------------ trainer-group checks
-    def _check_open_groups(self) -> None:
-        """Invariant (1) of serve/trainer_groups.py, after every reservation (`serve/service.py`)."""
-        if self.config.check_groups and self.config.groups_per_update and self.group_mismatch is None:
-            self._refuse_groups(too_many_open([(g.prompt, g.reserved) for g in self.groups.open.values()],
-                                              self.config.group_size, self.config.groups_per_update))
-
-    def _refuse_groups(self, reason: str | None) -> None:
-        if reason is not None and self.group_mismatch is None:
-            self.group_mismatch = reason
-            logger.error("the trainer's GRPO groups are not the service's; every request is refused from now on "
-                         "(--no-group-check turns this check off): %s", reason)
-            raise GroupMismatch(reason)
-
     def _check_round_at_step_end(self) -> None:
         """Invariant (2) of serve/trainer_groups.py, when a group completes a round (`serve/service.py`). Rounds
         can queue up here (a learner restarting keeps the gate open, so the next step's groups complete while the
@@ -216,30 +203,6 @@ class GroupRegistry:
             pass  # this sample is scored and answered; the requests after it are refused
 
     # ------------------------------------------------------------------------------------ rounds
-    async def _round_loop(self) -> None:
-        """`serve/service.py`'s round loop: expire, then hand each complete round to the learner, one at a time;
-        nothing a round raises ends the loop."""
-        per_round = self.config.groups_per_update
-        while True:
-            try:
-                await asyncio.wait_for(self._round_wakeup.wait(), timeout=5.0)
-            except asyncio.TimeoutError:
-                pass
-            self._round_wakeup.clear()
-            try:
-                self._expire_and_retire()
-            except Exception as exc:
-                self._round_failed("expiring groups", exc)
-            while per_round and len(self.ready) >= per_round and self.group_mismatch is None:
-                batch, self.ready = self.ready[:per_round], self.ready[per_round:]
-                index = self.learner_counters["rounds"]
-                try:
-                    await self._run_round(index, batch)
-                except Exception as exc:
-                    self._round_failed(f"round {index}", exc)
-                else:
-                    self.round_error = None
-
     def _expire_and_retire(self) -> None:
         for group in self.groups.expire():
             logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
@@ -251,10 +214,8 @@ class GroupRegistry:
     def _versions_in_use(self) -> set[int]:
         return self.groups.versions_in_use()
 
-    def _round_failed(self, what: str, exc: Exception) -> None:
-        logger.error("%s failed; the next round tries again", what, exc_info=exc)
-        self.round_failures += 1
-        self.round_error = f"{what}: {type(exc).__name__}: {exc}"
+    def _rounds_done(self) -> int:
+        return self.learner_counters["rounds"]
 
     async def _run_round(self, index: int, groups: list) -> None:
         """One round in the learner; a new version is adopted when the learner returns it (after its checkpoint).
