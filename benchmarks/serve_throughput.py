@@ -28,7 +28,9 @@ and prints samples/s, p50 and p99 latency per server and concurrency, then the r
 cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning / cooper, and each server against
 the HTTP ceiling. The client runs on the same machine as the servers (on a 2-core machine it takes a share of the
 same 2 cores: about 0.2 ms of CPU per request at concurrency 64), so every server's rate, the ceiling's included,
-is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up before it is timed.
+is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up, and timed only once
+the machine is quiet (under 15% of its CPUs busy): a learning server goes on training on the groups a stream
+completed after the stream ends, and the next server measured would otherwise share the cores with that update.
 Each sample of a group is a distinct text, as a policy sampling at temperature 1 writes them (the verifier's
 parse cache and any other cache get no help from repeats).
 """
@@ -90,6 +92,27 @@ async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[floa
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return len(bodies) / (time.perf_counter() - start), latencies
+
+
+def machine_busy(window_s: float = 1.0) -> float:
+    """Share of all CPUs busy over the next `window_s` (from /proc/stat: everything on the machine counts)."""
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+    busy0, total0 = sample()
+    time.sleep(window_s)
+    busy1, total1 = sample()
+    return (busy1 - busy0) / max(total1 - total0, 1)
+
+
+def wait_quiet(max_busy: float = 0.15, timeout_s: float = 300) -> float:
+    """Seconds until the machine is quiet: a learning server keeps training on the groups a stream completed after
+    the stream ends, and a server measured meanwhile would share the cores with that update."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s and machine_busy() > max_busy:
+        pass
+    return time.monotonic() - start
 
 
 def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 900) -> None:
@@ -223,11 +246,12 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
                 for kind, (url, _) in servers.items():
                     # each server gets prompts it has not seen (a learning server would otherwise re-open old groups)
                     stream = make_stream(args.policy, args.requests, args.group_size, offset=1000 * level)
+                    waited = wait_quiet()
                     rate, latencies = asyncio.run(run_load(url, stream, level))
                     q = statistics.quantiles(latencies, n=100)
                     results[kind][level] = (rate, q[49], q[98])
                     print(f"  {kind:15s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
-                          f"p99 {q[98] * 1000:7.1f} ms", flush=True)
+                          f"p99 {q[98] * 1000:7.1f} ms (waited {waited:.0f}s for a quiet machine)", flush=True)
         finally:
             for _, process in servers.values():
                 process.terminate()
