@@ -29,8 +29,8 @@ cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning
 the HTTP ceiling. The client runs on the same machine as the servers (on a 2-core machine it takes a share of the
 same 2 cores: about 0.2 ms of CPU per request at concurrency 64), so every server's rate, the ceiling's included,
 is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up, and timed only once
-the machine is quiet (under 15% of its CPUs busy): a learning server goes on training on the groups a stream
-completed after the stream ends, and the next server measured would otherwise share the cores with that update.
+every server is idle (its process tree, Ray's included, under 0.25 core): a learning server goes on training on the
+groups a stream completed after the stream ends, and the next server measured would otherwise share its cores.
 Each sample of a group is a distinct text, as a policy sampling at temperature 1 writes them (the verifier's
 parse cache and any other cache get no help from repeats).
 """
@@ -94,24 +94,36 @@ async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[floa
         return len(bodies) / (time.perf_counter() - start), latencies
 
 
-def machine_busy(window_s: float = 1.0) -> float:
-    """Share of all CPUs busy over the next `window_s` (from /proc/stat: everything on the machine counts)."""
-    def sample() -> tuple[int, int]:
-        fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-        idle = fields[3] + fields[4]  # idle + iowait
-        return sum(fields) - idle, sum(fields)
-    busy0, total0 = sample()
-    time.sleep(window_s)
-    busy1, total1 = sample()
-    return (busy1 - busy0) / max(total1 - total0, 1)
+def servers_cpu_seconds(processes) -> float:
+    """CPU seconds used so far by the servers' process trees (a server's children: verifier workers, Ray's
+    processes), so that other work on the machine does not count."""
+    import psutil
+
+    total = 0.0
+    for process in processes:
+        try:
+            root = psutil.Process(process.pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for member in tree:
+            try:
+                times = member.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
+    return total
 
 
-def wait_quiet(max_busy: float = 0.15, timeout_s: float = 300) -> float:
-    """Seconds until the machine is quiet: a learning server keeps training on the groups a stream completed after
-    the stream ends, and a server measured meanwhile would share the cores with that update."""
+def wait_quiet(processes, max_cores: float = 0.25, window_s: float = 1.0, timeout_s: float = 120) -> float:
+    """Seconds until the servers are idle (under `max_cores` of CPU over a window): a learning server trains on
+    the groups a stream completed after the stream ends, and a server measured meanwhile would share the cores."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout_s and machine_busy() > max_busy:
-        pass
+    while time.monotonic() - start < timeout_s:
+        before = servers_cpu_seconds(processes)
+        time.sleep(window_s)
+        if servers_cpu_seconds(processes) - before < max_cores * window_s:
+            break
     return time.monotonic() - start
 
 
@@ -246,12 +258,12 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
                 for kind, (url, _) in servers.items():
                     # each server gets prompts it has not seen (a learning server would otherwise re-open old groups)
                     stream = make_stream(args.policy, args.requests, args.group_size, offset=1000 * level)
-                    waited = wait_quiet()
+                    waited = wait_quiet([process for _, process in servers.values()])
                     rate, latencies = asyncio.run(run_load(url, stream, level))
                     q = statistics.quantiles(latencies, n=100)
                     results[kind][level] = (rate, q[49], q[98])
                     print(f"  {kind:15s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
-                          f"p99 {q[98] * 1000:7.1f} ms (waited {waited:.0f}s for a quiet machine)", flush=True)
+                          f"p99 {q[98] * 1000:7.1f} ms (waited {waited:.0f}s for idle servers)", flush=True)
         finally:
             for _, process in servers.values():
                 process.terminate()
