@@ -8,9 +8,9 @@ started is stopped with it (SIGTERM, then SIGKILL by pid of what is left; never 
 - The learner killed -9 in the middle of an update: scoring goes on with the last published version meanwhile
   (200s, that version in `cooper/rm_version`), the learner comes back from its checkpoint with its counters, the
   lost round is learned again, and the versions keep rising one by one.
-- Stock `openrlhf.cli.train_ppo_ray` against 2 replicas + learner (the issue's target), sync and async, and with
-  a replica or the learner killed -9 during the run: every sample paid (no reward None: the run completes), each
-  trainer group scored by one version, the version rising.
+- Stock `openrlhf.cli.train_ppo_ray` against 2 replicas + learner (the issue's target), sync (over HTTPS) and
+  async, and with a replica or the learner killed -9 during the run: every sample paid (no reward None: the run
+  completes), each trainer group scored by one version, the version rising.
 """
 
 import asyncio
@@ -30,6 +30,7 @@ import requests
 from test_serve_e2e import PROMPTS_PER_STEP, STEPS, STOCK_N, _stock_openrlhf, free_port
 from test_serve_e2e import prompts  # noqa: F401  (the stock runs' prompt file: a module fixture)
 from test_serve_load import Policy, rm_rewards
+from test_serve_tls import _self_signed
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +42,14 @@ class ReplicatedService:
     """`cli.serve --replicas N` in its own process group; `pids(title)`: its Ray workers by class (`ray::Title`)."""
 
     def __init__(self, work: Path, model_dir, *flags: str, replicas: int = 2, policy: str | None = None,
-                 start_timeout_s: float = 420):
+                 start_timeout_s: float = 420, tls: tuple[Path, Path] | None = None):
         work.mkdir(parents=True, exist_ok=True)
         (work / "token").write_text(TOKEN)
         self.work, self.port = work, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.verify = str(tls[0]) if tls else True  # a self-signed certificate is its own authority
+        if tls:
+            flags = (*flags, "--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1]))
         argv = [sys.executable, "-m", "cooper_openrlhf.cli.serve", "--rm", str(model_dir("tiny-qwen2-rm")),
                 "--policy", policy or str(model_dir("tiny-qwen2-policy")), "--port", str(self.port),
                 "--token-file", str(work / "token"), "--dtype", "fp32", "--replicas", str(replicas), *flags]
@@ -66,7 +70,7 @@ class ReplicatedService:
                 time.sleep(1)
                 continue
             try:
-                if requests.get(self.url + "/health", headers=AUTH, timeout=5).status_code == 200:
+                if requests.get(self.url + "/health", headers=AUTH, timeout=5, verify=self.verify).status_code == 200:
                     return
             except requests.RequestException:
                 pass
@@ -99,7 +103,7 @@ class ReplicatedService:
         return found
 
     def health(self) -> dict:
-        return requests.get(self.url + "/health", headers=AUTH, timeout=60).json()
+        return requests.get(self.url + "/health", headers=AUTH, timeout=60, verify=self.verify).json()
 
     def rounds(self) -> list[dict]:
         path = self.work / "state" / "logs" / "metrics.jsonl"
@@ -297,7 +301,10 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
     asynchronous = fault == "async_learner"
     if asynchronous:
         flags += ["--no-wait-for-update", "--rm-updates-per-round", "50"]
-    service = ReplicatedService(tmp_path / "service", model_dir, *flags, policy=str(policy))
+    # The synchronous run goes over HTTPS (Serve's proxy with --ssl-certfile/--ssl-keyfile), as a service reached
+    # beyond one machine should: the trainer's client trusts the self-signed certificate through SSL_CERT_FILE.
+    tls = _self_signed(tmp_path) if not asynchronous else None
+    service = ReplicatedService(tmp_path / "service", model_dir, *flags, policy=str(policy), tls=tls)
     if fault == "replica":
         killer = KillDuringRun(service, "ServeReplica:cooper-serve:Scorer", lambda h: h["in_flight_samples"] > 0
                                and h["samples"] >= PROMPTS_PER_STEP * STOCK_N)
@@ -306,7 +313,8 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
     try:
         killer.start()
         _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}",
-                        *(["--train.async_enable"] if asynchronous else []))
+                        *(["--train.async_enable"] if asynchronous else []),
+                        extra_env={"SSL_CERT_FILE": str(tls[0])} if tls else None)
         health = _wait_for("every round learned", lambda: (h := service.health())["rounds"] >= STEPS
                            and not h["update_in_flight"] and h, timeout_s=420)
     finally:
@@ -331,3 +339,5 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
     if asynchronous:
         assert health["learner_restarts"] == 1
     assert code == 0 and (tmp_path / "service" / "state" / "final_rm" / "config.json").is_file()
+    if tls:
+        assert f"at https://127.0.0.1:{service.port}/get_reward" in service.log_path.read_text(errors="replace")

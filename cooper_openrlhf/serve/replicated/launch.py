@@ -54,7 +54,8 @@ def deploy(args, config, *, token: str | None, build_splitter, build_learner) ->
     started = registry.start.remote()  # with a learner: its start-up (DeepSpeed) runs while Serve deploys
     # Without rounds the ingress serves the version the registry starts at; with them each place names its version.
     version = ray.get(started) if not keeps_groups else None
-    serve.start(http_options={"host": args.host, "port": args.port})
+    tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
+    serve.start(http_options={"host": args.host, "port": args.port, **tls})  # Serve's proxy runs uvicorn's TLS
     scorer = serve.deployment(Scorer, name=SCORER_NAME, num_replicas=args.replicas,
                               max_ongoing_requests=SCORER_ONGOING_BATCHES * args.max_batch,
                               ray_actor_options={"num_cpus": 1}).bind(args, registry)
@@ -100,8 +101,8 @@ def serve_replicated(args, config, *, token: str | None, build_splitter, build_l
     try:
         deployed = deploy(args, config, token=token, build_splitter=build_splitter, build_learner=build_learner)
         logger.info("serving RM version %d on Ray Serve: %d scoring replicas, %d ingress, learning %s, at "
-                    "http://%s:%d/get_reward", deployed.version, args.replicas, args.ingress_replicas,
-                    "on" if args.learn else "off", args.host, args.port)
+                    "%s://%s:%d/get_reward", deployed.version, args.replicas, args.ingress_replicas,
+                    "on" if args.learn else "off", "https" if args.ssl_certfile else "http", args.host, args.port)
         while not stop.wait(1.0):
             pass
         logger.info("stopping: the learner's last checkpoint, then the app")
