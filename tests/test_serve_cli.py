@@ -60,8 +60,6 @@ def test_the_replicated_service_flags_are_checked(capsys, model_dir):
     assert _errors(capsys, [*base, "--ray-address", "auto"]) == [
         "error: --ray-address applies only with --replicas (one process starts no Ray)"]
     assert _errors(capsys, [*base, "--replicas", "-1"]) == ["error: --replicas must be >= 0 and --ingress-replicas >= 1"]
-    assert _errors(capsys, [*base, "--replicas", "2", "--probe-every", "1", "--probe-prompts", __file__]) == [
-        "error: --replicas does not take --probe-every (not built for the learner actor yet)"]
 
 
 def test_serves_deployment_config_survives_protobuf_7_with_the_upstream_fix():

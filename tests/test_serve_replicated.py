@@ -229,9 +229,16 @@ def _wait_for(what, condition, timeout_s: float = 300, every_s: float = 0.5):
 
 
 def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scoring_goes_on(model_dir, tmp_path):
+    """The learner killed -9 mid-update (module docstring). It also reads the probe suite (--probe-every 2) on the
+    weights it trains, before and after its restart: rounds 0 and 2 log what the RM pays each attack form, round 2
+    what the exported final RM pays."""
     policy = Policy(model_dir)
     slow = ("--rm-updates-per-round", "200")  # an update long enough to be killed in the middle of
-    service = ReplicatedService(tmp_path, model_dir, *LEARN, *slow, "--state-dir", str(tmp_path / "state"))
+    probe_file = tmp_path / "probe_prompts.jsonl"
+    probe_file.write_text("".join(json.dumps({"input": f"What is {a} + {b}?", "label": str(a + b)}) + "\n"
+                                  for a, b in [(2, 3), (7, 4), (12, 9)]))
+    probing = ("--probe-every", "2", "--probe-prompts", str(probe_file))
+    service = ReplicatedService(tmp_path, model_dir, *LEARN, *slow, *probing, "--state-dir", str(tmp_path / "state"))
     rounds = [[as_body(s) for s in arithmetic_samples(policy, 16, offset=4 * r, group_size=4)] for r in range(3)]
     try:
         first = asyncio.run(post_all(service.url, rounds[0], 16))
@@ -264,6 +271,16 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
     assert [(r["cooper/scored_version_min"], r["cooper/scored_version_max"]) for r in log] == [(0, 0), (1, 1),
                                                                                               (1, 1)]
     assert code == 0 and (tmp_path / "state" / "final_rm" / "config.json").is_file()
+    # the probes: due at rounds 0 and 2 only; round 2's read the weights the service ended with (version 3)
+    from cooper_openrlhf.rm.scorer import RMScorer
+    from cooper_openrlhf.serve.probing import ServiceProbe, problems_of
+
+    assert ["cooper/probe_pay/exploit" in r for r in log] == [True, False, True]
+    assert all(0 < r[f"cooper/probe_pay/{form}"] < 1 for r in (log[0], log[2]) for form in ("right", "wrong"))
+    final_rm = RMScorer.load(str(tmp_path / "state" / "final_rm"))
+    final = ServiceProbe(problems_of(str(probe_file)), every=2).read(final_rm)
+    assert log[2]["cooper/probe_pay/exploit"] == pytest.approx(final["cooper/probe_pay/exploit"], abs=1e-4)
+    assert log[2]["cooper/probe_premium/exploit"] == pytest.approx(final["cooper/probe_premium/exploit"], abs=1e-4)
 
 
 class KillDuringRun(threading.Thread):

@@ -19,6 +19,4 @@ def replicated_flag_problems(args) -> list[str]:
         problems.append("--replicas must be >= 0 and --ingress-replicas >= 1")
     if not args.replicas and args.ray_address:
         problems.append("--ray-address applies only with --replicas (one process starts no Ray)")
-    if args.replicas and args.probe_every:
-        problems.append("--replicas does not take --probe-every (not built for the learner actor yet)")
     return problems

@@ -66,6 +66,8 @@ class LearnerActor:
         self.hacking = HackingResponse(config.monitor, config.on_hacking)
         self.hacking.paying_rule = (self.state or {}).get("mode", config.mode) == "rule" and self.pay.source != "rule"
         self.log = ServiceLog(log_dir)
+        self.probe = getattr(args, "probe", None)  # a serve.probing.ServiceProbe (--probe-every), built by cli.serve
+        self._served = None  # without --learn, what the probes read: the RM the replicas serve, loaded when due
         if restored:
             logger.info("learner resumed from %s: RM version %d, counters %s", restored.tag, self.version,
                         self.counters)
@@ -111,6 +113,8 @@ class LearnerActor:
                 self._discard_gradients()
             metrics["cooper/rm_version_after"] = float(self.version)
         try:
+            if self.probe is not None and self.probe.due(index):  # before the monitor: its rules may read them
+                metrics.update(self.probe.read(self._latest_scorer()))
             metrics.update(self.hacking.watch(index, metrics))
             self.counters["alarms"] += int(metrics[ALARM])
             self.log.round(index, metrics)
@@ -126,6 +130,20 @@ class LearnerActor:
             logger.error("round %d failed", index, exc_info=failure)
             status["error"] = f"{type(failure).__name__}: {failure}"
         return status, weights
+
+    def _latest_scorer(self):
+        """An `rm.scorer.RMScorer` of the latest version: the weights this actor trains (between updates), or,
+        learning off, the RM the replicas serve."""
+        from cooper_openrlhf.rm.scorer import RMScorer
+        from cooper_openrlhf.serve.replicated.scoring import served_rm
+
+        if self.learner is None:
+            self._served = self._served or served_rm(self.args)
+            return self._served
+        trainer = self.learner.trainer
+        return RMScorer(trainer.model.module, trainer.tokenizer, max_length=trainer.max_length,
+                        template_version=trainer.template_version, batch_size=self.args.max_batch,
+                        version=self.version)
 
     def _checkpoint(self, pinned_refs: dict, registry) -> str:
         """The one-process checkpoint: the engine, the registry's groups and counters with ours, the pinned
