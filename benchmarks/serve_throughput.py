@@ -17,8 +17,11 @@ templated prompt + response, one sample per POST, as its vLLM actors send them),
               groups wait for an update in flight (the paper's timing)
   learning_nowait  the same with --no-wait-for-update (what the updates cost besides the wait)
   replicasK   `cli.serve --replicas K` (Ray Serve: proxy, ingress, K scoring replicas; learning off), with
-              `--replicas K,...`; then the servers default to cooper and the replicated ones, the concurrency to
-              64,256, the RM to the tiny one, and the ratios printed are each K against the first and against cooper
+              `--replicas K,...`; then the servers default to the two ceilings, cooper and the replicated ones, the
+              concurrency to 64,256, the RM to the tiny one, and the ratios printed are each K against the first,
+              against cooper and against Serve's ceiling
+  serve_ceiling `noop_reward_server.py --ray-serve`: the no-work app below as one ingress behind Ray Serve's proxy
+              (the bound Serve's front puts on the replicated servers here, however many replicas)
   http_ceiling  `noop_reward_server.py`: the same protocol and server stack with no work behind it (the bound the
               single-sample POST itself puts on any reward server here)
   bare        no HTTP: `rm.model.score_logits` over the same samples at its best batch size (the limit), in a
@@ -146,9 +149,9 @@ def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 90
 
 def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if kind == "http_ceiling":
+    if kind in ("http_ceiling", "serve_ceiling"):
         argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "noop_reward_server.py"),
-                "--port", str(port)]
+                "--port", str(port), *(["--ray-serve"] if kind == "serve_ceiling" else [])]
     elif kind.startswith("serve_rm"):
         if kind == "serve_rm_passive":
             # The fair baseline: stock serve_rm with the OpenMP wait policy cli.serve sets for itself.
@@ -288,11 +291,14 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
             print(f"cooper / serve_rm (its better OpenMP policy) at concurrency {level}: "
                   f"{cooper[level][0] / stock[level][0]:.2f}x (target >= 1.0)")
     replicated = [kind for kind in kinds if kind.startswith("replicas") and kind in results]
+    serve_ceiling = results.get("serve_ceiling")
     for kind in replicated:
         for level in levels:
             base = results[replicated[0]][level][0]
             print(f"{kind} / {replicated[0]} at concurrency {level}: {results[kind][level][0] / base:.2f}x"
-                  + (f"; / cooper (one process): {results[kind][level][0] / cooper[level][0]:.2f}x" if cooper else ""))
+                  + (f"; / cooper (one process): {results[kind][level][0] / cooper[level][0]:.2f}x" if cooper else "")
+                  + (f"; / Serve's ceiling: {results[kind][level][0] / serve_ceiling[level][0]:.2f}x"
+                     if serve_ceiling else ""))
     for kind in ("learning", "learning_nowait"):
         if cooper and kind in results:
             for level in levels:
@@ -321,7 +327,7 @@ def main() -> None:
         defaults = {"servers": "http_ceiling,serve_rm,serve_rm_passive,cooper,learning,learning_nowait",
                     "concurrency": "1,16,64,256"}
         if args.servers == defaults["servers"]:
-            args.servers = "cooper"
+            args.servers = "http_ceiling,serve_ceiling,cooper"
         if args.concurrency == defaults["concurrency"]:
             args.concurrency = "64,256"
         args.servers += "".join(f",replicas{k}" for k in args.replicas.split(","))
