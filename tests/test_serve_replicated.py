@@ -8,9 +8,10 @@ started is stopped with it (SIGTERM, then SIGKILL by pid of what is left; never 
 - The learner killed -9 in the middle of an update: scoring goes on with the last published version meanwhile
   (200s, that version in `cooper/rm_version`), the learner comes back from its checkpoint with its counters, the
   lost round is learned again, and the versions keep rising one by one.
-- Stock `openrlhf.cli.train_ppo_ray` against 2 replicas + learner (the issue's target), sync (over HTTPS) and
-  async, and with a replica or the learner killed -9 during the run: every sample paid (no reward None: the run
-  completes), each trainer group scored by one version, the version rising.
+- Stock `openrlhf.cli.train_ppo_ray` against 2 replicas + learner (the issue's target), sync (over HTTPS, two
+  ingress replicas) and async, with a scoring replica and then an ingress replica killed -9 (sync) or the learner
+  (async) during the run: every sample paid (no reward None: the run completes), each trainer group scored by one
+  version and complete (the dead ingress's places given back to the client's retries), the version rising.
 """
 
 import asyncio
@@ -319,24 +320,32 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
     asynchronous = fault == "async_learner"
     if asynchronous:
         flags += ["--no-wait-for-update", "--rm-updates-per-round", "50"]
+    else:
+        flags += ["--ingress-replicas", "2"]
     # The synchronous run goes over HTTPS (Serve's proxy with --ssl-certfile/--ssl-keyfile), as a service reached
     # beyond one machine should: the trainer's client trusts the self-signed certificate through SSL_CERT_FILE.
     tls = _self_signed(tmp_path) if not asynchronous and shutil.which("openssl") else None
     service = ReplicatedService(tmp_path / "service", model_dir, *flags, policy=str(policy), tls=tls)
     if fault == "replica":
-        killer = KillDuringRun(service, "ServeReplica:cooper-serve:Scorer", lambda h: h["in_flight_samples"] > 0
-                               and h["samples"] >= PROMPTS_PER_STEP * STOCK_N)
+        killers = [KillDuringRun(service, "ServeReplica:cooper-serve:Scorer", lambda h: h["in_flight_samples"] > 0
+                                 and h["samples"] >= PROMPTS_PER_STEP * STOCK_N),
+                   # an ingress replica in step 3, with places reserved for the samples it was scoring: OpenRLHF's
+                   # client tries those again 1 s later, through the other ingress
+                   KillDuringRun(service, "ServeReplica:cooper-serve:Ingress", lambda h: h["in_flight_samples"] > 0
+                                 and h["samples"] >= 2 * PROMPTS_PER_STEP * STOCK_N)]
     else:
-        killer = KillDuringRun(service, "LearnerActor", lambda h: h["update_in_flight"])
+        killers = [KillDuringRun(service, "LearnerActor", lambda h: h["update_in_flight"])]
     try:
-        killer.start()
+        for killer in killers:
+            killer.start()
         _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}",
                         *(["--train.async_enable"] if asynchronous else []),
                         extra_env={"SSL_CERT_FILE": str(tls[0])} if tls else None)
         health = _wait_for("every round learned", lambda: (h := service.health())["rounds"] >= STEPS
                            and not h["update_in_flight"] and h, timeout_s=420)
     finally:
-        killer.done.set()
+        for killer in killers:
+            killer.done.set()
         code = service.stop()
     rounds = service.rounds()
     # the run completed, so no sample's reward was None; every one of the 3 x 4 x 8 was paid and grouped
@@ -353,7 +362,7 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
     if not asynchronous:  # the paper's timing: step t+1 scored by the RM updated on step t
         for before, later in zip(rounds, rounds[1:]):
             assert later["cooper/scored_version_min"] == before["cooper/rm_version_after"]
-    assert killer.killed is not None, "the run ended before the kill"
+    assert all(killer.killed is not None for killer in killers), "the run ended before a kill"
     if asynchronous:
         assert health["learner_restarts"] == 1
     assert code == 0 and (tmp_path / "service" / "state" / "final_rm" / "config.json").is_file()

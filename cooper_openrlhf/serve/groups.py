@@ -77,6 +77,11 @@ class GroupTracker:
             del self._filling[prompt]  # full: the prompt's next sample opens a new group
         return group
 
+    def full_unscored(self, prompt: str) -> list[Group]:
+        """Open groups of `prompt` with every place taken and not every place scored."""
+        return [g for g in self.open.values()
+                if g.prompt == prompt and g.reserved >= self.group_size and len(g.scored) < g.reserved]
+
     def release(self, group: Group) -> None:
         """Give back a place whose sample failed to score (its retry reserves again)."""
         if group.id not in self.open:

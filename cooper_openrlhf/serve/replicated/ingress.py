@@ -59,6 +59,10 @@ class RemoteService:
                                        "scoring calls")
         self.mode, self.learning_status, self.group_mismatch = config.mode, "ok", None
         self.retried = 0  # scoring calls sent again after their replica died
+        # This ingress replica as the holder of the places it reserves (registry.py: a dead one's are given back).
+        context = ray.get_runtime_context()
+        self.holder = (context.get_actor_id(), context.current_actor) if context.get_actor_id() else None
+        self.holder_id = self.holder[0] if self.holder else None
         self._uncounted = [0, 0]  # samples, held-out samples scored and not yet reported (no places asked)
         self._flusher = None
 
@@ -78,7 +82,7 @@ class RemoteService:
         heldout = [s.question in self.config.heldout for s in samples]
         if self.keeps_groups:
             places, paying_rule = await self._registry_call(self.registry.reserve.remote(
-                [s.prompt for s in samples], heldout))
+                [s.prompt for s in samples], heldout, self.holder))
         else:
             places, paying_rule = [Place(NO_GROUP, self.version, held) for held in heldout], False
         try:
@@ -90,7 +94,7 @@ class RemoteService:
                     raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
         except BaseException:
             if self.keeps_groups:
-                self.registry.release.remote(places)  # not awaited: this request may be being cancelled
+                self.registry.release.remote(places, self.holder_id)  # not awaited: this request may be cancelled
             raise
         logits = [logit for logit, _ in results]
         outcomes = [outcome for _, outcome in results]
@@ -98,7 +102,7 @@ class RemoteService:
                        paying_rule=paying_rule).paid.tolist()
         if self.keeps_groups:
             await self.registry.record.remote(places, [ScoredSample(s, logit, outcome, reward) for s, logit, outcome,
-                                                       reward in zip(samples, logits, outcomes, paid)])
+                                                       reward in zip(samples, logits, outcomes, paid)], self.holder_id)
         else:
             self._uncounted[0] += len(samples)
             self._uncounted[1] += sum(heldout)

@@ -15,7 +15,9 @@ dies loses the open groups (their samples were answered; they are not learned fr
 restarted, which resumes from the learner's checkpoint.
 
 Per request the ingress makes two calls (`reserve`, then `record` or `release`); a service that keeps no groups
-(no rounds, no learning) never asks, its version never changes.
+(no rounds, no learning) never asks, its version never changes. Each place is noted with the ingress replica that
+holds it (`holders.py`), so that an ingress that dies between the two calls does not strand its places: a retry
+that finds its prompt's groups full but not all scored first gives back the places of holders that are dead.
 
 Rounds: when `groups_per_update` groups are complete the registry hands them to the learner actor
 (`learner_actor.py`), which trains, publishes and checkpoints. A new version comes back as an object owned by this
@@ -33,12 +35,14 @@ from dataclasses import dataclass
 import ray
 
 from cooper_openrlhf.serve.groups import GroupTracker, groups_from_dicts, groups_to_dicts
+from cooper_openrlhf.serve.replicated.holders import PlaceHolders
 from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
 from cooper_openrlhf.serve.trainer_groups import GroupMismatch, open_when_a_round_completes, samples_by_prompt
 
 logger = logging.getLogger(__name__)
 
 NO_GROUP = -1  # a place in no group: a held-out sample, or a service that keeps no groups
+LIVENESS_TIMEOUT_S = 5.0  # a holder that does not answer a ping within this is taken as alive (its places stay)
 LEARNER_COUNTERS = ("rounds", "updates", "pairs", "alarms")
 
 
@@ -80,6 +84,8 @@ class GroupRegistry(RoundSupervisor):
         self.round_failures = 0
         self.round_error: str | None = None
         self.groups_repinned = 0
+        self.holders = PlaceHolders()
+        self.places_given_back = 0  # places of ingress replicas found dead, given back for their samples' retries
         self.learner_restarts = 0
         self.learner_down = False
         self._waited = 0.0
@@ -112,9 +118,10 @@ class GroupRegistry(RoundSupervisor):
             self._rounds = asyncio.get_running_loop().create_task(self._round_loop())
 
     # ------------------------------------------------------------------------------------ places
-    async def reserve(self, prompts: list[str], heldout: list[bool]) -> tuple[list[Place], bool]:
+    async def reserve(self, prompts: list[str], heldout: list[bool],
+                      holder: tuple[str, object] | None = None) -> tuple[list[Place], bool]:
         """(a place per sample, whether the rule reward is paid); GroupMismatch once the trainer's groups are seen
-        not to be the service's."""
+        not to be the service's. `holder`: the calling ingress replica's (actor id, handle)."""
         await self._started.wait()
         if self._closing:
             raise RuntimeError("the service is shutting down")
@@ -130,13 +137,43 @@ class GroupRegistry(RoundSupervisor):
                 if not self.keeps_groups:
                     places.append(Place(NO_GROUP, self.version))
                     continue
+                await self._give_back_places_of_dead_holders(prompt)
                 group = self.groups.reserve(prompt, self.version)
                 places.append(Place(group.id, group.version))
+                self.holders.take(holder, group.id)
             self._check_open_groups()
         except BaseException:
-            self.release(places)
+            self.release(places, holder[0] if holder else None)
             raise
         return places, self.paying_rule
+
+    async def _give_back_places_of_dead_holders(self, prompt: str) -> None:
+        """Before a sample of `prompt` opens a new group: if the prompt's groups are full but not all scored, the
+        places there of holders that are dead are given back (module docstring), so the sample takes one."""
+        if self.groups.has_filling_group(prompt):
+            return
+        stuck = {group.id for group in self.groups.full_unscored(prompt)}
+        for holder_id in self.holders.holding(stuck) if stuck else ():
+            if await self._alive(holder_id):
+                continue
+            for group_id, count in self.holders.drop(holder_id).items():
+                group = self.groups.open.get(group_id)
+                for _ in range(count if group is not None else 0):
+                    self.groups.release(group)
+                    self.places_given_back += 1
+            logger.warning("an ingress replica died holding places of open groups; given back for the retries of "
+                           "their samples (%d given back so far)", self.places_given_back)
+
+    async def _alive(self, holder_id: str) -> bool:
+        handle = self.holders.handles.get(holder_id)
+        try:
+            # every actor answers __ray_ready__; a dead one fails at once with RayActorError
+            await asyncio.wait_for(handle.__ray_ready__.remote(), LIVENESS_TIMEOUT_S)
+            return True
+        except ray.exceptions.RayActorError:
+            return False
+        except asyncio.TimeoutError:
+            return True
 
     async def _wait_for_update(self, prompt: str) -> None:
         """A new group waits while an update is in flight (`serve/service.py`'s `_reserve`)."""
@@ -150,17 +187,19 @@ class GroupRegistry(RoundSupervisor):
                                self.config.update_wait_timeout_s, self.version)
             self._waited += time.perf_counter() - start
 
-    def release(self, places: list[Place]) -> None:
+    def release(self, places: list[Place], holder_id: str | None = None) -> None:
         """Give back the places of samples that were not scored (their retries reserve again)."""
         for place in places:
+            self.holders.give_back(holder_id, place.group)
             group = self.groups.open.get(place.group)
             if group is not None:
                 self.groups.release(group)
 
-    def record(self, places: list[Place], scored: list) -> None:
+    def record(self, places: list[Place], scored: list, holder_id: str | None = None) -> None:
         """The scored samples (`serve.groups.ScoredSample`) into their groups; a group that completes joins the
         next round."""
         for place, sample in zip(places, scored):
+            self.holders.give_back(holder_id, place.group)
             if place.heldout:
                 self.counters["heldout_samples"] += 1
                 continue
@@ -313,6 +352,7 @@ class GroupRegistry(RoundSupervisor):
                   "update_in_flight": not self.update_done.is_set(), "paying_rule": self.paying_rule,
                   "round_failures": self.round_failures, "learning_failing": self.round_error is not None,
                   "groups_repinned": self.groups_repinned, "learner_restarts": self.learner_restarts,
+                  "places_given_back": self.places_given_back,
                   **self.counters, **self.learner_counters}
         return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning,
                 "group_mismatch": self.group_mismatch, "mode": "rule" if self.paying_rule else self.config.mode}

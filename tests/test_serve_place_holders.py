@@ -1,0 +1,91 @@
+"""An ingress replica that dies between reserving places and recording them does not strand its groups: the retry of
+its samples takes the places back (serve/replicated/holders.py, registry.py). The registry's bookkeeping is driven
+here directly, as the ingress calls it; the holders' liveness comes from a handle that answers `__ray_ready__` as a
+live actor does or fails as a dead one does (the kill itself runs in tests/test_serve_replicated.py)."""
+
+import asyncio
+
+import ray
+
+from cooper_openrlhf.serve.groups import ScoredSample
+from cooper_openrlhf.serve.protocol import Sample
+from cooper_openrlhf.serve.replicated.holders import PlaceHolders
+from cooper_openrlhf.serve.replicated.registry import GroupRegistry
+from cooper_openrlhf.serve.service import ServiceConfig
+from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
+
+
+class _Ping:
+    def __init__(self, alive: bool):
+        self.alive = alive
+
+    def remote(self):
+        async def answer():
+            if not self.alive:
+                raise ray.exceptions.RayActorError()
+            return True
+        return answer()
+
+
+class _Ingress:
+    """What the registry sees of an ingress replica: its id and a handle it can ping."""
+
+    def __init__(self, name: str):
+        self.id, self.__ray_ready__ = name, _Ping(True)
+
+    @property
+    def holder(self):
+        return self.id, self
+
+
+def _registry(group_size: int) -> GroupRegistry:
+    registry = GroupRegistry(ServiceConfig(group_size=group_size, groups_per_update=0, check_groups=False),
+                             learner=object())  # keeps groups; no rounds are started here
+    registry._started.set()
+    return registry
+
+
+def _scored(prompt: str) -> ScoredSample:
+    sample = Sample(prompt, "What is 2 + 2?", "4", "The answer is 4.")
+    return ScoredSample(sample, 1.0, VerifyOutcome(Verdict.CORRECT, "4", 0.0, None), 1.0)
+
+
+def test_a_retry_takes_the_place_a_dead_ingress_held_and_the_group_completes_with_n_samples():
+    async def scenario():
+        registry, a, b = _registry(group_size=4), _Ingress("a"), _Ingress("b")
+        held_by_a, _ = await registry.reserve(["p", "p"], [False, False], a.holder)
+        held_by_b, _ = await registry.reserve(["p", "p"], [False, False], b.holder)
+        registry.record(held_by_b, [_scored("p")] * 2, b.id)
+        a.__ray_ready__.alive = False  # a dies before recording its two
+        retried, _ = await registry.reserve(["p", "p"], [False, False], b.holder)  # the client's retries, via b
+        registry.record(retried, [_scored("p")] * 2, b.id)
+        return registry, held_by_a, retried
+
+    registry, held_by_a, retried = asyncio.run(scenario())
+    assert {p.group for p in retried} == {held_by_a[0].group}  # the same group, not a new one
+    assert registry.groups.completed == 1 and not registry.groups.open and registry.places_given_back == 2
+
+
+def test_a_live_ingresss_places_are_kept_and_a_new_group_opens_as_before():
+    async def scenario():
+        registry, a = _registry(group_size=2), _Ingress("a")
+        first, _ = await registry.reserve(["p", "p"], [False, False], a.holder)  # full, being scored
+        again, _ = await registry.reserve(["p"], [False], a.holder)  # a prompt sent again while a lives
+        return registry, first, again
+
+    registry, first, again = asyncio.run(scenario())
+    assert again[0].group != first[0].group and registry.places_given_back == 0
+
+
+def test_place_holders_count_per_holder_and_group():
+    holders = PlaceHolders()
+    holders.take(("a", object()), 1)
+    holders.take(("a", object()), 1)
+    holders.take(("b", object()), 2)
+    holders.take(None, 3)  # a caller with no handle is not tracked
+    holders.give_back("a", 1)
+    assert holders.holding({1}) == ["a"] and holders.holding({2, 3}) == ["b"]
+    assert dict(holders.drop("a")) == {1: 1} and holders.holding({1}) == []
+    holders.give_back("b", 2)
+    holders.give_back("b", 2)  # more than it took: ignored
+    assert holders.holding({2}) == []
