@@ -17,6 +17,7 @@ started is stopped with it (SIGTERM, then SIGKILL by pid of what is left; never 
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -256,6 +257,7 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
         after = _wait_for("the lost round and the next one learned", lambda: (h := service.health())["updates"] >= 3
                           and not h["update_in_flight"] and h)
         restarted = service.pids("LearnerActor")
+        metrics = requests.get(service.url + "/metrics", headers=AUTH, timeout=60, verify=service.verify).text
     finally:
         code = service.stop()
     answers = first + second + third
@@ -283,6 +285,10 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
     final = ServiceProbe(problems_of(str(probe_file)), every=2).read(final_rm)
     assert log[2]["cooper/probe_pay/exploit"] == pytest.approx(final["cooper/probe_pay/exploit"], abs=1e-4)
     assert log[2]["cooper/probe_premium/exploit"] == pytest.approx(final["cooper/probe_premium/exploit"], abs=1e-4)
+    # the front's /metrics shows the last round's numbers, as one process does
+    shown = {m.group(1): float(m.group(2)) for m in re.finditer(r'cooper_serve_round\{key="([^"]+)"\} (\S+)', metrics)}
+    assert shown["cooper_rm_version_after"] == 3.0
+    assert shown["cooper_probe_pay_exploit"] == pytest.approx(log[2]["cooper/probe_pay/exploit"], abs=1e-6)
 
 
 class KillDuringRun(threading.Thread):

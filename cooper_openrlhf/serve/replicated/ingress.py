@@ -155,6 +155,8 @@ class RemoteService:
         status = await self.registry.status.remote()
         self.mode, self.learning_status, self.group_mismatch = status["mode"], status["learning"], \
             status["group_mismatch"]
+        if status["last_round"] is not None:  # the last round's metrics at /metrics, as in one process
+            self.log.round(*status["last_round"])
         return {**status["gauges"], "scoring_retries": float(self.retried)}
 
 

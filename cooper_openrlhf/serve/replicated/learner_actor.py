@@ -17,6 +17,7 @@ Restarts: the actor is created with `max_restarts=-1`; a new incarnation loads t
 """
 
 import logging
+import math
 import os
 
 import ray
@@ -126,6 +127,9 @@ class LearnerActor:
             failure = failure or exc
         status = self.status()
         status["state"] = None  # the registry holds the live groups
+        # the round's numbers for the front's /metrics (`cooper_serve_round`), as one process shows them
+        status["round_metrics"] = {k: float(v) for k, v in metrics.items()
+                                   if isinstance(v, (int, float)) and math.isfinite(v)}
         if failure is not None:
             logger.error("round %d failed", index, exc_info=failure)
             status["error"] = f"{type(failure).__name__}: {failure}"

@@ -86,6 +86,7 @@ class GroupRegistry(RoundSupervisor):
         self.groups_repinned = 0
         self.holders = PlaceHolders()
         self.places_given_back = 0  # places of ingress replicas found dead, given back for their samples' retries
+        self.last_round: tuple[int, dict] | None = None  # (index, metrics) of the last round the learner ran
         self.learner_restarts = 0
         self.learner_down = False
         self._waited = 0.0
@@ -286,6 +287,7 @@ class GroupRegistry(RoundSupervisor):
         finally:
             self.update_done.set()
         self._adopt(result)
+        self.last_round = (index, result.get("round_metrics", {}))
         if result["version"] > self.version:
             self._take_version(result["version"], weights_ref)
         if result["error"]:
@@ -354,5 +356,5 @@ class GroupRegistry(RoundSupervisor):
                   "groups_repinned": self.groups_repinned, "learner_restarts": self.learner_restarts,
                   "places_given_back": self.places_given_back,
                   **self.counters, **self.learner_counters}
-        return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning,
+        return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning, "last_round": self.last_round,
                 "group_mismatch": self.group_mismatch, "mode": "rule" if self.paying_rule else self.config.mode}
