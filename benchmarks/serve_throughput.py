@@ -2,6 +2,7 @@
 
     python benchmarks/serve_throughput.py [--rm PATH] [--policy PATH] [--requests 512] [--concurrency 1,16,64,256]
     python benchmarks/serve_throughput.py --replicas 1,2     # one process against Ray Serve with 1 and 2 replicas
+    python benchmarks/serve_throughput.py --servers cooper --server-env OMP_NUM_THREADS=1   # cooper under an env
 
 Without --rm it measures two RMs in turn: the tiny Qwen2 RM (per-request work is the cost) and the lab's MiniLM
 VerifyRM architecture (the forward is the cost; stock serve_rm cannot load an encoder, so it is left out there).
@@ -130,6 +131,17 @@ def wait_quiet(processes, max_cores: float = 0.25, window_s: float = 1.0, timeou
     return time.monotonic() - start
 
 
+def last_round_metric(metrics_url: str, key: str) -> float:
+    """A `cooper_serve_round{key=...}` value at a server's /metrics (NaN before its first round)."""
+    import re
+
+    import requests
+
+    text = requests.get(metrics_url, timeout=30).text
+    found = re.search(r'cooper_serve_round\{key="%s"\} (\S+)' % re.escape(key), text)
+    return float(found.group(1)) if found else float("nan")
+
+
 def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 900) -> None:
     """Until the server answers; Serve's proxy answers 404/503 before its app is deployed, so not those."""
     import requests
@@ -161,6 +173,7 @@ def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
         argv = [sys.executable, "-c", code, "--reward.model_name_or_path", args.rm, "--port", str(port),
                 "--host", "127.0.0.1", "--ds.param_dtype", args.openrlhf_dtype, "--ds.attn_implementation", "eager"]
     else:
+        env.update(args.server_env)  # --server-env: this package's servers only
         argv = [sys.executable, "-m", "cooper_openrlhf.cli.serve", "--rm", args.rm, "--policy", args.policy,
                 "--port", str(port), "--dtype", args.dtype, "--group-size", str(args.group_size),
                 "--max-batch", str(args.max_batch)]
@@ -267,6 +280,10 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
                     results[kind][level] = (rate, q[49], q[98])
                     print(f"  {kind:15s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
                           f"p99 {q[98] * 1000:7.1f} ms (waited {waited:.0f}s for idle servers)", flush=True)
+            for kind, (url, _) in servers.items():
+                if kind.startswith("learning"):  # what one RM update costs: the bound on learning / learning off
+                    fit = last_round_metric(url.replace("/get_reward", "/metrics"), "cooper_rm_fit_seconds")
+                    print(f"  {kind}: the last RM update took {fit:.2f} s (cooper/rm_fit_seconds)", flush=True)
         finally:
             for _, process in servers.values():
                 process.terminate()
@@ -321,8 +338,12 @@ def main() -> None:
     p.add_argument("--max-batch", type=int, default=64)
     p.add_argument("--replicas", default=None, help="e.g. 1,2: also cli.serve --replicas K for each K (Ray Serve)")
     p.add_argument("--ingress-replicas", type=int, default=1, help="the replicated servers' --ingress-replicas")
+    p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="an environment variable for this package's servers (cooper, learning, replicas), e.g. "
+                        "OMP_NUM_THREADS=1; repeatable")
     p.add_argument("--bare-only", action="store_true", help=argparse.SUPPRESS)  # one bare_forward_here, as JSON
     args = p.parse_args()
+    args.server_env = dict(item.split("=", 1) for item in args.server_env)
     if args.replicas:
         defaults = {"servers": "http_ceiling,serve_rm,serve_rm_passive,cooper,learning,learning_nowait",
                     "concurrency": "1,16,64,256"}

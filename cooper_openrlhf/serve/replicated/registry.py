@@ -154,7 +154,7 @@ class GroupRegistry(RoundSupervisor):
         if self.groups.has_filling_group(prompt):
             return
         stuck = {group.id for group in self.groups.full_unscored(prompt)}
-        for holder_id in self.holders.holding(stuck) if stuck else ():
+        for holder_id in self.holders.holding(stuck):
             if await self._alive(holder_id):
                 continue
             for group_id, count in self.holders.drop(holder_id).items():
