@@ -12,9 +12,12 @@ The checkpoint is any one-logit sequence classifier that `rm.model.load_rm` acce
 tiny Qwen2 RM). Its input is the RM template (`algo/template.py`) in the version its config records (`CONFIG_KEY`),
 else the version given (default: the current one); asking for a version other than the recorded one is an error.
 Scoring is `rm.model.score_logits` (eval mode, no gradients, right-padded micro-batches), as in the RL-time RM actor;
-P(correct) is `algo.rewards.probability_correct`, the package's one sigmoid.
+P(correct) is `algo.rewards.probability_correct`, the package's one sigmoid. On CPU each call runs with the intra-op
+thread count that scores its number of rows fastest (`runtime.cpu_threads.ThreadChoice`: a lone request on one
+thread, a full batch on all).
 """
 
+import contextlib
 import copy
 import threading
 from collections.abc import Sequence
@@ -23,6 +26,7 @@ import torch
 
 from cooper_openrlhf.algo.rewards import probability_correct
 from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
+from cooper_openrlhf.runtime.cpu_threads import ThreadChoice
 
 Item = tuple[int, str, str, str]  # (version, question, reference, completion)
 
@@ -46,6 +50,8 @@ class RMScorer:
         self.latest = version
         self._spare = None  # a retired copy, reused by the next publish instead of a new deepcopy
         self._lock = threading.Lock()  # publish/retire (learner thread) against the scoring thread's lookups
+        on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+        self.threads = ThreadChoice() if on_cpu else None  # a GPU forward's speed does not depend on CPU threads
 
     @classmethod
     def load(cls, model_path: str, device: str = "cpu", max_length: int | None = None, batch_size: int = 8,
@@ -74,9 +80,10 @@ class RMScorer:
     def logits(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
                version: int | None = None) -> list[float]:
         """Raw RM logits of each triple, in input order, on `version`'s weights (None: the latest)."""
-        return score_logits(self.model_of(self.latest if version is None else version), self.tokenizer, questions,
-                            references, completions, max_length=self.max_length,
-                            template_version=self.template_version, batch_size=self.batch_size)
+        model = self.model_of(self.latest if version is None else version)
+        with self.threads.running(min(len(questions), self.batch_size)) if self.threads else contextlib.nullcontext():
+            return score_logits(model, self.tokenizer, questions, references, completions, max_length=self.max_length,
+                                template_version=self.template_version, batch_size=self.batch_size)
 
     def score(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
               version: int | None = None) -> list[float]:

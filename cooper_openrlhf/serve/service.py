@@ -40,10 +40,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import torch
+
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.metric_keys import ALARM
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.core import REWARD_MODES, HackingResponse, RolloutVerdicts, rewards
+from cooper_openrlhf.runtime.cpu_threads import pin_threads
 from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
@@ -128,7 +131,10 @@ class RewardService(RoundSupervisor):
         self.update_done = asyncio.Event()
         self.update_done.set()
         self._round_wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooper-learner")
+        # The learner trains on every core whatever thread count the scorer runs its forwards with
+        # (`runtime/cpu_threads.py`): pinned when its thread starts.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooper-learner",
+                                            initializer=pin_threads, initargs=(torch.get_num_threads(),))
         self._rounds: asyncio.Task | None = None
         self._closing = False
         self._waited = 0.0  # seconds new groups spent waiting for updates since the last round
