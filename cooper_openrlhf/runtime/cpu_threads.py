@@ -6,7 +6,12 @@ large batch runs faster on all. Where the crossover lies depends on the model an
 `benchmarks/rm_forward_threads.py`: the tiny Qwen2 RM is faster on one thread up to about 32 rows, the MiniLM
 VerifyRM only up to about 8), so no fixed threshold is right for both: `ThreadChoice` measures it. Per bucket of
 rows (powers of two) it tries each thread count on the bucket's first batches, then runs the one with the fewer
-seconds per row and tries the other again now and then, since the machine's load moves the crossover.
+seconds per row and tries the other again now and then, since the machine's load moves the crossover. A row's time
+is the best of the last few (interference, or a first call's warm-up, only ever slows a forward down). When all
+threads are clearly faster after one trial each (CLEAR_MARGIN), that decides: a trial of one thread on a large batch
+of a real RM costs about as much as the batch, so it is paid once, not `trials` times. More threads
+pay off more as batches grow, so a bucket not yet tried takes what a tried neighbour implies (all threads above a
+bucket where all won, one below a bucket where one won) instead of paying for trials.
 
 The count is torch's per-thread OpenMP setting: `torch.set_num_threads` changes the calling thread's count (and the
 default a thread that has not run torch yet starts from), so `ThreadChoice.running` puts the previous count back
@@ -22,6 +27,9 @@ from collections import defaultdict
 import torch
 
 
+CLEAR_MARGIN = 1.25  # all threads this many times faster a row after one trial each: decided without more trials
+
+
 def pin_threads(count: int) -> None:
     """Fix the calling thread's intra-op thread count (a thread pool's initializer)."""
     torch.set_num_threads(count)
@@ -31,7 +39,7 @@ class ThreadChoice:
     """Picks the intra-op thread count per batch size (module docstring). Thread safe: the scoring lane and the
     learner's probe reads share one scorer.
 
-    choices: the counts to choose from (default: one and torch's count when built); with one choice it does nothing.
+    choices: the two counts to choose from (default: one and torch's count when built); with one it does nothing.
     trials: batches each choice runs per bucket before the choice is made; recheck: after that, every recheck-th
         batch of a bucket runs the choice not taken, so a change of load is seen.
     """
@@ -39,6 +47,8 @@ class ThreadChoice:
     def __init__(self, choices: tuple[int, ...] | None = None, trials: int = 3, recheck: int = 32):
         full = torch.get_num_threads()
         self.choices = tuple(sorted(set(choices or (1, full))))
+        if len(self.choices) > 2:
+            raise ValueError(f"two thread counts at most (fewer, more), got {self.choices}")
         self.trials, self.recheck = trials, recheck
         self._seconds_per_row: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         self._batches: dict[int, int] = defaultdict(int)
@@ -54,13 +64,37 @@ class ThreadChoice:
             return self.choices[0]
         bucket = self.bucket(rows)
         with self._lock:
-            timings = self._seconds_per_row[bucket]
-            for choice in self.choices:  # each choice's trials first
-                if len(timings[choice]) < self.trials:
-                    return choice
-            ranked = sorted(self.choices, key=lambda c: _median(timings[c]))
+            best = self._best(bucket)
+            if best is None:  # trials, in turn, the more threads first (torch's own default)
+                timings = self._seconds_per_row[bucket]
+                return min(self.choices, key=lambda c: (len(timings[c]), -c))
             self._batches[bucket] += 1
-            return ranked[1] if self._batches[bucket] % self.recheck == 0 else ranked[0]
+            other = self.choices[1 - self.choices.index(best)]
+            return other if self._batches[bucket] % self.recheck == 0 else best
+
+    def _decided(self, bucket: int) -> int | None:
+        """The faster count in `bucket` by its own timings, or None before its trials."""
+        timings = self._seconds_per_row.get(bucket, {})
+        best = {c: min(timings[c]) for c in self.choices if timings.get(c)}
+        if len(best) < len(self.choices):
+            return None
+        fewer, more = self.choices
+        if best[fewer] >= CLEAR_MARGIN * best[more] or all(len(timings[c]) >= self.trials for c in self.choices):
+            return min(best, key=best.get)
+        return None
+
+    def _best(self, bucket: int) -> int | None:
+        """The bucket's own choice, else the one a tried neighbour implies (module docstring), else None."""
+        own = self._decided(bucket)
+        if own is not None:
+            return own
+        fewer, more = self.choices
+        tried = {b: self._decided(b) for b in list(self._seconds_per_row)}
+        if any(choice == more for b, choice in tried.items() if b < bucket):
+            return more
+        if any(choice == fewer for b, choice in tried.items() if b > bucket):
+            return fewer
+        return None
 
     def record(self, rows: int, threads: int, seconds: float) -> None:
         """A forward's time; only the latest few per choice are kept, so the choice follows the load."""
@@ -86,11 +120,7 @@ class ThreadChoice:
     def chosen(self) -> dict[int, int]:
         """{smallest rows of a bucket: the count it runs with now} for buckets past their trials (for logs)."""
         with self._lock:
-            return {1 << (bucket - 1): min(self.choices, key=lambda c: _median(timings[c]))
-                    for bucket, timings in sorted(self._seconds_per_row.items())
-                    if all(len(timings[c]) >= self.trials for c in self.choices)}
+            decided = {1 << (bucket - 1): self._decided(bucket) for bucket in sorted(self._seconds_per_row)}
+        return {rows: choice for rows, choice in decided.items() if choice is not None}
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else float("inf")
