@@ -14,9 +14,10 @@ body limits, parsing, text validation, prompt splitting, the memory bound, the s
 
 A replica that dies with calls in flight (kill -9, a lost node) fails them with `RayActorError` (Serve does not
 retry them); Serve's router sends calls it had not yet routed elsewhere once the controller notices. So each call
-that fails that way is sent again, after 0.1 s doubling to 2 s, for up to `--request-timeout-s` (the app answers the
-request 504 at that time, under OpenRLHF's 180 s): a replica restart costs the trainer time, never a failed try. An
-error the scoring itself raised is not retried here (it is that sample's 500, as in one process).
+that fails that way is sent again (`retry.py`: after 0.1 s doubling to 2 s, for up to `--request-timeout-s`; the app
+answers the request 504 at that time, under OpenRLHF's 180 s): a replica restart costs the trainer time, never a
+failed try. The registry's calls are sent again the same way while Ray restarts it. An error the scoring itself
+raised is not retried here (it is that sample's 500, as in one process).
 """
 
 import asyncio
@@ -32,13 +33,13 @@ from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.groups import ScoredSample
 from cooper_openrlhf.serve.metrics import ServiceLog
 from cooper_openrlhf.serve.replicated.registry import NO_GROUP, Place
+from cooper_openrlhf.serve.replicated.retry import backoff, until_answered
 from cooper_openrlhf.serve.replicated.scoring import ScoreItem
 from cooper_openrlhf.serve.service import NonFiniteScore, Scored
 from cooper_openrlhf.serve.trainer_groups import GroupMismatch
 
 logger = logging.getLogger(__name__)
 
-RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
 COUNT_FLUSH_S = 1.0  # how often an ingress that asks no places reports its sample counts to the registry
 
 
@@ -81,8 +82,8 @@ class RemoteService:
     async def score(self, samples: list) -> list[Scored]:
         heldout = [s.question in self.config.heldout for s in samples]
         if self.keeps_groups:
-            places, paying_rule = await self._registry_call(self.registry.reserve.remote(
-                [s.prompt for s in samples], heldout, self.holder))
+            places, paying_rule = await self._registry_call(lambda: self.registry.reserve.remote(
+                [s.prompt for s in samples], heldout, self.holder), "reserving places")
         else:
             places, paying_rule = [Place(NO_GROUP, self.version, held) for held in heldout], False
         try:
@@ -101,8 +102,10 @@ class RemoteService:
         paid = rewards(self.pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits,
                        paying_rule=paying_rule).paid.tolist()
         if self.keeps_groups:
-            await self.registry.record.remote(places, [ScoredSample(s, logit, outcome, reward) for s, logit, outcome,
-                                                       reward in zip(samples, logits, outcomes, paid)], self.holder_id)
+            scored = [ScoredSample(s, logit, outcome, reward)
+                      for s, logit, outcome, reward in zip(samples, logits, outcomes, paid)]
+            await self._registry_call(lambda: self.registry.record.remote(places, scored, self.holder_id),
+                                      "recording scored samples")
         else:
             self._uncounted[0] += len(samples)
             self._uncounted[1] += sum(heldout)
@@ -112,24 +115,24 @@ class RemoteService:
     def _score_remote(self, items: list[ScoreItem]) -> list:
         """A batch through the scoring deployment (blocking: a batcher lane's thread), sent again while the replica
         it reached has died; per item a result or that item's exception."""
-        delay, deadline = RETRY_FIRST_S, time.monotonic() + self.retry_for_s
+        waits = backoff(self.retry_for_s)
         while True:
             try:
                 return self.scorer.score_many.remote(items).result()
             except ray.exceptions.RayActorError as exc:
-                if time.monotonic() + delay > deadline:
+                delay = next(waits, None)
+                if delay is None:
                     raise
                 self.retried += 1
                 logger.warning("a scoring replica died with %d samples in flight (%s); sending them again in %.1fs",
                                len(items), type(exc).__name__, delay)
                 time.sleep(delay)
-                delay = min(2 * delay, RETRY_MAX_S)
 
-    @staticmethod
-    async def _registry_call(ref):
-        """A registry answer; its GroupMismatch comes back as that (the app answers it 409)."""
+    async def _registry_call(self, call, what: str):
+        """The registry's answer to `call()`, sent again while Ray restarts the registry (`retry.py`); its
+        GroupMismatch comes back as that (the app answers it 409)."""
         try:
-            return await ref
+            return await until_answered(call, what, self.retry_for_s)
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, GroupMismatch):
                 raise GroupMismatch(str(exc.cause)) from None
@@ -139,7 +142,7 @@ class RemoteService:
         samples, heldout = self._uncounted
         if samples or heldout:
             self._uncounted = [0, 0]
-            await self.registry.count.remote(samples, heldout)
+            await self._registry_call(lambda: self.registry.count.remote(samples, heldout), "counting samples")
 
     async def _flush_counts_forever(self) -> None:
         while True:
@@ -152,7 +155,7 @@ class RemoteService:
     async def gauges(self) -> dict[str, float]:
         """The registry's numbers (after this ingress's counts), with the retries this ingress made."""
         await self._flush_counts()
-        status = await self.registry.status.remote()
+        status = await self._registry_call(lambda: self.registry.status.remote(), "reading the registry's status")
         self.mode, self.learning_status, self.group_mismatch = status["mode"], status["learning"], \
             status["group_mismatch"]
         if status["last_round"] is not None:  # the last round's metrics at /metrics, as in one process

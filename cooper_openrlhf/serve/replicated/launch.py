@@ -50,7 +50,9 @@ def deploy(args, config, *, token: str | None, build_splitter, build_learner) ->
         log_dir = os.path.join(args.state_dir, "logs") if args.state_dir else None
         learner = ray.remote(LearnerActor).options(
             max_restarts=-1, max_task_retries=0, num_cpus=1).remote(config, args, build_learner, log_dir)
-    registry = ray.remote(GroupRegistry).options(num_cpus=0, max_concurrency=100_000).remote(config, learner)
+    # Ray starts the registry again if it dies (registry.py: it then starts itself and the callers resend).
+    registry = ray.remote(GroupRegistry).options(num_cpus=0, max_concurrency=100_000, max_restarts=-1).remote(
+        config, learner)
     started = registry.start.remote()  # with a learner: its start-up (DeepSpeed) runs while Serve deploys
     # Without rounds the ingress serves the version the registry starts at; with them each place names its version.
     version = ray.get(started) if not keeps_groups else None

@@ -69,6 +69,7 @@ class LearnerActor:
         self.log = ServiceLog(log_dir)
         self.probe = getattr(args, "probe", None)  # a serve.probing.ServiceProbe (--probe-every), built by cli.serve
         self._served = None  # without --learn, what the probes read: the RM the replicas serve, loaded when due
+        self.registry_restarts = 0
         if restored:
             logger.info("learner resumed from %s: RM version %d, counters %s", restored.tag, self.version,
                         self.counters)
@@ -90,6 +91,11 @@ class LearnerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def registry_restarted(self) -> int:
+        """The group registry's restarts so far (it asks when it starts again: this actor outlives it)."""
+        self.registry_restarts += 1
+        return self.registry_restarts
 
     def run_round(self, index: int, groups: list, version_floor: int, pinned_refs: dict, waited: float, registry):
         """One round (`RewardService._run_round`): (status with "error", the new weights or None)."""
@@ -157,6 +163,7 @@ class LearnerActor:
                  "counters": {**state["counters"], **self.counters}}
         pinned = {v: _Weights(ray.get(ref)) for v, ref in pinned_refs.items() if v != self.version}
         tag = self.checkpointer.save(state, pinned)
+        self.state = state  # what `status` gives a registry that starts again
         self._checkpointed_updates = self.counters["updates"]
         logger.info("checkpoint %s of RM version %d", tag, self.version)
         return tag

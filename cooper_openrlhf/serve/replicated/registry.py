@@ -10,9 +10,15 @@ in one place that every ingress replica asks, this actor, with exactly the one-p
 Why an actor of its own and not the ingress or the learner: the ingress may run several replicas and is
 restarted by Serve like any replica, and the learner is down for tens of seconds when it restarts (DeepSpeed,
 the checkpoint), while the groups must stay one and must go on being pinned and recorded meanwhile. The registry
-holds no model and does only bookkeeping on its event loop, so it is the part least likely to die; a registry that
-dies loses the open groups (their samples were answered; they are not learned from) and the service must be
-restarted, which resumes from the learner's checkpoint.
+holds no model and does only bookkeeping on its event loop, so it is the part least likely to die.
+
+If it dies all the same, Ray starts it again (`max_restarts=-1`) and it starts itself on its first call
+(`_ready`): the RM version and the counters the learner holds, the weights from the learner, the sample counts of
+the learner's last checkpoint. The groups open at its death are lost: their samples were answered and paid, but
+they are not learned from, and their remaining samples open groups that stay incomplete until they expire. Those
+groups would breach the trainer-group checks, so a restarted registry makes them no more (they have done their work
+by then: a mismatch shows at the first step). The ingress and the scoring replicas send their calls again until it
+answers (`retry.py`), so the trainer sees a pause of a few seconds, not a failed try; `registry_restarts` counts it.
 
 Per request the ingress makes two calls (`reserve`, then `record` or `release`); a service that keeps no groups
 (no rounds, no learning) never asks, its version never changes. Each place is noted with the ingress replica that
@@ -28,6 +34,7 @@ that checkpoint already holds it.
 """
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -92,38 +99,54 @@ class GroupRegistry(RoundSupervisor):
         self._waited = 0.0
         self._closing = False
         self._rounds = None
-        # Set once `start` has heard from the learner (its DeepSpeed start-up runs while Serve deploys the
-        # replicas); every call that reads the groups or the version waits for it.
-        self._started = asyncio.Event()
+        # Every call that reads the groups or the version waits for the start (`_ready`), which hears from the
+        # learner first (its DeepSpeed start-up runs while Serve deploys the replicas).
+        self._starting: asyncio.Future | None = None
+        self.reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
+        self.registry_restarts = 0
         self.update_done = asyncio.Event()
         self.update_done.set()
         self._round_wakeup = asyncio.Event()
 
     async def start(self) -> int:
         """Resume from the learner's checkpoint (when it loaded one) and start the rounds; the version served."""
-        try:
-            await self._start()
-        finally:
-            self._started.set()
+        await self._ready()
         return self.version
 
+    async def _ready(self) -> None:
+        """Started once, by the launcher's `start` or, after Ray restarted this actor, by whichever call comes first."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
     async def _start(self) -> None:
+        if self.reconstructed:
+            logger.warning("the group registry was restarted: the groups open at its death are not learned from, "
+                           "and the trainer-group checks are off from now on")
+            self.config = dataclasses.replace(self.config, check_groups=False)
         if self.learner is not None:
             status = await self.learner.status.remote()
             self._adopt(status)
             self.version = status["version"]
             if status["state"]:
-                self._load_state(status["state"], set(status["versions"]))
+                if self.reconstructed:  # the groups of the last checkpoint are long gone; its sample counts stay
+                    self.counters.update({k: status["state"]["counters"].get(k, 0) for k in self.counters})
+                else:
+                    self._load_state(status["state"], set(status["versions"]))
+            if self.reconstructed:
+                self.registry_restarts = await self.learner.registry_restarted.remote()
             for version in status["versions"]:  # the weights replicas may need: the latest and the pinned ones
                 self.weights.setdefault(version, self.learner.weights.remote(version))
             self._rounds = asyncio.get_running_loop().create_task(self._round_loop())
+        elif self.reconstructed:
+            self.registry_restarts = 1
 
     # ------------------------------------------------------------------------------------ places
     async def reserve(self, prompts: list[str], heldout: list[bool],
                       holder: tuple[str, object] | None = None) -> tuple[list[Place], bool]:
         """(a place per sample, whether the rule reward is paid); GroupMismatch once the trainer's groups are seen
         not to be the service's. `holder`: the calling ingress replica's (actor id, handle)."""
-        await self._started.wait()
+        await self._ready()
         if self._closing:
             raise RuntimeError("the service is shutting down")
         if self.group_mismatch:
@@ -223,7 +246,7 @@ class GroupRegistry(RoundSupervisor):
     async def weights_of(self, version: int) -> tuple[list, list[int]]:
         """([the object holding `version`'s weights, or None]: in a list, so the caller gets the reference), and the
         versions a replica must keep (the latest and those open groups are pinned to)."""
-        await self._started.wait()
+        await self._ready()
         return [self.weights.get(version)], sorted(self._versions_in_use() | {self.version})
 
     # ------------------------------------------------------------------------ trainer-group checks
@@ -345,7 +368,7 @@ class GroupRegistry(RoundSupervisor):
     # ------------------------------------------------------------------------------------ status
     async def status(self) -> dict:
         """What /health and /metrics show (`RewardService.gauges()`, `learning_status`, `group_mismatch`)."""
-        await self._started.wait()
+        await self._ready()
         learning = "ok" if self.round_error is None else f"failing: {self.round_error}"
         if self.learner_down:
             learning = "learner restarting: scoring with the last published version"
@@ -354,7 +377,7 @@ class GroupRegistry(RoundSupervisor):
                   "update_in_flight": not self.update_done.is_set(), "paying_rule": self.paying_rule,
                   "round_failures": self.round_failures, "learning_failing": self.round_error is not None,
                   "groups_repinned": self.groups_repinned, "learner_restarts": self.learner_restarts,
-                  "places_given_back": self.places_given_back,
+                  "places_given_back": self.places_given_back, "registry_restarts": self.registry_restarts,
                   **self.counters, **self.learner_counters}
         return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning, "last_round": self.last_round,
                 "group_mismatch": self.group_mismatch, "mode": "rule" if self.paying_rule else self.config.mode}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ray import serve
 
 from cooper_openrlhf.serve.batcher import results_or_errors
+from cooper_openrlhf.serve.replicated.retry import until_answered
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Scorer:
         self.pool = VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s,
                                  config=RuleVerifierConfig(answer_fallback=args.answer_fallback))
         self.registry = registry
+        self.retry_for_s = args.request_timeout_s
         self._fetching: dict[int, asyncio.Future] = {}
         self.score_batch.set_max_batch_size(args.max_batch)
         self.score_batch.set_batch_wait_timeout_s(args.max_wait_ms / 1000)
@@ -117,10 +119,13 @@ class Scorer:
                 self._fetching.pop(version, None)
 
     async def _load(self, version: int) -> None:
-        refs, keep = await self.registry.weights_of.remote(version)
-        if refs[0] is None:
-            raise KeyError(f"RM version {version} is not published (kept: {keep})")
-        state_dict = await refs[0]
+        async def weights():  # the reference and the weights again from a registry Ray restarted (`retry.py`)
+            refs, keep = await self.registry.weights_of.remote(version)
+            if refs[0] is None:
+                raise KeyError(f"RM version {version} is not published (kept: {keep})")
+            return await refs[0], keep
+
+        state_dict, keep = await until_answered(weights, f"fetching RM version {version}", self.retry_for_s)
         await asyncio.to_thread(self.rm.restore, version, state_dict)
         dropped = self.rm.retire(set(keep) | {version})
         logger.info("replica %d holds RM version %d%s", os.getpid(), version,
