@@ -223,6 +223,18 @@ def completion_from(sample: tuple) -> str:
 LEARN = ("--learn", "--group-size", "4", "--groups-per-update", "4", "--rm-lr", "1e-3", "--rm-max-length", "256")
 
 
+def learning_steps(policy: Policy, count: int) -> list[list[dict]]:
+    """`count` steps of LEARN's shape (4 groups of 4 samples), each on prompts of its own."""
+    return [[as_body(s) for s in arithmetic_samples(policy, 16, offset=4 * r, group_size=4)] for r in range(count)]
+
+
+def first_step_learned(service: ReplicatedService, step: list[dict]) -> list:
+    """The first step's answers, once the learner has updated on it."""
+    answers = asyncio.run(post_all(service.url, step, 16))
+    _wait_for("update 1", lambda: service.health()["updates"] >= 1)
+    return answers
+
+
 def _wait_for(what, condition, timeout_s: float = 300, every_s: float = 0.5):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -244,10 +256,9 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
                                   for a, b in [(2, 3), (7, 4), (12, 9)]))
     probing = ("--probe-every", "2", "--probe-prompts", str(probe_file))
     service = ReplicatedService(tmp_path, model_dir, *LEARN, *slow, *probing, "--state-dir", str(tmp_path / "state"))
-    rounds = [[as_body(s) for s in arithmetic_samples(policy, 16, offset=4 * r, group_size=4)] for r in range(3)]
+    rounds = learning_steps(policy, 3)
     try:
-        first = asyncio.run(post_all(service.url, rounds[0], 16))
-        _wait_for("update 1", lambda: service.health()["updates"] >= 1)
+        first = first_step_learned(service, rounds[0])
         learner = service.pids("LearnerActor")
         assert len(learner) == 1, learner
         second = asyncio.run(post_all(service.url, rounds[1], 16))
@@ -300,10 +311,9 @@ def test_the_registry_killed_mid_step_comes_back_while_scoring_and_learning_go_o
     incomplete); the trainer-group checks, which that half would breach, are off; the rounds go on."""
     policy = Policy(model_dir)
     service = ReplicatedService(tmp_path, model_dir, *LEARN, "--state-dir", str(tmp_path / "state"))
-    steps = [[as_body(s) for s in arithmetic_samples(policy, 16, offset=4 * r, group_size=4)] for r in range(4)]
+    steps = learning_steps(policy, 4)
     try:
-        first = asyncio.run(post_all(service.url, steps[0], 16))
-        _wait_for("update 1", lambda: service.health()["updates"] >= 1)
+        first = first_step_learned(service, steps[0])
         registry = service.pids("GroupRegistry")
         assert len(registry) == 1, registry
         # step 2: one group and half of the next, then the kill, then the rest while Ray restarts the registry
