@@ -41,7 +41,11 @@ class _Ingress:
 def _registry(group_size: int) -> GroupRegistry:
     registry = GroupRegistry(ServiceConfig(group_size=group_size, groups_per_update=0, check_groups=False),
                              learner=object())  # keeps groups; no rounds are started here
-    registry._started.set()
+
+    async def started_without_a_learner():
+        pass
+
+    registry._start = started_without_a_learner
     return registry
 
 

@@ -102,7 +102,8 @@ class GroupRegistry(RoundSupervisor):
         # Every call that reads the groups or the version waits for the start (`_ready`), which hears from the
         # learner first (its DeepSpeed start-up runs while Serve deploys the replicas).
         self._starting: asyncio.Future | None = None
-        self.reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
+        # (outside Ray, as the unit tests build it, asking would start a Ray cluster)
+        self.reconstructed = ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
         self.registry_restarts = 0
         self.update_done = asyncio.Event()
         self.update_done.set()
