@@ -3,6 +3,7 @@
     python benchmarks/serve_throughput.py [--rm PATH] [--policy PATH] [--requests 512] [--concurrency 1,16,64,256]
     python benchmarks/serve_throughput.py --replicas 1,2     # one process against Ray Serve with 1 and 2 replicas
     python benchmarks/serve_throughput.py --servers cooper --server-env OMP_NUM_THREADS=1   # cooper under an env
+    python benchmarks/serve_throughput.py --servers cooper,serve_rm --concurrency 1 --alone  # one server up at a time
 
 Without --rm it measures two RMs in turn: the tiny Qwen2 RM (per-request work is the cost) and the lab's MiniLM
 VerifyRM architecture (the forward is the cost; stock serve_rm cannot load an encoder, so it is left out there).
@@ -252,6 +253,37 @@ def minilm_verifyrm(workdir: str) -> str:
                          max_length=512))
 
 
+def time_servers(args, levels: list[int], kinds: list[str], workdir: str, results: dict) -> None:
+    """Start `kinds`, warm each up, time each at every level in turn (once all are idle), stop them."""
+    servers = {}
+    try:
+        for kind in kinds:
+            port = free_port()
+            servers[kind] = (f"http://127.0.0.1:{port}/get_reward", start_server(kind, args, port, workdir))
+        for kind, (url, process) in servers.items():
+            wait_up(url, process, process.log)
+            asyncio.run(run_load(url, make_stream(args.policy, 64, args.group_size, offset=10_000), 16))  # warm-up
+            results[kind] = {}
+        for level in levels:
+            for kind, (url, _) in servers.items():
+                # each server gets prompts it has not seen (a learning server would otherwise re-open old groups)
+                stream = make_stream(args.policy, args.requests, args.group_size, offset=1000 * level)
+                waited = wait_quiet([process for _, process in servers.values()])
+                rate, latencies = asyncio.run(run_load(url, stream, level))
+                q = statistics.quantiles(latencies, n=100)
+                results[kind][level] = (rate, q[49], q[98])
+                print(f"  {kind:15s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
+                      f"p99 {q[98] * 1000:7.1f} ms (waited {waited:.0f}s for idle servers)", flush=True)
+        for kind, (url, _) in servers.items():
+            if kind.startswith("learning"):  # what one RM update costs: the bound on learning / learning off
+                fit = last_round_metric(url.replace("/get_reward", "/metrics"), "cooper_rm_fit_seconds")
+                print(f"  {kind}: the last RM update took {fit:.2f} s (cooper/rm_fit_seconds)", flush=True)
+    finally:
+        for _, process in servers.values():
+            process.terminate()
+            process.wait(60)
+
+
 def measure(args, levels: list[int], kinds: list[str]) -> None:
     """One RM: the bare forward, every server at every level, and the ratios the targets are set in."""
     print(f"\n== RM {args.rm} ({args.dtype}; serve_rm {args.openrlhf_dtype}): {args.requests} single-sample "
@@ -259,35 +291,13 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
     first_batch, first_limit = bare_forward(args)  # before and after the servers: the better is the limit
     results: dict[str, dict[int, tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as workdir:
-        # All servers up at once, measured in turn at each level: a machine whose load drifts during the run
-        # shifts every server's numbers alike, so the ratios hold.
-        servers = {}
-        try:
+        if args.alone:  # each server with the machine to itself: up, measured at every level, down
             for kind in kinds:
-                port = free_port()
-                servers[kind] = (f"http://127.0.0.1:{port}/get_reward", start_server(kind, args, port, workdir))
-            for kind, (url, process) in servers.items():
-                wait_up(url, process, process.log)
-                asyncio.run(run_load(url, make_stream(args.policy, 64, args.group_size, offset=10_000), 16))  # warm-up
-                results[kind] = {}
-            for level in levels:
-                for kind, (url, _) in servers.items():
-                    # each server gets prompts it has not seen (a learning server would otherwise re-open old groups)
-                    stream = make_stream(args.policy, args.requests, args.group_size, offset=1000 * level)
-                    waited = wait_quiet([process for _, process in servers.values()])
-                    rate, latencies = asyncio.run(run_load(url, stream, level))
-                    q = statistics.quantiles(latencies, n=100)
-                    results[kind][level] = (rate, q[49], q[98])
-                    print(f"  {kind:15s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
-                          f"p99 {q[98] * 1000:7.1f} ms (waited {waited:.0f}s for idle servers)", flush=True)
-            for kind, (url, _) in servers.items():
-                if kind.startswith("learning"):  # what one RM update costs: the bound on learning / learning off
-                    fit = last_round_metric(url.replace("/get_reward", "/metrics"), "cooper_rm_fit_seconds")
-                    print(f"  {kind}: the last RM update took {fit:.2f} s (cooper/rm_fit_seconds)", flush=True)
-        finally:
-            for _, process in servers.values():
-                process.terminate()
-                process.wait(60)
+                time_servers(args, levels, [kind], workdir, results)
+        else:
+            # All servers up at once, measured in turn at each level: a machine whose load drifts during the run
+            # shifts every server's numbers alike, so the ratios hold.
+            time_servers(args, levels, kinds, workdir, results)
     batch, limit = max((first_batch, first_limit), bare_forward(args), key=lambda x: x[1])
     print(f"\nlimit: bare forward {limit:.1f} samples/s at batch {batch}")
     cooper, ceiling = results.get("cooper"), results.get("http_ceiling")
@@ -341,6 +351,8 @@ def main() -> None:
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment variable for this package's servers (cooper, learning, replicas), e.g. "
                         "OMP_NUM_THREADS=1; repeatable")
+    p.add_argument("--alone", action="store_true",
+                   help="start each server alone, for its own levels only (default: all up at once, timed in turn)")
     p.add_argument("--bare-only", action="store_true", help=argparse.SUPPRESS)  # one bare_forward_here, as JSON
     args = p.parse_args()
     args.server_env = dict(item.split("=", 1) for item in args.server_env)
