@@ -130,6 +130,25 @@ def test_score_logits_in_any_micro_batch_size_equal_one_by_one(model_dir):
                      template_version=version, batch_size=2)
 
 
+def test_an_engine_whose_module_was_put_in_training_mode_directly_still_scores_in_eval_mode(model_dir):
+    # score_logits skips eval() when nothing is training (it walks every module); a DeepSpeed engine's own flag
+    # is not its module's when the module was switched directly, so both are read
+    class Engine(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, **inputs):
+            return self.module(**inputs)
+
+    model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
+    engine = Engine(model).eval()
+    model.train()
+    score_logits(engine, tokenizer, QUESTIONS, REFERENCES, COMPLETIONS, max_length=256, template_version=version,
+                 batch_size=3)
+    assert not model.training
+
+
 def test_max_length_without_a_request_or_a_record_is_the_default_capped_at_the_positions(model_dir):
     rm, _, _ = load_rm(model_dir("tiny-qwen2-rm"))  # 2048 positions, no VerifyRM record
     assert usable_max_length(rm) == DEFAULT_RM_MAX_LENGTH == 1024
