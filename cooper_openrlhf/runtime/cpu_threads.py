@@ -1,22 +1,23 @@
 """How many intra-op threads a CPU forward of a given size should use, learnt from the forwards themselves.
 
 On a small CPU a forward of a few rows runs faster on one thread than on all of them: waking the OpenMP team costs
-more than the work it shares (with the passive wait policy `cli.serve` sets, every forward pays that wake-up). A
-large batch runs faster on all. Where the crossover lies depends on the model and the machine (measured with
-`benchmarks/rm_forward_threads.py`: the tiny Qwen2 RM is faster on one thread up to about 32 rows, the MiniLM
-VerifyRM only up to about 8), so no fixed threshold is right for both: `ThreadChoice` measures it. Per bucket of
-rows (powers of two) it tries each thread count on the bucket's first batches, then runs the one with the fewer
-seconds per row and tries the other again now and then, since the machine's load moves the crossover. A row's time
-is the best of the last few (interference, or a first call's warm-up, only ever slows a forward down). When all
-threads are clearly faster after one trial each (CLEAR_MARGIN), that decides: a trial of one thread on a large batch
-of a real RM costs about as much as the batch, so it is paid once, not `trials` times. More threads
-pay off more as batches grow, so a bucket not yet tried takes what a tried neighbour implies (all threads above a
-bucket where all won, one below a bucket where one won) instead of paying for trials.
+more than the work it shares (with the passive wait policy `cli.serve` sets, every forward pays that wake-up), while
+a large batch runs faster on all. Where the crossover lies depends on the model and the machine (a small decoder's
+lies several times higher than an encoder's; `benchmarks/rm_forward_threads.py` prints both), so no fixed threshold
+is right: `ThreadChoice` measures it.
+
+Per bucket of rows (powers of two) it times each count on the bucket's first batches, then runs the faster and times
+the other again every `recheck` batches, since the machine's load moves the crossover. A row's time is the best of
+the last few, because interference and a first call's warm-up only ever slow a forward down. Two shortcuts keep
+the trials cheap, since a one-thread trial of a large batch of a real RM costs about as much as the batch:
+- all threads clearly faster (CLEAR_MARGIN) after one trial each decides the bucket;
+- a bucket not yet timed takes what a timed neighbour implies, as more threads pay off more as batches grow (all
+  threads above a bucket where all won, one thread below a bucket where one won).
 
 The count is torch's per-thread OpenMP setting: `torch.set_num_threads` changes the calling thread's count (and the
 default a thread that has not run torch yet starts from), so `ThreadChoice.running` puts the previous count back
-after each forward, and a thread that must keep the full count whatever runs beside it (the service's learner)
-pins it when it starts (`pin_threads`).
+after each forward, and a thread that must keep the full count whatever runs beside it (the service's learner) pins
+it when it starts (`pin_threads`).
 """
 
 import contextlib
@@ -25,7 +26,6 @@ import time
 from collections import defaultdict
 
 import torch
-
 
 CLEAR_MARGIN = 1.25  # all threads this many times faster a row after one trial each: decided without more trials
 
@@ -122,5 +122,3 @@ class ThreadChoice:
         with self._lock:
             decided = {1 << (bucket - 1): self._decided(bucket) for bucket in sorted(self._seconds_per_row)}
         return {rows: choice for rows, choice in decided.items() if choice is not None}
-
-

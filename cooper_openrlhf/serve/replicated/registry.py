@@ -16,8 +16,8 @@ If it dies all the same, Ray starts it again (`max_restarts=-1`) and it starts i
 (`_ready`): the RM version and the counters the learner holds, the weights from the learner, the sample counts of
 the learner's last checkpoint. The groups open at its death are lost: their samples were answered and paid, but
 they are not learned from, and their remaining samples open groups that stay incomplete until they expire. Those
-groups would breach the trainer-group checks, so a restarted registry makes them no more (they have done their work
-by then: a mismatch shows at the first step). The ingress and the scoring replicas send their calls again until it
+groups would breach the trainer-group checks, so a restarted registry no longer makes them (they have done their
+work by then: a mismatch shows at the first step). The ingress and the scoring replicas send their calls again until it
 answers (`retry.py`), so the trainer sees a pause of a few seconds, not a failed try; `registry_restarts` counts it.
 
 Per request the ingress makes two calls (`reserve`, then `record` or `release`); a service that keeps no groups
@@ -118,7 +118,12 @@ class GroupRegistry(RoundSupervisor):
         """Started once, by the launcher's `start` or, after Ray restarted this actor, by whichever call comes first."""
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start())
-        await asyncio.shield(self._starting)
+        try:
+            await asyncio.shield(self._starting)
+        except Exception:
+            if self._starting.done():  # the next call starts again (the learner may have been restarting too)
+                self._starting = None
+            raise
 
     async def _start(self) -> None:
         if self.reconstructed:
