@@ -4,6 +4,7 @@ learning): OpenRLHF's request shape answered with the RM's own scores, auth, eve
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -148,11 +149,15 @@ def test_bad_requests_are_refused_naming_what_is_wrong(service, mutate, status, 
 
 
 def test_metrics_are_prometheus_text(service):
-    requests.post(service.url + "/get_reward", json=service.body(*QUESTIONS[0], "The answer is 5."), headers=auth())
+    for _ in range(6):  # lone requests, one after another: the scorer times both thread counts at one row
+        requests.post(service.url + "/get_reward", json=service.body(*QUESTIONS[0], "The answer is 5."),
+                      headers=auth())
     text = requests.get(service.url + "/metrics", headers=auth()).text
-    assert 'cooper_serve_requests_total{route="/get_reward",status="200"} 1.0' in text
+    assert 'cooper_serve_requests_total{route="/get_reward",status="200"} 6.0' in text
     assert 'cooper_serve{name="rm_version"} 0.0' in text
     assert "cooper_serve_request_seconds_bucket" in text
+    if service.service.scorer.threads and len(service.service.scorer.threads.choices) == 2:  # a CPU of 2+ threads
+        assert re.search(r'cooper_serve\{name="rm_threads_rows_1"\} [12]\.0', text), text
 
 
 async def _post_many(url: str, bodies: list[dict], headers: dict) -> list[tuple[int, dict]]:

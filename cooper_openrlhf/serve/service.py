@@ -377,4 +377,10 @@ class RewardService(RoundSupervisor):
                 "update_in_flight": float(not self.update_done.is_set()), "paying_rule": float(self.mode == "rule"),
                 "round_failures": float(self.round_failures), "learning_failing": float(self.round_error is not None),
                 "groups_repinned": float(self.groups_repinned),
-                **{k: float(v) for k, v in self.counters.items()}}
+                **self._thread_choices(), **{k: float(v) for k, v in self.counters.items()}}
+
+    def _thread_choices(self) -> dict[str, float]:
+        """On CPU, the intra-op thread count each batch size runs with now (`runtime/cpu_threads.py`), by the
+        smallest row count of its bucket: `rm_threads_rows_1` is a lone request's."""
+        threads = getattr(self.scorer, "threads", None)
+        return {f"rm_threads_rows_{rows}": float(count) for rows, count in threads.chosen().items()} if threads else {}
