@@ -160,6 +160,36 @@ def test_a_lone_item_on_an_idle_lane_runs_at_once_whatever_the_window():
     assert batches == [["a"], ["b"]]
 
 
+def test_a_quick_lone_item_runs_in_the_event_loop_after_the_first_and_anything_else_in_a_thread():
+    """The RM's lane (`inline_lone`): the first lone item runs in a thread and is timed; lone items quicker than the
+    window then run in the loop's own thread, saving two thread wake-ups; a batch of two, a lone item on a lane
+    without the option, and a lone item after one that took longer than the window run in threads."""
+    where = []
+
+    def record(items):
+        where.append((len(items), threading.current_thread() is threading.main_thread()))
+        if "slow" in items:
+            time.sleep(0.05)
+        return items
+
+    async def run():
+        rm = MicroBatcher(record, max_batch=64, max_wait_s=0.02, inline_lone=True)
+        verifier = MicroBatcher(record, max_batch=64, max_wait_s=0.02)
+        rm.start(), verifier.start()
+        for item in ("a", "b", "c"):
+            await rm.submit(item)
+        await asyncio.gather(rm.submit("d"), rm.submit("e"))  # two at once: one batch
+        await verifier.submit("f"), await verifier.submit("g")
+        await rm.submit("slow"), await rm.submit("after slow")
+        await rm.stop(), await verifier.stop()
+
+    asyncio.run(run())
+    in_loop = [inline for _, inline in where]
+    assert in_loop[:3] == [False, True, True]  # the first lone item timed in a thread, the next two in the loop
+    assert where[3] == (2, False)  # "d" and "e" together
+    assert in_loop[4:] == [False, False, True, False]  # the verifier's lane never; after "slow", a thread again
+
+
 def test_a_busy_lane_batches_what_arrived_while_it_ran():
     """The requests that arrive while a batch runs are the next batch, together (none of them runs alone)."""
     entered, release = threading.Event(), threading.Event()

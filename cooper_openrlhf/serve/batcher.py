@@ -10,6 +10,11 @@ no bound of its own: an item that finds the batch function busy waits its turn, 
 for OpenRLHF's client and five of them crash the run. What bounds the queue is the HTTP layer's admission limit
 (`serve/admission.py`), a memory bound no trainer's step reaches, and a request's own timeout.
 
+A lone item on a lane whose lone items run quicker than the window (`inline_lone`, the RM's lane) runs in the event
+loop itself: handing it to a worker thread and back costs two thread wake-ups, a large share of a millisecond's
+forward, and holding the loop for less than the window delays other requests no more than the window already does.
+A lane's first lone item, and any after one that took longer, runs in a thread.
+
 Lanes: one batch function per lane, one batch running per lane. The RM has one lane (one model). The rule
 verifier has several (one verifier pool each), so that an item that hangs until its deadline holds up only the
 batch in its lane while the other lanes keep serving.
@@ -41,14 +46,18 @@ class MicroBatcher:
 
     fn: a blocking function of a list of items returning a list of results of the same length, in order; or a
         list of such functions, one per lane.
+    inline_lone: whether a lone item may run in the event loop (module docstring); only for a function that never
+        waits on anything but the CPU or GPU (not the verifier pools, not a remote call).
     """
 
     def __init__(self, fn: Callable[[list], Sequence] | list[Callable[[list], Sequence]], max_batch: int = 64,
-                 max_wait_s: float = 0.005, name: str = "batcher"):
+                 max_wait_s: float = 0.005, name: str = "batcher", inline_lone: bool = False):
         if max_batch < 1 or max_wait_s < 0:
             raise ValueError(f"need max_batch >= 1, max_wait_s >= 0; got {max_batch}, {max_wait_s}")
         self.lanes = list(fn) if isinstance(fn, (list, tuple)) else [fn]
         self.max_batch, self.max_wait_s, self.name = max_batch, max_wait_s, name
+        self.inline_lone = inline_lone
+        self._lone_seconds: float | None = None  # the batch function's time on the last lone item
         self.stats = BatchStats()
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
@@ -122,9 +131,15 @@ class MicroBatcher:
 
     async def _run(self, lane: int, batch: list) -> None:
         start = time.perf_counter()
+        items = [item for item, _ in batch]
         try:
-            outcomes = await asyncio.to_thread(results_or_errors, self.lanes[lane], [item for item, _ in batch],
-                                               self.name)
+            if len(batch) == 1 and self.inline_lone and self._lone_seconds is not None \
+                    and self._lone_seconds < self.max_wait_s:
+                outcomes, self._lone_seconds = _timed(self.lanes[lane], items, self.name)
+            else:
+                outcomes, seconds = await asyncio.to_thread(_timed, self.lanes[lane], items, self.name)
+                if len(batch) == 1:
+                    self._lone_seconds = seconds
         except Exception as exc:  # a bug outside the batch function: every waiting request gets it, none a default
             outcomes = [exc] * len(batch)
         try:
@@ -141,6 +156,13 @@ class MicroBatcher:
             self.stats.largest = max(self.stats.largest, len(batch))
             self.stats.busy_seconds += time.perf_counter() - start
             self._free_lanes.put_nowait(lane)
+
+
+def _timed(fn: Callable[[list], Sequence], items: list, name: str) -> tuple[list, float]:
+    """`results_or_errors` and the seconds it took (where it ran: the hand-off to a thread is not counted)."""
+    start = time.perf_counter()
+    outcomes = results_or_errors(fn, items, name)
+    return outcomes, time.perf_counter() - start
 
 
 def results_or_errors(fn: Callable[[list], Sequence], items: list, name: str = "batch") -> list:

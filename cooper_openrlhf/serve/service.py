@@ -118,7 +118,7 @@ class RewardService(RoundSupervisor):
         self.probe = probe  # a serve.probing.ServiceProbe, or None
         self.pay = REWARD_MODES[config.mode]
         self.groups = GroupTracker(config.group_size, config.group_timeout_s)
-        self.rm_batcher = MicroBatcher(scorer.logits_of, config.max_batch, config.max_wait_s, "rm")
+        self.rm_batcher = MicroBatcher(scorer.logits_of, config.max_batch, config.max_wait_s, "rm", inline_lone=True)
         self.verify_batcher = MicroBatcher(
             [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],
             config.max_batch, config.max_wait_s, "verifier")
@@ -196,9 +196,11 @@ class RewardService(RoundSupervisor):
             # The RM reads the completion as the trainer's RM does (`normalize_solution`, also what the pairs hold).
             items = [(g.version if g else self.version, s.question, s.reference, normalize_solution(s.completion))
                      for g, s in zip(places, samples)]
-            logits, outcomes = await asyncio.gather(
-                self.rm_batcher.submit_many(items),
-                self.verify_batcher.submit_many([(s.reference, s.completion) for s in samples]))
+            # The verifier's first: its lane hands the items to its worker before the RM's lane may hold the loop
+            # with a lone forward (serve/batcher.py), so the two still overlap.
+            outcomes, logits = await asyncio.gather(
+                self.verify_batcher.submit_many([(s.reference, s.completion) for s in samples]),
+                self.rm_batcher.submit_many(items))
             for i, logit in enumerate(logits):
                 if not math.isfinite(logit):
                     raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
