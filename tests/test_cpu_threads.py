@@ -99,11 +99,13 @@ def test_the_rm_scorer_chooses_per_batch_with_the_logits_of_a_fixed_count(model_
     fixed = ThreadChoice((2,))
     scorer.threads, on_all = fixed, scorer.logits_of(items)
     scorer.threads = ThreadChoice((1, 2), trials=2)
-    for _ in range(6):
+    for _ in range(4):  # a lone request, timed on both counts
         assert scorer.logits_of(items[:1]) == pytest.approx(on_all[:1], abs=1e-4)
+        assert torch.get_num_threads() == 2
+    assert 1 in scorer.threads.chosen()
+    for _ in range(4):
         assert scorer.logits_of(items) == pytest.approx(on_all, abs=1e-4)
         assert torch.get_num_threads() == 2
-    assert 1 in scorer.threads.chosen()  # a lone request measured on both counts
 
 
 def test_the_services_learner_keeps_every_thread_whatever_the_scorer_left_as_the_default(two_threads, tmp_path):

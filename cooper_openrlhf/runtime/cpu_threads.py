@@ -118,7 +118,8 @@ class ThreadChoice:
                 torch.set_num_threads(previous)
 
     def chosen(self) -> dict[int, int]:
-        """{smallest rows of a bucket: the count it runs with now} for buckets past their trials (for logs)."""
+        """{smallest rows of a bucket: the count it runs with now, by its own timings or a neighbour's} for the
+        buckets seen that are past their trials (the service's /metrics)."""
         with self._lock:
-            decided = {1 << (bucket - 1): self._decided(bucket) for bucket in sorted(self._seconds_per_row)}
-        return {rows: choice for rows, choice in decided.items() if choice is not None}
+            best = {1 << (bucket - 1): self._best(bucket) for bucket in sorted(self._seconds_per_row)}
+        return {rows: choice for rows, choice in best.items() if choice is not None}
