@@ -26,6 +26,7 @@ def rates(rm: str, count: int = 256) -> dict[int, dict[int, float]]:
     import torch
 
     from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
+    from cooper_openrlhf.rm.scorer import RMScorer
     from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
 
     model, tokenizer, version = load_rm(rm, dtype=torch_dtype(resolve_dtype_name("auto")))
@@ -33,7 +34,6 @@ def rates(rm: str, count: int = 256) -> dict[int, dict[int, float]]:
     questions = [f"What is {i} + 7?" for i in range(count)]
     references = [str(i + 7) for i in range(count)]
     completions = [f"First, {i} + 7 = {i + 7}. The answer is {i + 7}." for i in range(count)]
-    from cooper_openrlhf.rm.scorer import RMScorer
 
     def forward(s, batch):
         score_logits(model, tokenizer, questions[s:s + batch], references[s:s + batch], completions[s:s + batch],

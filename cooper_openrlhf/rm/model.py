@@ -309,7 +309,7 @@ def score_logits(
     _check_triples(questions, references, completions)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    # eval() walks every module (a lone request's forward paid about a tenth of its time for it), so only when due;
+    # eval() walks every module, a real share of a lone request's small forward, so only when due;
     # a DeepSpeed engine's own flag is not its module's when the module was put in training mode directly
     if model.training or getattr(model, "module", model).training:
         model.eval()

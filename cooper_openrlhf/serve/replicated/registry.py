@@ -144,7 +144,7 @@ class GroupRegistry(RoundSupervisor):
             for version in status["versions"]:  # the weights replicas may need: the latest and the pinned ones
                 self.weights.setdefault(version, self.learner.weights.remote(version))
             self._rounds = asyncio.get_running_loop().create_task(self._round_loop())
-        elif self.reconstructed:
+        elif self.reconstructed:  # no learner outlives it to count them: "restarted at least once"
             self.registry_restarts = 1
 
     # ------------------------------------------------------------------------------------ places
