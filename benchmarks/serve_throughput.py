@@ -4,6 +4,7 @@
     python benchmarks/serve_throughput.py --replicas 1,2     # one process against Ray Serve with 1 and 2 replicas
     python benchmarks/serve_throughput.py --servers cooper --server-env OMP_NUM_THREADS=1   # cooper under an env
     python benchmarks/serve_throughput.py --servers cooper,serve_rm --concurrency 1 --alone  # one server up at a time
+    python benchmarks/serve_throughput.py --servers serve_rm,cooper,cooper_stub_verifier --concurrency 1 --blocks 12
 
 Without --rm it measures two RMs in turn: the tiny Qwen2 RM (per-request work is the cost) and the lab's MiniLM
 VerifyRM architecture (the forward is the cost; stock serve_rm cannot load an encoder, so it is left out there).
@@ -15,6 +16,8 @@ templated prompt + response, one sample per POST, as its vLLM actors send them),
   serve_rm_passive  the same with OMP_WAIT_POLICY=PASSIVE, as `cli.serve` sets it (the baseline is serve_rm's
               better policy at each concurrency)
   cooper      `python -m cooper_openrlhf.cli.serve`, learning off (RM + rule verifier per sample)
+  cooper_stub_verifier  the same with a verifier that answers at once (`stub_verifier_serve.py`): against cooper,
+              what the rule verification costs (a baseline only: its rewards are not verified)
   learning    the same with --learn: groups of --group-size, an RM update every --groups-per-update groups; new
               groups wait for an update in flight (the paper's timing)
   learning_nowait  the same with --no-wait-for-update (what the updates cost besides the wait)
@@ -38,6 +41,14 @@ every server is idle (its process tree, Ray's included, under 0.25 core): a lear
 groups a stream completed after the stream ends, and the next server measured would otherwise share its cores.
 Each sample of a group is a distinct text, as a policy sampling at temperature 1 writes them (the verifier's
 parse cache and any other cache get no help from repeats).
+
+With `--blocks K` each level's stream is cut into K blocks and the servers take turns block by block, in an order
+that rotates; a server's rate is its median block, and a ratio is the median over blocks of the two servers' rates
+in the same block (`--requests` is then a block's, and each level starts with one more block, a warm-up not
+counted). A drift of the machine's speed
+over a run then moves both sides of a ratio alike, which lets the run read a few percent between servers that
+separate runs (or `--alone`) cannot: on this 2-core VM the same server read 376 and 303 samples/s at concurrency 1
+in two `--alone` runs.
 """
 
 import argparse
@@ -165,6 +176,11 @@ def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
     if kind in ("http_ceiling", "serve_ceiling"):
         argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "noop_reward_server.py"),
                 "--port", str(port), *(["--ray-serve"] if kind == "serve_ceiling" else [])]
+    elif kind == "cooper_stub_verifier":
+        env.update(args.server_env)
+        argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub_verifier_serve.py"),
+                "--rm", args.rm, "--policy", args.policy, "--port", str(port), "--dtype", args.dtype,
+                "--group-size", str(args.group_size), "--max-batch", str(args.max_batch)]
     elif kind.startswith("serve_rm"):
         if kind == "serve_rm_passive":
             # The fair baseline: stock serve_rm with the OpenMP wait policy cli.serve sets for itself.
@@ -265,15 +281,28 @@ def time_servers(args, levels: list[int], kinds: list[str], workdir: str, result
             asyncio.run(run_load(url, make_stream(args.policy, 64, args.group_size, offset=10_000), 16))  # warm-up
             results[kind] = {}
         for level in levels:
-            for kind, (url, _) in servers.items():
-                # each server gets prompts it has not seen (a learning server would otherwise re-open old groups)
-                stream = make_stream(args.policy, args.requests, args.group_size, offset=1000 * level)
-                waited = wait_quiet([process for _, process in servers.values()])
-                rate, latencies = asyncio.run(run_load(url, stream, level))
-                q = statistics.quantiles(latencies, n=100)
-                results[kind][level] = (rate, q[49], q[98])
-                print(f"  {kind:15s} concurrency {level:3d}: {rate:7.1f} samples/s, p50 {q[49] * 1000:7.1f} ms, "
-                      f"p99 {q[98] * 1000:7.1f} ms (waited {waited:.0f}s for idle servers)", flush=True)
+            # each server gets prompts it has not seen (a learning server would otherwise re-open old groups);
+            # with blocks, --requests is a block's, and one more block comes first as a warm-up
+            count = args.blocks + 1 if args.blocks > 1 else 1
+            streams = {kind: make_stream(args.policy, args.requests * count, args.group_size, offset=1000 * level)
+                       for kind in servers}
+            blocks = {kind: [] for kind in servers}  # per server: (samples/s, latencies) of each block
+            waited = dict.fromkeys(servers, 0.0)
+            for block in range(count):
+                names = list(servers)
+                for kind in names[block % len(names):] + names[:block % len(names)]:
+                    waited[kind] += wait_quiet([process for _, process in servers.values()])
+                    stream = streams[kind][block * args.requests:(block + 1) * args.requests]
+                    blocks[kind].append(asyncio.run(run_load(servers[kind][0], stream, level)))
+            for kind, timed in blocks.items():
+                timed = timed[1:] if count > 1 else timed
+                rates = [rate for rate, _ in timed]
+                q = statistics.quantiles([x for _, latencies in timed for x in latencies], n=100)
+                results[kind][level] = (statistics.median(rates), q[49], q[98], rates)
+                spread = f" (blocks {min(rates):.0f}-{max(rates):.0f})" if len(rates) > 1 else ""
+                print(f"  {kind:15s} concurrency {level:3d}: {statistics.median(rates):7.1f} samples/s{spread}, p50 "
+                      f"{q[49] * 1000:7.1f} ms, p99 {q[98] * 1000:7.1f} ms (waited {waited[kind]:.0f}s for idle servers)",
+                      flush=True)
         for kind, (url, _) in servers.items():
             if kind.startswith("learning"):  # what one RM update costs: the bound on learning / learning off
                 fit = last_round_metric(url.replace("/get_reward", "/metrics"), "cooper_rm_fit_seconds")
@@ -282,6 +311,14 @@ def time_servers(args, levels: list[int], kinds: list[str], workdir: str, result
         for _, process in servers.values():
             process.terminate()
             process.wait(60)
+
+
+def ratio(results: dict, kind: str, baseline: str, level: int) -> float:
+    """`kind`'s rate over `baseline`'s at `level`: with blocks, the median of the ratios of the same blocks."""
+    (rate, *_, rates), (base, *_, base_rates) = results[kind][level], results[baseline][level]
+    if len(rates) > 1 and len(rates) == len(base_rates):
+        return statistics.median(r / b for r, b in zip(rates, base_rates))
+    return rate / base
 
 
 def measure(args, levels: list[int], kinds: list[str]) -> None:
@@ -302,8 +339,8 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
     print(f"\nlimit: bare forward {limit:.1f} samples/s at batch {batch}")
     cooper, ceiling = results.get("cooper"), results.get("http_ceiling")
     # serve_rm's better OpenMP policy at each level is the baseline "never below" is judged against
-    stock_runs = [results[k] for k in ("serve_rm", "serve_rm_passive") if k in results]
-    stock = {level: max(run[level] for run in stock_runs) for level in levels} if stock_runs else None
+    stock_kinds = [k for k in ("serve_rm", "serve_rm_passive") if k in results]
+    stock = {level: max(stock_kinds, key=lambda k: results[k][level][0]) for level in levels} if stock_kinds else None
     if cooper and 64 in cooper:
         print(f"cooper / bare forward at concurrency 64: {cooper[64][0] / limit:.2f}x (target >= 0.7)")
     if ceiling and 64 in ceiling:
@@ -311,25 +348,30 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
               f"protocol on this machine and client can pass this ratio)")
     if ceiling:
         for kind in (k for k in results if k != "http_ceiling"):
-            print(f"{kind} / HTTP ceiling: " + ", ".join(f"{results[kind][level][0] / ceiling[level][0]:.2f}x at "
+            print(f"{kind} / HTTP ceiling: " + ", ".join(f"{ratio(results, kind, 'http_ceiling', level):.2f}x at "
                                                         f"{level}" for level in levels))
-    if cooper and stock:
+    if stock:
+        for kind in ("cooper", "cooper_stub_verifier"):
+            for level in levels if kind in results else ():
+                print(f"{kind} / serve_rm (its better OpenMP policy) at concurrency {level}: "
+                      f"{ratio(results, kind, stock[level], level):.2f}x" + (" (target >= 1.0)" if kind == "cooper" else
+                                                                             " (no verification: not a target)"))
+    if cooper and "cooper_stub_verifier" in results:
         for level in levels:
-            print(f"cooper / serve_rm (its better OpenMP policy) at concurrency {level}: "
-                  f"{cooper[level][0] / stock[level][0]:.2f}x (target >= 1.0)")
+            print(f"cooper / cooper_stub_verifier at concurrency {level}: "
+                  f"{ratio(results, 'cooper', 'cooper_stub_verifier', level):.2f}x (what the rule verification costs)")
     replicated = [kind for kind in kinds if kind.startswith("replicas") and kind in results]
     serve_ceiling = results.get("serve_ceiling")
     for kind in replicated:
         for level in levels:
-            base = results[replicated[0]][level][0]
-            print(f"{kind} / {replicated[0]} at concurrency {level}: {results[kind][level][0] / base:.2f}x"
-                  + (f"; / cooper (one process): {results[kind][level][0] / cooper[level][0]:.2f}x" if cooper else "")
-                  + (f"; / Serve's ceiling: {results[kind][level][0] / serve_ceiling[level][0]:.2f}x"
+            print(f"{kind} / {replicated[0]} at concurrency {level}: {ratio(results, kind, replicated[0], level):.2f}x"
+                  + (f"; / cooper (one process): {ratio(results, kind, 'cooper', level):.2f}x" if cooper else "")
+                  + (f"; / Serve's ceiling: {ratio(results, kind, 'serve_ceiling', level):.2f}x"
                      if serve_ceiling else ""))
     for kind in ("learning", "learning_nowait"):
         if cooper and kind in results:
             for level in levels:
-                print(f"{kind} / learning off at concurrency {level}: {results[kind][level][0] / cooper[level][0]:.2f}x"
+                print(f"{kind} / learning off at concurrency {level}: {ratio(results, kind, 'cooper', level):.2f}x"
                       f" (target >= 0.8)")
 
 
@@ -351,6 +393,9 @@ def main() -> None:
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment variable for this package's servers (cooper, learning, replicas), e.g. "
                         "OMP_NUM_THREADS=1; repeatable")
+    p.add_argument("--blocks", type=int, default=1,
+                   help="cut each level's stream into this many blocks, servers taking turns block by block (module "
+                        "docstring); default 1: each server's whole stream in turn")
     p.add_argument("--alone", action="store_true",
                    help="start each server alone, for its own levels only (default: all up at once, timed in turn)")
     p.add_argument("--bare-only", action="store_true", help=argparse.SUPPRESS)  # one bare_forward_here, as JSON
