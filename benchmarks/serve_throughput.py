@@ -47,8 +47,7 @@ that rotates; a server's rate is its median block, and a ratio is the median ove
 in the same block (`--requests` is then a block's, and each level starts with one more block, a warm-up not
 counted). A drift of the machine's speed
 over a run then moves both sides of a ratio alike, which lets the run read a few percent between servers that
-separate runs (or `--alone`) cannot: on this 2-core VM the same server read 376 and 303 samples/s at concurrency 1
-in two `--alone` runs.
+separate runs (or `--alone`) cannot: on a small VM two runs of the same server can differ by more than that.
 """
 
 import argparse
