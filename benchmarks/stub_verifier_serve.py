@@ -32,6 +32,8 @@ class InstantVerifierPool:
 
 
 if __name__ == "__main__":
+    if "--learn" in sys.argv or "--replicas" in sys.argv:  # pairs need real verdicts; replicas verify elsewhere
+        sys.exit("stub_verifier_serve.py: a scoring baseline only; --learn and --replicas are not for it")
     verifier_pool.VerifierPool = InstantVerifierPool  # build_service imports it from the module when it runs
     from cooper_openrlhf.cli.serve import main
 
