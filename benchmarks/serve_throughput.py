@@ -322,8 +322,9 @@ def ratio(results: dict, kind: str, baseline: str, level: int) -> float:
 
 def measure(args, levels: list[int], kinds: list[str]) -> None:
     """One RM: the bare forward, every server at every level, and the ratios the targets are set in."""
+    per = f"per block, {args.blocks} blocks and a warm-up block per level" if args.blocks > 1 else "per level"
     print(f"\n== RM {args.rm} ({args.dtype}; serve_rm {args.openrlhf_dtype}): {args.requests} single-sample "
-          f"requests per level; {os.cpu_count()} CPUs", flush=True)
+          f"requests {per}; {os.cpu_count()} CPUs", flush=True)
     first_batch, first_limit = bare_forward(args)  # before and after the servers: the better is the limit
     results: dict[str, dict[int, tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as workdir:
