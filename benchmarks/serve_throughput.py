@@ -34,7 +34,7 @@ templated prompt + response, one sample per POST, as its vLLM actors send them),
               runs), the better taken
 and prints samples/s, p50 and p99 latency per server and concurrency, then the ratios the targets are set in:
 cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning / cooper, and each server against
-the HTTP ceiling. The client runs on the same machine as the servers (on a 2-core machine it takes a share of the
+the HTTP ceiling (and, with `cooper_stub_verifier` up, cooper against it: what the verification costs). The client runs on the same machine as the servers (on a 2-core machine it takes a share of the
 same 2 cores: about 0.2 ms of CPU per request at concurrency 64), so every server's rate, the ceiling's included,
 is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up, and timed only once
 every server is idle (its process tree, Ray's included, under 0.25 core): a learning server goes on training on the
