@@ -34,9 +34,9 @@ templated prompt + response, one sample per POST, as its vLLM actors send them),
               runs), the better taken
 and prints samples/s, p50 and p99 latency per server and concurrency, then the ratios the targets are set in:
 cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning / cooper, and each server against
-the HTTP ceiling (and, with `cooper_stub_verifier` up, cooper against it: what the verification costs). The client runs on the same machine as the servers (on a 2-core machine it takes a share of the
-same 2 cores: about 0.2 ms of CPU per request at concurrency 64), so every server's rate, the ceiling's included,
-is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up, and timed only once
+the HTTP ceiling (and, with `cooper_stub_verifier` up, cooper against it: what the verification costs). The client
+runs on the same machine as the servers (on a 2-core machine it takes a share of the same 2 cores: about 0.2 ms of
+CPU per request at concurrency 64), so every server's rate, the ceiling's included, is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up, and timed only once
 every server is idle (its process tree, Ray's included, under 0.25 core): a learning server goes on training on the
 groups a stream completed after the stream ends, and the next server measured would otherwise share its cores.
 Each sample of a group is a distinct text, as a policy sampling at temperature 1 writes them (the verifier's
@@ -45,9 +45,9 @@ parse cache and any other cache get no help from repeats).
 With `--blocks K` each level's stream is cut into K blocks and the servers take turns block by block, in an order
 that rotates; a server's rate is its median block, and a ratio is the median over blocks of the two servers' rates
 in the same block (`--requests` is then a block's, and each level starts with one more block, a warm-up not
-counted). A drift of the machine's speed
-over a run then moves both sides of a ratio alike, which lets the run read a few percent between servers that
-separate runs (or `--alone`) cannot: on a small VM two runs of the same server can differ by more than that.
+counted). A drift of the machine's speed over a run then moves both sides of a ratio alike, which lets the run
+read a few percent between servers that separate runs (or `--alone`) cannot: on a small VM two runs of the same
+server can differ by more than that.
 """
 
 import argparse
@@ -300,8 +300,8 @@ def time_servers(args, levels: list[int], kinds: list[str], workdir: str, result
                 results[kind][level] = (statistics.median(rates), q[49], q[98], rates)
                 spread = f" (blocks {min(rates):.0f}-{max(rates):.0f})" if len(rates) > 1 else ""
                 print(f"  {kind:15s} concurrency {level:3d}: {statistics.median(rates):7.1f} samples/s{spread}, p50 "
-                      f"{q[49] * 1000:7.1f} ms, p99 {q[98] * 1000:7.1f} ms (waited {waited[kind]:.0f}s for idle servers)",
-                      flush=True)
+                      f"{q[49] * 1000:7.1f} ms, p99 {q[98] * 1000:7.1f} ms "
+                      f"(waited {waited[kind]:.0f}s for idle servers)", flush=True)
         for kind, (url, _) in servers.items():
             if kind.startswith("learning"):  # what one RM update costs: the bound on learning / learning off
                 fit = last_round_metric(url.replace("/get_reward", "/metrics"), "cooper_rm_fit_seconds")
@@ -326,7 +326,7 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
     print(f"\n== RM {args.rm} ({args.dtype}; serve_rm {args.openrlhf_dtype}): {args.requests} single-sample "
           f"requests {per}; {os.cpu_count()} CPUs", flush=True)
     first_batch, first_limit = bare_forward(args)  # before and after the servers: the better is the limit
-    results: dict[str, dict[int, tuple[float, float, float]]] = {}
+    results: dict[str, dict[int, tuple]] = {}  # kind -> level -> (samples/s, p50 s, p99 s, block rates)
     with tempfile.TemporaryDirectory() as workdir:
         if args.alone:  # each server with the machine to itself: up, measured at every level, down
             for kind in kinds:
