@@ -36,9 +36,10 @@ and prints samples/s, p50 and p99 latency per server and concurrency, then the r
 cooper / bare at concurrency 64, cooper / serve_rm at each concurrency, learning / cooper, and each server against
 the HTTP ceiling (and, with `cooper_stub_verifier` up, cooper against it: what the verification costs). The client
 runs on the same machine as the servers (on a 2-core machine it takes a share of the same 2 cores: about 0.2 ms of
-CPU per request at concurrency 64), so every server's rate, the ceiling's included, is what is left beside it. Servers are measured in turn on loopback ports; each is warmed up, and timed only once
-every server is idle (its process tree, Ray's included, under 0.25 core): a learning server goes on training on the
-groups a stream completed after the stream ends, and the next server measured would otherwise share its cores.
+CPU per request at concurrency 64), so every server's rate, the ceiling's included, is what is left beside it.
+Servers are measured in turn on loopback ports; each is warmed up, and timed only once every server is idle (its
+process tree, Ray's included, under 0.25 core): a learning server goes on training on the groups a stream completed
+after the stream ends, and the next server measured would otherwise share its cores.
 Each sample of a group is a distinct text, as a policy sampling at temperature 1 writes them (the verifier's
 parse cache and any other cache get no help from repeats).
 
