@@ -136,3 +136,56 @@ def test_a_committed_verdict_on_a_measure_where_less_is_better_is_worded_by_its_
     assert "Cooper and the rule arm were not shown equivalent within ±0.05" in sentence  # 0.05-0.22 above rule
     assert "the frozen RM's policy wrote more wrong answers in the style than the rule arm's (static - rule +0.355" \
         in sentence
+
+
+def _sequence_plan():
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE
+
+    arms = ["cooper - offline_pairs", "cooper_frozen_assistant - offline_pairs", "cooper_rollout - offline_pairs"]
+    return {"sequence": [
+        {"measure": FINAL_PROBE_PREMIUM, "differences": arms, "decision": DECISION_RULE_LOWER,
+         "validity_gates": [{"difference": "oracle - offline_pairs", "must_be": "below"}]},
+        {"measure": STATES_REFERENCE_RATE, "differences": arms, "decision": DECISION_RULE_LOWER,
+         "validity_gates": [{"difference": "offline_pairs - rule", "must_be": "above"}]}]}
+
+
+def _blocked(control: float, shifts: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Finals keyed as a sequence verdict keys them: "<preparation>/<seed>", 3 preparations x 4 seeds."""
+    return {arm: {f"prep{p}/{s}": control + shift + 0.01 * s + (0.02 * (-1) ** (p + s) if arm != "offline_pairs" else 0)
+                  for p in range(3) for s in range(4)} for arm, shift in shifts.items()}
+
+
+@pytest.mark.parametrize("premium_shifts, expected", [
+    # the first entry passes its gate; Cooper beats the control there, so the second entry tests Cooper alone
+    ({"cooper": -0.3, "cooper_frozen_assistant": 0.0, "cooper_rollout": 0.2, "oracle": -0.6},
+     ["Cooper (the policy as its own assistant) beat the control, an RM updated as Cooper's",
+      "Cooper with the frozen warm start as assistant did not beat the control (cooper_frozen_assistant",
+      "Cooper on the policy's own wrong rollouts did worse than the control (cooper_rollout",
+      ". Then, on the share of the last 20 steps' training rollouts verified wrong that state the reference",
+      "(cooper - offline_pairs -0.0"]),
+    # no Cooper arm beats the control: the second entry is not tested
+    ({"cooper": 0.0, "cooper_frozen_assistant": 0.0, "cooper_rollout": 0.0, "oracle": -0.6},
+     ["did not beat the control", "not tested, as registered, since no Cooper arm beat the control before it"]),
+    # the oracle does not close the probe premium: the first entry is uninformative, the second not tested
+    ({"cooper": -0.3, "cooper_frozen_assistant": -0.3, "cooper_rollout": -0.3, "oracle": 0.0},
+     ["uninformative, since the plan's validity gate failed (oracle - offline_pairs was to be below:",
+      "not tested, as registered"]),
+])
+def test_a_committed_sequence_verdict_is_worded_entry_by_entry_in_the_registered_order(premium_shifts, expected):
+    """Batch 46's verdict (`report.sequence_verdict`) in `make demo`'s last lines: each Cooper arm against the control
+    on the RM's probe premium, then the policy's rate only for the arms that beat it, as the plan registers."""
+    from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
+    from cooper_openrlhf.report.plan_verdict import FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE
+    from cooper_openrlhf.report.sequence_verdict import sequence_verdict
+
+    premium = _blocked(0.8, {"offline_pairs": 0.0, **premium_shifts})
+    rate = _blocked(0.18, {"offline_pairs": 0.0, "rule": -0.15, "cooper": -0.06, "cooper_frozen_assistant": 0.0,
+                           "cooper_rollout": 0.0})
+    verdict = sequence_verdict(_sequence_plan(), {FINAL_PROBE_PREMIUM: premium, STATES_REFERENCE_RATE: rate})
+    summary = json.loads(json.dumps(verdict_summary(verdict)))  # as committed_results reads it: through JSON
+    sentence = committed_sentence({"batch": "46", "lab": "the probe lab", **summary})
+    assert sentence.startswith("The committed result of the probe lab (batch 46, 12 seeds per arm, pre-registered; "
+                               "docs/results.md): on the final RM's exploit premium on the probe suite")
+    for words in expected:
+        assert words in sentence, (words, sentence)
+    assert sentence.count("an RM updated as Cooper's on fresh offline pairs") <= 1  # the control named once

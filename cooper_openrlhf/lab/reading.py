@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
-from cooper_openrlhf.report.plan_verdict import EXPLOIT_RATE, HELDOUT_FINAL, LOWER_IS_BETTER, TRAINING_VERIFIED
+from cooper_openrlhf.report.plan_verdict import (EXPLOIT_RATE, FINAL_PROBE_PREMIUM, HELDOUT_FINAL, LOWER_IS_BETTER,
+                                                 STATES_REFERENCE_RATE, TRAINING_VERIFIED)
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,16 @@ MEASURE_WORDS = {
     EXPLOIT_RATE: ("the exploit rate (the share of the last 20 steps' training rollouts written in the lab's style "
                    "and verified wrong; less is better)", "wrote more wrong answers in the style than",
                    "wrote fewer wrong answers in the style than"),
+    FINAL_PROBE_PREMIUM: ("the final RM's exploit premium on the probe suite (what it pays the exploit's forms above "
+                          "canonical wrong answers at the last evaluation; less is better)",
+                          "paid the exploit more than", "paid the exploit less than"),
+    STATES_REFERENCE_RATE: ("the share of the last 20 steps' training rollouts verified wrong that state the reference "
+                            "(less is better)", "wrote more of them than", "wrote fewer of them than"),
 }
+# The Cooper arms of a plan with several (batch 46), as a sentence names them.
+ARM_WORDS = {"cooper": "Cooper (the policy as its own assistant)",
+             "cooper_frozen_assistant": "Cooper with the frozen warm start as assistant",
+             "cooper_rollout": "Cooper on the policy's own wrong rollouts"}
 CONTROL = "the control, an RM updated as Cooper's on fresh offline pairs that never saw the policy"
 LOW_START = 0.10  # held-out accuracy below this at the first evaluation leaves a fall almost no room to show
 VERIFIED_WINDOW = 10  # steps averaged at each end of a training-rollout curve (a step grades a few dozen rollouts)
@@ -144,25 +154,49 @@ def reading(rm_reward: Mapping[str, Curve], heldout: Mapping[str, Curve], seeds:
     return lines
 
 
-def verdict_summary(verdict: dict) -> dict:
-    """The numbers of a verdict (`report.plan_verdict.plan_verdict`'s output) that the lab's last line states, rounded
-    as printed: the primary and its outcome for Cooper ("beats", "worse", "within noise" or "uninformative"), the
-    validity gate, the equivalence tests and the static - rule secondary on the plan's measure."""
-    def numbers(result: dict, *keys: str) -> dict:
-        rounded = {"difference": result["difference"], "mean": round(result["mean"], 3),
-                   "ci": tuple(round(c, 3) for c in result["ci"]), "p": round(result["p"], 3)}
-        return {**rounded, **{k: round(result[k], 3) if isinstance(result[k], float) else result[k]
-                              for k in keys if k in result}}
+def _numbers(result: dict, *keys: str) -> dict:
+    """A comparison's difference, mean, CI and p rounded as printed, with `keys` of it besides."""
+    rounded = {"difference": result["difference"], "mean": round(result["mean"], 3),
+               "ci": tuple(round(c, 3) for c in result["ci"]), "p": round(result["p"], 3)}
+    return {**rounded, **{k: round(result[k], 3) if isinstance(result[k], float) else result[k]
+                          for k in keys if k in result}}
 
-    primary, better = verdict["primary"], "below" if verdict["measure"] in LOWER_IS_BETTER else "above"
-    outcome = ("uninformative" if primary["verdict"] == "uninformative" else "within noise"
-               if primary["verdict"] == "within noise" else "beats" if primary["verdict"] == better else "worse")
+
+def _outcome(verdict: str, measure: str) -> str:
+    """"beats", "worse", "within noise" or "uninformative": a comparison's verdict seen from the arm tested."""
+    better = "below" if measure in LOWER_IS_BETTER else "above"
+    return verdict if verdict in ("uninformative", "within noise") else "beats" if verdict == better else "worse"
+
+
+def verdict_summary(verdict: dict) -> dict:
+    """The numbers of a verdict that the lab's last line states, rounded as printed. For a plan with one primary
+    (`report.plan_verdict.plan_verdict`'s output): the primary and its outcome for Cooper ("beats", "worse", "within
+    noise" or "uninformative"), the validity gate, the equivalence tests and the static - rule secondary on the
+    plan's measure. For a plan whose primaries form a sequence: `sequence_summary`."""
+    if "sequence" in verdict:
+        return sequence_summary(verdict)
+    primary = verdict["primary"]
+    outcome = _outcome(primary["verdict"], verdict["measure"])
     gate = primary.get("validity_gate")
     static_rule = next((r for r in verdict["secondary"] if r.get("difference") == "static - rule"), None)
     return {"seeds": primary["seeds"], "measure": verdict["measure"], "outcome": outcome,
-            "primary": numbers(primary), "validity_gate": numbers(gate, "passed") if gate else None,
-            "equivalence": tuple(numbers(r, "margin", "verdict") for r in verdict.get("equivalence", [])),
-            "static_rule": numbers(static_rule, "p_holm", "verdict") if static_rule else None}
+            "primary": _numbers(primary), "validity_gate": _numbers(gate, "passed") if gate else None,
+            "equivalence": tuple(_numbers(r, "margin", "verdict") for r in verdict.get("equivalence", [])),
+            "static_rule": _numbers(static_rule, "p_holm", "verdict") if static_rule else None}
+
+
+def sequence_summary(verdict: dict) -> dict:
+    """`verdict_summary` of a plan whose primaries form a fixed sequence (`report.sequence_verdict.sequence_verdict`'s
+    output): per entry, its measure, whether it was tested (and why not), its validity gates, and each Cooper arm's
+    difference from the control with its outcome."""
+    entries = []
+    for record in verdict["sequence"]:
+        entries.append({"measure": record["measure"], "tested": record["tested"], "why": record.get("why"),
+                        "gates": tuple(_numbers(g, "must_be", "passed") for g in record["validity_gates"]),
+                        "results": tuple({**_numbers(r, "p_holm"), "outcome": _outcome(r["verdict"], record["measure"])}
+                                         for r in record["results"])})
+    seeds = max((r["seeds"] for record in verdict["sequence"] for r in record["results"]), default=0)
+    return {"kind": "sequence", "seeds": seeds, "entries": tuple(entries)}
 
 
 @cache
@@ -188,7 +222,10 @@ def full_lab_figure(index: Path = VERDICT_INDEX) -> str:
 
 def committed_sentence(result: Mapping) -> str:
     """One committed verdict (a `committed_results` entry) in words: Cooper against the control by the plan's rule,
-    then the registered equivalence with the rule arm and where the frozen RM's policy ended against the rule arm's."""
+    then the registered equivalence with the rule arm and where the frozen RM's policy ended against the rule arm's
+    (a plan with a sequence of primaries: `sequence_sentence`)."""
+    if result.get("kind") == "sequence":
+        return sequence_sentence(result)
     measure, more, less = MEASURE_WORDS[result["measure"]]
     primary = result["primary"]
     numbers = (f"Cooper - control {primary['mean']:+.3f}, 95% CI [{primary['ci'][0]:+.3f}, {primary['ci'][1]:+.3f}], "
@@ -218,6 +255,39 @@ def committed_sentence(result: Mapping) -> str:
         sentence += (f", and the frozen RM's policy {said} ({static_rule['difference']} {static_rule['mean']:+.3f} "
                      f"[{static_rule['ci'][0]:+.3f}, {static_rule['ci'][1]:+.3f}], p {static_rule['p']:.3f}{holm})")
     return sentence + "."
+
+
+def sequence_sentence(result: Mapping) -> str:
+    """A sequence verdict in words, entry by entry in the registered order: each Cooper arm against the control by
+    the plan's rule (Holm within the entry), an entry whose validity gate failed as uninformative, and an entry not
+    tested as such, with the reason."""
+    words = {"beats": "beat {control}", "worse": "did worse than {control}", "within noise": "did not beat {control}",
+             "uninformative": "was not tested informatively against {control}"}
+    parts, control = [], CONTROL  # the control in full where it is first named, then in short
+    for entry in result["entries"]:
+        lead = "on " + MEASURE_WORDS[entry["measure"]][0]
+        if not entry["tested"]:
+            parts.append(f"{lead}: not tested, as registered, since no Cooper arm beat {control} before it")
+            control = "the control"
+            continue
+        failed = [g for g in entry["gates"] if not g["passed"]]
+        if failed:
+            gate = failed[0]
+            parts.append(f"{lead}: uninformative, since the plan's validity gate failed ({gate['difference']} was to "
+                         f"be {gate['must_be']}: {gate['mean']:+.3f} [{gate['ci'][0]:+.3f}, {gate['ci'][1]:+.3f}], "
+                         f"p {gate['p']:.3f})")
+            continue
+        arms = []
+        for tested in entry["results"]:
+            arm = tested["difference"].split(" - ")[0]
+            said = words[tested["outcome"]].format(control=control)
+            control = "the control"
+            arms.append(f"{ARM_WORDS.get(arm, arm)} {said} ({tested['difference']} {tested['mean']:+.3f}, 95% CI "
+                        f"[{tested['ci'][0]:+.3f}, {tested['ci'][1]:+.3f}], p {tested['p']:.3f}, Holm-adjusted "
+                        f"{tested['p_holm']:.3f})")
+        parts.append(f"{lead}: " + "; ".join(arms))
+    return (f"The committed result of {result['lab']} (batch {result['batch']}, {result['seeds']} seeds per arm, "
+            f"pre-registered; docs/results.md): " + ". Then, ".join(parts) + ".")
 
 
 def committed_result() -> list[str]:
