@@ -138,6 +138,13 @@ def test_the_cli_reads_a_sequence_plan_over_its_preparations_with_seeds_paired_w
     assert second["results"][0]["mean"] == pytest.approx(-0.1)
     assert len(verdict["secondary"]) == len(plan["secondary"])
     assert f"{plan['labs'][-1]['name']}/3" in verdict["finals"][first["measure"]]["cooper"]
+    # and the verdict file as `make demo`'s last line states it, once docs/results/verdicts.json lists it
+    from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
+
+    sentence = committed_sentence({"batch": "46", "lab": "the probe lab", **verdict_summary(verdict)})
+    assert "Cooper (the policy as its own assistant) beat the control, an RM updated as Cooper's" in sentence
+    assert "Cooper on the policy's own wrong rollouts did worse than the control" in sentence
+    assert sentence.endswith("(cooper - offline_pairs -0.100, 95% CI [-0.100, -0.100], p 0.000, Holm-adjusted 0.000).")
     assert "cooper - offline_pairs -0.400: beats the control" in result.stdout
     assert "## 2. secondary, tested in the sequence" in md.read_text()
 
