@@ -187,11 +187,11 @@ def verdict_summary(verdict: dict) -> dict:
 
 def sequence_summary(verdict: dict) -> dict:
     """`verdict_summary` of a plan whose primaries form a fixed sequence (`report.sequence_verdict.sequence_verdict`'s
-    output): per entry, its measure, whether it was tested (and why not), its validity gates, and each Cooper arm's
-    difference from the control with its outcome."""
+    output): per entry, its measure, whether it was tested, its validity gates, and each Cooper arm's difference from
+    the control with its outcome."""
     entries = []
     for record in verdict["sequence"]:
-        entries.append({"measure": record["measure"], "tested": record["tested"], "why": record.get("why"),
+        entries.append({"measure": record["measure"], "tested": record["tested"],
                         "gates": tuple(_numbers(g, "must_be", "passed") for g in record["validity_gates"]),
                         "results": tuple({**_numbers(r, "p_holm"), "outcome": _outcome(r["verdict"], record["measure"])}
                                          for r in record["results"])})
