@@ -18,6 +18,7 @@ Readings and what they mean for the service: docs/serve.md ("What the gap is mad
 """
 
 import argparse
+import itertools
 import statistics
 import time
 
@@ -61,7 +62,7 @@ def main() -> None:
         forward(-100 - i)
     forward_s = (time.perf_counter() - start) / 100
 
-    next_sample = iter(range(10**9))
+    next_sample = itertools.count()
     by_condition = {name: [] for name in CONDITIONS}
     with VerifierPool(num_workers=1) as pool:
         def lone(i: int) -> float:
