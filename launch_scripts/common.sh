@@ -96,16 +96,58 @@ submit() {
 # ---------------------------------------------------------------- in the job: time limits and preemption
 # The launchers ask for `--requeue --signal=B:USR1@600`: Slurm sends USR1 to this shell 10 minutes before the
 # time limit (or at preemption with a grace time), the job requeues itself and the next attempt resumes (RL:
-# --ckpt.load_enable from the last periodic checkpoint; annotate and evaluate: from their caches). The main
+# --ckpt.load_enable from the checkpoint the trainer saved on the signal, else the last periodic one; annotate and
+# evaluate: from their caches). The main
 # command runs in the background so that the signal is handled at once (bash runs traps between commands).
 job_ref() {
   if [[ -n "${SLURM_ARRAY_JOB_ID:-}" ]]; then echo "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"; else echo "$SLURM_JOB_ID"; fi
 }
 
 requeue_self() {
+  request_checkpoint
+  if [[ -n "$MAIN_PID" ]] && ! kill -0 "$MAIN_PID" 2>/dev/null; then
+    echo "[$(date -u +%FT%TZ)] USR1: the main command ended meanwhile; no requeue" >&2; return 0
+  fi
   echo "[$(date -u +%FT%TZ)] USR1 (time limit or preemption ahead): requeueing job $(job_ref); the next attempt" \
        "resumes from the last checkpoint" >&2
   scontrol requeue "$(job_ref)" || echo "error: scontrol requeue $(job_ref) failed; the job ends here" >&2
+}
+
+# RL (SAVE_REQUEST_DIR = the run's --ckpt.path): before the requeue, ask the trainer for a checkpoint of the step in
+# flight (cooper_openrlhf/ray/save_request.py) and wait for its answer, so that the next attempt goes on after that
+# step rather than after the last periodic checkpoint. The wait ends SAVE_RESERVE (120) s before the time limit,
+# leaving time for the requeue, and lasts at most SAVE_ON_SIGNAL_S (SIGNAL_MARGIN - SAVE_RESERVE) s.
+SAVE_REQUEST_DIR=""
+request_checkpoint() {
+  [[ -n "$SAVE_REQUEST_DIR" ]] || return 0
+  local reserve=${SAVE_RESERVE:-120} left wait_s
+  wait_s=${SAVE_ON_SIGNAL_S:-$(( ${SIGNAL_MARGIN:-600} - reserve ))}
+  left=$(seconds_left)
+  if [[ -n "$left" ]] && (( left - reserve < wait_s )); then wait_s=$(( left - reserve )); fi
+  if (( wait_s <= 0 )); then
+    echo "[$(date -u +%FT%TZ)] USR1: no time left for a checkpoint (${left:-?} s to the time limit)" >&2; return 0
+  fi
+  mkdir -p "$SAVE_REQUEST_DIR" && rm -f "$SAVE_REQUEST_DIR/save_request.done"
+  echo "USR1 at $(date -u +%FT%TZ), job $(job_ref): time limit or preemption ahead" > "$SAVE_REQUEST_DIR/save_request"
+  echo "[$(date -u +%FT%TZ)] USR1: asked the trainer for a checkpoint of the step in flight; waiting up to" \
+       "$wait_s s" >&2
+  local deadline=$(( SECONDS + wait_s ))
+  while (( SECONDS < deadline )); do
+    if [[ -s "$SAVE_REQUEST_DIR/save_request.done" ]]; then
+      echo "[$(date -u +%FT%TZ)] USR1: the trainer saved $(< "$SAVE_REQUEST_DIR/save_request.done")" >&2; return 0
+    fi
+    if [[ -n "$MAIN_PID" ]] && ! kill -0 "$MAIN_PID" 2>/dev/null; then return 0; fi
+    sleep 2
+  done
+  echo "[$(date -u +%FT%TZ)] USR1: no checkpoint within $wait_s s; the next attempt resumes from the last whole one" >&2
+}
+
+# The job's seconds to its time limit (squeue's %L: [D-][H:]M:S), or nothing when unknown or unlimited.
+seconds_left() {
+  local left
+  left=$(squeue -h -j "$(job_ref)" -o %L 2>/dev/null) || return 0
+  [[ "$left" =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]] || return 0
+  echo $(( ${BASH_REMATCH[2]:-0} * 86400 + 10#${BASH_REMATCH[4]:-0} * 3600 + 10#${BASH_REMATCH[5]} * 60 + 10#${BASH_REMATCH[6]} ))
 }
 
 requeue_on_signal() { trap requeue_self USR1; }
@@ -117,16 +159,17 @@ run_argv_file() {
   if dry_run; then run "${words[@]}"; else run_main "${words[@]}"; fi
 }
 
-# Run the job's main command; its exit status. `wait` returns early when a trapped signal arrives: wait again.
+# Run the job's main command; its exit status. `wait` returns early (128 + the signal) when a trapped signal
+# arrives: wait again while the command runs, then once more for its own status (bash keeps it), which is also
+# right when the command ended during the trap.
 MAIN_PID=""
 run_main() {
   "$@" &
   MAIN_PID=$!
-  local status
-  while true; do
-    if wait "$MAIN_PID"; then status=0; else status=$?; fi
-    kill -0 "$MAIN_PID" 2>/dev/null || return "$status"
-  done
+  while kill -0 "$MAIN_PID" 2>/dev/null; do wait "$MAIN_PID" || true; done
+  local status=0
+  wait "$MAIN_PID" || status=$?
+  return "$status"
 }
 
 # scancel, requeue, time limit: Slurm sends SIGTERM to every process of the job, then SIGKILL after KillWait.

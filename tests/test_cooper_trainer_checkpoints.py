@@ -56,6 +56,43 @@ def test_a_run_requeued_after_a_best_save_resumes_the_rm_at_the_policys_best_tag
     assert states["global_step"] == 3 and rm.loaded == "best_global_step3"
 
 
+def test_a_requested_save_checkpoints_the_step_in_flight_as_one_unit_and_answers_with_its_tag(make_trainer, tmp_path):
+    """A save request (the RL launcher writes one when Slurm warns of the time limit): the step ending next is saved,
+    policy and RM, off --ckpt.save_steps' schedule; the answer names its tag; a request met by a scheduled save
+    costs no second save; a requeued run resumes at the requested step, and a stale answer is cleared."""
+    from cooper_openrlhf.cli.train_cooper import clear_save_requests
+    from cooper_openrlhf.ray.checkpoint_tags import resume_point
+
+    ckpt = tmp_path / "ckpt"
+    flags = (*COOPER, "--ckpt.save_steps", "4", "--ckpt.path", str(ckpt), "--ckpt.load_enable")
+    trainer, _, rm = make_trainer(flags)
+
+    def end_of_step(step):
+        trainer.save_logs_and_checkpoints(step, {}, {"global_step": step, "episode": 0,
+                                                     "total_consumed_prompts": 3 * step, "data_loader_state_dict": {}})
+
+    end_of_step(1)
+    assert not hasattr(trainer.policy, "saved")
+    ckpt.mkdir()
+    (ckpt / "save_request").write_text("USR1: time limit ahead\n")
+    end_of_step(2)
+    assert trainer.policy.saved == "global_step2" and rm.saved == ["global_step2"]
+    assert (ckpt / "save_request.done").read_text() == "global_step2\n" and not (ckpt / "save_request").exists()
+    assert resume_point(str(ckpt)).policy_tag == "global_step2", "the pair is marked whole"
+    end_of_step(3)
+    assert rm.saved == ["global_step2"], "a request is met once"
+    (ckpt / "save_request").write_text("")
+    end_of_step(4)  # a scheduled save step
+    assert rm.saved == ["global_step2", "global_step4"] and (ckpt / "save_request.done").read_text() == "global_step4\n"
+
+    (ckpt / "save_request").write_text("left by an attempt that ended before the step did\n")
+    clear_save_requests(str(ckpt))  # what a requeued run's driver does first
+    assert not (ckpt / "save_request").exists() and not (ckpt / "save_request.done").exists()
+    requeued, _, rm = make_trainer(flags)
+    states = requeued.init_checkpoint_states()
+    assert states["global_step"] == 4 and rm.loaded == "global_step4"
+
+
 def test_stale_rm_checkpoints_are_the_tags_the_policy_no_longer_has(tmp_path):
     from cooper_openrlhf.ray.reward_actor import stale_rm_checkpoints
 

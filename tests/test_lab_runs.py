@@ -85,6 +85,20 @@ def test_a_run_past_its_timeout_is_stopped_with_every_process_it_started(tmp_pat
     assert "[lab] killed after 10 s" in log.read_text()
 
 
+# A stand-in for a run that fails and leaves a process of its own running, as a vLLM EngineCore can outlive a
+# failed run's Ray actor.
+FAILS_LEAVING_A_CHILD = ("import pathlib, subprocess, sys\n"
+                         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                         "pathlib.Path(sys.argv[1]).write_text(str(child.pid))\n"
+                         "sys.exit(1)\n")
+
+
+def test_what_a_run_leaves_running_when_it_ends_is_stopped_before_the_next_run_starts(tmp_path):
+    pid = tmp_path / "pid"
+    assert lab_runner._launch([sys.executable, "-c", FAILS_LEAVING_A_CHILD, str(pid)], tmp_path / "run.log", None) == 1
+    assert _all_gone([int(pid.read_text())])
+
+
 def test_a_lab_stopped_by_sigterm_stops_its_run_in_progress_with_every_process_it_started(tmp_path):
     """A resumed lab restarts an interrupted run in the same folder: nothing of the last attempt may still run."""
     pids = tmp_path / "pids"

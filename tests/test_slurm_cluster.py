@@ -243,6 +243,57 @@ def test_scancel_of_a_running_arm_by_plain_sbatch_leaves_no_ray_process_and_no_s
     assert kit.sh(["squeue", "-h", "-s", "-j", job], check=False).stdout.strip() == ""
 
 
+# COOPER_SAVE_MOMENT_HOOK for the save-on-signal test: after step 2's best save (evaluation follows the step's
+# checkpoint check, so the request waits for step 3) the job sends itself USR1, and the trainer goes on once the
+# job has asked for a checkpoint (the request is then pending when step 3 ends, however fast the steps); while the
+# answer stands (the first attempt: the next one's driver removes it) the scheduled save of step 4 is held until
+# the requeue ends the trainer, so step 3's checkpoint stays the newest however slow the requeue.
+SIGNAL_HOOK = """#!/bin/bash
+if [[ "$1:$2" == after_marker:best_global_step2 && ! -e "$SIGNAL_SENT" ]]; then
+  echo "job $SLURM_JOB_ID" > "$SIGNAL_SENT"
+  scancel --batch --signal=USR1 "$SLURM_JOB_ID"
+  for _ in $(seq 600); do [[ -e "$REQUEST" ]] && exit 0; sleep 0.1; done
+  exit 1
+fi
+if [[ "$1:$2" == before_policy_save:global_step4 && -e "$REQUEST.done" ]]; then  # the answer stands: attempt 1
+  exec tail --pid="$PPID" -f /dev/null
+fi
+"""
+
+
+def test_usr1_checkpoints_the_step_in_flight_then_requeues_and_the_next_attempt_goes_on_after_it(kit, tmp_path):
+    """USR1 (what Slurm sends SIGNAL_MARGIN before the time limit) during step 3 of a run that saves every 4 steps
+    and evaluates every 2: the job asks the trainer for a checkpoint, the trainer saves step 3 as one unit (policy
+    and RM) when it ends, the job requeues itself once answered, and the next attempt resumes at step 3 where it
+    would have redone step 3 from step 2's best checkpoint."""
+    out = tmp_path / "rl-cooper"
+    hook = tmp_path / "signal_hook.sh"
+    hook.write_text(SIGNAL_HOOK)
+    hook.chmod(0o755)
+    env = kit.rl_env(out, SAVE_STEPS="4", EVAL_STEPS="2", NUM_EPISODES="3")  # 6 steps
+    env.update({"COOPER_SAVE_MOMENT_HOOK": str(hook), "SIGNAL_SENT": str(tmp_path / "signal_sent"),
+                "REQUEST": str(out / "ckpt" / "save_request")})
+    job = kit.sbatch(["--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"], "cooper_slurm.sbatch",
+                     env)
+    states = kit.wait(job, timeout=2 * JOB_TIMEOUT_S)
+    assert states == {job: "COMPLETED"}, f"{states}\n{kit.logs()}"
+    assert (tmp_path / "signal_sent").read_text().split() == ["job", job], "USR1 was sent after step 2's best save"
+
+    slurm_log = kit.logs(tail=None)
+    order = [slurm_log.find(s) for s in ("USR1: asked the trainer for a checkpoint of the step in flight",
+                                         "USR1: the trainer saved global_step3", "requeueing job")]
+    assert -1 not in order and order == sorted(order), f"asked, answered, then requeued\n{slurm_log[-4000:]}"
+    log = out / "logs" / "job.log"
+    text = log.read_text(errors="replace")
+    assert re.findall(r"resuming at step .*", text) == [
+        "resuming at step 3 from the policy's global_step3 and the RM's global_step3"]
+    first, second = attempts_steps(log)
+    assert first[:3] == [1, 2, 3] and second == [4, 5, 6], (first, second)
+    attempts = launch_record(out)["attempts"]
+    assert [a["restart_count"] for a in attempts] == [0, 1] and attempts[1]["exit"] == 0
+    assert not (out / "ckpt" / "save_request").exists() and not (out / "ckpt" / "save_request.done").exists()
+
+
 # ------------------------------------------------------------------------------------- bad input
 def test_bad_input_is_refused_before_anything_starts_naming_the_variable_or_folder(kit, tmp_path):
     queued_before = kit.sh(["squeue", "-h", "-o", "%i"]).stdout.split()
@@ -385,8 +436,9 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
     hook.write_text(PREEMPT_HOOK)
     hook.chmod(0o755)
     fired = tmp_path / "preempted"
+    # The save held there cannot meet the job's request for a checkpoint: it waits 5 s, then requeues anyway.
     env.update({"COOPER_SAVE_MOMENT_HOOK": str(hook), "PREEMPT_AT": "before_rm_save:global_step2",
-                "PREEMPT_FIRED": str(fired)})
+                "PREEMPT_FIRED": str(fired), "SAVE_ON_SIGNAL_S": "5"})
     result = kit.sh(["bash", str(LAUNCH / "reproduce_paper.sh")], env, timeout=600)
     jobs = re.findall(r"^(\d+)$", result.stderr, flags=re.MULTILINE)
     assert len(jobs) == 5, result.stderr  # annotate, train, the arm, evaluate, report
@@ -414,7 +466,9 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
         r"resuming at step 1 from the policy's (best_)?global_step1 and the RM's (best_)?global_step1: the save of "
         r"global_step2 was cut \(the policy's `latest` named global_step2, the RM's (best_)?global_step1\)",
         resumed[0]), resumed
-    assert "requeueing job" in kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
+    slurm_log = kit.logs(tail=None)  # the first attempt's output, kept by --open-mode=append
+    assert "USR1: no checkpoint within 5 s; the next attempt resumes from the last whole one" in slurm_log
+    assert "requeueing job" in slurm_log
     assert (out / "logs" / "ray-n1.log").is_file() and (out / "logs" / "ray-n2.log").is_file()
     last = attempts[-1]
     assert last["nodes"] == "n[1-2]" and "--ckpt.load_enable" in last["command"]

@@ -18,7 +18,9 @@ differences, each marked "Cooper:" below:
      serve); every prompt row has a reference that math-verify parses as a final answer (up to
      --cooper.max_unparseable_reference_share of the rows may fail); the RM path is a one-logit sequence classifier.
      A mistake found there, or by the flag checks, is one `error:` line and exit status 2, as in the other CLIs
-     (tracebacks are for bugs); the args are printed with their secrets redacted (`runtime.secrets`);
+     (tracebacks are for bugs); the args are printed with their secrets redacted (`runtime.secrets`); with
+     --ckpt.load_enable both models' `latest` files point at the newest step both saved whole; a save request
+     (`ray/save_request.py`) left by an earlier attempt is removed;
   2. Ray: with RAY_ADDRESS set, stock's `ray.init` joins that cluster (whatever the driver has); else, on a
      machine without CUDA, `runtime.ray_cluster.init_local_ray()` (logical over-commit + CPU shims);
   3. the reward group is `TrainableRewardModelActor` (stock: `RewardModelActor`), initialised with the run's
@@ -266,6 +268,15 @@ def settle_resume_point(ckpt_path: str) -> None:
         logger.info("%s", point.describe())
 
 
+def clear_save_requests(ckpt_path: str) -> None:
+    """A save request (`ray/save_request.py`) left by an earlier attempt is stale: it would checkpoint this
+    attempt's first step for nothing, and an old answer could pass for the answer to a new request."""
+    from cooper_openrlhf.ray.save_request import clear_requests
+
+    for path in clear_requests(ckpt_path):
+        logger.info("removed %s, left by an earlier attempt", path)
+
+
 def train_cooper(args) -> None:
     """Run a Cooper (or static-RM, or rule-reward) training; the diff to stock `train(args)` is in the module docstring."""
     from openrlhf.trainer.ray import create_vllm_engines
@@ -288,6 +299,7 @@ def train_cooper(args) -> None:
     check_prompt_dataset(args, strategy)
     if args.ckpt.load_enable:
         settle_resume_point(args.ckpt.path)
+    clear_save_requests(args.ckpt.path)
     start_ray()
 
     # As stock: one placement group for colocated actor/ref (and, with colocate_all, vLLM and the RM).

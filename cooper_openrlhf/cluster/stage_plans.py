@@ -189,6 +189,8 @@ def plan_rl(env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -> Plan
     if verify_rm:  # after the cheap checks: reading a model config imports torch and transformers (seconds)
         check_verify_rm(env, verify_rm)
     warmup = _warmup_ratio(env, len(rows), n, rollout_batch, train_batch, episodes)
+    for name, default in (("SIGNAL_MARGIN", 600), ("SAVE_ON_SIGNAL_S", None), ("SAVE_RESERVE", 120)):
+        env.int(name, default, minimum=0)  # the job's USR1 handler does arithmetic with them (common.sh)
     job = env.get("SLURM_JOB_ID", "dryrun")
     if cpu_mode(env):  # the CPU runtime's routes (docs/cluster.md): gloo weight sync, eager attention, dtype auto
         device_flags = ["--vllm.sync_backend", "gloo", "--vllm.enforce_eager", "--ds.attn_implementation", "eager"]
@@ -217,7 +219,8 @@ def plan_rl(env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -> Plan
         "--ds.zero_stage", "2", "--actor.gradient_checkpointing_enable",
         "--cooper.verifier_workers", str(env.int("VERIFIER_WORKERS", 16)), "--cooper.verifier_deadline_s", "10",
         "--train.seed", str(env.int("SEED", 42, minimum=0)),
-        # A requeued or resubmitted job (time limit, preemption) continues from the last periodic checkpoint.
+        # A requeued or resubmitted job (time limit, preemption) continues from the newest whole checkpoint: the
+        # one saved on the time-limit signal (ray/save_request.py), else the last periodic one.
         "--ckpt.save_steps", str(env.int("SAVE_STEPS", 20)), "--ckpt.load_enable",
         "--ckpt.path", os.path.join(out, "ckpt"), "--ckpt.output_dir", os.path.join(out, "final"),
         "--logger.tensorboard_dir", os.path.join(out, "tensorboard"), "--logger.wandb.run_name", f"cooper-{arm}-{job}",

@@ -10,7 +10,8 @@ in turn), so two at once on two cores take about the time of the longer one.
 
 A run is its own process group, stopped whole (Ray, vLLM and DeepSpeed processes too) when it times out or
 the lab stops -- on an exception, Ctrl-C, or SIGTERM once `stop_runs_on_sigterm` is installed -- so a resumed
-lab never restarts a run whose folder an orphan of the last attempt is still writing into.
+lab never restarts a run whose folder an orphan of the last attempt is still writing into; what is left of the
+group when a run ends by itself goes too, so the next run does not start beside it.
 """
 
 import json
@@ -180,6 +181,15 @@ def _stop_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def _stop_leftovers(process: subprocess.Popen) -> None:
+    """After the run's own process ended: SIGKILL what is left of its group. A run that fails can leave a process
+    behind (a vLLM EngineCore outliving its Ray actor holds about 1.7 GB), which the next run would start beside."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # nothing of the group is left
+        pass
+
+
 class LabStopped(Exception):
     """A run was stopped because the lab is stopping (its run_info stays "running": a resumed lab redoes it)."""
 
@@ -220,6 +230,7 @@ def _launch(argv: list[str], log: Path, timeout_s: float | None) -> int:
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(process)
+        _stop_leftovers(process)
         if _STOPPING.is_set():  # stopped by `_stop_live_runs`, not finished
             raise LabStopped(str(log.parent))
         return status

@@ -6,8 +6,9 @@ keeps exactly the tags the policy kept (`keep_policy_tags`), so a best policy is
 against. Once both saves returned the pair is marked whole (`checkpoint_tags.mark_pair_whole`); a resume loads the
 newest whole pair (`checkpoint_tags.resume_point`; train_cooper's driver points both `latest` files at it before
 the models load), so a preemption at any moment of a save costs the steps since the last whole pair, never the
-run. After a hacking alarm under --cooper.on_hacking stop the step is checkpointed whatever --ckpt.save_steps
-says, and the run ends with `HackingAlarm`.
+run. Off --ckpt.save_steps' schedule, the step is checkpointed too when a save was requested
+(`ray/save_request.py`: the launcher asks when Slurm warns of the time limit), and after a hacking alarm under
+--cooper.on_hacking stop, which then ends the run with `HackingAlarm`.
 
 The saves run one after the other (policy, RM, marker) rather than side by side: each moment of a save then has
 one meaning, and `COOPER_SAVE_MOMENT_HOOK` (a command, run with the moment and the tag: `before_policy_save`,
@@ -22,6 +23,7 @@ from openrlhf.utils.logging_utils import init_logger
 
 from cooper_openrlhf.algo.hacking import HackingAlarm
 from cooper_openrlhf.ray.checkpoint_tags import RM_DIR, mark_pair_whole, resume_point, unmark_pair
+from cooper_openrlhf.ray.save_request import answer_request, pending_request
 from cooper_openrlhf.ray.trainer_state import CooperTrainerState
 
 logger = init_logger(__name__)
@@ -61,7 +63,8 @@ class CheckpointUnit(CooperTrainerState):
         return states
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
-        """OpenRLHF's logging and scheduled policy checkpoint, then the RM's under the same tag, then the marker."""
+        """OpenRLHF's logging and scheduled policy checkpoint, then the RM's under the same tag, then the marker;
+        off the schedule, the step's checkpoint when one was requested or the hacking alarm stops the run."""
         scheduled = global_step % self.args.ckpt.save_steps == 0
         tag = f"global_step{global_step}"
         if scheduled:
@@ -69,8 +72,16 @@ class CheckpointUnit(CooperTrainerState):
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
         if scheduled:
             self.finish_pair(tag, client_states)
+        saved = scheduled
+        requested = pending_request(self.args.ckpt.path)
+        if requested is not None:
+            if not saved:
+                self.save_checkpoint_now(global_step, client_states)
+                saved = True
+            answer_request(self.args.ckpt.path, tag)
+            logger.info("checkpoint %s saved on request (%s)", tag, requested or "no reason given")
         if self.hacking.stop:
-            if not scheduled:
+            if not saved:
                 self.save_checkpoint_now(global_step, client_states)
             raise HackingAlarm(f"reward hacking suspected at step {global_step} (reasons in the log above); "
                                f"--cooper.on_hacking stop saved checkpoint global_step{global_step} under "
