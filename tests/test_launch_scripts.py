@@ -240,6 +240,59 @@ def test_the_scripts_are_bash_clean():
         assert result.returncode == 0, result.stdout
 
 
+# ------------------------------------------------------------------------ the USR1 handler (common.sh)
+def _on_usr1(tmp_path: Path, time_left: str, answer: str | None = None, main_ends: bool = False,
+             extra: str = "") -> subprocess.CompletedProcess:
+    """common.sh's USR1 handler in a shell like the RL job's: SAVE_REQUEST_DIR set, a main command running (or
+    ended), fake `squeue` (the job's time left) and `scontrol` (records the requeue) at the Slurm boundary. With
+    `answer`, a stand-in trainer answers the request with that tag once it appears."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "squeue").write_text(f"#!/bin/bash\necho '{time_left}'\n")
+    (bin_dir / "scontrol").write_text(f"#!/bin/bash\necho \"$*\" >> {tmp_path / 'scontrol.log'}\n")
+    for shim in bin_dir.iterdir():
+        shim.chmod(0o755)
+    ckpt = tmp_path / "ckpt"
+    trainer = ""
+    if answer:
+        trainer = (f"( while [[ ! -e {ckpt}/save_request ]]; do sleep 0.1; done; echo {answer} > {ckpt}/save_request.done;"
+                   f" rm {ckpt}/save_request ) &\n")
+    script = (f"source {LAUNCH / 'common.sh'}\nSAVE_REQUEST_DIR={ckpt}\n{trainer}"
+              f"sleep {0 if main_ends else 60} & MAIN_PID=$!\n{'wait $MAIN_PID' if main_ends else ''}\n{extra}\n"
+              "requeue_self\nkill $MAIN_PID 2>/dev/null; exit 0\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42"}
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_usr1_asks_the_trainer_for_a_checkpoint_and_requeues_once_it_is_answered(tmp_path):
+    result = _on_usr1(tmp_path, "10:00", answer="global_step7")
+    assert "USR1: asked the trainer for a checkpoint of the step in flight; waiting up to 480 s" in result.stderr
+    assert "USR1: the trainer saved global_step7" in result.stderr, result.stderr
+    assert (tmp_path / "scontrol.log").read_text() == "requeue 42\n"
+
+
+def test_usr1_waits_for_the_checkpoint_only_until_the_time_limit_leaves_time_to_requeue(tmp_path):
+    result = _on_usr1(tmp_path, "2:04")  # 124 s left, 120 s of them kept for the requeue
+    assert "waiting up to 4 s" in result.stderr and "USR1: no checkpoint within 4 s" in result.stderr, result.stderr
+    assert (tmp_path / "ckpt" / "save_request").read_text().startswith("USR1 at ")  # the trainer never came
+    assert (tmp_path / "scontrol.log").read_text() == "requeue 42\n"
+    late = _on_usr1(tmp_path, "1:30")
+    assert "USR1: no time left for a checkpoint (90 s to the time limit)" in late.stderr
+
+
+def test_usr1_after_the_main_command_ended_requeues_nothing(tmp_path):
+    result = _on_usr1(tmp_path, "10:00", main_ends=True)
+    assert "USR1: the main command ended meanwhile; no requeue" in result.stderr, result.stderr
+    assert not (tmp_path / "scontrol.log").exists()
+
+
+@pytest.mark.parametrize("left, seconds", [("1-02:03:04", "93784"), ("3:02:01", "10921"), ("9:58", "598"),
+                                           ("0:05", "5"), ("UNLIMITED", ""), ("INVALID", "")])
+def test_the_time_left_is_read_from_every_form_squeue_prints(tmp_path, left, seconds):
+    result = _on_usr1(tmp_path, left, extra="seconds_left > $SAVE_REQUEST_DIR.left; kill $MAIN_PID; exit 0")
+    assert (tmp_path / "ckpt.left").read_text().strip() == seconds
+
+
 # ------------------------------------------------------------------------ real `ray start` on this machine
 REAL_RAY_WRAPPER = """#!/bin/bash
 # Real ray; `ray stop` is only recorded: it would stop every Ray on the machine, not just this test's.
