@@ -95,7 +95,8 @@ submit() {
 
 # ---------------------------------------------------------------- in the job: time limits and preemption
 # The launchers ask for `--requeue --signal=B:USR1@600`: Slurm sends USR1 to this shell 10 minutes before the
-# time limit (or at preemption with a grace time), the job requeues itself and the next attempt resumes (RL:
+# time limit (and at a preemption where the site sets SlurmctldParameters=preempt_send_user_signal; otherwise a
+# preempted job gets SIGTERM, and Ray with it), the job requeues itself and the next attempt resumes (RL:
 # --ckpt.load_enable from the checkpoint the trainer saved on the signal, else the last periodic one; annotate and
 # evaluate: from their caches). The main
 # command runs in the background so that the signal is handled at once (bash runs traps between commands).
