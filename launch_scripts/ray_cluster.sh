@@ -65,6 +65,7 @@ STEP=(srun --nodes=1 --ntasks=1 --overlap)
 step_argv() {  # node, command... -> STEP_ARGV (an array: started with `&`, its pid is srun's own)
   local node=$1; shift
   if [[ -n "${COOPER_SETUP:-}" ]]; then
+    # shellcheck disable=SC2016  # expanded by the inner shell, on the node
     set -- bash -c 'source "$COOPER_SETUP" && exec "$@"' cooper-setup "$@"
   fi
   STEP_ARGV=("${STEP[@]}" --nodelist="$node" "$@")
@@ -175,6 +176,7 @@ fi
 submit_deadline=$((SECONDS + ${SUBMIT_TIMEOUT:-300}))
 for ((attempt = 1; ; attempt++)); do
   status=0
+  # shellcheck disable=SC2016  # expanded by the inner shell
   run_main bash -c 'set -o pipefail; log=$1; shift; "$@" 2>&1 | tee -a "$log"' submit "$LOG_DIR/job.log" "${SUBMIT[@]}" \
     || status=$?
   if [[ $status != 0 ]] && ((SECONDS < submit_deadline)) && tail -n 5 "$LOG_DIR/job.log" | grep -qi "no available agent"; then
