@@ -108,6 +108,21 @@ def test_the_rm_scorer_chooses_per_batch_with_the_logits_of_a_fixed_count(model_
         assert torch.get_num_threads() == 2
 
 
+def test_a_bucket_decided_by_a_clear_margin_stays_decided_when_the_winner_slows_and_its_choice_follows():
+    """CI beside other work once read no choice after a lone request's trials: the margin that had decided the
+    bucket was gone once load slowed the winner's later forwards, and the bucket had reopened."""
+    choice = ThreadChoice((1, 2), trials=2)
+    picked, chosen = [], []
+    # seconds a row: two threads fast, one thread clearly slower; then load slows the two-thread forwards
+    for seconds in (1e-3, 2e-3, 1.9e-3, 2.5e-3, 2.5e-3, 1.5e-3):
+        threads = choice.pick(1)
+        choice.record(1, threads, seconds)
+        picked.append(threads)
+        chosen.append(choice.chosen())
+    assert picked == [2, 1, 2, 2, 2, 1]
+    assert chosen[1:] == [{1: 2}, {1: 2}, {1: 2}, {1: 1}, {1: 1}]
+
+
 def test_the_services_learner_keeps_every_thread_whatever_the_scorer_left_as_the_default(two_threads, tmp_path):
     # torch.set_num_threads also sets the count a thread that has not yet run torch starts from; the learner's
     # thread starts lazily, so without its pin it would train on the count a lone request's forward had just set.

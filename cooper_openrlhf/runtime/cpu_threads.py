@@ -10,7 +10,8 @@ Per bucket of rows (powers of two) it times each count on the bucket's first bat
 the other again every `recheck` batches, since the machine's load moves the crossover. A row's time is the best of
 the last few, because interference and a first call's warm-up only ever slow a forward down. Two shortcuts keep
 the trials cheap, since a one-thread trial of a large batch of a real RM costs about as much as the batch:
-- all threads clearly faster (CLEAR_MARGIN) after one trial each decides the bucket;
+- all threads clearly faster (CLEAR_MARGIN) after one trial each decides the bucket for good: later timings move
+  its choice (to the faster best time), they do not reopen its trials, so /metrics never shows it undecided again;
 - a bucket not yet timed takes what a timed neighbour implies, as more threads pay off more as batches grow (all
   threads above a bucket where all won, one thread below a bucket where one won).
 
@@ -52,6 +53,7 @@ class ThreadChoice:
         self.trials, self.recheck = trials, recheck
         self._seconds_per_row: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         self._batches: dict[int, int] = defaultdict(int)
+        self._settled: set[int] = set()  # buckets decided by the clear margin
         self._lock = threading.Lock()
 
     @staticmethod
@@ -79,7 +81,9 @@ class ThreadChoice:
         if len(best) < len(self.choices):
             return None
         fewer, more = self.choices
-        if best[fewer] >= CLEAR_MARGIN * best[more] or all(len(timings[c]) >= self.trials for c in self.choices):
+        if best[fewer] >= CLEAR_MARGIN * best[more]:
+            self._settled.add(bucket)
+        if bucket in self._settled or all(len(timings[c]) >= self.trials for c in self.choices):
             return min(best, key=best.get)
         return None
 
