@@ -292,7 +292,7 @@ def test_usr1_after_the_main_command_ended_requeues_nothing(tmp_path):
 @pytest.mark.parametrize("left, seconds", [("1-02:03:04", "93784"), ("3:02:01", "10921"), ("9:58", "598"),
                                            ("0:05", "5"), ("UNLIMITED", ""), ("INVALID", "")])
 def test_the_time_left_is_read_from_every_form_squeue_prints(tmp_path, left, seconds):
-    result = _on_usr1(tmp_path, left, extra="seconds_left > $SAVE_REQUEST_DIR.left; kill $MAIN_PID; exit 0")
+    _on_usr1(tmp_path, left, extra="seconds_left > $SAVE_REQUEST_DIR.left; kill $MAIN_PID; exit 0")
     assert (tmp_path / "ckpt.left").read_text().strip() == seconds
 
 

@@ -183,7 +183,8 @@ def _stop_group(process: subprocess.Popen) -> None:
 
 def _stop_leftovers(process: subprocess.Popen) -> None:
     """After the run's own process ended: SIGKILL what is left of its group. A run that fails can leave a process
-    behind (a vLLM EngineCore outliving its Ray actor holds about 1.7 GB), which the next run would start beside."""
+    behind (a vLLM EngineCore outliving its Ray actor, with its KV cache and weights), which the next run would
+    start beside and share the machine's memory with."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:  # nothing of the group is left
