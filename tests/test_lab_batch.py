@@ -138,6 +138,23 @@ def test_published_run_archives_are_committed_under_this_repositorys_gitignore(r
     assert publish_runs(tmp_path / "lab", repo / "docs" / "results" / batch / "main") == []  # once only
 
 
+def test_a_failed_run_retried_to_done_replaces_its_published_archive(tmp_path):
+    """The lab retries a failed run afresh; its archive must follow, or a resume on a new machine restores the
+    failure and the verdict misses a seed."""
+    from cooper_openrlhf.lab.batch import archived_status, publish_runs
+
+    run, dest = tmp_path / "lab" / "runs" / "cooper_seed1", tmp_path / "pub"
+    run.mkdir(parents=True)
+    (run / "run_info.json").write_text(json.dumps({"status": "failed"}))
+    assert [p.name for p in publish_runs(tmp_path / "lab", dest)] == ["cooper_seed1.tar.gz"]
+    (run / "run_info.json").write_text(json.dumps({"status": "running"}))  # the retry, in flight
+    assert publish_runs(tmp_path / "lab", dest) == []
+    (run / "run_info.json").write_text(json.dumps({"status": "done"}))
+    assert [p.name for p in publish_runs(tmp_path / "lab", dest)] == ["cooper_seed1.tar.gz"]
+    assert archived_status(dest / "runs" / "cooper_seed1.tar.gz") == "done"
+    assert publish_runs(tmp_path / "lab", dest) == []
+
+
 def test_a_run_published_by_a_batch_stopped_before_its_commit_is_committed_by_the_resume(repo, tmp_path):
     """A batch stopped between archiving a seed's runs and committing them: the resume archives nothing new (a run is
     archived once), so it commits everything published and not yet committed."""

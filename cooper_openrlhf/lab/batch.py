@@ -251,9 +251,21 @@ def unpack_published(published: Path, labs: list[str], dest: Path) -> Path:
     return dest
 
 
+def archived_status(archive: Path) -> str | None:
+    """The status in a run archive's run_info.json, or None when the archive is missing or holds none."""
+    if not archive.is_file():
+        return None
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if member.name.endswith("/run_info.json") and (handle := tar.extractfile(member)) is not None:
+                return json.loads(handle.read().decode("utf-8")).get("status")
+    return None
+
+
 def publish_runs(lab: Path, dest: Path) -> list[Path]:
-    """Archive each finished ("done" or "failed") run of `lab` not archived yet, and copy lab.json and the report
-    (report/publish.py) into `dest`; returns the files written."""
+    """Archive each finished ("done" or "failed") run of `lab` whose archive is missing or holds another status (a
+    failed run the lab retried since: the retry replaces it, else a resume from the archives would restore the
+    failure), and copy lab.json and the report (report/publish.py) into `dest`; returns the files written."""
     from cooper_openrlhf.lab.runner import read_info
     from cooper_openrlhf.report.publish import publish_report
 
@@ -261,7 +273,8 @@ def publish_runs(lab: Path, dest: Path) -> list[Path]:
     for info_path in sorted((lab / "runs").glob("*/run_info.json")):
         run = info_path.parent
         archive = dest / "runs" / f"{run.name}.tar.gz"
-        if read_info(run).get("status") in ("done", "failed") and not archive.is_file():
+        status = read_info(run).get("status")
+        if status in ("done", "failed") and archived_status(archive) != status:
             archive_run(run, archive)
             written.append(archive)
     if (lab / "report" / "report.md").is_file() and (lab / "lab.json").is_file():

@@ -1,0 +1,123 @@
+#!/bin/bash
+# Batch 46 (docs/lab/batch46/plan.json), start to finish, resumable on any machine of the plan's kind:
+#   setsid nohup bash scripts/batch46_run.sh >> /work/runs/batch46-driver.log 2>&1 &
+# Every step keeps what is committed to this checkout, so a replaced machine loses only the runs in flight:
+#   1. the worktree pinned at the plan's commit (made on first use);
+#   2. each preparation, in the plan's order: gates 1-4 (scripts/style_lab_gates.py) unless
+#      docs/results/batch46/<lab>/gates.json records them passed, else the preparation remade (cli.lab
+#      --prepare-only); then its fingerprint written there, or compared with the one written there: a different
+#      preparation, or a failed gate, stops the batch (the plan's replacement rule needs an amendment);
+#   3. the published runs unpacked into the run folder where it lacks them, so the lab skips them;
+#   4. the batch (cli.batch --parallel-runs 2 at nice 19), and beside it a loop that every few minutes publishes and
+#      commits each finished run (this checkout's lab/batch.py: a retried run replaces its failed archive) and
+#      kills what a finished run left behind (the pinned runner predates lab/runner.py's _stop_leftovers).
+# Stop it with SIGTERM to this script's process group; no primary is read by anything here.
+set -uo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PLAN="$REPO/docs/lab/batch46/plan.json"
+PUB="$REPO/docs/results/batch46"
+PY=${COOPER_VENV:-$HOME/.cache/cooper_openrlhf/venv}/bin/python
+COMMIT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["commit"])' "$PLAN")
+OUT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["out"])' "$PLAN")
+PINNED=${BATCH46_WORKTREE:-/work/batch46}
+export COOPER_CPU_BF16=0 HF_HUB_OFFLINE=1
+log() { echo "$(date -u +%FT%TZ) $*"; }
+
+commit_paths() {  # path-limited: nothing else of this checkout is committed, whatever else is staged
+  local message=$1; shift
+  if ! { git -C "$REPO" add -- "$@" && git -C "$REPO" commit -q --only -m "$message" -- "$@"; }; then
+    log "could not commit $* (left for the next try)"
+  fi
+}
+
+[ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 0 ] \
+  || echo 0 > /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null \
+  || log "sched_autogroup stays on: nice 19 will not yield the cores to other sessions' work"
+[ -d "$PINNED" ] || git -C "$REPO" worktree add --detach "$PINNED" "$COMMIT" || exit 2
+mkdir -p "$OUT" "$PUB"
+cd "$PINNED" || exit 2
+
+# 2. gates or remade preparation, then the fingerprint --------------------------------------------------------------
+mapfile -t labs < <(python3 -c 'import json,sys
+for lab in json.load(open(sys.argv[1]))["labs"]: print(lab["name"])' "$PLAN")
+for lab in "${labs[@]}"; do
+  seed=$(python3 -c 'import json,sys
+lab = next(l for l in json.load(open(sys.argv[1]))["labs"] if l["name"] == sys.argv[2])
+print(lab["args"][lab["args"].index("--preparation-seed") + 1])' "$PLAN" "$lab")
+  if [ ! -f "$PUB/$lab/gates.json" ]; then
+    log "gates 1-4, $lab (--preparation-seed $seed)"
+    mkdir -p "$PUB/$lab"
+    PYTHONPATH=$PINNED nice -n 19 "$PY" scripts/style_lab_gates.py "$OUT/$lab" --preparation-seed "$seed" \
+      > "$OUT/gates-$lab.log" 2>&1
+    status=$?
+    log "gates $lab exit $status"
+    [ $status -eq 0 ] || { log "$lab failed its gates (see $OUT/gates-$lab.log): the batch stops here"; exit 3; }
+    cp "$OUT/$lab/gates.json" "$PUB/$lab/gates.json"
+    grep -v ' INFO \| WARNING ' "$OUT/gates-$lab.log" > "$PUB/$lab/gates.log"
+  elif [ ! -d "$OUT/$lab/policy" ]; then
+    log "remaking $lab's preparation (its gates passed on an earlier machine: $PUB/$lab/gates.json)"
+    mapfile -t args < <(python3 -c 'import json,sys
+print("\n".join(next(l for l in json.load(open(sys.argv[1]))["labs"] if l["name"] == sys.argv[2])["args"]))' \
+      "$PLAN" "$lab")
+    PYTHONPATH=$PINNED nice -n 19 "$PY" -m cooper_openrlhf.cli.lab "${args[@]}" --prepare-only --out "$OUT/$lab" \
+      > "$OUT/prepare-$lab.log" 2>&1 || { log "$lab's preparation failed ($OUT/prepare-$lab.log)"; exit 3; }
+  fi
+  PYTHONPATH=$PINNED "$PY" -m cooper_openrlhf.cli.batch "$PLAN" --fingerprint "$PUB" 2>&1 | grep "^$lab:"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { log "$lab is not the preparation its runs were published from: stopped"; exit 4; }
+  commit_paths "batch46: $lab's gates and preparation fingerprint" "$PUB/$lab"
+done
+
+# 3. published runs back into the run folder ------------------------------------------------------------------------
+"$PY" - "$PUB" "$OUT" "${labs[@]}" <<'PY'
+import sys, tarfile
+from pathlib import Path
+pub, out, labs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+for lab in labs:
+    for archive in sorted((pub / lab / "runs").glob("*.tar.gz")):
+        if not (out / lab / "runs" / archive.name.removesuffix(".tar.gz") / "run_info.json").is_file():
+            with tarfile.open(archive) as tar:
+                tar.extractall(out / lab, filter="data")
+            print(f"restored {lab}/{archive.name}")
+PY
+
+# 4. the batch, with the publisher and the leftovers' watchdog beside it ------------------------------------------
+leftovers() {  # processes of the batch adopted by init whose run (their process group's leader) has ended
+  local pid pgid
+  for pid in $(ps -eo pid=,ppid= | awk '$2 == 1 {print $1}'); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "PYTHONPATH=$PINNED" || continue
+    pgid=$(ps -o pgid= -p "$pid" | tr -d ' ')
+    [ -n "$pgid" ] && [ "$pgid" != "$pid" ] && [ ! -d "/proc/$pgid" ] && echo "$pid"
+  done
+}
+publish_loop() {
+  while sleep 300; do
+    for pid in $(leftovers); do
+      log "killing $pid, left by a finished run: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+      kill -9 "$pid" 2>/dev/null
+    done
+    PYTHONPATH=$REPO "$PY" - "$OUT" "$PUB" "${labs[@]}" <<'PY'
+import sys
+from pathlib import Path
+from cooper_openrlhf.lab.batch import publish_runs
+out, pub, labs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+for lab in labs:
+    if (out / lab / "runs").is_dir():
+        publish_runs(out / lab, pub / lab)
+PY
+    # whatever is published and not committed yet, this loop's or the batch's (a commit that met git's lock)
+    mapfile -t paths < <(git -C "$REPO" status --porcelain --untracked-files=all -- "$PUB" | cut -c4- \
+                          | sed "s#^#$REPO/#")
+    if [ ${#paths[@]} -gt 0 ]; then
+      commit_paths "batch46: $(printf '%s\n' "${paths[@]}" | grep -c 'tar.gz$') run archive(s) published" "${paths[@]}"
+    fi
+  done
+}
+publish_loop &
+publisher=$!
+trap 'kill $publisher 2>/dev/null' EXIT
+log "batch: $PLAN from $PINNED"
+PYTHONPATH=$PINNED nice -n 19 "$PY" -m cooper_openrlhf.cli.batch "$PLAN" --parallel-runs 2 \
+  --publish "$PUB" --commit-to "$REPO" >> "$OUT/batch.log" 2>&1
+status=$?
+log "batch exit $status"
+exit $status
