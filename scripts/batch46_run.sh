@@ -4,13 +4,16 @@
 # Every step keeps what is committed to this checkout, so a replaced machine loses only the runs in flight:
 #   1. the worktree pinned at the plan's commit (made on first use);
 #   2. each preparation, in the plan's order: gates 1-4 (scripts/style_lab_gates.py) unless
-#      docs/results/batch46/<lab>/gates.json records them passed, else the preparation remade (cli.lab
-#      --prepare-only); then its fingerprint written there, or compared with the one written there: a different
+#      docs/results/batch46/<lab>/gates.json records them passed, and its fingerprint written there; where they do,
+#      the first unfinished lab's preparation is remade (cli.lab --prepare-only; a later lab's is made by the batch
+#      when it gets there, not on every machine it passes through) and compared with the fingerprint: a different
 #      preparation, or a failed gate, stops the batch (the plan's replacement rule needs an amendment);
 #   3. the published runs unpacked into the run folder where it lacks them, so the lab skips them;
-#   4. the batch (cli.batch --parallel-runs 2 at nice 19), and beside it a loop that every few minutes publishes and
-#      commits each finished run (this checkout's lab/batch.py: a retried run replaces its failed archive) and
-#      kills what a finished run left behind (the pinned runner predates lab/runner.py's _stop_leftovers).
+#   4. the batch (cli.batch --parallel-runs 2 at nice 19), and beside it a loop that every few minutes checks every
+#      prepared lab's fingerprint (a mismatch that holds a minute later stops the batch before anything of it is
+#      published), publishes and commits each finished run (this checkout's lab/batch.py: a retried run replaces
+#      its failed archive) and kills what a finished run left behind (the pinned runner predates
+#      lab/runner.py's _stop_leftovers).
 # Stop it with SIGTERM to this script's process group; no primary is read by anything here.
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +43,21 @@ cd "$PINNED" || exit 2
 # 2. gates or remade preparation, then the fingerprint --------------------------------------------------------------
 mapfile -t labs < <(python3 -c 'import json,sys
 for lab in json.load(open(sys.argv[1]))["labs"]: print(lab["name"])' "$PLAN")
+first_unfinished=$("$PY" - "$PLAN" "$PUB" <<'PY'
+import json, sys, tarfile
+from pathlib import Path
+plan, pub = json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2])
+def done(archive):
+    with tarfile.open(archive) as tar:
+        info = next((m for m in tar.getmembers() if m.name.endswith("/run_info.json")), None)
+        return info is not None and json.load(tar.extractfile(info)).get("status") == "done"
+for lab in plan["labs"]:
+    arms = lab["args"][lab["args"].index("--arms") + 1].split(",")
+    if sum(done(a) for a in (pub / lab["name"] / "runs").glob("*.tar.gz")) < len(arms) * lab["seeds"]:
+        print(lab["name"])
+        break
+PY
+)
 for lab in "${labs[@]}"; do
   seed=$(python3 -c 'import json,sys
 lab = next(l for l in json.load(open(sys.argv[1]))["labs"] if l["name"] == sys.argv[2])
@@ -54,6 +72,8 @@ print(lab["args"][lab["args"].index("--preparation-seed") + 1])' "$PLAN" "$lab")
     [ $status -eq 0 ] || { log "$lab failed its gates (see $OUT/gates-$lab.log): the batch stops here"; exit 3; }
     cp "$OUT/$lab/gates.json" "$PUB/$lab/gates.json"
     grep -v ' INFO \| WARNING ' "$OUT/gates-$lab.log" > "$PUB/$lab/gates.log"
+  elif [ ! -d "$OUT/$lab/policy" ] && [ "$lab" != "$first_unfinished" ]; then
+    continue  # finished, or not reached yet: the batch makes it when it gets there, and the loop below checks it
   elif [ ! -d "$OUT/$lab/policy" ]; then
     log "remaking $lab's preparation (its gates passed on an earlier machine: $PUB/$lab/gates.json)"
     mapfile -t args < <(python3 -c 'import json,sys
@@ -89,8 +109,29 @@ leftovers() {  # processes of the batch adopted by init whose run (their process
     [ -n "$pgid" ] && [ "$pgid" != "$pid" ] && [ ! -d "/proc/$pgid" ] && echo "$pid"
   done
 }
+fingerprints_hold() {  # the starting models of every lab whose runs have begun, against the committed fingerprints
+  PYTHONPATH=$PINNED "$PY" - "$OUT" "$PUB" "${labs[@]}" > "$OUT/fingerprint.log" 2>&1 <<'PY'
+import json, sys
+from pathlib import Path
+from cooper_openrlhf.lab.batch import compare_fingerprints, preparation_fingerprint
+out, pub, labs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+differs = False
+for lab in labs:  # a lab still preparing may hold a file mid-write; its runs begin after the preparation
+    record = pub / lab / "preparation.json"
+    if record.is_file() and any((out / lab / "runs").glob("*/run_info.json")):
+        lines = compare_fingerprints(json.loads(record.read_text()), preparation_fingerprint(out / lab))
+        print(f"{lab}: " + ("the committed preparation" if not lines else "differs:\n  " + "\n  ".join(lines)))
+        differs |= bool(lines)
+sys.exit(1 if differs else 0)
+PY
+}
 publish_loop() {
   while sleep 300; do
+    if ! fingerprints_hold && ! { sleep 60; fingerprints_hold; }; then  # twice: a file may be mid-write
+      log "a preparation differs from its committed fingerprint ($OUT/fingerprint.log): the batch stops unpublished"
+      kill -TERM "$batch"
+      return
+    fi
     for pid in $(leftovers); do
       log "killing $pid, left by a finished run: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
       kill -9 "$pid" 2>/dev/null
@@ -112,12 +153,19 @@ PY
     fi
   done
 }
+log "batch: $PLAN from $PINNED"
+PYTHONPATH=$PINNED nice -n 19 "$PY" -m cooper_openrlhf.cli.batch "$PLAN" --parallel-runs 2 \
+  --publish "$PUB" --commit-to "$REPO" >> "$OUT/batch.log" 2>&1 &
+batch=$!
 publish_loop &
 publisher=$!
 trap 'kill $publisher 2>/dev/null' EXIT
-log "batch: $PLAN from $PINNED"
-PYTHONPATH=$PINNED nice -n 19 "$PY" -m cooper_openrlhf.cli.batch "$PLAN" --parallel-runs 2 \
-  --publish "$PUB" --commit-to "$REPO" >> "$OUT/batch.log" 2>&1
+trap 'kill -TERM $batch 2>/dev/null' TERM INT
+wait $batch
 status=$?
+while kill -0 "$batch" 2>/dev/null; do  # a signal ended the wait, not the batch: it is stopping its runs
+  wait $batch
+  status=$?
+done
 log "batch exit $status"
 exit $status
