@@ -43,21 +43,10 @@ cd "$PINNED" || exit 2
 # 2. gates or remade preparation, then the fingerprint --------------------------------------------------------------
 mapfile -t labs < <(python3 -c 'import json,sys
 for lab in json.load(open(sys.argv[1]))["labs"]: print(lab["name"])' "$PLAN")
-first_unfinished=$("$PY" - "$PLAN" "$PUB" <<'PY'
-import json, sys, tarfile
+first_unfinished=$(PYTHONPATH=$REPO "$PY" -c 'import json, sys
 from pathlib import Path
-plan, pub = json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2])
-def done(archive):
-    with tarfile.open(archive) as tar:
-        info = next((m for m in tar.getmembers() if m.name.endswith("/run_info.json")), None)
-        return info is not None and json.load(tar.extractfile(info)).get("status") == "done"
-for lab in plan["labs"]:
-    arms = lab["args"][lab["args"].index("--arms") + 1].split(",")
-    if sum(done(a) for a in (pub / lab["name"] / "runs").glob("*.tar.gz")) < len(arms) * lab["seeds"]:
-        print(lab["name"])
-        break
-PY
-)
+from cooper_openrlhf.lab.batch import unfinished_labs
+print(next(iter(unfinished_labs(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))), ""))' "$PLAN" "$PUB")
 for lab in "${labs[@]}"; do
   seed=$(python3 -c 'import json,sys
 lab = next(l for l in json.load(open(sys.argv[1]))["labs"] if l["name"] == sys.argv[2])
@@ -87,17 +76,15 @@ print("\n".join(next(l for l in json.load(open(sys.argv[1]))["labs"] if l["name"
   commit_paths "batch46: $lab's gates and preparation fingerprint" "$PUB/$lab"
 done
 
-# 3. published runs back into the run folder ------------------------------------------------------------------------
-"$PY" - "$PUB" "$OUT" "${labs[@]}" <<'PY'
-import sys, tarfile
+# 3. published runs back into the run folder (this checkout's lab/batch.py; the pinned run_batch predates it) ---
+PYTHONPATH=$REPO "$PY" - "$PUB" "$OUT" "${labs[@]}" <<'PY'
+import sys
 from pathlib import Path
+from cooper_openrlhf.lab.batch import restore_missing_runs
 pub, out, labs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 for lab in labs:
-    for archive in sorted((pub / lab / "runs").glob("*.tar.gz")):
-        if not (out / lab / "runs" / archive.name.removesuffix(".tar.gz") / "run_info.json").is_file():
-            with tarfile.open(archive) as tar:
-                tar.extractall(out / lab, filter="data")
-            print(f"restored {lab}/{archive.name}")
+    if restored := restore_missing_runs(pub / lab / "runs", out / lab):
+        print(f"{lab}: {len(restored)} published runs restored")
 PY
 
 # 4. the batch, with the publisher and the leftovers' watchdog beside it ------------------------------------------

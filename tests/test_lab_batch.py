@@ -184,6 +184,59 @@ def test_a_run_published_by_a_batch_stopped_before_its_commit_is_committed_by_th
     assert uncommitted(repo, dest / "main") == []
 
 
+def test_a_batch_on_a_new_machine_restores_its_published_runs_and_redoes_only_the_rest(repo, tmp_path):
+    """The published archives are the batch's record: a new machine (an empty run folder) gets its finished runs back
+    before the lab runs, so the lab skips them; a run this machine holds is not overwritten by its archive."""
+    from cooper_openrlhf.lab.batch import run_batch, unfinished_labs
+
+    (repo / ".gitignore").write_text((Path(__file__).resolve().parent.parent / ".gitignore").read_text())
+    _git(repo, "add", ".gitignore")
+    _git(repo, "commit", "-qm", "ignore")
+    dest, ran = repo / "docs" / "results" / "batch46", []
+
+    def run_lab(argv):  # the lab at the boundary: it skips a run left "done", as lab/runner.py does
+        seeds, folder = int(argv[argv.index("--seeds") + 1]), Path(argv[argv.index("--out") + 1])
+        for seed in range(seeds):
+            for arm in ("rule", "static"):
+                run = folder / "runs" / f"{arm}_seed{seed}"
+                if run.joinpath("run_info.json").is_file() and \
+                        json.loads(run.joinpath("run_info.json").read_text())["status"] == "done":
+                    continue
+                ran.append((folder.name, run.name))
+                (run / "tensorboard").mkdir(parents=True, exist_ok=True)
+                (run / "run_info.json").write_text(json.dumps({"status": "done", "machine": str(folder.parent)}))
+        return 0
+
+    plan = {"commit": _git(repo, "rev-parse", "HEAD"), "issue": 46,
+            "labs": [{"name": "prep0", "seeds": 2, "args": ["--preset", "style", "--arms", "rule,static"]},
+                     {"name": "prep1", "seeds": 1, "args": ["--preset", "style", "--arms", "rule,static"]}]}
+    old = {**plan, "out": str(tmp_path / "old-machine")}
+    assert run_batch({**old, "labs": old["labs"][:1]}, repo, run_lab, publish=dest) == 0
+    assert unfinished_labs(plan, dest) == ["prep1"]
+    assert len(ran) == 4
+
+    ran.clear()
+    new = tmp_path / "new-machine"
+    kept = new / "prep1" / "runs" / "rule_seed0"  # finished on this machine, unpublished: its own record stays
+    kept.mkdir(parents=True)
+    kept.joinpath("run_info.json").write_text(json.dumps({"status": "done", "machine": "here"}))
+    assert run_batch({**plan, "out": str(new)}, repo, run_lab, publish=dest) == 0
+    assert ran == [("prep1", "static_seed0")]
+    restored = json.loads((new / "prep0" / "runs" / "static_seed1" / "run_info.json").read_text())
+    assert restored == {"status": "done", "machine": str(tmp_path / "old-machine")}
+    assert json.loads(kept.joinpath("run_info.json").read_text())["machine"] == "here"
+    assert unfinished_labs(plan, dest) == []
+
+
+def test_a_labs_arms_are_its_arms_flag_else_its_presets():
+    from cooper_openrlhf.lab.batch import lab_arms
+    from cooper_openrlhf.lab.presets import PRESETS
+
+    assert lab_arms(["--preset", "style", "--arms", "rule,oracle"]) == ("rule", "oracle")
+    assert lab_arms(["--preset", "style"]) == PRESETS["style"].arms
+    assert lab_arms([]) == PRESETS["quick"].arms
+
+
 def test_a_preparation_fingerprint_tells_a_resumed_preparation_from_another(tmp_path):
     """A batch resumed on a new machine redoes its preparation: the published fingerprint says whether the arms there
     start from the same bytes as the runs already published."""

@@ -14,8 +14,9 @@ A plan may name an `environment` (variables the package reads, such as COOPER_CP
 dtype): `apply_environment` sets them for every lab of the batch, and refuses a shell that set one otherwise, so
 the dtype the plan registered is the one its runs compute in on any machine.
 
-Resuming: the same command again. Runs left "done" are skipped; on a new machine, unpack the published archives
-into the run folder first (`restore_runs`), and the preparation is redone from the same code and seeds. The
+Resuming: the same command again. Runs left "done" are skipped; on a new machine the published archives are the
+record, and each lab first unpacks the runs its folder lacks (`restore_missing_runs`), so only the runs that were in
+flight are redone, and the preparation is redone from the same code and seeds. The
 preparation is seeded torch on the CPU (no vLLM), so the same machine kind and dtype should give it byte for byte;
 `preparation_fingerprint` hashes what the arms start from, published beside the runs, so that a resumed batch can
 show it continued from the same starting models (`compare_fingerprints`) rather than assume it.
@@ -237,6 +238,36 @@ def restore_runs(archives: Path, lab: Path) -> int:
     return count
 
 
+def restore_missing_runs(archives: Path, lab: Path) -> list[str]:
+    """Unpack each published run archive (`archives`/*.tar.gz) whose run `lab` lacks, as a resume on a new machine
+    does; a run this machine holds is its newer record and stays. Returns the runs restored."""
+    restored = []
+    for archive in sorted(archives.glob("*.tar.gz")):
+        name = archive.name.removesuffix(".tar.gz")
+        if not (lab / "runs" / name / "run_info.json").is_file():
+            with tarfile.open(archive) as tar:
+                tar.extractall(lab, filter="data")
+            restored.append(name)
+    return restored
+
+
+def lab_arms(args: list[str]) -> tuple[str, ...]:
+    """The arms a lab's `cli.lab` arguments run: --arms, else its preset's."""
+    if "--arms" in args:
+        return tuple(args[args.index("--arms") + 1].split(","))
+    from cooper_openrlhf.lab.presets import PRESETS
+
+    return PRESETS[args[args.index("--preset") + 1] if "--preset" in args else "quick"].arms
+
+
+def unfinished_labs(plan: dict, published: Path) -> list[str]:
+    """The plan's labs, in order, with fewer runs published "done" under `published`/<lab>/runs than arms x seeds."""
+    def done(lab: dict) -> int:
+        return sum(archived_status(a) == "done" for a in (published / lab["name"] / "runs").glob("*.tar.gz"))
+
+    return [lab["name"] for lab in plan["labs"] if done(lab) < len(lab_arms(lab["args"])) * lab["seeds"]]
+
+
 def unpack_published(published: Path, labs: list[str], dest: Path) -> Path:
     """Lay out a published batch (`published/<lab>/lab.json` and `runs/*.tar.gz`, as `publish_runs` writes them) as
     the plan's out folder under `dest`, so the reading tools (the plan's test, the blind-spot figure, the report)
@@ -321,6 +352,8 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
                                                       "lab": lab["name"]}, indent=2) + "\n", encoding="utf-8")
         if lab.get("prepared_from"):
             share_preparation(out / lab["prepared_from"], folder)
+        if publish is not None and (restored := restore_missing_runs(publish / lab["name"] / "runs", folder)):
+            logger.info("batch: lab %s, %d published runs restored (%s)", lab["name"], len(restored), folder)
         for seeds in range(1, lab["seeds"] + 1):
             logger.info("batch: lab %s, seeds 0..%d", lab["name"], seeds - 1)
             status = run_lab([*lab["args"], "--seeds", str(seeds), "--out", str(folder),
