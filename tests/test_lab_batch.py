@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cooper_openrlhf.lab.batch import PlanError, archive_run, check_commit, load_plan, restore_runs, share_preparation
+from cooper_openrlhf.lab.batch import (PlanError, archive_run, check_commit, load_plan, restore_missing_runs,
+                                       share_preparation)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -112,7 +113,7 @@ def test_a_run_archive_restores_what_the_report_reads_and_no_checkpoint(tmp_path
         (run / part / "f").write_text(part)
     (run / "run_info.json").write_text(json.dumps({"status": "done"}))
     archive_run(run, tmp_path / "pub" / "static_seed0.tar.gz")
-    assert restore_runs(tmp_path / "pub", tmp_path / "new") == 1
+    assert restore_missing_runs(tmp_path / "pub", tmp_path / "new") == ["static_seed0"]
     restored = tmp_path / "new" / "runs" / "static_seed0"
     assert json.loads((restored / "run_info.json").read_text())["status"] == "done"
     assert (restored / "tensorboard" / "f").is_file() and not (restored / "ckpt").exists()

@@ -176,6 +176,17 @@ def archive_run(run: Path, archive: Path) -> None:
     tmp.replace(archive)
 
 
+def archived_status(archive: Path) -> str | None:
+    """The status in a run archive's run_info.json, or None when the archive is missing or holds none."""
+    if not archive.is_file():
+        return None
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if member.name.endswith("/run_info.json") and (handle := tar.extractfile(member)) is not None:
+                return json.loads(handle.read().decode("utf-8")).get("status")
+    return None
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -228,16 +239,6 @@ def one_sided(published: dict, here: dict) -> tuple[int, int]:
     return len(old - new), len(new - old)
 
 
-def restore_runs(archives: Path, lab: Path) -> int:
-    """Unpack every published run archive of a lab into its folder (a resume on a new machine); returns how many."""
-    count = 0
-    for archive in sorted(archives.glob("*.tar.gz")):
-        with tarfile.open(archive) as tar:
-            tar.extractall(lab, filter="data")
-        count += 1
-    return count
-
-
 def restore_missing_runs(archives: Path, lab: Path) -> list[str]:
     """Unpack each published run archive (`archives`/*.tar.gz) whose run `lab` lacks, as a resume on a new machine
     does; a run this machine holds is its newer record and stays. Returns the runs restored."""
@@ -278,19 +279,8 @@ def unpack_published(published: Path, labs: list[str], dest: Path) -> Path:
             continue
         (dest / name).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source / "lab.json", dest / name / "lab.json")
-        restore_runs(source / "runs", dest / name)
+        restore_missing_runs(source / "runs", dest / name)
     return dest
-
-
-def archived_status(archive: Path) -> str | None:
-    """The status in a run archive's run_info.json, or None when the archive is missing or holds none."""
-    if not archive.is_file():
-        return None
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            if member.name.endswith("/run_info.json") and (handle := tar.extractfile(member)) is not None:
-                return json.loads(handle.read().decode("utf-8")).get("status")
-    return None
 
 
 def publish_runs(lab: Path, dest: Path) -> list[Path]:
