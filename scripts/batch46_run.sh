@@ -8,10 +8,11 @@
 #      the first unfinished lab's preparation is remade (cli.lab --prepare-only; a later lab's is made by the batch
 #      when it gets there, not on every machine it passes through) and compared with the fingerprint: a different
 #      preparation, or a failed gate, stops the batch (the plan's replacement rule needs an amendment);
-#   3. the published runs unpacked into the run folder where it lacks them, so the lab skips them;
-#   4. the batch (cli.batch --parallel-runs 2 at nice 19), and beside it a loop that every few minutes checks every
-#      prepared lab's fingerprint (a mismatch that holds a minute later stops the batch before anything of it is
-#      published), publishes and commits each finished run (this checkout's lab/batch.py: a retried run replaces
+#   3. the published runs (and lab.json) unpacked into the run folder where it lacks them, so the lab skips them;
+#      a finished lab's preparation is still remade once on a new machine (cli.lab prepares before it skips runs);
+#   4. the batch (cli.batch --parallel-runs 2 at nice 19), and beside it a loop that every few minutes checks the
+#      fingerprint of every lab whose runs have begun (a mismatch that holds a minute later stops the batch before
+#      anything of it is published), publishes and commits each finished run (this checkout's lab/batch.py: a retried run replaces
 #      its failed archive) and kills what a finished run left behind (the pinned runner predates
 #      lab/runner.py's _stop_leftovers).
 # Stop it with SIGTERM to this script's process group; no primary is read by anything here.

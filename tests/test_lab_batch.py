@@ -217,6 +217,7 @@ def test_a_batch_on_a_new_machine_restores_its_published_runs_and_redoes_only_th
     assert len(ran) == 4
 
     ran.clear()
+    (dest / "prep0" / "lab.json").write_text('{"command": "the invocation that ran them"}')
     new = tmp_path / "new-machine"
     kept = new / "prep1" / "runs" / "rule_seed0"  # finished on this machine, unpublished: its own record stays
     kept.mkdir(parents=True)
@@ -226,6 +227,7 @@ def test_a_batch_on_a_new_machine_restores_its_published_runs_and_redoes_only_th
     restored = json.loads((new / "prep0" / "runs" / "static_seed1" / "run_info.json").read_text())
     assert restored == {"status": "done", "machine": str(tmp_path / "old-machine")}
     assert json.loads(kept.joinpath("run_info.json").read_text())["machine"] == "here"
+    assert json.loads((new / "prep0" / "lab.json").read_text()) == {"command": "the invocation that ran them"}
     assert unfinished_labs(plan, dest) == []
 
 

@@ -241,7 +241,13 @@ def one_sided(published: dict, here: dict) -> tuple[int, int]:
 
 def restore_missing_runs(archives: Path, lab: Path) -> list[str]:
     """Unpack each published run archive (`archives`/*.tar.gz) whose run `lab` lacks, as a resume on a new machine
-    does; a run this machine holds is its newer record and stays. Returns the runs restored."""
+    does; a run this machine holds is its newer record and stays. The published lab.json beside `archives` comes
+    too where `lab` has none: it records the invocations that ran the runs, which a re-report keeps. Returns the
+    runs restored."""
+    record = archives.parent / "lab.json"
+    if record.is_file() and not (lab / "lab.json").exists():
+        lab.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(record, lab / "lab.json")
     restored = []
     for archive in sorted(archives.glob("*.tar.gz")):
         name = archive.name.removesuffix(".tar.gz")
@@ -275,11 +281,8 @@ def unpack_published(published: Path, labs: list[str], dest: Path) -> Path:
     work from a clone that never ran the batch; returns `dest`. A lab not published yet is left out."""
     for name in labs:
         source = published / name
-        if not (source / "lab.json").is_file():
-            continue
-        (dest / name).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / "lab.json", dest / name / "lab.json")
-        restore_missing_runs(source / "runs", dest / name)
+        if (source / "lab.json").is_file():
+            restore_missing_runs(source / "runs", dest / name)
     return dest
 
 
