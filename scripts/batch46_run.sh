@@ -11,10 +11,10 @@
 #   3. the published runs (and lab.json) unpacked into the run folder where it lacks them, so the lab skips them;
 #      a finished lab's preparation is still remade once on a new machine (cli.lab prepares before it skips runs);
 #   4. the batch (cli.batch --parallel-runs 2 at nice 19), and beside it a loop that every few minutes checks the
-#      fingerprint of every lab whose runs have begun (a mismatch that holds a minute later stops the batch before
-#      anything of it is published), publishes and commits each finished run (this checkout's lab/batch.py: a retried run replaces
-#      its failed archive) and kills what a finished run left behind (the pinned runner predates
-#      lab/runner.py's _stop_leftovers).
+#      fingerprint of the lab whose runs are running (a mismatch that holds a minute later stops the batch before
+#      anything of it is published), publishes and commits each finished run (this checkout's lab/batch.py: a
+#      retried run replaces its failed archive) and kills what a finished run left behind (the pinned runner
+#      predates lab/runner.py's _stop_leftovers).
 # Stop it with SIGTERM to this script's process group; no primary is read by anything here.
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -97,16 +97,19 @@ leftovers() {  # processes of the batch adopted by init whose run (their process
     [ -n "$pgid" ] && [ "$pgid" != "$pid" ] && [ ! -d "/proc/$pgid" ] && echo "$pid"
   done
 }
-fingerprints_hold() {  # the starting models of every lab whose runs have begun, against the committed fingerprints
+fingerprints_hold() {  # the starting models of the lab running runs, against the committed fingerprints
   PYTHONPATH=$PINNED "$PY" - "$OUT" "$PUB" "${labs[@]}" > "$OUT/fingerprint.log" 2>&1 <<'PY'
 import json, sys
 from pathlib import Path
 from cooper_openrlhf.lab.batch import compare_fingerprints, preparation_fingerprint
 out, pub, labs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 differs = False
-for lab in labs:  # a lab still preparing may hold a file mid-write; its runs begin after the preparation
+def running(lab):  # its runs start after its preparation; a lab still preparing may hold a file mid-write
+    infos = (out / lab / "runs").glob("*/run_info.json")
+    return any(json.loads(info.read_text()).get("status") == "running" for info in infos)
+for lab in labs:
     record = pub / lab / "preparation.json"
-    if record.is_file() and any((out / lab / "runs").glob("*/run_info.json")):
+    if record.is_file() and running(lab):
         lines = compare_fingerprints(json.loads(record.read_text()), preparation_fingerprint(out / lab))
         print(f"{lab}: " + ("the committed preparation" if not lines else "differs:\n  " + "\n  ".join(lines)))
         differs |= bool(lines)
