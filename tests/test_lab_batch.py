@@ -173,12 +173,13 @@ def test_a_run_published_by_a_batch_stopped_before_its_commit_is_committed_by_th
             (folder / "runs" / f"rule_seed{seed}" / "run_info.json").write_text(json.dumps({"status": "done"}))
         return 0
 
-    plan = {"commit": _git(repo, "rev-parse", "HEAD"), "out": str(out), "issue": 45,
+    plan = {"commit": _git(repo, "rev-parse", "HEAD"), "out": str(out), "issue": 54, "batch": 45,
             "labs": [{"name": "main", "seeds": 2, "args": ["--preset", "style"]}]}
     assert run_batch(plan, repo, run_lab, publish=dest) == 0  # published, stopped before any commit
     assert [p.name for p in uncommitted(repo, dest / "main") if p.suffix == ".gz"] == ["rule_seed0.tar.gz",
                                                                                        "rule_seed1.tar.gz"]
     assert run_batch(plan, repo, run_lab, publish=dest, commit_to=repo) == 0
+    assert _git(repo, "log", "--format=%s", "-1") == "batch45: main after seed 0 (2 runs)"
     committed = _git(repo, "log", "--name-only", "--format=", "-2").split()
     assert "docs/results/batch45/main/runs/rule_seed0.tar.gz" in committed
     assert "docs/results/batch45/main/runs/rule_seed1.tar.gz" in committed

@@ -356,6 +356,7 @@ def run_batch(plan: dict, repo: Path, run_lab, publish: Path | None = None, comm
                 publish_runs(folder, publish / lab["name"])
                 if commit_to is not None:  # with whatever an earlier, stopped invocation published and did not commit
                     runs = len(list((folder / "runs").glob("*/run_info.json")))
+                    name = plan.get("batch", plan.get("issue", ""))  # older plans named no batch, only their issue
                     commit_published(commit_to, uncommitted(commit_to, publish / lab["name"]),
-                                     f"batch{plan.get('issue', '')}: {lab['name']} after seed {seeds - 1} ({runs} runs)")
+                                     f"batch{name}: {lab['name']} after seed {seeds - 1} ({runs} runs)")
     return failed
