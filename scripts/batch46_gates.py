@@ -2,7 +2,8 @@
 
     python scripts/batch46_gates.py /work/runs/batch46/prep0
 
-Prints, from each finished run's samples/rollouts.jsonl and tensorboard (rule, static and oracle, seeds 0 and 1):
+Prints, from each finished pilot run's samples/rollouts.jsonl and tensorboard (rule, static and oracle, seeds 0 and
+1; no other arm's or seed's run is read, so the batch's primaries stay unread in a folder where they have run):
 - the rate (verified wrong, states the reference; last 20 steps) per run, and the gates static - rule >= +0.08 and
   oracle - static <= -0.05 on the means over the seeds both arms ran;
 - the detector's precision and recall on the static runs' verified-wrong rollouts (all steps) against the
@@ -20,6 +21,7 @@ from cooper_openrlhf.algo.answer_style import is_exploit
 from cooper_openrlhf.report.plan_verdict import final_probe_premium, states_reference_rate
 from cooper_openrlhf.report.runs import read_scalars
 
+PILOT = {"rule", "static", "oracle"}, {0, 1}  # arms, RL seeds
 EXPLOITED, ORACLE_MOVES = 0.08, -0.05
 DETECTOR_GATE, LABEL, ISSUE_LABEL = 0.9, 0.9, 0.5
 
@@ -28,7 +30,7 @@ def finished(lab: Path) -> dict[tuple[str, int], Path]:
     runs = {}
     for info_path in sorted((lab / "runs").glob("*/run_info.json")):
         info = json.loads(info_path.read_text(encoding="utf-8"))
-        if info.get("status") == "done":
+        if info.get("status") == "done" and info["arm"] in PILOT[0] and int(info["seed"]) in PILOT[1]:
             runs[(info["arm"], int(info["seed"]))] = info_path.parent
     return runs
 
