@@ -92,7 +92,7 @@ PY
 leftovers() {  # processes of the batch adopted by init whose run (their process group's leader) has ended
   local pid pgid
   for pid in $(ps -eo pid=,ppid= | awk '$2 == 1 {print $1}'); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "PYTHONPATH=$PINNED" || continue
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | grep -qx "PYTHONPATH=$PINNED" || continue  # or gone
     pgid=$(ps -o pgid= -p "$pid" | tr -d ' ')
     [ -n "$pgid" ] && [ "$pgid" != "$pid" ] && [ ! -d "/proc/$pgid" ] && echo "$pid"
   done
@@ -124,7 +124,7 @@ publish_loop() {
       return
     fi
     for pid in $(leftovers); do
-      log "killing $pid, left by a finished run: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+      log "killing $pid, left by a finished run: $({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-120)"
       kill -9 "$pid" 2>/dev/null
     done
     PYTHONPATH=$REPO "$PY" - "$OUT" "$PUB" "${labs[@]}" <<'PY'
