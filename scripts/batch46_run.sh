@@ -21,6 +21,9 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PLAN="$REPO/docs/lab/batch46/plan.json"
 PUB="$REPO/docs/results/batch46"
 PY=${COOPER_VENV:-$HOME/.cache/cooper_openrlhf/venv}/bin/python
+# This checkout's helpers run with -P: from the pinned worktree (the cwd) a plain `python -c`/`python -` puts the
+# cwd first on sys.path, ahead of PYTHONPATH, and imports the pinned package, which predates them.
+HERE=("$PY" -P)
 COMMIT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["commit"])' "$PLAN")
 OUT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["out"])' "$PLAN")
 PINNED=${BATCH46_WORKTREE:-/work/batch46}
@@ -29,7 +32,9 @@ log() { echo "$(date -u +%FT%TZ) $*"; }
 
 commit_paths() {  # path-limited: nothing else of this checkout is committed, whatever else is staged
   local message=$1; shift
-  if ! { git -C "$REPO" add -- "$@" && git -C "$REPO" commit -q --only -m "$message" -- "$@"; }; then
+  git -C "$REPO" add -- "$@" || { log "could not stage $* (left for the next try)"; return; }
+  git -C "$REPO" diff --cached --quiet -- "$@" && return  # committed already
+  if ! git -C "$REPO" commit -q --only -m "$message" -- "$@"; then
     log "could not commit $* (left for the next try)"
   fi
 }
@@ -44,7 +49,7 @@ cd "$PINNED" || exit 2
 # 2. gates or remade preparation, then the fingerprint --------------------------------------------------------------
 mapfile -t labs < <(python3 -c 'import json,sys
 for lab in json.load(open(sys.argv[1]))["labs"]: print(lab["name"])' "$PLAN")
-first_unfinished=$(PYTHONPATH=$REPO "$PY" -c 'import json, sys
+first_unfinished=$(PYTHONPATH=$REPO "${HERE[@]}" -c 'import json, sys
 from pathlib import Path
 from cooper_openrlhf.lab.batch import unfinished_labs
 print(next(iter(unfinished_labs(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))), ""))' "$PLAN" "$PUB")
@@ -78,7 +83,7 @@ print("\n".join(next(l for l in json.load(open(sys.argv[1]))["labs"] if l["name"
 done
 
 # 3. published runs back into the run folder (this checkout's lab/batch.py; the pinned run_batch predates it) ---
-PYTHONPATH=$REPO "$PY" - "$PUB" "$OUT" "${labs[@]}" <<'PY'
+PYTHONPATH=$REPO "${HERE[@]}" - "$PUB" "$OUT" "${labs[@]}" <<'PY'
 import sys
 from pathlib import Path
 from cooper_openrlhf.lab.batch import restore_missing_runs
@@ -127,7 +132,7 @@ publish_loop() {
       log "killing $pid, left by a finished run: $({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-120)"
       kill -9 "$pid" 2>/dev/null
     done
-    PYTHONPATH=$REPO "$PY" - "$OUT" "$PUB" "${labs[@]}" <<'PY'
+    PYTHONPATH=$REPO "${HERE[@]}" - "$OUT" "$PUB" "${labs[@]}" <<'PY'
 import sys
 from pathlib import Path
 from cooper_openrlhf.lab.batch import publish_runs
