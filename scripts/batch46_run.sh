@@ -145,7 +145,12 @@ PY
     mapfile -t paths < <(git -C "$REPO" status --porcelain --untracked-files=all -- "$PUB" | cut -c4- \
                           | sed "s#^#$REPO/#")
     if [ ${#paths[@]} -gt 0 ]; then
-      commit_paths "batch46: $(printf '%s\n' "${paths[@]}" | grep -c 'tar.gz$') run archive(s) published" "${paths[@]}"
+      archives=$(printf '%s\n' "${paths[@]}" | grep -c 'tar.gz$')
+      if [ "$archives" -gt 0 ]; then
+        commit_paths "batch46: $archives run archive(s) published" "${paths[@]}"
+      else  # a lab rewrites its report as it starts or resumes
+        commit_paths "batch46: a lab's report rewritten" "${paths[@]}"
+      fi
     fi
   done
 }
