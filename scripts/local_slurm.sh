@@ -86,8 +86,8 @@ SchedulerType=sched/backfill
 ReturnToService=2
 JobRequeue=1
 KillWait=10
-# MinJobAge: how long slurmctld keeps a finished job (no slurmdbd here, so `scontrol show job` is the record). A
-# whole chain on a loaded 2-core machine outlasts 600 s after its first jobs end.
+# MinJobAge: how long slurmctld keeps a finished job (no slurmdbd here, so scontrol's view of a job is its
+# record). A whole chain on a loaded 2-core machine outlasts 600 s after its first jobs end.
 MinJobAge=3600
 SlurmctldTimeout=30
 SlurmdTimeout=60
