@@ -66,7 +66,8 @@ def test_a_new_machine_restores_the_published_runs_and_remakes_only_the_first_un
     identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
                 "GIT_COMMITTER_EMAIL": "t@t"}
     env = {**os.environ, **identity, "COOPER_VENV": sys.prefix, "BATCH46_WORKTREE": str(pinned),
-           "DRIVER_CALLS": str(tmp_path / "calls.jsonl")}
+           "DRIVER_CALLS": str(tmp_path / "calls.jsonl"), "BATCH46_AUTOGROUP_FILE": str(tmp_path / "autogroup")}
+    (tmp_path / "autogroup").write_text("1\n")  # the kernel's setting, which a test must leave alone
     subprocess.run([*git, "commit", "-qm", "plan and published runs"], check=True, env=env)
 
     with open(tmp_path / "driver.log", "w") as log:  # a file, not a pipe: the publisher's sleep outlives the driver
@@ -81,3 +82,4 @@ def test_a_new_machine_restores_the_published_runs_and_remakes_only_the_first_un
     assert restored == ["prepA/runs/rule_seed0/run_info.json", "prepA/runs/static_seed0/run_info.json",
                         "prepB/runs/rule_seed0/run_info.json"]
     assert "could not" not in (tmp_path / "driver.log").read_text()
+    assert (tmp_path / "autogroup").read_text().strip() == "0"  # so nice 19 yields the cores to other work
