@@ -287,8 +287,10 @@ def test_usr1_checkpoints_the_step_in_flight_then_requeues_and_the_next_attempt_
     text = log.read_text(errors="replace")
     assert re.findall(r"resuming at step .*", text) == [
         "resuming at step 3 from the policy's global_step3 and the RM's global_step3"]
+    # Attempt 1 trained step 3 (its checkpoint is the one resumed from above), but the line of step 3 can be lost with
+    # the attempt: Ray forwards an actor's log to the driver asynchronously, and the requeue ends the forwarding.
     first, second = attempts_steps(log)
-    assert first[:3] == [1, 2, 3] and second == [4, 5, 6], (first, second)
+    assert first[:2] == [1, 2] and first[2:] in ([], [3], [3, 4]) and second == [4, 5, 6], (first, second)
     attempts = launch_record(out)["attempts"]
     assert [a["restart_count"] for a in attempts] == [0, 1] and attempts[1]["exit"] == 0
     assert not (out / "ckpt" / "save_request").exists() and not (out / "ckpt" / "save_request.done").exists()
