@@ -159,7 +159,7 @@ def test_a_failed_run_retried_to_done_replaces_its_published_archive(tmp_path):
 def test_a_run_published_by_a_batch_stopped_before_its_commit_is_committed_by_the_resume(repo, tmp_path):
     """A batch stopped between archiving a seed's runs and committing them: the resume archives nothing new (a run is
     archived once), so it commits everything published and not yet committed."""
-    from cooper_openrlhf.lab.batch import run_batch, uncommitted
+    from cooper_openrlhf.lab.batch import commit_published, run_batch, uncommitted
 
     (repo / ".gitignore").write_text((Path(__file__).resolve().parent.parent / ".gitignore").read_text())
     _git(repo, "add", ".gitignore")
@@ -183,6 +183,14 @@ def test_a_run_published_by_a_batch_stopped_before_its_commit_is_committed_by_th
     committed = _git(repo, "log", "--name-only", "--format=", "-2").split()
     assert "docs/results/batch45/main/runs/rule_seed0.tar.gz" in committed
     assert "docs/results/batch45/main/runs/rule_seed1.tar.gz" in committed
+    assert uncommitted(repo, dest / "main") == []
+    # A published file changed after its commit (a retried run's archive, a rewritten report: porcelain's "XY" then
+    # starts with a space) is offered too, beside a new one.
+    archive = dest / "main" / "runs" / "rule_seed0.tar.gz"
+    archive.write_bytes(archive.read_bytes() + b"replaced")
+    (dest / "main" / "new file.md").write_text("a new one\n")
+    assert uncommitted(repo, dest / "main") == [dest / "main" / "new file.md", archive]
+    assert commit_published(repo, uncommitted(repo, dest / "main"), "batch45: main rewritten")
     assert uncommitted(repo, dest / "main") == []
 
 

@@ -309,9 +309,19 @@ def publish_runs(lab: Path, dest: Path) -> list[Path]:
 def uncommitted(repo: Path, folder: Path) -> list[Path]:
     """Files under `folder` that git sees as new or changed: what a batch stopped between publishing and committing
     left behind, which its resume (`publish_runs` archives a run once) would never offer again."""
-    status = _git(repo, "status", "--porcelain", "--untracked-files=all", "--",
-                  str(folder.resolve().relative_to(repo.resolve())))
-    return sorted(repo / line[3:] for line in status.splitlines())  # porcelain v1: "XY path"
+    # -z: entries "XY path" as git wrote them (a changed file's X is a space, which _git's strip would take from the
+    # first entry) and paths unquoted. The NUL-separated field after a rename's entry is its old path.
+    done = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "-z", "--untracked-files=all", "--",
+                           str(folder.resolve().relative_to(repo.resolve()))], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise PlanError(f"git status in {repo} failed: {done.stderr.strip()}")
+    fields, paths = iter(done.stdout.split("\0")), []
+    for entry in fields:
+        if entry:
+            paths.append(repo / entry[3:])
+            if entry[0] in "RC":
+                next(fields, None)
+    return sorted(paths)
 
 
 def commit_published(repo: Path, paths: list[Path], message: str) -> bool:
