@@ -77,6 +77,7 @@ def test_the_rule_arm_needs_no_reward_model(parse):
     (["--reward.model_name_or_path", "rm", "--cooper.reward_threshold", "1.0"], "reward_threshold must be in (0, 1)"),
     (["--reward.model_name_or_path", "rm", "--remote_rm_trainable", "--cooper.rm_updates_per_step", "0"],
      "rm_updates_per_step must be >= 1"),
+    (["--reward.model_name_or_path", "rm", "--cooper.rm_score_batch_size", "0"], "rm_score_batch_size must be >= 1"),
     (["--reward.model_name_or_path", "rm", "--cooper.rm_save_path", "out"], "only used with --remote_rm_trainable"),
     (["--reward.model_name_or_path", "rm", "--remote_rm_trainable", "--cooper.answerless_negatives"],
      "--cooper.answerless_negatives picks among the policy's own rollouts"),

@@ -20,7 +20,8 @@ def _strategy(extra: list[str] = ()):
 
     argv = ["--ds.attn_implementation", "eager", "--ds.param_dtype", "auto", "--remote_rm_trainable",
             "--cooper.rm_lr", "1e-2", "--cooper.rm_warmup_ratio", "0", "--cooper.rm_lr_scheduler", "constant",
-            "--cooper.rm_micro_batch_size", "2", "--cooper.rm_max_length", "128", "--cooper.rm_max_norm", "100",
+            "--cooper.rm_micro_batch_size", "2", "--cooper.rm_score_batch_size", "2", "--cooper.rm_max_length", "128",
+            "--cooper.rm_max_norm", "100",
             *extra]
     return get_strategy(parse_openrlhf_args(argv, add_cooper_args(openrlhf_ppo_parser())))
 
@@ -83,7 +84,7 @@ def test_two_ranks_score_train_on_exactly_the_valid_pairs_and_round_trip_a_check
     group = _group(ray, 2, path, str(tmp_path / "ckpt"))
     a, b = group._actor_handlers
     try:
-        # Scoring, split over the ranks, equals a direct forward of the same template texts.
+        # Scoring, split over the ranks (rank 0 in forwards of 2 and 1), equals a direct forward of the same texts.
         scored = ray.get([a.score.remote(QUESTIONS[:3], REFERENCES[:3], completions[:3]),
                           b.score.remote(QUESTIONS[3:], REFERENCES[3:], completions[3:])])
         torch.testing.assert_close(torch.tensor(scored[0] + scored[1]), _direct_scores(path, completions), atol=1e-3, rtol=0)

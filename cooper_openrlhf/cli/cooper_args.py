@@ -95,7 +95,11 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="Max tokens of one RM input (template text); default: the max_length the VerifyRM export records, "
         "else 1024. Longer inputs are cut at the end, with a warning.")
     add("--cooper.rm_micro_batch_size", type=int, default=4,
-        help="RM sequences per forward on each RM rank, when scoring and when training (a pair is two sequences).")
+        help="RM sequences per forward and backward on each RM rank when training (a pair is two sequences).")
+    add("--cooper.rm_score_batch_size", type=int, default=16,
+        help="RM sequences per forward on each RM rank when scoring (the step's rollouts, and at --eval.steps the "
+        "held-out rollouts, the probe suite and --cooper.rm_eval_dataset). No gradients are kept, so a forward can "
+        "take more than a training micro-batch; as OpenRLHF's --rollout.micro_batch_size for its reward forwards.")
     add("--cooper.rm_save_path", type=str, default=None,
         help="Where the final RM is exported (VerifyRM format, loadable by rm.model.load_rm); default "
         "{--ckpt.output_dir}/rm. Only with --remote_rm_trainable.")
@@ -241,8 +245,8 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
     if cooper.answerless_negatives and cooper.negative_source == "assistant":
         problems.append("--cooper.answerless_negatives picks among the policy's own rollouts and is never used with "
                         "--cooper.negative_source assistant; use rollout or mixed")
-    positive_ints = ("rm_updates_per_step", "rm_mini_batch_size", "rm_micro_batch_size", "negative_retries", "negative_max_new_tokens",
-                     "verifier_workers")
+    positive_ints = ("rm_updates_per_step", "rm_mini_batch_size", "rm_micro_batch_size", "rm_score_batch_size",
+                     "negative_retries", "negative_max_new_tokens", "verifier_workers")
     for name in positive_ints:
         if getattr(cooper, name) < 1:
             problems.append(f"--cooper.{name} must be >= 1, got {getattr(cooper, name)}")

@@ -35,7 +35,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-# Tolerances for fp32 on CPU. Scores: the trainer scores in micro-batches of --cooper.rm_micro_batch_size, the
+# Tolerances for fp32 on CPU. Scores: the trainer scores in batches of --cooper.rm_score_batch_size, the
 # service in batches of whatever arrived together, so padding and matmul shapes differ: ~1e-7 per logit. Weights:
 # the update itself runs the same chunks in the same order, but thread counts (the run's workers have
 # OMP_NUM_THREADS=1) change summation order, ~1e-7 relative per op, growing through Adam's division by sqrt(v).

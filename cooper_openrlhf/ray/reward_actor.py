@@ -133,9 +133,9 @@ class TrainableRewardModelActor(BaseModelActor):
     # ------------------------------------------------------------------------------------ scoring
     @torch.no_grad()
     def score(self, questions: list[str], references: list[str], completions: list[str]) -> list[float]:
-        """RM logits of the triples, in order (`rm.model.score_logits`, micro-batches of --cooper.rm_micro_batch_size)."""
+        """RM logits of the triples, in order (`rm.model.score_logits`, forwards of --cooper.rm_score_batch_size)."""
         return score_logits(self.model, self.tokenizer, questions, references, completions, max_length=self.max_length,
-                            template_version=self.template_version, batch_size=self.cooper.rm_micro_batch_size)
+                            template_version=self.template_version, batch_size=self.cooper.rm_score_batch_size)
 
     # ----------------------------------------------------------------------------------- training
     def fit(self, pairs: PairBatch, global_valid: int) -> dict[str, float]:
