@@ -91,6 +91,17 @@ def test_rewrites_run_while_the_rm_scores_and_the_rm_trains_beside_the_policy(ma
     assert "timing/cooper_negatives" not in status  # it overlapped: not summed into OpenRLHF's step total
 
 
+def test_the_rms_read_at_an_evaluation_step_is_timed_as_a_stage_of_that_step(make_trainer):
+    """At every --eval.steps step the RM is read after its update (probe suite, verifier accuracy): on an RM arm that
+    read can take longer than the rest of the step, so it is a stage of its own in the step's timing."""
+    trainer, _, _ = make_trainer((*COOPER, "--eval.steps", "2"))
+    at_eval, next_step = trainer.train_step(samples(), 1)
+    assert next_step == 2 and at_eval["timing/cooper_rm_read"] >= 0
+    assert at_eval["timeline/rm_read_start"] >= at_eval["timeline/rm_update_end"]  # the RM after this step's update
+    between, _ = trainer.train_step(samples(), 2)
+    assert "timing/cooper_rm_read" not in between
+
+
 @pytest.mark.parametrize("colocated", [False, True])
 def test_colocated_rm_hands_its_cached_memory_back_after_scoring_and_after_its_update(make_trainer, colocated):
     """As stock OpenRLHF does after its reward forwards: on shared GPUs the RM's cache is emptied before the

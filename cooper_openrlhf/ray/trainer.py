@@ -174,7 +174,8 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
             rm_metrics = rm_update.result() if rm_update else self.update_rm(pairs)
         pairs, pair_metrics = pairs.result()
         if self.args.eval.steps > 0 and next_step % self.args.eval.steps == 0:  # the RM after this step's update
-            rm_metrics.update(self.read_rm())
+            with clock.stage("rm_read"):  # an RM arm's evaluation steps are long for this read: timed, so it shows
+                rm_metrics.update(self.read_rm())
         self.log_samples(next_step, texts, verdicts.correct, rewards, pairs)
         status.update({**verify_metrics, **score_metrics, **pair_metrics, **rm_metrics, **clock.metrics()})
         status.update(self.watch_for_hacking(next_step, status))

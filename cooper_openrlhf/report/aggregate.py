@@ -27,7 +27,7 @@ Scalars = dict[str, Series]
 TIMING_PREFIX, STEP_TOTAL = "timing/", "timing/step_total"
 # The order stages run in within one step (ray/trainer.py and OpenRLHF's fit); others follow alphabetically.
 STAGE_ORDER = ("generation", "cooper_decode", "cooper_verify", "cooper_negatives", "cooper_score", "make_experience",
-               "ppo_train", "broadcast", "cooper_rm_update")
+               "ppo_train", "broadcast", "cooper_rm_update", "cooper_rm_read")
 HELDOUT_LABEL = "held-out accuracy"
 VERIFIED_LABEL = "verified accuracy of training rollouts (no held-out evaluation)"
 
