@@ -15,7 +15,8 @@
 # sourced in the job and on every node before anything starts: modules, conda, venv), CONTAINER_IMAGE (pyxis:
 # every srun step runs in it), GPUS_PER_NODE=0 (CPU mode: every role on CPU, for tiny models and the local
 # cluster of scripts/local_slurm.sh), CPUS_PER_TASK / MEM (sbatch --cpus-per-task / --mem at submission),
-# SIGNAL_MARGIN (seconds before the time limit at which the job requeues itself; default 600).
+# SIGNAL_MARGIN (seconds before the time limit at which the job requeues itself; default 600; at submission
+# through this kit, for the launchers that requeue: RL, annotate, evaluate).
 
 if [[ -n "${COOPER_SETUP:-}" ]]; then
   [[ -f "$COOPER_SETUP" ]] || { echo "error: COOPER_SETUP=$COOPER_SETUP: no such file" >&2; exit 2; }
@@ -82,7 +83,11 @@ submit() {
   read -r -a extra <<< "${SBATCH_ARGS:-}"
   [[ -z "${CPUS_PER_TASK:-}" ]] || extra+=("--cpus-per-task=$CPUS_PER_TASK")
   [[ -z "${MEM:-}" ]] || extra+=("--mem=$MEM")
-  [[ -z "${SIGNAL_MARGIN:-}" ]] || extra+=("--signal=B:USR1@$SIGNAL_MARGIN")
+  # SIGNAL_MARGIN moves the signal of the launchers that ask for one (#SBATCH --signal: they requeue on it). The
+  # others do not handle USR1, and bash's default action for it would end them that long before their time limit.
+  if [[ -n "${SIGNAL_MARGIN:-}" ]] && grep -q '^#SBATCH --signal=' "$0"; then
+    extra+=("--signal=B:USR1@$SIGNAL_MARGIN")
+  fi
   if dry_run; then
     local defaults
     defaults=$(sed -n 's/^#SBATCH //p' "$0" | tr '\n' ' ')

@@ -201,6 +201,24 @@ def test_annotate_and_verifyrm_train_launchers(shell, tmp_path):
     assert bad.returncode == 2 and "unrecognized arguments: --lr-typo" in bad.stderr
 
 
+def test_signal_margin_moves_the_signal_of_the_launchers_that_requeue_and_gives_none_to_the_others(shell, rl_env,
+                                                                                                    tmp_path):
+    """SIGNAL_MARGIN=300: the RL job gets USR1 300 s before its limit (it checkpoints and requeues); VerifyRM training
+    and the report do not handle USR1, so they get no signal (bash would end them at it, 300 s early)."""
+    rl = shell.run("cooper_slurm.sbatch", {**rl_env, "SIGNAL_MARGIN": "300"})
+    assert rl.returncode == 0, rl.stderr
+    train = shell.run("verifyrm_train.sbatch", {"PRETRAIN": _model(tmp_path / "base"), "ANNOTATED": str(tmp_path),
+                                                "OUT": str(tmp_path / "rm"), "GPUS": "1", "SIGNAL_MARGIN": "300"})
+    runs = tmp_path / "rl"
+    (runs / "run_info.json").parent.mkdir(parents=True, exist_ok=True)
+    (runs / "run_info.json").write_text(json.dumps({"arm": "cooper", "seed": 0, "status": "done"}))
+    report = shell.run("report.sbatch", {"RUN_DIRS": str(runs), "OUT": str(tmp_path / "report"), "SIGNAL_MARGIN": "300"})
+    rl_sbatch, *others = shell.calls("sbatch")
+    assert "--signal=B:USR1@300" in rl_sbatch
+    assert len(others) == 2, (train.stderr, report.stderr)
+    assert not [option for sbatch in others for option in sbatch if option.startswith("--signal")], others
+
+
 def test_an_array_task_runs_its_own_shard(shell, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"question": f"q{i}", "reference": str(i)}) + "\n" for i in range(6)))
