@@ -199,6 +199,16 @@ def test_annotate_and_verifyrm_train_launchers(shell, tmp_path):
     assert bad.returncode == 2 and "RM_TRAIN_BATCH_SIZE=30: must be a multiple of RM_MICRO_BATCH_SIZE=4 x GPUS=4" in bad.stderr
     bad = shell.run("verifyrm_train.sbatch", train, "--lr-typo", "1")
     assert bad.returncode == 2 and "unrecognized arguments: --lr-typo" in bad.stderr
+    # train_rm's flag names, none of the deprecated ones, so a user's own value of a setting overrides the launcher's
+    from cooper_openrlhf.cli.verifyrm import DEPRECATED_TRAIN_FLAGS
+
+    override = shell.run("verifyrm_train.sbatch", train, "--adam.lr", "1e-5")
+    assert override.returncode == 0, override.stderr
+    (command,) = [line for line in override.stdout.splitlines() if "cooper_openrlhf.cli.verifyrm train" in line]
+    words = command.split()
+    assert not {old for old, _, _ in DEPRECATED_TRAIN_FLAGS} & set(words), command
+    last = max(i for i, word in enumerate(words) if word == "--adam.lr")
+    assert words[last + 1] == "1e-5"  # argparse keeps the last: the user's
 
 
 def test_signal_margin_moves_the_signal_of_the_launchers_that_requeue_and_gives_none_to_the_others(shell, rl_env,

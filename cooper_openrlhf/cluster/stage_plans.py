@@ -373,9 +373,12 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = (), *, entry: EntryPoi
     launcher = (["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)] if cpu else
                 ["deepspeed", "--num_gpus", str(gpus)])
     argv = [*launcher, "--module" if not cpu else "-m", "cooper_openrlhf.cli.verifyrm", "train",
-            "--pretrain", pretrain, *(["--init-head"] if env.flag("INIT_HEAD") else []), "--data", data, "--out", out,
-            "--epochs", str(env.int("EPOCHS", 3)), "--lr", str(env.float("LR", 2e-5)), "--lr-scheduler", "linear",
-            "--warmup-ratio", "0", "--weight-decay", "0.01", "--max-length", str(env.int("MAX_LENGTH", 2048)),
+            # train_rm's flag names (the old ones print a deprecation line each), so a user's extra flag of the same
+            # setting overrides the launcher's: argparse keeps the last.
+            "--model.model_name_or_path", pretrain, *(["--init-head"] if env.flag("INIT_HEAD") else []),
+            "--data.dataset", data, "--ckpt.output_dir", out, "--train.max_epochs", str(env.int("EPOCHS", 3)),
+            "--adam.lr", str(env.float("LR", 2e-5)), "--lr_scheduler", "linear", "--lr_warmup_ratio", "0",
+            "--adam.weight_decay", "0.01", "--data.max_len", str(env.int("MAX_LENGTH", 2048)),
             "--ds.zero_stage", "2",
             *(["--ds.attn_implementation", "eager"] if cpu else
               ["--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2"]),
