@@ -92,7 +92,7 @@ def load_splits(config: TrainConfig) -> tuple[list[LabelledTriple], list[Labelle
         require_both_classes(train, f"the training split of {config.data} (--split-seed {config.split_seed})")
     if not held_out:
         raise RecipeDataError(
-            f"the eval split of {config.eval_data or config.data} is empty; raise --eval-fraction or pass --eval-data"
+            f"the eval split of {config.eval_data or config.data} is empty; raise --eval-fraction or pass --eval.dataset"
         )
     if 0 in label_counts(held_out).values():
         logger.warning("the eval split has one class only (%s); F1 and precision are degenerate", label_counts(held_out))
