@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 FIGURE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
-PALETTE_COLOURS = 64  # 32 merged tab10's blue into grey where bands overlap; white, black and the arms' 10 among them
+PALETTE_COLOURS = 64  # 32 merged tab10's blue into grey where bands overlap; white, black and the arms' 18 among
+# them (`arm_palette`), so 44 median-cut colours for the rest
 
 
 def figure_links(markdown: str) -> list[str]:
