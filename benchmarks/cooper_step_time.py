@@ -21,8 +21,9 @@ Default configuration (CPU, minutes): SmolLM2-135M-Instruct policy sampled at th
 (at 0.3 it verified only 3-5% of its rollouts and the assistant arm built no pair), the tiny Qwen2 RM,
 synthetic arithmetic prompts, 4 prompts x `--n-samples` rollouts (8 by default, the paper's n). The policy's
 learning rate is 0 by default (`--policy-lr`): the update still runs in full (forward, backward, optimizer
-step, weight sync), but every arm then samples the same rollouts at every step (same weights, same engine
-seed), so the arms differ only by Cooper's own stages. With a learning policy each arm's response lengths
+step, weight sync), but every arm's policy then stays the same at every step (same weights, same engine
+seed), so the arms differ by Cooper's own stages, and their rollouts only by sampling: the assistant's rewrites draw
+from the same engine's random stream, and the CPU engine's sampling is not bit-reproducible across launches. With a learning policy each arm's response lengths
 drift apart within a few steps and move generation and training time for reasons that are not Cooper's cost.
 Any extra train_cooper flag after `--` goes to every run (e.g. the paper's configuration on a GPU node).
 

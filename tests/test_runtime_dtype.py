@@ -67,3 +67,28 @@ def test_cooper_cpu_bf16_overrides_the_cpus_own_flags_in_this_and_child_processe
         dtype.cpu_has_bf16_units()
     monkeypatch.delenv(dtype.CPU_BF16_ENV)
     dtype.cpu_has_bf16_units.cache_clear()
+
+
+def test_the_start_up_log_names_the_override_that_chose_fp32_rather_than_blaming_the_cpu(monkeypatch, caplog):
+    """`auto -> fp32` on a CPU with bf16 units forced onto the fp32 path (COOPER_CPU_BF16=0, as the lab's batches
+    run) says so; without the override it names what the CPU has."""
+    import argparse
+
+    from cooper_openrlhf.runtime import dtype
+    from cooper_openrlhf.runtime.openrlhf_args import resolve_param_dtype
+
+    def resolved_log() -> str:
+        caplog.clear()
+        resolve_param_dtype(argparse.Namespace(**{"ds.param_dtype": "auto"}), gpu_run=False)
+        return caplog.text
+
+    monkeypatch.setenv(dtype.RUN_DTYPE_ENV, "fp32")  # resolving announces the dtype: put back what was there after
+    monkeypatch.setenv(dtype.CPU_BF16_ENV, "0")
+    dtype.cpu_has_bf16_units.cache_clear()
+    with caplog.at_level("WARNING"):
+        assert "--ds.param_dtype auto -> fp32 (CPU, COOPER_CPU_BF16=0)" in resolved_log()
+        monkeypatch.delenv(dtype.CPU_BF16_ENV)
+        dtype.cpu_has_bf16_units.cache_clear()
+        units = "with" if dtype.cpu_has_bf16_units() else "without"
+        assert f"(CPU {units} bf16 units)" in resolved_log()
+    dtype.cpu_has_bf16_units.cache_clear()

@@ -10,7 +10,8 @@ metrics, timed on the step's `StepClock` (`timing/cooper_<phase>`, `timeline/<ph
              so OpenRLHF's experience maker skips its frozen-RM forward
   pairs      on the second thread: `core.finish_pairs` (the RM's scores pick "hardest" rollout negatives)
   policy     `super().train_step`, OpenRLHF's GRPO step unchanged (make_experience, ppo_train, weight sync);
-             `broadcast_to_vllm`, the one other override, holds the sync until the rewrites are in
+             `broadcast_to_vllm`, the step's one other override, holds the sync until the rewrites are in
+             (checkpoints and held-out evaluation: the mixins of ray/checkpoints.py and ray/evaluation.py)
   RM update  masked pairwise loss on the step's valid pairs (only with --remote_rm_trainable)
   metrics    RM reward next to the rule-verified accuracy of the same rollouts (the reward-hacking gap)
 

@@ -29,7 +29,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 # The run's resolved dtype name, announced once at start-up (`announce_run_dtype`) for the processes started
-# after it: Ray workers copy it (runtime/ray_cluster.py) and vLLM engines are created in it (runtime/cpu.py).
+# after it: Ray workers copy it (runtime/ray_env.py) and vLLM engines are created in it (runtime/cpu.py).
 RUN_DTYPE_ENV = "COOPER_OPENRLHF_DTYPE"
 
 # CPU flags (as /proc/cpuinfo spells them) whose presence makes bf16 matmuls native.
@@ -83,6 +83,15 @@ def cpu_has_bf16_units() -> bool:
         logger.warning("cannot read /proc/cpuinfo; assuming the CPU has no bf16 units (fp32 on CPU)")
         return False
     return has_bf16_units(cpu_flags(text))
+
+
+def cpu_dtype_reason() -> str:
+    """Why `auto` took the dtype it took on this CPU, for the start-up log: the override when one is set (a CPU with
+    bf16 units forced onto the fp32 path is not "a CPU without bf16 units"), else what the CPU has."""
+    override = os.environ.get(CPU_BF16_ENV)
+    if override is not None:
+        return f"CPU, {CPU_BF16_ENV}={override}"
+    return f"CPU {'with' if cpu_has_bf16_units() else 'without'} bf16 units"
 
 
 def fast_dtype_name(cuda: bool | None = None) -> str:

@@ -24,7 +24,7 @@ import runpy
 import sys
 from collections.abc import Callable
 
-from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES, DtypeError, announce_run_dtype, cpu_has_bf16_units, resolve_dtype_name
+from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES, DtypeError, announce_run_dtype, cpu_dtype_reason, resolve_dtype_name
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +65,7 @@ def resolve_param_dtype(flat_args: argparse.Namespace, gpu_run: bool | None = No
     setattr(flat_args, _PARAM_DTYPE_DEST, name)
     announce_run_dtype(name)
     if requested != name:
-        device = "GPU" if gpu_run or (gpu_run is None and _cuda()) else (
-            f"CPU {'with' if cpu_has_bf16_units() else 'without'} bf16 units")
+        device = "GPU" if gpu_run or (gpu_run is None and _cuda()) else cpu_dtype_reason()
         logger.warning("%s %s -> %s (%s)", PARAM_DTYPE_FLAG, requested, name, device)
     return flat_args
 
