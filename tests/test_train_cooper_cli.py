@@ -22,13 +22,13 @@ def _parse(argv):
 
 
 def test_param_dtype_defaults_to_auto_resolved_once_and_announced(monkeypatch, caplog):
-    from cooper_openrlhf.runtime.dtype import RUN_DTYPE_ENV, cpu_has_bf16_units, run_dtype_name
+    from cooper_openrlhf.runtime.dtype import RUN_DTYPE_ENV, cpu_dtype_reason, run_dtype_name
 
     monkeypatch.delenv(RUN_DTYPE_ENV, raising=False)
     args = _parse(BASE)
     assert args.ds.param_dtype == resolve_dtype_name("auto")  # every actor sees the concrete name
-    units = "with" if cpu_has_bf16_units() else "without"
-    assert f"--ds.param_dtype auto -> {args.ds.param_dtype} (CPU {units} bf16 units)" in caplog.text  # said once
+    # said once, with why: the CPU's units, or COOPER_CPU_BF16 where it is set (tests/test_runtime_dtype.py)
+    assert f"--ds.param_dtype auto -> {args.ds.param_dtype} ({cpu_dtype_reason()})" in caplog.text
     assert run_dtype_name() == args.ds.param_dtype  # and so do vLLM engines and Ray workers started later
     assert _parse([*BASE, "--ds.param_dtype", "fp32"]).ds.param_dtype == "fp32"
     assert _parse([*BASE, "--ds.param_dtype", "bf16"]).ds.param_dtype == "bf16"
