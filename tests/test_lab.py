@@ -319,19 +319,22 @@ def test_a_folder_written_before_the_candidate_choice_resumes_and_another_choice
 
 
 def test_the_lab_runs_alarm_rule_f_and_refuses_to_resume_folders_that_ran_other_rules(tmp_path):
-    """The lab passes its alarm rules to every run (F: docs/lab/notebook.md, "Rule F"). A folder written with other rules
-    (explicitly, or before the setting existed: A-D) logged other alarms, so resuming it would mix two in one report."""
+    """The lab passes its alarm rules to every run, by name (rule F, wrong_paid_more: docs/lab/notebook.md, "Rule F";
+    the old letters are deprecated). A folder written with other rules (explicitly, or before the setting existed:
+    A-D) logged other alarms, so resuming it would mix two in one report; one written with the letter F resumes."""
     from cooper_openrlhf.lab.runner import LabFiles, train_cooper_argv
 
     preset = PRESETS["full"]
     argv = train_cooper_argv(preset, LabFiles(tmp_path, tmp_path / "policy", tmp_path / "rm"), "static", 0)
-    assert argv[argv.index("--cooper.hacking_rules") + 1] == preset.hacking_rules == "F"
+    assert argv[argv.index("--cooper.hacking_rules") + 1] == preset.hacking_rules == "wrong_paid_more"
     settings = {k: v for k, v in json.loads(json.dumps(asdict(preset))).items() if k not in lab_cli.RESUMABLE_FIELDS}
-    (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(settings))
-    lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)  # same rules: resumes
+    for same in (settings, {**settings, "hacking_rules": "F"}):  # same rules, by name or by letter: resumes
+        (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(same))
+        lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)
     for old in ({**settings, "hacking_rules": "ABCD"}, {k: v for k, v in settings.items() if k != "hacking_rules"}):
         (tmp_path / lab_cli.SETTINGS_FILE).write_text(json.dumps(old))
-        with pytest.raises(SystemExit, match=r"hacking_rules: 'ABCD' -> 'F'"):
+        with pytest.raises(SystemExit, match=r"hacking_rules: 'gap_growing,gap_high,heldout_falls,rm_blind' -> "
+                                             r"'wrong_paid_more'"):
             lab_cli.check_same_setup(tmp_path, lab_cli.parse_args(["--preset", "full"]).preset_obj)
 
 

@@ -261,16 +261,21 @@ LETTERS = {"A": "gap_growing", "B": "gap_high", "C": "heldout_falls", "D": "rm_b
            "F": "wrong_paid_more"}
 
 
+def named_rules(text: str) -> str:
+    """`text` with old letters ("ABCD", "F") written as the rules' names, comma-separated; anything else as it is.
+    For comparing settings recorded in either form (a lab folder's `lab_settings.json`)."""
+    text = text.strip()
+    return ",".join(LETTERS[letter] for letter in text) if text and set(text) <= set(LETTERS) else text
+
+
 def parse_rule_names(text: str) -> tuple[str, ...]:
     """`--cooper.hacking_rules`: comma-separated rule names, in the registry's order; raises ValueError on an unknown
     name. A string of old letters ("ABCD", "F") is read through `LETTERS`, with a deprecation warning."""
     text = text.strip()
-    if text and set(text) <= set(LETTERS):
-        names = [LETTERS[letter] for letter in text]
+    if named_rules(text) != text:
         logger.warning("--cooper.hacking_rules %s: letters are deprecated and stop parsing on %s; name the rules: %s",
-                       text, LETTERS_REMOVED, ",".join(names))
-    else:
-        names = [name.strip() for name in text.split(",") if name.strip()]
+                       text, LETTERS_REMOVED, named_rules(text))
+    names = [name.strip() for name in named_rules(text).split(",") if name.strip()]
     if not names:
         raise ValueError(f"rules must name at least one rule of {list(HACKING_RULES)}, got {text!r}")
     chosen = {HACKING_RULES.check(name) for name in names}

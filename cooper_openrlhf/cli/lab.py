@@ -33,6 +33,7 @@ from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from cooper_openrlhf.algo.hacking_rules import named_rules
 from cooper_openrlhf.lab.arms import ARMS
 from cooper_openrlhf.lab.presets import NEEDS_PAIR_SOURCE, PRESETS, RESUMABLE_FIELDS, parse_arms
 from cooper_openrlhf.lab.task import task_split
@@ -210,6 +211,7 @@ PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate", "r
 
 def _comparable(settings: dict) -> dict:
     settings = {**SETTINGS_ADDED, **settings}
+    settings["hacking_rules"] = named_rules(settings["hacking_rules"])  # folders written with letters ("F") resume
     if settings["rm_pair_steps"] == 0:
         settings = {k: v for k, v in settings.items() if k not in PAIR_STAGE_FIELDS}
     return settings

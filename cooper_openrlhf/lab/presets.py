@@ -89,10 +89,10 @@ class LabPreset:
     # preparation. 0: the seeds every lab folder used before there was a choice.
     preparation_seed: int = 0
     hacking_window: int = 6
-    # F alone (what the RM pays verified-wrong rollouts, against its own noise): on fresh runs, judged by a rule set
-    # before them, it raised fewer false alarms on Cooper runs that held than rules A-D and warned as early on the
-    # runs that fell. E was quieter on Cooper but later on static.
-    hacking_rules: str = "F"
+    # wrong_paid_more alone (rule F: what the RM pays verified-wrong rollouts, against its own noise): on fresh runs,
+    # judged by a rule set before them, it raised fewer false alarms on Cooper runs that held than rules A-D and
+    # warned as early on the runs that fell. E was quieter on Cooper but later on static.
+    hacking_rules: str = "wrong_paid_more"
     # A format gate on every RM arm (`--cooper.require_answer`: answerless text paid 0, as the rule arm pays it).
     # Off, as in the paper; on (`--require-answer`), the answerless exploit is closed and only blind spots with an
     # answer remain.
