@@ -60,6 +60,10 @@ def test_the_replicated_service_flags_are_checked(capsys, model_dir):
     assert _errors(capsys, [*base, "--ray-address", "auto"]) == [
         "error: --ray-address applies only with --replicas (one process starts no Ray)"]
     assert _errors(capsys, [*base, "--replicas", "-1"]) == ["error: --replicas must be >= 0 and --ingress-replicas >= 1"]
+    # each scoring replica has one verifier pool: a lane count would be silently ignored
+    assert _errors(capsys, [*base, "--replicas", "2", "--verify-lanes", "4"]) == [
+        "error: --verify-lanes applies to one process; with --replicas each scoring replica has one verifier pool "
+        "(scale the verification with --replicas), got --verify-lanes 4"]
 
 
 def test_serves_deployment_config_survives_protobuf_7_with_the_upstream_fix():

@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.serve.app import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_SAMPLES
     from cooper_openrlhf.core import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
-    from cooper_openrlhf.serve.replicated.flags import add_replicated_flags
+    from cooper_openrlhf.serve.replicated.flags import VERIFY_LANES_DEFAULT, add_replicated_flags
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
     from cooper_openrlhf.verify.extract import FALLBACKS
 
@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest wait for a batch to fill, only while the scorer is busy (a request on an idle "
                         "lane runs at once)")
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
-    g.add_argument("--verify-lanes", type=int, default=2, help="verifier pools serving batches side by side")
+    g.add_argument("--verify-lanes", type=int, default=VERIFY_LANES_DEFAULT,
+                   help="verifier pools serving batches side by side (one process; a --replicas replica has one)")
     g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
     g.add_argument("--answer-fallback", default="none", choices=FALLBACKS,
                    help="how a completion's final answer is found (the trainer's --cooper.answer_fallback): none = "

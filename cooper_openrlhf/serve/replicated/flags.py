@@ -2,6 +2,9 @@
 reads them too)."""
 
 
+VERIFY_LANES_DEFAULT = 2  # cli.serve's --verify-lanes default; with --replicas any other value is refused
+
+
 def add_replicated_flags(parser) -> None:
     g = parser.add_argument_group("more than one process (Ray Serve; docs/serve.md)")
     g.add_argument("--replicas", type=int, default=0,
@@ -19,4 +22,7 @@ def replicated_flag_problems(args) -> list[str]:
         problems.append("--replicas must be >= 0 and --ingress-replicas >= 1")
     if not args.replicas and args.ray_address:
         problems.append("--ray-address applies only with --replicas (one process starts no Ray)")
+    if args.replicas and args.verify_lanes != VERIFY_LANES_DEFAULT:
+        problems.append(f"--verify-lanes applies to one process; with --replicas each scoring replica has one "
+                        f"verifier pool (scale the verification with --replicas), got --verify-lanes {args.verify_lanes}")
     return problems
