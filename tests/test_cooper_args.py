@@ -73,6 +73,8 @@ def test_the_rule_arm_needs_no_reward_model(parse):
     (["--reward.model_name_or_path", "rm", "--algo.advantage.estimator", "gae"], "gae needs a critic"),
     (["--reward.model_name_or_path", "rm", "--train.async_enable"], "--train.async_enable is not supported"),
     (["--reward.model_name_or_path", "rm", "--cooper.assistant", "model"], "needs --cooper.assistant_model_path"),
+    (["--reward.model_name_or_path", "rm", "--cooper.assistant", "model", "--cooper.assistant_model_path", "helper"],
+     "--cooper.assistant model starts an engine for the RM's negatives, which only --remote_rm_trainable asks for"),
     (["--reward.model_name_or_path", "rm", "--cooper.assistant_model_path", "x"], "--cooper.assistant is 'policy'"),
     (["--reward.model_name_or_path", "rm", "--cooper.reward_threshold", "1.0"], "reward_threshold must be in (0, 1)"),
     (["--reward.model_name_or_path", "rm", "--remote_rm_trainable", "--cooper.rm_updates_per_step", "0"],

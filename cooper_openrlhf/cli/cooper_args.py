@@ -48,8 +48,9 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add `--remote_rm_trainable` and `--cooper.*` to OpenRLHF's `train_ppo_ray` parser; returns it."""
     parser.add_argument(
         "--remote_rm_trainable", action="store_true", default=False,
-        help="Cooper (arXiv 2508.05613): train the reward model during RL on one (verified-correct rollout, "
-        "assistant-written wrong rewrite) pair per prompt each step; rewards of step t+1 come from the updated RM. "
+        help="Cooper (arXiv 2508.05613): train the reward model during RL on one (verified-correct rollout, wrong "
+        "negative: an assistant's rewrite by default, see --cooper.negative_source) pair per prompt each step; rewards "
+        "of step t+1 come from the updated RM. "
         "Off in cooper_openrlhf.cli.train_cooper = the static-RM arm.",
     )
     group = parser.add_argument_group("Cooper", "reward-model co-training (read only by cooper_openrlhf.cli.train_cooper)")
@@ -67,8 +68,9 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.require_answer", action="store_true", default=False,
         help="A format gate (not the paper's): the RM's reward of a rollout with no final answer (the rule verifier's "
         "no_answer) is 0, as the rule reward pays it. Closes the answerless exploit a frozen RM may leave open, which "
-        "the paper's pairs cannot close (their negatives always carry an answer); every RM metric (cooper/rm_reward_*, "
-        "eval/rm_reward) is then the gated reward.")
+        "the paper's pairs cannot close (their negatives always carry an answer); cooper/rm_reward_*, "
+        "cooper/reward_hacking_gap and eval/rm_reward are then the gated reward (the probe, pair-accuracy and "
+        "rm_eval metrics read the RM itself).")
     # RM optimisation (DeepSpeed, like the actor's --actor.adam.* but the RM's own)
     add("--cooper.rm_lr", type=float, default=1e-5,
         help="RM learning rate (AdamW, betas (0.9, 0.95)); the official Cooper recipe uses 1e-5.")
@@ -80,8 +82,9 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.rm_max_norm", type=float, default=1.0,
         help="RM gradient clipping (DeepSpeed gradient_clipping); 0 disables it.")
     add("--cooper.rm_updates_per_step", type=int, default=1,
-        help="Passes over the step's valid pairs per Cooper step (each pass: one optimizer step with "
-        "--cooper.rm_update_granularity step, one per RM mini-batch with minibatch).")
+        help="RM optimizer steps per pair group: with --cooper.rm_update_granularity step, this many passes over all "
+        "of the step's valid pairs, one optimizer step each; with minibatch, this many consecutive steps on each RM "
+        "mini-batch.")
     add("--cooper.rm_update_granularity", type=str, default="step", choices=RM_UPDATE_GRANULARITIES,
         help="'step' = one RM optimizer step over all of the step's valid pairs (the masked mean of Eq. 5 over the "
         "whole batch); 'minibatch' = one optimizer step per --cooper.rm_mini_batch_size pairs, several per RL step, "
@@ -89,13 +92,15 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.rm_mini_batch_size", type=int, default=8,
         help="Valid pairs per RM optimizer step with --cooper.rm_update_granularity minibatch.")
     add("--cooper.rm_zero_stage", type=int, default=2, choices=RM_ZERO_STAGES,
-        help="DeepSpeed ZeRO stage of the trainable RM (independent of --ds.zero_stage). Stages 1 and 2 are the "
-        "ones whose bf16 optimizer skips a step with non-finite gradients; the RM relies on that.")
+        help="DeepSpeed ZeRO stage of the trainable RM (independent of --ds.zero_stage). Stage 2 skips a step with "
+        "non-finite gradients, and stage 1 does too except with bf16 params and --ds.grad_accum_dtype fp32 (refused "
+        "at start-up); the RM relies on that.")
     add("--cooper.rm_max_length", type=int, default=None,
         help="Max tokens of one RM input (template text); default: the max_length the VerifyRM export records, "
         "else 1024. Longer inputs are cut at the end, with a warning.")
     add("--cooper.rm_micro_batch_size", type=int, default=4,
-        help="RM sequences per forward and backward on each RM rank when training (a pair is two sequences).")
+        help="RM sequences per forward and backward on each RM rank when training (a pair is two sequences: rounded "
+        "down to whole pairs, at least one pair).")
     add("--cooper.rm_score_batch_size", type=int, default=16,
         help="RM sequences per forward on each RM rank when scoring (the step's rollouts, and at --eval.steps the "
         "held-out rollouts, the probe suite and --cooper.rm_eval_dataset). No gradients are kept, so a forward can "
@@ -106,7 +111,8 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     # Negatives
     add("--cooper.assistant", type=str, default="policy", choices=ASSISTANTS,
         help="Who writes the negatives: 'policy' = the policy on its own vLLM engines (no extra GPU); 'model' = "
-        "--cooper.assistant_model_path on one dedicated vLLM engine (one more GPU).")
+        "--cooper.assistant_model_path on one dedicated vLLM engine (one more GPU; only where rewrites are asked "
+        "for: --remote_rm_trainable, assistant or mixed negatives, no --cooper.offline_pairs).")
     add("--cooper.assistant_model_path", type=str, default=None,
         help="HF path of the assistant model, with --cooper.assistant model.")
     add("--cooper.negative_source", type=str, default="assistant", choices=NEGATIVE_SOURCES,
@@ -127,8 +133,9 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "too, collapsed to answerless text). Metric: cooper/pairs_answerless_negative.")
     add("--cooper.offline_pairs", type=str, default=None,
         help="A control, not Cooper: the RM update trains on this JSONL file's pairs ({step, question, reference, "
-        "positive, negative}; one group per step, fresh each step) instead of pairs from the policy's rollouts; "
-        "loss, learning rate, schedule and one update per step are unchanged and no rewrites are requested "
+        "positive, negative}; the groups in step order, cycling when the file has fewer than the run has steps) "
+        "instead of pairs from the policy's rollouts; the loss and the RM's update flags are unchanged and no "
+        "rewrites are requested "
         "(algo/offline_pairs.py; the lab's offline_pairs arm). Needs --remote_rm_trainable.")
     add("--cooper.negative_validity", type=str, default="strict", choices=NEGATIVE_VALIDITIES,
         help="Which assistant rewrites count as negatives: 'strict' = the rewrite's final answer is proved different "
@@ -137,7 +144,7 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "Cooper, recipe/cooper): any rewrite math-verify does not prove equal to the positive, an answerless one "
         "included. Metrics: cooper/negative_accepted_answerless, cooper/negative_accepted_undecided.")
     add("--cooper.negative_retries", type=int, default=3,
-        help="Rewrite attempts per prompt; a negative is kept only if its answer is verified different from the positive's.")
+        help="Rewrite attempts per prompt; which rewrites count as negatives is --cooper.negative_validity's rule.")
     add("--cooper.negative_max_new_tokens", type=int, default=512, help="Max new tokens of one rewrite.")
     add("--cooper.negative_temperature", type=float, default=1.0, help="Sampling temperature of the rewrites.")
     add("--cooper.negative_answer_fallback", type=str, default="none", choices=FALLBACKS,
@@ -145,8 +152,9 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "is'), as the rewrite prompt asks; 'last_number' also takes the last number of the text.")
     # Verification
     add("--cooper.answer_fallback", type=str, default="none", choices=FALLBACKS,
-        help="How a rollout's final answer is found, for positives and the rule reward: 'none' = only an explicit "
-        "one (\\boxed{}, '####', 'the answer is'); 'last_number' also takes the last number of the text, which "
+        help="How a rollout's final answer is found, for every verdict on a rollout (positives, the rule reward, "
+        "no answer, proved wrong, held-out accuracy): 'none' = only an explicit one (\\boxed{}, '####', 'the answer "
+        "is', 'answer:'); 'last_number' also math-verify's unanchored extraction (the last number or LaTeX span), which "
         "makes an unboxed or truncated rollout whose last number equals the reference a 'verified-correct' positive. "
         "The metric cooper/verify_fallback_only_correct counts the rollouts only the lax rule accepts.")
     add("--cooper.verifier_workers", type=int, default=2,
@@ -160,14 +168,16 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.on_hacking", type=str, default="warn", choices=ALARM_RESPONSES,
         help="What happens when the reward-hacking alarm (cooper/hacking_alarm, reasons in the log) turns on: 'warn' "
         "logs the reasons; 'stop' saves a checkpoint of the step (policy and RM) and ends the run with an error; "
-        "'rule_reward' switches the policy's reward to the rule verifier from then on (cooper/reward_from_rule).")
+        "'rule_reward' switches the policy's reward to the rule verifier for the rest of this process "
+        "(cooper/reward_from_rule; a resumed run starts paying with the RM again).")
     for flag, kind, default, text in HackingMonitorConfig.flags():
         add(flag, type=kind, default=default, help=text)
     # Observability
     add("--cooper.rm_eval_dataset", type=str, default=None,
         help="A labelled verifier set (JSON Lines, VerifyBench format: question, answer, completion, gold_correct). "
-        "Every --eval.steps steps the RM's accuracy on it (reward >= 0.5 <=> gold_correct) is logged as "
-        "cooper/rm_eval_accuracy: the paper's check that the co-trained RM stays an accurate verifier.")
+        "Every --eval.steps steps the RM's accuracy on it (sigmoid(logit) >= 0.5 <=> gold_correct, whatever the "
+        "reward form; a frozen RM is scored once) is logged as cooper/rm_eval_accuracy: the paper's check that the "
+        "co-trained RM stays an accurate verifier.")
     add("--cooper.probe_prompts", type=int, default=16,
         help="RM arms with --eval.dataset: every --eval.steps steps the RM reads the probe suite (rm/probes.py: the "
         "exploit hedge, master keys, truncations, ... beside canonical right and wrong answers, each labelled by the "
@@ -229,6 +239,9 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
     if cooper.assistant == "policy" and cooper.assistant_model_path:
         problems.append("--cooper.assistant_model_path is set but --cooper.assistant is 'policy'; pass "
                         "--cooper.assistant model to use it")
+    if cooper.assistant == "model" and not getattr(args, "remote_rm_trainable", False):
+        problems.append("--cooper.assistant model starts an engine for the RM's negatives, which only "
+                        "--remote_rm_trainable asks for; drop it or add --remote_rm_trainable")
     if cooper.negative_source == "rollout" and cooper.assistant == "model":
         problems.append("--cooper.assistant model is never used with --cooper.negative_source rollout (negatives are "
                         "the policy's own wrong rollouts); drop it or use --cooper.negative_source mixed")
