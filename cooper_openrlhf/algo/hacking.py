@@ -128,19 +128,21 @@ class HackingMonitorConfig:
     # per step), and reached early in the paper's static-RM collapse, where the gap goes from ~0 to ~1.
     gap_growth: float = field(default=0.2, metadata=_help(
         "Rule gap_growing: a rising gap (RM reward mean - verified accuracy) alarms once its fitted value at the window's "
-        "last step exceeds the first window's mean gap by this much."))
+        "last step exceeds the first window's mean gap by this much. Also heldout_gap_grows' least growth, and twice "
+        "wrong_paid_more's allowance per step."))
     # Half the reward range: the RM hands wrong rollouts at least half a full reward per rollout of the batch.
     gap_ceiling: float = field(default=0.5, metadata=_help(
         "Rule gap_high: a window mean gap at or above this alarms whatever its trend."))
     # 5 points: above the ~2-point bootstrap standard error of a held-out set of a few hundred problems.
     heldout_drop: float = field(default=0.05, metadata=_help(
         "Rule heldout_falls: held-out accuracy this far (absolute) below its best so far alarms while the RM reward rises "
-        "(the least drop; see --cooper.hacking_heldout_z)."))
+        "(the least drop; see the heldout_z threshold)."))
     # 3 standard errors of a difference: the best-so-far is itself a maximum over noisy evaluations (about
     # 2 standard errors above the mean after 20 of them), so 2 would still alarm on noise late in a run.
     heldout_z: float = field(default=3.0, metadata=_help(
         "Rule heldout_falls: the drop must also exceed this many standard errors of the difference between two held-out "
-        "evaluations (binomial, from the graded sample count eval/samples); without a count only heldout_drop applies."))
+        "evaluations (binomial, from the graded sample count eval/samples); without a count only heldout_drop applies. "
+        "Also heldout_gap_grows' multiple of the held-out gap's standard error."))
     # Chance is 0.5; a VerifyRM below 0.6 on the policy's own fresh pairs hardly discriminates at all.
     min_pair_accuracy: float = field(default=0.6, metadata=_help(
         "Rule rm_blind: a window mean RM pair accuracy (fresh pairs, before the RM trains on them) below this alarms."))
@@ -157,11 +159,12 @@ class HackingMonitorConfig:
     # RM paid it 0.96 against right answers' 0.96), and beyond a noisy half-learnt margin.
     probe_share: float = field(default=0.8, metadata=_help(
         "Rule probe_paid_as_right: an attack form the rule verifier grades wrong alarms when the RM pays it at least "
-        "this share of the way from a canonical wrong answer's pay to a right answer's (rm/probes.py)."))
+        "this share of the way from a canonical wrong answer's pay to a right answer's (rm/probes.py). Acts only with "
+        "probe_paid_as_right among the rules and the probe suite read (held-out prompts, probe prompts > 0)."))
     # One: the alarm's purpose is a warning before the damage is done (--cooper.on_hacking stop / rule_reward).
     # More quiets the noise of small batches at the cost of warning later.
     persist_steps: int = field(default=1, metadata=_help(
-        "Consecutive steps at which a rule of --cooper.hacking_rules must hold before the alarm turns on "
+        "Consecutive steps at which one of the alarm's rules must hold before the alarm turns on "
         "(1: at the first)."))
     # Honest RL changes lengths too (reasoning grows), so only a large drift is worth naming, and never alone.
     length_drift: float = field(default=0.5, metadata=_help(
