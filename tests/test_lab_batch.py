@@ -296,6 +296,10 @@ def test_the_batch_cli_writes_a_fingerprint_then_compares_with_it(tmp_path, caps
     assert main([str(plan), "--fingerprint", str(published)]) == 1
     out = capsys.readouterr().out
     assert "policy/model.safetensors: different" in out and "median: not prepared yet" in out
+    # --commit-to alone would be ignored (it commits what --publish archives): refused before anything runs
+    with pytest.raises(SystemExit):
+        main([str(plan), "--commit-to", str(tmp_path)])
+    assert "--commit-to commits what --publish archives; give --publish too" in capsys.readouterr().err
 
 
 def test_a_batchs_lab_folder_refuses_a_hand_started_lab_from_another_commit(repo, tmp_path):

@@ -60,6 +60,12 @@ def test_the_replicated_service_flags_are_checked(capsys, model_dir):
     assert _errors(capsys, [*base, "--ray-address", "auto"]) == [
         "error: --ray-address applies only with --replicas (one process starts no Ray)"]
     assert _errors(capsys, [*base, "--replicas", "-1"]) == ["error: --replicas must be >= 0 and --ingress-replicas >= 1"]
+    # flags that would do nothing are refused: probes are read at rounds; only a learning service trains an RM to export
+    heldout = model_dir("tiny-qwen2-rm") + "/config.json"  # any file: the check names the missing flag first
+    assert "error: --probe-every reads the probe suite at rounds, which need --groups-per-update" in _errors(
+        capsys, [*base, "--probe-every", "2", "--probe-prompts", heldout])
+    assert _errors(capsys, [*base, "--export-dir", "out"]) == [
+        "error: --export-dir exports the RM --learn trains; without it the RM is the one given (--rm)"]
     # each scoring replica has one verifier pool: a lane count would be silently ignored
     assert _errors(capsys, [*base, "--replicas", "2", "--verify-lanes", "4"]) == [
         "error: --verify-lanes applies to one process; with --replicas each scoring replica has one verifier pool "

@@ -21,8 +21,11 @@ PROG = "cooper inspect batch"  # `python -m cooper_openrlhf.cli.batch` runs the 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("plan", type=Path, help="the plan (JSON: commit, out, labs)")
-    parser.add_argument("--publish", type=Path, default=None, help="archive finished runs and reports here")
-    parser.add_argument("--commit-to", type=Path, default=None, help="a git worktree holding --publish: commit there")
+    parser.add_argument("--publish", type=Path, default=None,
+                        help="archive finished runs and reports here; runs published there and missing from a lab "
+                             "folder are restored into it first (a resume on a new machine)")
+    parser.add_argument("--commit-to", type=Path, default=None,
+                        help="with --publish: a git worktree holding it, where each seed's archives are committed")
     parser.add_argument("--parallel-runs", type=int, default=None, metavar="N",
                         help="run N of a seed's runs at once (cli.lab --parallel-runs): about one core each on a CPU "
                              "machine, so 2 on 2 cores finish a seed sooner; outside the plan, since it changes no "
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = load_plan(args.plan)
     if args.parallel_runs is not None and args.parallel_runs < 1:
         parser.error(f"--parallel-runs must be at least 1, got {args.parallel_runs}")
+    if args.commit_to and not args.publish:
+        parser.error("--commit-to commits what --publish archives; give --publish too")
     if args.from_published and not (args.verdict or args.blindspot_figure):
         parser.error("--from-published reads runs for --verdict or --blindspot-figure; it runs nothing itself")
     if args.verdict or args.blindspot_figure:

@@ -1,6 +1,6 @@
 """Evaluate a policy on math benchmarks (pass@1 over k samples, or greedy).
 
-    cooper evaluate --model PATH --out DIR   # = python -m cooper_openrlhf.cli.evaluate
+    cooper evaluate --model PATH --data-dir DIR --out DIR   # = python -m cooper_openrlhf.cli.evaluate
 
 Default protocol (the Cooper paper's): k = 8 samples per question at temperature 0.7, top-p 0.95,
 the model's chat template and an answer-format instruction (`eval.prompts`); `--protocol greedy`
@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="output folder: results.json, results.md, generations/")
     parser.add_argument("--benchmarks", default=DEFAULT_BENCHMARKS,
                         help=f"comma-separated: names in --data-dir ({', '.join(EVAL_BENCHMARKS)}) or name=path.jsonl|.parquet")
-    parser.add_argument("--data-dir", type=Path, help="folder holding <name>/test.jsonl for named benchmarks")
+    parser.add_argument("--data-dir", type=Path, help="folder holding <name>/test.jsonl (or <name>.jsonl, "
+                        "<name>/test.parquet, <name>.parquet) for named benchmarks")
     parser.add_argument("--question-key", help="generic files: key of the question (default: question)")
     parser.add_argument("--answer-key", help="generic files: key of the reference answer (default: answer)")
     parser.add_argument("--limit", type=_positive_int, help="evaluate only the first N questions of each benchmark")

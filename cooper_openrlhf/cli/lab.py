@@ -77,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(default), the median, or the one half-way between (does the outcome depend on the "
                              "blind spot's size?)")
     parser.add_argument("--rm-lr", type=float, default=None,
-                        help="learning rate of the co-trained RM in the Cooper arms (default: the preset's)")
+                        help="learning rate of the RM in every arm that trains it (cooper*, offline_pairs, "
+                             "cooper_stale, oracle; default: the preset's)")
     parser.add_argument("--actor-lr", type=float, default=None,
                         help="the policy's learning rate, shared by every arm (default: the preset's)")
     parser.add_argument("--rm-answerless-data", action=argparse.BooleanOptionalAction, default=None,
@@ -95,8 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also copy the report and lab.json into DEST to commit (docs/results/<name>): every figure "
                              "as a small PNG, paths under the current folder relative to it")
     parser.add_argument("--parallel-runs", type=int, default=None,
-                        help="runs side by side (default: the preset's; the quick preset runs 2 on a CPU machine, "
-                             "where one run keeps about one core busy)")
+                        help="runs side by side (default: the preset's: 2 for quick, else 1; on a CPU machine one "
+                             "run keeps about one core busy)")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds before one run is killed as failed")
     parser.add_argument("--require-verifier", action="store_true",
                         help="stop before the pair stage and the arms when the BCE-trained starting RM is no verifier "

@@ -47,10 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rm", required=True, help="VerifyRM folder (a one-logit sequence classifier)")
     p.add_argument("--policy", default=None,
                    help="the policy's model or tokenizer folder: its chat template is how prompts are split into "
-                        "questions (OpenRLHF's --data.apply_chat_template); omit with --no-chat-template")
+                        "questions (OpenRLHF's --data.apply_chat_template); optional with --no-chat-template (then "
+                        "only its special tokens are read)")
     p.add_argument("--no-chat-template", action="store_true", help="prompts are the questions themselves (optionally "
                    "through --input-template), as OpenRLHF without --data.apply_chat_template")
-    p.add_argument("--input-template", default=None, help="OpenRLHF's --data.input_template, e.g. 'Q: {}\\nA:'")
+    p.add_argument("--input-template", default=None,
+                   help="with --no-chat-template: OpenRLHF's --data.input_template, e.g. 'Q: {}\\nA:'")
     g = p.add_argument_group("network and security")
     g.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a --token-file is required")
     g.add_argument("--port", type=int, default=5000)
@@ -65,9 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-queued-samples", type=int, default=DEFAULT_MAX_QUEUED_SAMPLES,
                    help="a memory bound, not a load limit: past this many samples admitted and not yet answered a "
                         "new request is refused (503, Retry-After); below it a busy scorer is waited for. The "
-                        "default is 4x a rollout batch of 1,024 prompts x 16 samples")
+                        "default is 4x a rollout batch of 1,024 prompts x 16 samples (per ingress replica with "
+                        "--replicas)")
     g.add_argument("--max-queued-bytes", type=int, default=DEFAULT_MAX_QUEUED_BYTES,
-                   help="the same bound on the request bodies admitted and not yet answered")
+                   help="the same bound on the request bodies admitted and not yet answered (per ingress replica "
+                        "with --replicas)")
     g.add_argument("--max-sample-chars", type=int, default=DEFAULT_MAX_SAMPLE_CHARS,
                    help="most characters in one sample's query, prompt or label (400 naming the sample past it)")
     add_replicated_flags(p)
@@ -77,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-batch", type=int, default=64, help="most samples per RM forward")
     g.add_argument("--max-wait-ms", type=float, default=5.0,
                    help="longest wait for a batch to fill, only while the scorer is busy (a request on an idle "
-                        "lane runs at once)")
+                        "lane runs at once); with --replicas every scoring replica's batch waits up to this long")
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
     g.add_argument("--verify-lanes", type=int, default=VERIFY_LANES_DEFAULT,
                    help="verifier pools serving batches side by side (one process; a --replicas replica has one)")
@@ -97,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--heldout-input-key", default="input", help="the question's field in --heldout-prompts")
     g.add_argument("--probe-every", type=int, default=0,
                    help="read the probe suite (what the RM pays known attack forms, rm/probes.py) on the current RM "
-                        "every N rounds, into the rounds' log and /metrics (0: never)")
+                        "every N rounds (so with --groups-per-update), into the rounds' log and /metrics (0: never)")
     g.add_argument("--probe-prompts", default=None,
-                   help="problems to build the probes from (input/label rows; default: --heldout-prompts)")
+                   help="problems to build the probes from (rows with fields input and label; default: the "
+                        "--heldout-prompts file, read by those fields whatever --heldout-input-key says)")
     g.add_argument("--probe-problems", type=int, default=16, help="problems with an integer reference the suite uses")
     g.add_argument("--no-group-check", action="store_true",
                    help="do not refuse a trainer whose GRPO groups are seen not to match --group-size / "
@@ -108,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-wait-for-update", action="store_true",
                    help="new groups do not wait for an update in flight (async trainers; docs/serve.md)")
     g.add_argument("--negative-source", default="rollout", choices=NEGATIVE_SOURCES,
-                   help="rollout: the group's own proven-wrong rollouts; assistant/mixed: rewrites by --assistant-url")
+                   help="rollout: the group's own proven-wrong rollouts; assistant: rewrites by --assistant-url; "
+                        "mixed: a rollout negative where the group has one, else a rewrite")
     g.add_argument("--rollout-negative-pick", default="hardest", choices=ROLLOUT_NEGATIVE_PICKS)
     g.add_argument("--answerless-negatives", action="store_true")
     g.add_argument("--assistant-url", default=None, help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)")
@@ -123,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-max-norm", type=float, default=1.0)
     g.add_argument("--rm-micro-batch-size", type=int, default=4, help="RM inputs per training forward (a pair is two)")
     g.add_argument("--rm-updates-per-round", type=int, default=1, help="optimizer steps over a round's pairs")
-    g.add_argument("--rm-schedule-rounds", type=int, default=1000, help="rounds the LR schedule spans")
+    g.add_argument("--rm-schedule-rounds", type=int, default=1000,
+                   help="RM updates (rounds with a valid pair) the LR schedule spans, x --rm-updates-per-round "
+                        "optimizer steps each")
     g.add_argument("--rm-lr-scheduler", default="constant_with_warmup", choices=RM_LR_SCHEDULERS,
                    help="the RM's LR schedule over --rm-schedule-rounds (the trainer's --cooper.rm_lr_scheduler)")
     g.add_argument("--rm-warmup-ratio", type=float, default=0.0,
@@ -140,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--state-dir", default=None, help="checkpoints (resumed from on start) and logs; needed by --learn")
     g.add_argument("--checkpoint-every", type=int, default=1, help="updates between checkpoints (0: on shutdown only)")
     g.add_argument("--keep-checkpoints", type=int, default=3)
-    g.add_argument("--export-dir", default=None, help="on shutdown, the trained RM as a VerifyRM folder "
-                   "(default with --learn: STATE_DIR/final_rm)")
+    g.add_argument("--export-dir", default=None, help="with --learn: on shutdown, the trained RM as a VerifyRM folder "
+                   "(default: STATE_DIR/final_rm)")
     return p
 
 
@@ -180,6 +188,10 @@ def check_args(args) -> list[str]:
             problems.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}: no such file")
     if args.probe_every < 0:
         problems.append("--probe-every must be >= 0")
+    if args.probe_every and not args.groups_per_update:
+        problems.append("--probe-every reads the probe suite at rounds, which need --groups-per-update")
+    if args.export_dir and not args.learn:
+        problems.append("--export-dir exports the RM --learn trains; without it the RM is the one given (--rm)")
     if args.probe_every and not (args.probe_prompts or args.heldout_prompts):
         problems.append("--probe-every needs --probe-prompts FILE (or --heldout-prompts): the problems to probe with")
     if args.probe_prompts and not os.path.isfile(args.probe_prompts):
