@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from cooper_trainer_fakes import ALARM_AT_STEP_3, COOPER, RM, make_trainer, pool, samples
+from cooper_trainer_fakes import ALARM_AT_STEP_3, COOPER, RM, VERIFIED, make_trainer, pool, samples
 
 __all__ = ["make_trainer", "pool"]  # the fixtures, used by name
 
@@ -22,6 +22,27 @@ def test_the_hacking_alarm_with_stop_checkpoints_the_step_then_ends_the_run(make
     with pytest.raises(HackingAlarm, match="saved checkpoint global_step3"):
         trainer.save_logs_and_checkpoints(next_step, status, {})
     assert trainer.policy.saved == "global_step3"
+
+
+def test_a_run_resumed_after_the_alarm_switched_to_the_rule_reward_keeps_paying_by_the_rule(make_trainer, tmp_path):
+    """--cooper.on_hacking rule_reward: once the alarm took the policy off the RM, a requeued run goes on paying by
+    the rule verifier (the switch is in the policy checkpoint's client states), not by the RM it stopped trusting."""
+    flags = (*RM, *ALARM_AT_STEP_3, "--cooper.on_hacking", "rule_reward", "--ckpt.save_steps", "1",
+             "--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.load_enable")
+    trainer, _, _ = make_trainer(flags)
+    for step in range(4):
+        status, next_step = trainer.train_step(samples(), step)
+        trainer.save_logs_and_checkpoints(next_step, status, {"global_step": next_step, "episode": 0,
+                                                              "total_consumed_prompts": 3 * next_step,
+                                                              "data_loader_state_dict": {}})
+    assert trainer.hacking.paying_rule and status["cooper/reward_from_rule"] == 1.0
+
+    requeued, _, _ = make_trainer(flags)  # a new job on the same folder
+    assert not requeued.hacking.paying_rule
+    assert requeued.init_checkpoint_states()["global_step"] == 4 and requeued.hacking.paying_rule
+    batch = samples()
+    requeued.train_step(batch, 4)
+    assert [float(s.rewards[0]) for s in batch] == [float(v) for v in VERIFIED]  # the rule's verdicts, not the RM's
 
 
 def test_the_rm_checkpoint_follows_the_policys_including_its_best_and_its_rotation(make_trainer):

@@ -168,8 +168,8 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.on_hacking", type=str, default="warn", choices=ALARM_RESPONSES,
         help="What happens when the reward-hacking alarm (cooper/hacking_alarm, reasons in the log) turns on: 'warn' "
         "logs the reasons; 'stop' saves a checkpoint of the step (policy and RM) and ends the run with an error; "
-        "'rule_reward' switches the policy's reward to the rule verifier for the rest of this process "
-        "(cooper/reward_from_rule; a resumed run starts paying with the RM again).")
+        "'rule_reward' switches the policy's reward to the rule verifier from then on, a run resumed from a later "
+        "checkpoint included (cooper/reward_from_rule).")
     for flag, kind, default, text in HackingMonitorConfig.flags():
         add(flag, type=kind, default=default, help=text)
     # Observability

@@ -29,6 +29,9 @@ from cooper_openrlhf.ray.trainer_state import CooperTrainerState
 logger = init_logger(__name__)
 
 SAVE_MOMENT_HOOK = "COOPER_SAVE_MOMENT_HOOK"
+# In the policy checkpoint's client states: --cooper.on_hacking rule_reward was taken, so a resumed run keeps paying
+# by the rule verifier, as the run it continues did (a requeue must not hand the policy back to a hacked RM).
+PAYING_RULE_STATE = "cooper_paying_rule"
 
 
 def save_moment(moment: str, tag: str) -> None:
@@ -49,6 +52,10 @@ class CheckpointUnit(CooperTrainerState):
         counters): after a best save that is `best_global_stepN`, and N need not be a --ckpt.save_steps step."""
         states = super().init_checkpoint_states()
         step = states["global_step"]
+        if states.get(PAYING_RULE_STATE) and not self.hacking.paying_rule:
+            self.hacking.paying_rule = True
+            logger.warning("resumed at step %d paying the policy by the rule verifier: --cooper.on_hacking rule_reward "
+                           "was taken before the checkpoint", step)
         if self.rm_trainable and step > 0:
             point = resume_point(self.args.ckpt.path)  # the driver pointed the policy's `latest` at it
             if point.rm_tag is None:
@@ -67,6 +74,7 @@ class CheckpointUnit(CooperTrainerState):
         off the schedule, the step's checkpoint when one was requested or the hacking alarm stops the run."""
         scheduled = global_step % self.args.ckpt.save_steps == 0
         tag = f"global_step{global_step}"
+        client_states = self.with_cooper_states(client_states)
         if scheduled:
             self.begin_pair(tag)
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
@@ -87,6 +95,10 @@ class CheckpointUnit(CooperTrainerState):
                                f"--cooper.on_hacking stop saved checkpoint global_step{global_step} under "
                                f"{self.args.ckpt.path} and ended the run")
 
+    def with_cooper_states(self, client_states) -> dict:
+        """OpenRLHF's client states of a policy checkpoint, plus Cooper's (PAYING_RULE_STATE)."""
+        return {**(client_states or {}), PAYING_RULE_STATE: self.hacking.paying_rule}
+
     def save_checkpoint_now(self, global_step: int, client_states=None) -> None:
         """This step's policy and RM checkpoint, off --ckpt.save_steps' schedule: the states and rotation metric
         OpenRLHF's scheduled save passes (PPOTrainer.save_logs_and_checkpoints), called directly."""
@@ -105,7 +117,7 @@ class CheckpointUnit(CooperTrainerState):
         restored without its RM would be scored by another RM than the one it was trained against)."""
         best_before = self.best_eval_metric_value
         tag = f"best_global_step{global_step}"
-        states = dict(client_states or {})  # the base class adds the best-metric keys to it
+        states = self.with_cooper_states(client_states)  # the base class adds the best-metric keys to it
         key = self._detect_eval_metric_key(eval_metrics) if eval_metrics else None
         if key in (eval_metrics or {}) and eval_metrics[key] > best_before:  # the base class's test for a best save
             self.begin_pair(tag)
