@@ -8,7 +8,8 @@ newest whole pair (`checkpoint_tags.resume_point`; train_cooper's driver points 
 the models load), so a preemption at any moment of a save costs the steps since the last whole pair, never the
 run. Off --ckpt.save_steps' schedule, the step is checkpointed too when a save was requested
 (`ray/save_request.py`: the launcher asks when Slurm warns of the time limit), and after a hacking alarm under
---cooper.on_hacking stop, which then ends the run with `HackingAlarm`.
+--cooper.on_hacking stop, which then ends the run with `HackingAlarm`. The policy checkpoint's client states also
+carry the hacking response's switch (rule_reward taken: PAYING_RULE_STATE), which a resume restores.
 
 The saves run one after the other (policy, RM, marker) rather than side by side: each moment of a save then has
 one meaning, and `COOPER_SAVE_MOMENT_HOOK` (a command, run with the moment and the tag: `before_policy_save`,
