@@ -1,5 +1,6 @@
-"""The first thing to run on a GPU machine: the GPU-only paths of Cooper training and VerifyRM, small, in 10-20
-minutes (an estimate: no GPU has run it).
+"""The first thing to run on a GPU machine: the GPU-only paths of Cooper training and VerifyRM, small.
+
+About 10-20 minutes (an estimate: no GPU has run it).
 
     bash scripts/gpu_smoke.sh [OUT_DIR]          # = cooper gpu-smoke --out OUT_DIR
                                                  # = python -m cooper_openrlhf.cli.gpu_smoke --out OUT_DIR
