@@ -77,11 +77,11 @@ def apply_environment(plan: dict, environ=os.environ) -> dict[str, str]:
     return environment
 
 
-def _git(repo: Path, *args: str) -> str:
+def _git(repo: Path, *args: str, strip: bool = True) -> str:
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     if done.returncode != 0:
         raise PlanError(f"git {' '.join(args)} in {repo} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+    return done.stdout.strip() if strip else done.stdout
 
 
 def package_commit(repo: Path) -> str | None:
@@ -309,13 +309,11 @@ def publish_runs(lab: Path, dest: Path) -> list[Path]:
 def uncommitted(repo: Path, folder: Path) -> list[Path]:
     """Files under `folder` that git sees as new or changed: what a batch stopped between publishing and committing
     left behind, which its resume (`publish_runs` archives a run once) would never offer again."""
-    # -z: entries "XY path" as git wrote them (a changed file's X is a space, which _git's strip would take from the
-    # first entry) and paths unquoted. The NUL-separated field after a rename's entry is its old path.
-    done = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "-z", "--untracked-files=all", "--",
-                           str(folder.resolve().relative_to(repo.resolve()))], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise PlanError(f"git status in {repo} failed: {done.stderr.strip()}")
-    fields, paths = iter(done.stdout.split("\0")), []
+    # -z and unstripped: entries "XY path" as git wrote them (a changed file's X is a space, which a strip would take
+    # from the first entry) and paths unquoted. The NUL-separated field after a rename's entry is its old path.
+    status = _git(repo, "status", "--porcelain", "-z", "--untracked-files=all", "--",
+                  str(folder.resolve().relative_to(repo.resolve())), strip=False)
+    fields, paths = iter(status.split("\0")), []
     for entry in fields:
         if entry:
             paths.append(repo / entry[3:])
