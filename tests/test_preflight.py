@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -363,6 +364,44 @@ def test_ray_stop_recognises_only_its_own_clusters_processes():
     assert belongs_to(["ray", "start", "--address", "10.0.0.1:16000"], 16000)
     assert not belongs_to(["raylet", "--gcs-address=10.0.0.1:160001"], 16000)
     assert not belongs_to(["raylet", "--gcs-address=10.0.0.1:6379"], 16000)
+
+
+def test_ray_logs_keeps_its_own_clusters_worker_output_after_ray_has_ended(tmp_path):
+    """ray_logs records, while the cluster runs, the log folder its raylet names; at exit, with Ray gone, it copies
+    what that cluster's workers and job drivers printed, and nothing of another cluster's or of Ray's own logs; a
+    record made on another host copies nothing (the same path there is another node's folder)."""
+    from cooper_openrlhf.cluster.ray_logs import main as ray_logs_main
+
+    ours, theirs, node_dir = tmp_path / "session_a" / "logs", tmp_path / "session_b" / "logs", tmp_path / "kept" / "n1"
+    for logs in (ours, theirs):
+        logs.mkdir(parents=True)
+        (logs / "job-driver-raysubmit_1.log").write_text("driver\n")
+        (logs / "raylet.out").write_text("ray's own\n")
+    sleeper = "import time; time.sleep(60)"
+    # Stand-ins for two clusters' raylets: what ray_logs reads of a process is its command line.
+    raylets = [subprocess.Popen([sys.executable, "-c", sleeper, f"--gcs-address=127.0.0.1:{port}", f"--log_dir={logs}"])
+               for port, logs in ((17001, ours), (17002, theirs))]
+    try:
+        time.sleep(0.5)
+        assert ray_logs_main(["record", "--port", "17001", "--to", str(node_dir)]) == 0
+    finally:
+        for raylet in raylets:
+            raylet.kill()
+            raylet.wait()
+    # Written after the record (an attempt's last lines), read once the cluster has ended.
+    for logs in (ours, theirs):
+        (logs / "worker-01-02-7.err").write_text(f"Global step 3: {logs.parent.name}\n")
+    assert ray_logs_main(["keep", "--dir", str(node_dir)]) == 0
+    assert sorted(p.name for p in node_dir.iterdir()) == ["job-driver-raysubmit_1.log", "ray_log_dirs.json",
+                                                           "worker-01-02-7.err"]
+    assert (node_dir / "worker-01-02-7.err").read_text() == "Global step 3: session_a\n"
+
+    elsewhere = tmp_path / "kept" / "n2"
+    elsewhere.mkdir()
+    record = json.loads((node_dir / "ray_log_dirs.json").read_text())
+    (elsewhere / "ray_log_dirs.json").write_text(json.dumps({**record, "host": "another-host"}))
+    assert ray_logs_main(["keep", "--dir", str(elsewhere)]) == 0
+    assert [p.name for p in elsewhere.iterdir()] == ["ray_log_dirs.json"]
 
 
 def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):

@@ -291,6 +291,11 @@ def test_usr1_checkpoints_the_step_in_flight_then_requeues_and_the_next_attempt_
     # the attempt: Ray forwards an actor's log to the driver asynchronously, and the requeue ends the forwarding.
     first, second = attempts_steps(log)
     assert first[:2] == [1, 2] and first[2:] in ([], [3], [3, 4]) and second == [4, 5, 6], (first, second)
+    # What the trainer printed is kept whole, per attempt and node, from Ray's own log files.
+    for attempt, steps in ((1, {1, 2, 3}), (2, {4, 5, 6})):
+        kept = sorted((out / "logs" / "ray-logs" / f"attempt-{attempt}").glob("*/worker-*"))
+        printed = {int(m) for path in kept for m in re.findall(r"Global step (\d+):", path.read_text(errors="replace"))}
+        assert steps <= printed <= steps | {4}, (attempt, printed, kept)
     attempts = launch_record(out)["attempts"]
     assert [a["restart_count"] for a in attempts] == [0, 1] and attempts[1]["exit"] == 0
     assert not (out / "ckpt" / "save_request").exists() and not (out / "ckpt" / "save_request.done").exists()
