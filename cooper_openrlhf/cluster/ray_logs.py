@@ -19,6 +19,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import psutil
+
 from cooper_openrlhf.cluster.ray_stop import cluster_processes
 
 RECORD = "ray_log_dirs.json"
@@ -32,9 +34,12 @@ def log_dirs(port: int) -> list[str]:
     for process in cluster_processes(port):
         try:
             cmdline = process.cmdline()
-        except Exception:  # psutil.NoSuchProcess / AccessDenied: ended or not ours meanwhile
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        found += [w.split("=", 1)[1] for w in cmdline if w.startswith("--log_dir=") and w.split("=", 1)[1] not in found]
+        for word in cmdline:
+            folder = word.removeprefix("--log_dir=")
+            if folder != word and folder not in found:
+                found.append(folder)
     return found
 
 
