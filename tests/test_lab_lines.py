@@ -104,7 +104,10 @@ def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows()
         "an RM updated as Cooper's on fresh offline pairs that never saw the policy (Cooper - control -0.014, 95% CI "
         "[-0.060, +0.028], p 0.570: within noise), and the frozen RM's policy ended below the rule arm's by less than "
         "the plan's test can tell from noise (static - rule -0.050 [-0.089, -0.014], p 0.055, Holm-adjusted 0.234).")
-    assert last[-1] == (  # the newest: batch 45, the style lab
+    assert last[-1].startswith(  # the newest: batch 46, the probe lab, a sequence of primaries
+        "The committed result of the probe lab (batch 46, 12 seeds per arm, pre-registered; docs/results.md): on the "
+        "final RM's exploit premium on the probe suite") and "Then, on the share of the last 20 steps'" in last[-1]
+    assert last[1] == (  # batch 45, the style lab
         "The committed result of the style lab (batch 45, 12 seeds per arm, pre-registered; docs/results.md), on the "
         "exploit rate (the share of the last 20 steps' training rollouts written in the lab's style and verified wrong; "
         "less is better): Cooper did not beat the control, an RM updated as Cooper's on fresh offline pairs that never "
