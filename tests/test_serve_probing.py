@@ -3,6 +3,7 @@ RM pays each attack form and its premium over canonical wrong answers (serve/pro
 
 import json
 import re
+import threading
 import time
 
 import pytest
@@ -55,3 +56,37 @@ def test_a_probe_file_names_its_bad_row(tmp_path):
     path.write_text(json.dumps({"input": "What is 1 + 1?", "label": "2"}) + "\n" + json.dumps({"input": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"probes.jsonl:2: field 'label' is missing"):
         problems_of(str(path))
+
+
+def test_probe_reads_during_scoring_traffic_fail_neither(model_dir):
+    """The probe suite is read in the learner thread while the scoring lane encodes requests with the same RM: each
+    encodes with its own tokenizer, so neither raises the fast tokenizer's "Already borrowed" (a short max_length
+    makes every call change the truncation state, as a long request does)."""
+    from cooper_openrlhf.rm.model import load_rm
+    from cooper_openrlhf.rm.scorer import RMScorer
+
+    model, tokenizer, version = load_rm(model_dir("tiny-qwen2-rm"))
+    scorer = RMScorer(model, tokenizer, max_length=48, template_version=version, batch_size=8)
+    probe = ServiceProbe(PROBLEMS, every=1)
+    quiet = probe.read(scorer)
+    failures, done = [], threading.Event()
+
+    def scoring_lane():
+        k = 0
+        while not done.is_set():
+            k += 1
+            try:
+                scorer.logits_of([(0, "What is 2 + 3?", "5", "step " * (k % 30) + "The answer is 5.")])
+            except Exception as exc:
+                failures.append(repr(exc))
+
+    lane = threading.Thread(target=scoring_lane)
+    lane.start()
+    try:
+        readings = [probe.read(scorer) for _ in range(8)]
+    finally:
+        done.set()
+        lane.join()
+    assert failures == []
+    for reading in readings:
+        assert reading == pytest.approx(quiet, abs=1e-5)

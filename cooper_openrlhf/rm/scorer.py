@@ -15,6 +15,11 @@ Scoring is `rm.model.score_logits` (eval mode, no gradients, right-padded micro-
 P(correct) is `algo.rewards.probability_correct`, the package's one sigmoid. On CPU each call runs with the intra-op
 thread count that scores its number of rows fastest (`runtime.cpu_threads.ThreadChoice`: a lone request on one
 thread, a full batch on all).
+
+Tokenizers by reader: a fast (Rust) tokenizer changes its truncation state inside a call, so two threads encoding
+with one object fail with "Already borrowed". Each reader (`SCORING`, the service's scoring lane; `PROBE`, the
+probe suite read in the learner thread, `serve/probing.py`) encodes with its own copy, made from a copy nobody
+encodes with; a reader is one thread at a time.
 """
 
 import contextlib
@@ -29,6 +34,7 @@ from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
 from cooper_openrlhf.runtime.cpu_threads import ThreadChoice
 
 Item = tuple[int, str, str, str]  # (version, question, reference, completion)
+SCORING, PROBE = "scoring", "probe"  # readers, each with its own tokenizer (module docstring)
 
 
 class RMScorer:
@@ -40,9 +46,9 @@ class RMScorer:
 
     def __init__(self, model, tokenizer, *, max_length: int, template_version: str, batch_size: int,
                  version: int = 0):
-        # Its own copy: a fast (Rust) tokenizer changes its truncation and padding state on each call, so the scoring
-        # thread encoding while the learner encodes with the same object fails with "Already borrowed".
-        self.tokenizer = copy.deepcopy(tokenizer)
+        # Copies of its own (module docstring): the caller's tokenizer may be encoding in another thread (the learner's).
+        self._pristine = copy.deepcopy(tokenizer)  # never encodes: what each reader's copy is made from
+        self._tokenizers = {SCORING: copy.deepcopy(tokenizer)}
         self.max_length, self.template_version = max_length, template_version
         self.batch_size = batch_size
         model.eval()
@@ -65,6 +71,18 @@ class RMScorer:
                    template_version=recorded_version, batch_size=batch_size)
 
     @property
+    def tokenizer(self):
+        """The scoring lane's tokenizer."""
+        return self._tokenizers[SCORING]
+
+    def tokenizer_of(self, reader: str):
+        """`reader`'s own tokenizer, copied on its first call (module docstring)."""
+        with self._lock:
+            if reader not in self._tokenizers:
+                self._tokenizers[reader] = copy.deepcopy(self._pristine)
+            return self._tokenizers[reader]
+
+    @property
     def model(self):
         """The latest version's weights."""
         return self.model_of(self.latest)
@@ -78,11 +96,13 @@ class RMScorer:
 
     # ---------------------------------------------------------------------------------------- scoring
     def logits(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
-               version: int | None = None) -> list[float]:
-        """Raw RM logits of each triple, in input order, on `version`'s weights (None: the latest)."""
+               version: int | None = None, reader: str = SCORING) -> list[float]:
+        """Raw RM logits of each triple, in input order, on `version`'s weights (None: the latest), encoded with
+        `reader`'s tokenizer."""
         model = self.model_of(self.latest if version is None else version)
+        tokenizer = self.tokenizer_of(reader)
         with self.threads.running(min(len(questions), self.batch_size)) if self.threads else contextlib.nullcontext():
-            return score_logits(model, self.tokenizer, questions, references, completions, max_length=self.max_length,
+            return score_logits(model, tokenizer, questions, references, completions, max_length=self.max_length,
                                 template_version=self.template_version, batch_size=self.batch_size)
 
     def score(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
@@ -91,14 +111,14 @@ class RMScorer:
         logits = self.logits(questions, references, completions, version)  # Python floats, already off the device
         return probability_correct(torch.tensor(logits, dtype=torch.float64, device="cpu")).tolist()
 
-    def logits_of(self, items: list[Item]) -> list[float]:
+    def logits_of(self, items: list[Item], reader: str = SCORING) -> list[float]:
         """Logits of (version, question, reference, completion) items in input order; items of one version are
         scored together, on that version's weights (the service's batches mix the versions of open groups)."""
         logits = [0.0] * len(items)
         for version in sorted({item[0] for item in items}):
             index = [i for i, item in enumerate(items) if item[0] == version]
             scored = self.logits([items[i][1] for i in index], [items[i][2] for i in index],
-                                 [items[i][3] for i in index], version)
+                                 [items[i][3] for i in index], version, reader)
             for i, logit in zip(index, scored):
                 logits[i] = logit
         return logits

@@ -4,7 +4,8 @@ A policy exploits a blind spot only after it has found it; the probe suite reads
 verifier, so `/metrics` (and the rounds' log) shows what the RM being served pays each known attack form, and its
 premium over canonical wrong answers, while it learns. The probes are built once at start-up (their labels come from
 math-verify, whose deadline needs the main thread) from a problem file: `--probe-prompts`, else the
-`--heldout-prompts` file.
+`--heldout-prompts` file. The reads run in the learner thread while the scoring lane scores, so they encode with
+a tokenizer of their own (`rm.scorer.PROBE`).
 """
 
 import logging
@@ -14,6 +15,7 @@ from cooper_openrlhf.core import REWARD_MODES, rm_pay
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.rows import RowFormatError, iter_rows
 from cooper_openrlhf.rm.probes import build_probes, probe_metrics, probe_scorer
+from cooper_openrlhf.rm.scorer import PROBE
 from cooper_openrlhf.serve.trainer_groups import last_user_message
 
 logger = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ class ServiceProbe:
 
         def pay(questions, references, completions):
             logits = scorer.logits_of([(version, q, r, normalize_solution(c))
-                                   for q, r, c in zip(questions, references, completions)])
+                                       for q, r, c in zip(questions, references, completions)], reader=PROBE)
             return rm_pay(REWARD_MODES["rm"], logits, [False] * len(logits)).tolist()
 
         return probe_metrics(probe_scorer(pay, self.probes, self.dropped))
