@@ -3,7 +3,8 @@
 A step's rollouts go in (`Rollouts`: texts, prompts' questions and labels, the rule verifier's verdicts, the RM's
 logits) and out come the rewards in the configured form (`rewards`), the pairs the RM trains on (`plan_pairs` ->
 the assistant's rewrites -> `finish_pairs`, or `build_pairs` serially), the step's metrics under one set of keys
-(`algo.metric_keys`) and the hacking response (`HackingResponse`). The trainer (`ray/trainer.py`, Ray actors) and
+(`algo.metric_keys`), the hacking response (`HackingResponse`) and the RM's health with the guard that decides whether
+a version may score (`core.rm_health`: `health_of`, `RMGuard`). The trainer (`ray/trainer.py`, Ray actors) and
 the reward service (`serve/`, HTTP) are transports around it: neither selects a pair or shapes a reward itself
 (tests/test_core_transports.py).
 
@@ -20,7 +21,9 @@ above them and below `ray/` and `serve/`).
 from cooper_openrlhf.core.hacking import HackingResponse
 from cooper_openrlhf.core.pairs import PairConfig, build_pairs, finish_pairs, plan_pairs
 from cooper_openrlhf.core.rewards import REWARD_MODES, PayConfig, Rewards, rewards, rm_pay
+from cooper_openrlhf.core.rm_health import GuardConfig, GuardDecision, RMGuard, RMHealth, health_metrics, health_of
 from cooper_openrlhf.core.rollouts import Rollouts, RolloutTexts, RolloutVerdicts
 
-__all__ = ["HackingResponse", "PairConfig", "PayConfig", "REWARD_MODES", "Rewards", "RolloutTexts",
-           "RolloutVerdicts", "Rollouts", "build_pairs", "finish_pairs", "plan_pairs", "rewards", "rm_pay"]
+__all__ = ["GuardConfig", "GuardDecision", "HackingResponse", "PairConfig", "PayConfig", "REWARD_MODES", "RMGuard",
+           "RMHealth", "Rewards", "RolloutTexts", "RolloutVerdicts", "Rollouts", "build_pairs", "finish_pairs",
+           "health_metrics", "health_of", "plan_pairs", "rewards", "rm_pay"]

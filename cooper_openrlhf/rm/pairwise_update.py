@@ -16,7 +16,12 @@ handling are DeepSpeed's in both; the caller adds Ray (the actor) or HTTP (the s
   gradient reductions are collective;
 - a non-finite loss makes that micro-batch's gradients NaN on purpose, so that DeepSpeed's own overflow check
   (ZeRO 1/2, bf16 and fp16) drops the whole accumulated step on every rank, exactly as it does for non-finite
-  gradients; skipped steps are counted from the engine (`skipped_steps`).
+  gradients; skipped steps are counted from the engine (`skipped_steps`);
+- anchored (not the paper's; `--cooper.rm_anchor_weight` w > 0): each pass also takes VerifyRM's own loss, BCE
+  against the rule verifier's labels (`algo.losses.bce_rm_loss`), on a batch of labelled anchor rows
+  (`rm/anchors.py`: rows kept apart from the ones RM health reads), so the step's loss is pairwise mean + w x BCE
+  mean. The labelled rows tie what the RM pays to right and wrong, which the pairwise loss leaves free (it fixes
+  only differences: batch 46's collapsed RMs paid everything 0.03, or wrong answers 0.97).
 """
 
 import math
@@ -25,7 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cooper_openrlhf.algo.losses import pairwise_rm_loss
+from cooper_openrlhf.algo.losses import bce_rm_loss, pairwise_rm_loss
+from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.algo.selection import FROM_ASSISTANT, FROM_ROLLOUT
 from cooper_openrlhf.rm.model import render_and_encode, rm_logits
@@ -52,11 +58,14 @@ class RMTrainer:
         self.filler = render_and_encode(self.tokenizer, [""], [""], [""], self.max_length, self.template_version)
 
 
-def pairwise_update(trainer: RMTrainer, pairs: PairBatch, global_valid: int, passes: int = 1) -> dict[str, float]:
+def pairwise_update(trainer: RMTrainer, pairs: PairBatch, global_valid: int, passes: int = 1, anchors=(),
+                    anchor_weight: float = 0.0) -> dict[str, float]:
     """Cooper's RM update on this rank's share of the step's pairs; metrics are global (all-reduced).
 
     pairs: this rank's pairs (invalid slots are skipped). global_valid: valid pairs over all ranks (this rank's
     own in a single process). passes: optimizer steps over the same pairs. With global_valid == 0 nothing runs.
+    anchors, anchor_weight: with a weight > 0, this rank's share of the step's labelled anchor rows (`rm.probes.Probe`
+    with `.correct`), whose BCE joins the loss at that weight (module docstring); every rank passes the same weight.
     """
     if global_valid < 1:
         return {"cooper/rm_updated": 0.0, "cooper/rm_valid_pairs": 0.0,
@@ -68,9 +77,14 @@ def pairwise_update(trainer: RMTrainer, pairs: PairBatch, global_valid: int, pas
     micro_steps = int(trainer.strategy.all_reduce(float(len(chunks)), op="max"))
     world_size = torch.distributed.get_world_size()
 
+    anchored = _Anchored.of(trainer, list(anchors), anchor_weight, world_size) if anchor_weight > 0 else None
     start = time.perf_counter()
     trainer.model.train()
-    done = [_pass(trainer, pairs, chunks, micro_steps, global_valid, world_size) for _ in range(passes)]
+    done = []
+    for index in range(passes):
+        if anchored is not None:
+            anchored.recording = index == 0
+        done.append(_pass(trainer, pairs, chunks, micro_steps, global_valid, world_size, anchored))
     trainer.model.eval()
     seconds = time.perf_counter() - start
     first, last = done[0], done[-1]
@@ -87,6 +101,8 @@ def pairwise_update(trainer: RMTrainer, pairs: PairBatch, global_valid: int, pas
         # Not a timing/* key: beside the policy update it overlaps it, and OpenRLHF sums timing/* per step.
         "cooper/rm_fit_seconds": seconds,
     }
+    if anchored is not None:
+        metrics.update(anchored.metrics(trainer.strategy))
     applied = [p["grad_norm"] for p in done if not p["skipped"]]
     if applied:
         metrics["cooper/rm_grad_norm"] = applied[-1]
@@ -94,14 +110,18 @@ def pairwise_update(trainer: RMTrainer, pairs: PairBatch, global_valid: int, pas
 
 
 def _pass(trainer: RMTrainer, pairs: PairBatch, chunks: list[list[int]], micro_steps: int, global_valid: int,
-          world_size: int) -> dict:
-    """One pass over the valid pairs: `micro_steps` forward/backward, then one (possibly skipped) step."""
+          world_size: int, anchored: "_Anchored | None" = None) -> dict:
+    """One pass over the valid pairs: `micro_steps` forward/backward (then the anchors' with an anchored update),
+    then one (possibly skipped) step."""
     strategy, model = trainer.strategy, trainer.model
     sums = torch.zeros(3 + 2 * len(SOURCES), dtype=torch.float64)  # loss*k, correct, margin*k, per source: correct, k
     skipped_before = model.skipped_steps
-    for micro in range(micro_steps):
-        model.set_gradient_accumulation_boundary(micro == micro_steps - 1)
-        if micro < len(chunks):
+    total = micro_steps + (anchored.micro_steps if anchored is not None else 0)
+    for micro in range(total):
+        model.set_gradient_accumulation_boundary(micro == total - 1)
+        if micro >= micro_steps:
+            loss = anchored.micro_loss(trainer, micro - micro_steps)
+        elif micro < len(chunks):
             loss = _micro_loss(trainer, pairs, chunks[micro], sums) * (len(chunks[micro]) * world_size / global_valid)
         else:
             loss = rm_logits(model, trainer.filler).sum() * 0.0
@@ -148,3 +168,44 @@ def _micro_loss(trainer: RMTrainer, pairs: PairBatch, index: list[int], sums: to
         # NaN gradients make DeepSpeed's overflow check drop the step on every rank (module docstring).
         loss = loss * float("nan")
     return loss
+
+
+@dataclass
+class _Anchored:
+    """The anchored part of one update on one rank: its rows in micro-batches, the same count on every rank."""
+
+    rows: list  # this rank's anchor rows
+    weight: float
+    micro_steps: int  # anchor micro-batches per pass, the most any rank has (ranks with fewer back up a zero loss)
+    scale: float  # world / global rows: after DeepSpeed's mean over ranks, the gradient of the global mean BCE
+    per_micro: int
+    recording: bool = True  # add the losses to `sums` (the first pass: the RM before this update)
+    sums: torch.Tensor = field(default_factory=lambda: torch.zeros(3, dtype=torch.float64))  # loss*k, correct, k
+
+    @classmethod
+    def of(cls, trainer: RMTrainer, rows: list, weight: float, world_size: int) -> "_Anchored":
+        per_micro = max(1, trainer.micro_batch_size)
+        total = trainer.strategy.all_reduce(float(len(rows)), op="sum")
+        micro_steps = int(trainer.strategy.all_reduce(float(-(-len(rows) // per_micro)), op="max"))
+        return cls(rows, weight, micro_steps, world_size / total if total else 0.0, per_micro)
+
+    def micro_loss(self, trainer: RMTrainer, index: int) -> torch.Tensor:
+        part = self.rows[index * self.per_micro:(index + 1) * self.per_micro]
+        if not part:
+            return rm_logits(trainer.model, trainer.filler).sum() * 0.0
+        batch = render_and_encode(trainer.tokenizer, [r.question for r in part], [r.reference for r in part],
+                                  [normalize_solution(r.completion) for r in part], trainer.max_length,
+                                  trainer.template_version)
+        logits = rm_logits(trainer.model, batch)
+        labels = torch.tensor([float(r.correct) for r in part], device=logits.device)
+        loss, metrics = bce_rm_loss(logits, labels)
+        k = len(part)
+        if self.recording:
+            self.sums += torch.tensor([metrics["loss"] * k, metrics["accuracy"] * k, k], dtype=torch.float64)
+        return loss * (self.weight * k * self.scale)
+
+    def metrics(self, strategy) -> dict[str, float]:
+        """cooper/rm_anchor_loss and cooper/rm_anchor_accuracy (first pass: the RM before the update), all ranks."""
+        loss, correct, rows = strategy.all_reduce(self.sums.clone(), op="sum").tolist()
+        return {"cooper/rm_anchor_loss": loss / rows if rows else float("nan"),
+                "cooper/rm_anchor_accuracy": correct / rows if rows else float("nan"), "cooper/rm_anchor_rows": rows}
