@@ -80,8 +80,7 @@ class EngineSnapshot:
             trainer.scheduler.load_state_dict(copy.deepcopy(self.scheduler))
         for name, value in self.engine_counters.items():
             setattr(engine, name, value)
-        trainer.counters = {**copy.deepcopy(self.counters), **{k: v for k, v in trainer.counters.items()
-                                                               if k not in self.counters}}
+        trainer.counters = copy.deepcopy(self.counters)
         engine.zero_grad()
 
     @staticmethod
