@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--on-hacking", default="warn", choices=ON_HACKING,
                    help="on a hacking alarm: warn, or pay the rule reward from then on")
+    from cooper_openrlhf.serve.rm_guard import add_guard_flags
+
+    add_guard_flags(p.add_argument_group("the RM guard (with --learn; core/rm_health.py, docs/cooper_step.md)"))
     g = p.add_argument_group("the hacking monitor (the trainer's rule, algo/hacking.py; a step is a round here)")
     for f in fields(HackingMonitorConfig):
         g.add_argument(f"--hacking-{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
@@ -208,6 +211,9 @@ def check_args(args) -> list[str]:
         if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
     problems += replicated_flag_problems(args)
+    from cooper_openrlhf.serve.rm_guard import guard_flag_problems
+
+    problems += guard_flag_problems(args)
     if not 0.0 <= args.rm_warmup_ratio < 1.0:
         problems.append(f"--rm-warmup-ratio must be in [0, 1), got {args.rm_warmup_ratio}")
     if args.max_queued_samples < args.max_request_samples or args.max_queued_bytes < args.max_body_bytes:
@@ -331,6 +337,7 @@ def _build_learner(args, dtype_name: str):
     from cooper_openrlhf.runtime.dtype import torch_dtype
     from cooper_openrlhf.serve.checkpoint import ServiceCheckpoint
     from cooper_openrlhf.serve.learner import Learner, LearnConfig
+    from cooper_openrlhf.serve.rm_guard import learner_guard
     from cooper_openrlhf.verify.pool import VerifierPool
 
     micro = args.rm_micro_batch_size
@@ -358,7 +365,8 @@ def _build_learner(args, dtype_name: str):
     learner = Learner(trainer, builder, LearnConfig(
         groups_per_update=args.groups_per_update, negative_source=args.negative_source,
         rollout_negative_pick=args.rollout_negative_pick, answerless_negatives=args.answerless_negatives,
-        passes=args.rm_updates_per_round, seed=args.seed))
+        passes=args.rm_updates_per_round, seed=args.seed, anchor_weight=args.rm_anchor_weight,
+        anchor_batch=args.rm_anchor_batch, health_batch_size=args.max_batch), **learner_guard(args))
     checkpointer = ServiceCheckpoint(trainer, args.state_dir, keep=args.keep_checkpoints)
     return learner, checkpointer, model, tokenizer, 0
 
@@ -406,6 +414,14 @@ def main(argv: list[str] | None = None) -> int:
                                       args.probe_problems)
         except ValueError as exc:
             print(f"error: --probe-prompts: {exc}", file=sys.stderr)
+            return 2
+    if args.learn:  # the RM guard's anchors, in the main thread too (their probes' labels come from math-verify)
+        from cooper_openrlhf.serve.rm_guard import service_anchors
+
+        try:
+            service_anchors(args)
+        except ValueError as exc:
+            print(f"error: the RM guard's anchors: {exc}", file=sys.stderr)
             return 2
     from cooper_openrlhf.runtime import install_cpu_runtime
 

@@ -120,3 +120,18 @@ def anchor_batch(rows: Sequence[Probe], size: int, step: int, seed: int = 0) -> 
         return list(rows)
     picked = set(random.Random(f"anchors {seed} {step}").sample(range(len(rows)), size))
     return [row for i, row in enumerate(rows) if i in picked]
+
+
+def anchor_sets(rm_path, anchors_file: str | None, rows: int, problems: Sequence, probe_problems: int,
+                seed: int = 0) -> tuple[list[Probe], list[Probe], str]:
+    """(health anchors, rows anchored updates may train on, where they came from) for an RM: the labelled rows of
+    `anchors_file`, else of the recipe's held-out split beside the RM (`default_anchor_file`), split by
+    `split_anchor_rows`; then the probe suite on `problems`. The third item says which file (or none) for the log."""
+    path = anchors_file or default_anchor_file(rm_path)
+    health_rows, train_rows = split_anchor_rows(load_anchor_rows(path), rows, seed) if path and rows > 0 else ([], [])
+    if path and rows <= 0:
+        train_rows = load_anchor_rows(path)
+    anchors = build_anchors(health_rows, problems, probe_problems)
+    source = f"labelled rows from {path}" if path else "no labelled rows (no --*anchors file, no eval_split.jsonl " \
+                                                        "beside the RM)"
+    return anchors, train_rows, source

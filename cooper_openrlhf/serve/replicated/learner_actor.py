@@ -14,6 +14,11 @@ numbers stay unique.
 
 Restarts: the actor is created with `max_restarts=-1`; a new incarnation loads the latest checkpoint in `__init__`
 (its counters, version and hacking state continue from there) and the registry sends the round it lost again.
+
+The RM guard (`core/rm_health.py`) is the one-process service's: `Learner.learn` keeps a version only when its weights
+are finite and its health in bounds, so a rejected round returns no weights and the replicas keep the last healthy
+version; its state rides in the RM update's counters, which the checkpoint holds (`serve/learner.py`), so a new
+incarnation resumes mid-guard. `status()["rm_health"]` carries its gauges.
 """
 
 import logging
@@ -79,7 +84,8 @@ class LearnerActor:
         the versions whose weights this actor can give."""
         versions = ([self.version] if self.learner is not None else []) + sorted(self.pinned)
         return {"version": self.version, "counters": dict(self.counters), "paying_rule": self.hacking.paying_rule,
-                "state": self.state, "versions": versions, "error": None}
+                "state": self.state, "versions": versions, "error": None,
+                "rm_health": self.learner.health_gauges() if self.learner is not None else {}}
 
     def weights(self, version: int) -> dict:
         """A version's weights (the latest, or one a checkpoint kept); the caller owns the object."""
