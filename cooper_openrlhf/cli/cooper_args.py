@@ -15,11 +15,13 @@ naming the flags that clash, before any Ray actor or model is started.
 """
 
 import argparse
+import os
 
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
 from cooper_openrlhf.core.rewards import PAYERS
+from cooper_openrlhf.core.rm_health import GuardConfig
 from cooper_openrlhf.verify.extract import FALLBACKS
 
 ASSISTANTS = ("policy", "model")
@@ -172,6 +174,24 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "checkpoint included (cooper/reward_from_rule).")
     for flag, kind, default, text in HackingMonitorConfig.flags():
         add(flag, type=kind, default=default, help=text)
+    # The RM guard (core/rm_health.py; docs/cooper_step.md "The RM guard") and anchored updates
+    for flag, kind, default, text, choices in GuardConfig.flags():
+        add(flag, type=kind, default=default, choices=choices, help=text)
+    add("--cooper.rm_anchors", type=str, default=None,
+        help="Labelled rows kept out of the RM's training (JSON Lines: question, reference, completion, label 0/1; or "
+        "VerifyBench rows) that the RM guard scores after every RM update. Default: eval_split.jsonl beside "
+        "--reward.model_name_or_path (the VerifyRM recipe's held-out split; looked for in the RM's folder and the two "
+        "above it). Bring your own RM: pass rows it never trained on.")
+    add("--cooper.rm_anchor_rows", type=int, default=64,
+        help="Labelled rows the RM guard reads, balanced right/wrong and chosen whole questions at a time; the rest "
+        "(other questions) feed --cooper.rm_anchor_weight.")
+    add("--cooper.rm_anchor_probe_problems", type=int, default=4,
+        help="Problems of --eval.dataset (integer references) whose probe suite (rm/probes.py: canonical right and "
+        "wrong answers, each attack form) joins the RM guard's anchors; 0: none.")
+    add("--cooper.rm_anchor_weight", type=float, default=0.0,
+        help="Anchored RM updates (not the paper's): BCE on --cooper.rm_anchor_batch labelled rows (the anchor file's "
+        "rows the guard does not read) beside the pairwise loss, at this weight; 0 = off.")
+    add("--cooper.rm_anchor_batch", type=int, default=16, help="Labelled rows per anchored RM update.")
     # Observability
     add("--cooper.rm_eval_dataset", type=str, default=None,
         help="A labelled verifier set (JSON Lines, VerifyBench format: question, answer, completion, gold_correct). "
@@ -246,8 +266,6 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
         problems.append("--cooper.assistant model is never used with --cooper.negative_source rollout (negatives are "
                         "the policy's own wrong rollouts); drop it or use --cooper.negative_source mixed")
     if cooper.offline_pairs is not None:
-        import os
-
         if not getattr(args, "remote_rm_trainable", False):
             problems.append("--cooper.offline_pairs feeds the RM update, which needs --remote_rm_trainable")
         if not os.path.isfile(cooper.offline_pairs):
@@ -279,6 +297,18 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
         HackingMonitorConfig.from_namespace(cooper)
     except ValueError as exc:
         problems.append(str(exc))
+    try:
+        GuardConfig.from_namespace(cooper)
+    except ValueError as exc:
+        problems.append(f"--cooper.{exc}" if str(exc).startswith("rm_guard") else str(exc))
+    if cooper.rm_anchors is not None and not os.path.isfile(cooper.rm_anchors):
+        problems.append(f"--cooper.rm_anchors {cooper.rm_anchors}: no such file")
+    if cooper.rm_anchor_weight < 0 or cooper.rm_anchor_rows < 0 or cooper.rm_anchor_batch < 1 \
+            or cooper.rm_anchor_probe_problems < 0:
+        problems.append("--cooper.rm_anchor_weight, rm_anchor_rows and rm_anchor_probe_problems must be >= 0, "
+                        "--cooper.rm_anchor_batch >= 1")
+    if cooper.rm_anchor_weight > 0 and not args.remote_rm_trainable:
+        problems.append("--cooper.rm_anchor_weight anchors the RM's updates, which need --remote_rm_trainable")
     if cooper.rm_eval_dataset and not rm_path:
         problems.append("--cooper.rm_eval_dataset needs a reward model (--reward.model_name_or_path) to evaluate")
     if cooper.rm_eval_dataset and args.eval.steps in (-1, 0, None):

@@ -7,7 +7,10 @@ never reaches the RM. It is a `BaseModelActor` fanned out with OpenRLHF's `RayAc
 checkpointed with OpenRLHF's `DeepspeedStrategy`; the loss is `algo.losses.pairwise_rm_loss`.
 
 One `fit` call is Cooper's RM update (arXiv 2508.05613, Eq. 5) on one data-parallel rank:
-`rm.pairwise_update.pairwise_update`, the same function the reward service (`serve/`) trains with.
+`rm.pairwise_update.pairwise_update`, the same function the reward service (`serve/`) trains with (anchored with
+--cooper.rm_anchor_weight). For the RM guard (`ray/rm_guard.py`) each rank holds its training state in memory before
+an update (`snapshot`, `rm/snapshot.py`), puts it back when the guard rejects the update (`restore_snapshot`),
+says whether its weights are finite and lowers its learning rate (`scale_lr`).
 """
 
 import math
@@ -32,6 +35,7 @@ from cooper_openrlhf.rm.model import (
     usable_max_length,
 )
 from cooper_openrlhf.rm.pairwise_update import RMTrainer, pairwise_update
+from cooper_openrlhf.rm.snapshot import EngineSnapshot, scale_lr, weights_finite
 
 CHECKPOINT_SUBDIR = RM_DIR  # beside OpenRLHF's "_actor" under --ckpt.path
 COUNTERS_KEY = "cooper_rm_counters"  # in the DeepSpeed checkpoint's client state
@@ -138,18 +142,41 @@ class TrainableRewardModelActor(BaseModelActor):
                             template_version=self.template_version, batch_size=self.cooper.rm_score_batch_size)
 
     # ----------------------------------------------------------------------------------- training
-    def fit(self, pairs: PairBatch, global_valid: int) -> dict[str, float]:
+    def fit(self, pairs: PairBatch, global_valid: int, anchors=(), anchor_weight: float = 0.0) -> dict[str, float]:
         """Cooper's RM update on this rank's share of the step's pairs (`rm.pairwise_update`); metrics are global.
 
         pairs: this rank's pairs (invalid slots are skipped). global_valid: valid pairs over all ranks.
-        With global_valid == 0 nothing is run and no step is taken.
+        With global_valid == 0 nothing is run and no step is taken. anchors, anchor_weight: this rank's share of the
+        step's labelled anchor rows and their BCE weight (--cooper.rm_anchor_weight; every rank the same weight).
         """
         if not self.trainable:
             raise RuntimeError("fit() on a reward model loaded without --remote_rm_trainable")
-        metrics = pairwise_update(self.rm_trainer, pairs, global_valid, passes=self.cooper.rm_updates_per_step)
+        metrics = pairwise_update(self.rm_trainer, pairs, global_valid, passes=self.cooper.rm_updates_per_step,
+                                  anchors=anchors, anchor_weight=anchor_weight)
         if metrics["cooper/rm_updated"]:
             metrics["cooper/rm_rank_weight_spread"] = self.rank_weight_spread()
         return metrics
+
+    # ------------------------------------------------------------------------------- the RM guard
+    def snapshot(self) -> None:
+        """Hold this rank's training state in memory (before an update the guard will judge)."""
+        self._snapshot = EngineSnapshot.take(self.rm_trainer)
+
+    def restore_snapshot(self) -> None:
+        """Put back the state `snapshot` held: the update the guard rejected never happened on this rank."""
+        self._snapshot.restore()
+        self._snapshot = None
+
+    def drop_snapshot(self) -> None:
+        """The guard kept the update: free the memory the snapshot held until the next update."""
+        self._snapshot = None
+
+    def weights_finite(self) -> bool:
+        return weights_finite(self.model.module)
+
+    def scale_lr(self, factor: float) -> float:
+        """Multiply this rank's RM learning rate by `factor` (checkpointed with the scheduler); the new rate."""
+        return scale_lr(self.rm_trainer, factor)
 
     @property
     def counters(self) -> dict:

@@ -12,7 +12,8 @@ metrics, timed on the step's `StepClock` (`timing/cooper_<phase>`, `timeline/<ph
   policy     `super().train_step`, OpenRLHF's GRPO step unchanged (make_experience, ppo_train, weight sync);
              `broadcast_to_vllm`, the step's one other override, holds the sync until the rewrites are in
              (checkpoints and held-out evaluation: the mixins of ray/checkpoints.py and ray/evaluation.py)
-  RM update  masked pairwise loss on the step's valid pairs (only with --remote_rm_trainable)
+  RM update  masked pairwise loss on the step's valid pairs (only with --remote_rm_trainable), guarded: a version
+             whose health on the anchors leaves its bounds is rolled back before it scores (`ray/rm_guard.py`)
   metrics    RM reward next to the rule-verified accuracy of the same rollouts (the reward-hacking gap)
 
 Overlap. With the RM and the engines on devices of their own (no --train.colocate_all, no --ds.enable_sleep) the
@@ -60,6 +61,7 @@ from cooper_openrlhf.core.pairs import rewrite_request
 from cooper_openrlhf.core.rewards import reward_metrics
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
+from cooper_openrlhf.ray.rm_guard import RMGuarding
 from cooper_openrlhf.ray.rm_scoring import RMScoring
 from cooper_openrlhf.ray.step_records import (
     PendingPairs,
@@ -81,7 +83,7 @@ _PPOTrainer = undecorated(PPOTrainer)  # Ray actor classes cannot be subclassed 
 NO_CORRECT_ROLLOUT_WINDOW = 5  # steps without a single verified-correct rollout before the warning
 
 
-class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer):
+class CooperPPOTrainer(RMGuarding, CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer):
     """PPOTrainer whose `train_step` is Cooper's step (module docstring). Created through `CooperTrainer.remote`.
 
     reward_model_group: the `TrainableRewardModelActor` RayActorGroup (None for the rule arm without an RM).
@@ -142,7 +144,9 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
             from cooper_openrlhf.data.benchmarks import load_benchmark
 
             self.rm_eval_rows = load_benchmark("verifybench", self.cooper.rm_eval_dataset).records
-        self.init_probes(heldout_problems(self.args, self.strategy))
+        heldout = heldout_problems(self.args, self.strategy)
+        self.init_probes(heldout)
+        self.init_rm_guard(heldout)  # --cooper.rm_guard: the anchors read after every RM update
 
     def get_rollout_steps(self) -> int:
         """Rollout steps of the run (what the RM's schedule spans): prompt batches per episode x episodes."""
@@ -166,13 +170,13 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
             rewards, rm_logits, score_metrics = self.score(rollout_samples, texts, verdicts)
         # The pairs are assembled beside OpenRLHF's step; an RM on devices of its own trains beside the policy too.
         pairs = self.beside.submit(self.pairs_of, pending, rm_logits)
-        rm_update = self.beside.submit(self.update_rm, pairs) if self.overlap else None
+        rm_update = self.beside.submit(self.update_rm, pairs, global_step) if self.overlap else None
         # Policy: OpenRLHF's step unchanged (experience, GRPO update, weight sync); the sync waits for the rewrites.
         self.step = StepState(clock, pending.rewrites if pending else None)
         status, next_step = super().train_step(rollout_samples, global_step)
         self.step = None
         with clock.stage("rm_update"):  # colocated: OpenRLHF's reload -> fit -> offload, after the policy's update
-            rm_metrics = rm_update.result() if rm_update else self.update_rm(pairs)
+            rm_metrics = rm_update.result() if rm_update else self.update_rm(pairs, global_step)
         pairs, pair_metrics = pairs.result()
         if self.args.eval.steps > 0 and next_step % self.args.eval.steps == 0:  # the RM after this step's update
             with clock.stage("rm_read"):  # an RM arm's evaluation steps are long for this read: timed, so it shows
@@ -285,11 +289,12 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
         return paid.paid, logits, reward_metrics(verdicts, paid.rm)
 
     # ------------------------------------------------------------------------------- RM update
-    def update_rm(self, pairs: Future) -> dict[str, float]:
+    def update_rm(self, pairs: Future, step: int = 0) -> dict[str, float]:
         """The RM's masked pairwise update on the step's valid pairs (`pairs`: `pairs_of`'s job), as OpenRLHF's
-        reload -> fit -> offload when its DeepSpeed states sleep between updates; returns the merged RM metrics.
-        One `fit` per optimizer-step group (the whole step, or each mini-batch with --cooper.rm_update_granularity
-        minibatch); Ray runs an actor's calls in submission order."""
+        reload -> fit -> offload when its DeepSpeed states sleep between updates, inside the RM guard
+        (`ray/rm_guard.py`: a version out of bounds is rolled back here, before any step is scored by it); returns
+        the merged RM metrics. One `fit` per optimizer-step group (the whole step, or each mini-batch with
+        --cooper.rm_update_granularity minibatch); Ray runs an actor's calls in submission order."""
         pairs, _ = pairs.result()
         if pairs is None:
             return {}
@@ -297,19 +302,26 @@ class CooperPPOTrainer(CheckpointUnit, HeldOutEvaluation, RMScoring, _PPOTrainer
         batches = [trainable]
         if self.cooper.rm_update_granularity == "minibatch" and trainable.num_valid:
             batches = [trainable.select(range(i, min(i + size, len(trainable)))) for i in range(0, len(trainable), size)]
+        skipped = self.guard_before_update(step) if trainable.num_valid else None
+        if skipped is not None:
+            return skipped
         sleeping = self.args.ds.enable_sleep  # the RM's states are offloaded between updates (reward_actor)
         if sleeping:
             ray.get(self.rm_group.async_run_method(method_name="reload_states"))
-        calls = [[actor.fit.remote(part, batch.num_valid) for actor, part in zip(actors, batch.split(len(actors)))]
-                 for batch in batches]
+        anchors, weight = self.anchor_shares(step, len(actors))
+        calls = [[actor.fit.remote(part, batch.num_valid, *((rows, weight) if weight else ()))
+                  for actor, part, rows in zip(actors, batch.split(len(actors)), anchors)] for batch in batches]
         results = [ray.get(call) for call in calls]
+        metrics = merge_rm_metrics([rank_results[0] for rank_results in results])  # ranks all-reduce their metrics
+        if trainable.num_valid:
+            metrics.update(self.guard_after_update(step, bool(metrics.get("cooper/rm_updated"))))
         if sleeping:
             ray.get(self.rm_group.async_run_method(method_name="offload_states"))
         if self.args.train.colocate_all:
             # As after scoring (`rm_logits`): the update's cached blocks go back to the shared GPUs before the
             # engines wake for the next step's rollouts.
             ray.get(self.rm_group.async_run_method(method_name="empty_cache"))
-        return merge_rm_metrics([rank_results[0] for rank_results in results])  # ranks all-reduce their metrics
+        return metrics
 
     # ------------------------------------------------------------------------ weight sync, logging
     def broadcast_to_vllm(self) -> None:
