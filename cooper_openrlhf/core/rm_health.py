@@ -293,6 +293,11 @@ class RMGuard:
         out = health_metrics(self.current) if self.current is not None else {}
         out.update({HEALTH + "rollbacks": float(self.rollbacks), HEALTH + "unhealthy_kept": float(self.unhealthy_kept),
                     HEALTH + "skipping": float(self.skip_left), HEALTH + "lr_scale": self.lr_scale})
+        if self.baseline is not None:  # the bounds: the pay band's centre and the AUC floor's reference
+            out.update({HEALTH + "start_right_pay": self.baseline.right_pay,
+                        HEALTH + "start_wrong_pay": self.baseline.wrong_pay})
+        if self.best_auc is not None:
+            out[HEALTH + "best_auc"] = self.best_auc
         if measured is not None:
             out.update(health_metrics(measured, HEALTH + "update_"))
         if decision is not None:

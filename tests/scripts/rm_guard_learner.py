@@ -12,6 +12,9 @@ ones (an AUC towards 0.5 and below). Scenarios (argv[1], comma-separated), each 
   resume     the guard (skip): after its first rollback the state is checkpointed (`serve/checkpoint.py`) and a
              new learner loads it, as a restarted service does
   nonfinite  no guard; the learning rate is made infinite, so the update's weights are not finite
+  export=DIR the warmed-up RM as a VerifyRM folder DIR/best, the anchors beside it as DIR/eval_split.jsonl (where
+             the trainer's guard finds them by default) and the rounds' pairs as an --cooper.offline_pairs file
+             DIR/pairs.jsonl (tests/test_rm_guard_e2e.py trains on them)
 Prints one JSON line: {scenario: [per round: {...}], ...}.
 """
 
@@ -94,6 +97,26 @@ def run(learner, rounds: int = ROUNDS, first: int = 0) -> list[dict]:
     return out
 
 
+def export(trainer, folder: str) -> str:
+    """The warmed-up RM, its anchors and the rounds' pairs, for a training run (module docstring)."""
+    import os
+
+    from cooper_openrlhf.rm.model import export_rm
+
+    path = export_rm(trainer.model, trainer.tokenizer, os.path.join(folder, "best"),
+                     template_version=trainer.template_version, max_length=trainer.max_length)
+    with open(os.path.join(folder, "eval_split.jsonl"), "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps({"question": a.question, "reference": a.reference, "completion": a.completion,
+                                      "label": int(a.correct)}) + "\n" for a in anchors())
+    with open(os.path.join(folder, "pairs.jsonl"), "w", encoding="utf-8") as handle:
+        for step in range(ROUNDS * 2):
+            for group in round_groups(step):
+                right_, wrong_ = group.scored[0].sample, group.scored[2].sample
+                handle.write(json.dumps({"step": step, "question": right_.question, "reference": right_.reference,
+                                         "positive": right_.completion, "negative": wrong_.completion}) + "\n")
+    return str(path)
+
+
 def main(scenarios: list[str]) -> None:
     from cooper_openrlhf.cli.serve import _build_learner, build_parser
     from cooper_openrlhf.core import GuardConfig, RMGuard
@@ -134,6 +157,8 @@ def main(scenarios: list[str]) -> None:
                 restarted = Learner(trainer, built.pair_builder, built.config, RMGuard(config), anchors())
                 checkpoint.load()
                 results[scenario] = {"before": rounds, "after": run(restarted, 4, len(rounds))}
+            elif scenario.startswith("export="):
+                results["export"] = export(trainer, scenario.split("=", 1)[1])
             elif scenario == "nonfinite":
                 learner = Learner(trainer, built.pair_builder, built.config)  # no guard: finiteness alone
                 scale_lr(trainer, float("inf"))
