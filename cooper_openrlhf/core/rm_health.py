@@ -323,3 +323,14 @@ class RMGuard:
             setattr(self, name, int(state.get(name, 0)))
         self.lr_scale = float(state.get("lr_scale", 1.0))
         self.stopped = bool(state.get("stopped", False))
+
+
+def health_table(health: RMHealth) -> str:
+    """Markdown table of one RM's health: AUC, right and wrong pay, then each attack form's pay and its premium over
+    a wrong answer (what `cooper inspect probe-rm` prints for a folder or an endpoint)."""
+    rows = ["| measure | value | over wrong |", "|---|---|---|", f"| AUC right vs wrong | {health.auc:.3f} | |",
+            f"| right pay | {health.right_pay:.3f} | {health.margin:+.3f} |",
+            f"| wrong pay | {health.wrong_pay:.3f} | |"]
+    rows += [f"| attack: {form} | {pay:.3f} | {pay - health.wrong_pay:+.3f} |"
+             for form, pay in health.attack_pay.items()]
+    return "\n".join(rows)
