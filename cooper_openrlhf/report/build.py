@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from cooper_openrlhf.report.figures import write_figures
 from cooper_openrlhf.report.markdown import write_markdown
+from cooper_openrlhf.report.rm_health import write_rm_health
 from cooper_openrlhf.report.robustness import write_robustness
 from cooper_openrlhf.report.runs import RunData, load_run
 
@@ -30,6 +31,7 @@ def write_report(run_dirs: Sequence[str], out: Path, known_arms: Sequence[str] =
     robustness = write_robustness(runs, out)  # only runs that saved their RM (`<tag>_rm_hf`)
     if robustness is not None:
         figures.append(robustness)
+    figures += [path for path in [write_rm_health(runs, out, known_arms)] if path]  # runs the RM guard measured
     report, summary = write_markdown(runs, figures, out)
     print(f"report: {report}\nsummary: {summary}\nfigures: " + ", ".join(str(p) for p in figures), flush=True)
     return runs
