@@ -109,13 +109,14 @@ class RMGuarding(CooperTrainerState):
         guard = self.rm_guard
         if guard is None:
             return {}
+        start = time.perf_counter()
         metrics = dict(getattr(self, "_guard_pending", {}))
         self._guard_pending = {}
         if not updated:
             ray.get(self.rm_group.async_run_method(method_name="drop_snapshot"))
             return {**metrics, **guard.metrics()}
         finite = all(ray.get(self.rm_group.async_run_method(method_name="weights_finite")))
-        measured = self.rm_health(metrics)
+        measured = self.rm_health()
         decision = guard.judge(measured, f"the RM after step {step}'s update", finite)
         if decision.rollback:
             ray.get(self.rm_group.async_run_method(method_name="restore_snapshot"))
@@ -125,6 +126,8 @@ class RMGuarding(CooperTrainerState):
             ray.get(self.rm_group.async_run_method(method_name="drop_snapshot"))
         if decision.message:
             logger.warning("%s", decision.message)
+        # the whole check: finiteness, the anchors' scores, the decision and its rollback (plus any baseline read)
+        metrics[HEALTH + "seconds"] = metrics.get(HEALTH + "seconds", 0.0) + time.perf_counter() - start
         return {**metrics, **guard.metrics(measured, decision)}
 
     # ---------------------------------------------------------------------------------- checkpoints

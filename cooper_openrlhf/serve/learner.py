@@ -182,6 +182,7 @@ class Learner:
 
     def _keep_or_roll_back(self, snapshot: EngineSnapshot, step: int, metrics: dict) -> bool:
         """After an update: keep it (True) or restore the snapshot and take the guard's response (False)."""
+        start = time.perf_counter()
         finite = weights_finite(self.trainer.model.module)
         what = f"step {step}'s RM update (update {self.trainer.counters['updates']})"
         if self.guard is None:
@@ -191,7 +192,7 @@ class Learner:
                 logger.warning("%s made non-finite weights: not published; the previous weights and optimizer state "
                                "are restored", what)
             return finite
-        measured = self.health(metrics)
+        measured = self.health()
         decision = self.guard.judge(measured, what, finite)
         if decision.rollback:
             snapshot.restore()
@@ -199,6 +200,8 @@ class Learner:
                 scale_lr(self.trainer, decision.lr_factor)
         if decision.message:
             logger.warning("%s%s", decision.message, "; not published" if decision.rollback else "")
+        # the whole check: finiteness, the anchors' scores, the decision and its rollback (plus any baseline read)
+        metrics[HEALTH + "seconds"] = metrics.get(HEALTH + "seconds", 0.0) + time.perf_counter() - start
         metrics.update(self.guard.metrics(measured, decision))
         return not decision.rollback
 
