@@ -128,3 +128,16 @@ def test_the_default_anchor_file_is_the_recipes_held_out_split(tmp_path):
     (tmp_path / "verifyrm" / "eval_split.jsonl").write_text("")
     assert default_anchor_file(tmp_path / "verifyrm" / "best") == tmp_path / "verifyrm" / "eval_split.jsonl"
     assert default_anchor_file(tmp_path / "verifyrm" / "pairs" / "seed0") == tmp_path / "verifyrm" / "eval_split.jsonl"
+
+
+def test_the_guard_arms_only_once_a_version_ranks_its_anchors():
+    guard = RMGuard(GuardConfig(min_auc=0.7))
+    assert "not armed" in guard.start(_health(0.55, 0.5, 0.5))  # a random head: nothing to protect yet
+    kept = guard.judge(_health(0.6, 0.1, 0.9), "v1")
+    assert kept.healthy and not kept.rollback and guard.rollbacks == 0
+    armed = guard.judge(_health(0.8, 0.7, 0.3), "v2")
+    assert guard.armed and "armed at v2" in armed.message and guard.baseline.right_pay == 0.7
+    assert guard.judge(_health(0.8, 0.7, 0.65), "v3").rollback  # 0.65 > 0.3 + 0.3: the armed version's band
+    resumed = RMGuard(GuardConfig(min_auc=0.7))
+    resumed.load_state_dict(guard.state_dict())
+    assert resumed.armed and resumed.baseline.wrong_pay == 0.3

@@ -14,9 +14,12 @@ VerifyRM's own data and the probe suite's canonical right, wrong and attack comp
 
 Pay is sigmoid(logit), the RM's own reward whatever the reward form (the transports score and convert).
 
-The guard (`RMGuard`), on by default. A version is out of bounds when its anchors' scores are not finite (or the
+The guard (`RMGuard`), on by default, armed once a version (the starting RM, usually) ranks its anchors with an AUC
+of at least `min_auc` (an RM that cannot has no skill to protect; until then versions are measured and kept, and the
+armed version is the pay band's centre). A version is out of bounds when its anchors' scores are not finite (or the
 transport says its weights are not), when its AUC is more than `auc_drop` below the best version's so far, or when
-its right (wrong) pay has fallen (risen) more than `pay_drift` from the starting RM's. Mode `rollback` (the default):
+its right (wrong) pay has fallen (risen) more than `pay_drift` from the armed version's. Mode `rollback` (the
+default):
 such a version never scores; the transport restores the last healthy weights and optimizer state and the guard
 takes the registered response once (`RESPONSES`: lower the RM's learning rate by `lr_factor`, skip RM updates for
 `skip_steps` steps, or stop the run). Mode `watch`: the version is measured, logged and counted, and kept (the
@@ -144,16 +147,23 @@ class GuardConfig:
     # readings, the Cooper arms in 38-69% (at 0.2: 8% against 46-73%; at 0.4: 1% against 29-66%).
     pay_drift: float = field(default=0.3, metadata=_help(
         "A version whose mean pay of right anchors fell, or of wrong anchors rose, more than this from the "
-        "starting RM's is out of bounds."))
+        "armed version's (the starting RM's, when it ranks its anchors) is out of bounds."))
     lr_factor: float = field(default=0.5, metadata=_help(
         "With --cooper.rm_guard_response lower_lr: each rollback multiplies the RM's learning rate by this."))
     skip_steps: int = field(default=5, metadata=_help(
         "With --cooper.rm_guard_response skip: RM updates skipped after a rollback."))
+    # An RM that cannot rank its anchors (AUC near 0.5: a random or untrained head) has no skill to protect, and bounds
+    # around its pays would stop it from learning any; the batch 46 starting RMs read ~0.99 on their held-out rows.
+    min_auc: float = field(default=0.7, metadata=_help(
+        "The guard arms at the first version (the starting RM, usually) whose anchor AUC reaches this; before, "
+        "versions are measured and kept (but non-finite ones), and the armed version is the pay band's centre."))
 
     def __post_init__(self) -> None:
         MODES.check(self.mode)
         RESPONSES.check(self.response)
         problems = []
+        if not 0.0 <= self.min_auc <= 1.0:
+            problems.append(f"rm_guard_min_auc must be in [0, 1], got {self.min_auc}")
         if not 0.0 < self.auc_drop <= 1.0:
             problems.append(f"rm_guard_auc_drop must be in (0, 1], got {self.auc_drop}")
         if not 0.0 < self.pay_drift <= 1.0:
@@ -206,7 +216,8 @@ class RMGuard:
 
     def __init__(self, config: GuardConfig | None = None):
         self.config = config or GuardConfig()
-        self.baseline: RMHealth | None = None  # the starting RM's health: the pay band's centre
+        self.baseline: RMHealth | None = None  # the armed version's health (the starting RM's): the pay band's centre
+        self.armed = False  # a version reached config.min_auc: the bounds apply from then on
         self.best_auc: float | None = None  # the best healthy version's AUC so far
         self.current: RMHealth | None = None  # the health of the version now scoring
         self.rollbacks = 0  # versions rejected and rolled back
@@ -217,14 +228,24 @@ class RMGuard:
         self.stopped = False  # response stop was taken
 
     # -------------------------------------------------------------------------------------- the run
-    def start(self, health: RMHealth) -> None:
-        """The starting RM's health (before any update): the baseline of the pay band and the first best AUC.
-        A resumed guard keeps the baseline its checkpoint holds."""
+    def start(self, health: RMHealth) -> str:
+        """The starting RM's health (before any update): it arms the guard when its AUC reaches config.min_auc,
+        as the baseline of the pay band and the first best AUC. A resumed guard keeps the state its checkpoint
+        holds. Returns the sentence the transport logs."""
         if self.baseline is None:
             self.baseline = health
-            self.best_auc = health.auc if math.isfinite(health.auc) else None
+            self._arm(health)
         if self.current is None:
             self.current = health
+        if self.armed:
+            return (f"RM guard armed: the starting RM's anchor AUC {health.auc:.3f}, right pay {health.right_pay:.3f}, "
+                    f"wrong pay {health.wrong_pay:.3f}")
+        return (f"RM guard not armed: the starting RM's anchor AUC {health.auc:.3f} < {self.config.min_auc:g} (it does "
+                f"not rank right above wrong); versions are measured and kept until one reaches it")
+
+    def _arm(self, health: RMHealth) -> None:
+        if health.finite and math.isfinite(health.auc) and health.auc >= self.config.min_auc:
+            self.armed, self.baseline, self.best_auc = True, health, health.auc
 
     @property
     def started(self) -> bool:
@@ -242,6 +263,8 @@ class RMGuard:
         c, reasons = self.config, []
         if not health.finite:
             return ["its anchor scores are not finite"]
+        if not self.armed:
+            return []
         if self.best_auc is not None and math.isfinite(health.auc) and health.auc < self.best_auc - c.auc_drop:
             reasons.append(f"AUC {health.auc:.3f} < best {self.best_auc:.3f} - {c.auc_drop:g}")
         base = self.baseline
@@ -260,6 +283,10 @@ class RMGuard:
         reasons = ([] if weights_finite else ["its weights are not finite"]) + self.bounds(health)
         if not reasons:
             self.current = health
+            if not self.armed:
+                self._arm(health)
+                return GuardDecision(True, [], message=f"RM guard armed at {version}: anchor AUC {health.auc:.3f} >= "
+                                     f"{self.config.min_auc:g}; its pays are the band's centre" if self.armed else "")
             if math.isfinite(health.auc):
                 self.best_auc = max(self.best_auc or health.auc, health.auc)
             return GuardDecision(True, [])
@@ -292,7 +319,8 @@ class RMGuard:
         and, when a version was measured this step, its own health as `update_*` and whether it was unhealthy."""
         out = health_metrics(self.current) if self.current is not None else {}
         out.update({HEALTH + "rollbacks": float(self.rollbacks), HEALTH + "unhealthy_kept": float(self.unhealthy_kept),
-                    HEALTH + "skipping": float(self.skip_left), HEALTH + "lr_scale": self.lr_scale})
+                    HEALTH + "skipping": float(self.skip_left), HEALTH + "lr_scale": self.lr_scale,
+                    HEALTH + "armed": float(self.armed)})
         if self.baseline is not None:  # the bounds: the pay band's centre and the AUC floor's reference
             out.update({HEALTH + "start_right_pay": self.baseline.right_pay,
                         HEALTH + "start_wrong_pay": self.baseline.wrong_pay})
@@ -310,7 +338,8 @@ class RMGuard:
 
     # --------------------------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {"baseline": self.baseline.as_dict() if self.baseline else None, "best_auc": self.best_auc,
+        return {"baseline": self.baseline.as_dict() if self.baseline else None, "armed": self.armed,
+                "best_auc": self.best_auc,
                 "current": self.current.as_dict() if self.current else None, "rollbacks": self.rollbacks,
                 "unhealthy_kept": self.unhealthy_kept, "checked": self.checked, "skip_left": self.skip_left,
                 "lr_scale": self.lr_scale, "stopped": self.stopped}
@@ -319,6 +348,7 @@ class RMGuard:
         self.baseline = RMHealth.from_dict(state["baseline"]) if state.get("baseline") else None
         self.current = RMHealth.from_dict(state["current"]) if state.get("current") else None
         self.best_auc = state.get("best_auc")
+        self.armed = bool(state.get("armed", self.baseline is not None))
         for name in ("rollbacks", "unhealthy_kept", "checked", "skip_left"):
             setattr(self, name, int(state.get(name, 0)))
         self.lr_scale = float(state.get("lr_scale", 1.0))

@@ -95,7 +95,7 @@ class RMGuarding(CooperTrainerState):
             return None
         metrics: dict = {}
         if not guard.started:
-            guard.start(self.rm_health(metrics))
+            logger.info("%s", guard.start(self.rm_health(metrics)))
         if guard.skip_update():
             logger.info("step %d: RM update skipped by the RM guard (%d more to skip)", step, guard.skip_left)
             return {**metrics, **guard.metrics(), "cooper/rm_updated": 0.0}

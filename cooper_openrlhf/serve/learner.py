@@ -144,7 +144,7 @@ class Learner:
         metrics["timing/serve_pairs"] = time.perf_counter() - start
         guard = self._synced_guard()
         if guard is not None and not guard.started:  # the starting RM (or the one a guardless checkpoint held)
-            guard.start(self.health(metrics))
+            logger.info("%s", guard.start(self.health(metrics)))
         if guard is not None and guard.skip_update():
             logger.info("step %d: RM update skipped by the RM guard (%d more to skip)", step, guard.skip_left)
             metrics.update({"cooper/rm_updated": 0.0, **guard.metrics()})
