@@ -21,7 +21,7 @@ AUC_DROP, PAY_DRIFT = 0.1, 0.3  # core.rm_health.GuardConfig's defaults, which t
 def scenarios(model_dir):
     model_dir("tiny-qwen2-rm")  # materialised, or a clear failure
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "watch,rollback,resume,nonfinite"], capture_output=True,
+    result = subprocess.run([sys.executable, str(SCRIPT), "watch,rollback,resume,nonfinite,anchored"], capture_output=True,
                             text=True, timeout=900, env=env)
     assert result.returncode == 0, result.stderr[-6000:]
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
@@ -67,3 +67,9 @@ def test_a_restarted_service_resumes_mid_guard(scenarios):
 def test_non_finite_weights_are_never_published_even_without_a_guard(scenarios):
     (only,) = scenarios[0]["nonfinite"]
     assert not only["updated"] and only["weights_unchanged"] and only["weights_finite"]
+
+
+def test_anchored_updates_keep_the_anchors_ranked_at_the_same_rate(scenarios):
+    anchored, unanchored = scenarios[0]["anchored"], scenarios[0]["watch"]
+    assert all(r["rm_anchor_rows"] == 8 for r in anchored)  # the BCE rows joined every update
+    assert min(r["auc"] for r in anchored) > min(r["auc"] for r in unanchored) + 0.3

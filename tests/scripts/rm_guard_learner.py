@@ -12,12 +12,15 @@ ones (an AUC towards 0.5 and below). Scenarios (argv[1], comma-separated), each 
   resume     the guard (skip): after its first rollback the state is checkpointed (`serve/checkpoint.py`) and a
              new learner loads it, as a restarted service does
   nonfinite  no guard; the learning rate is made infinite, so the update's weights are not finite
+  anchored   the guard watching, updates anchored (BCE on the anchors' rows at weight 1 beside the pairwise loss;
+             the rows the guard reads here, to show the loss acts, where a run keeps them apart)
   export=DIR the warmed-up RM as a VerifyRM folder DIR/best, the anchors beside it as DIR/eval_split.jsonl (where
              the trainer's guard finds them by default) and the rounds' pairs as an --cooper.offline_pairs file
              DIR/pairs.jsonl (tests/test_rm_guard_e2e.py trains on them)
 Prints one JSON line: {scenario: [per round: {...}], ...}.
 """
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -93,7 +96,8 @@ def run(learner, rounds: int = ROUNDS, first: int = 0) -> list[dict]:
                     "weights_unchanged": weights_sum(learner.trainer) == before,
                     "weights_finite": weights_finite(learner.trainer.model.module),
                     **{k.rsplit("/", 1)[-1]: v for k, v in metrics.items() if k.startswith("cooper/rm_health/")
-                       and "attack" not in k}})
+                       and "attack" not in k},
+                    **{k.split("/")[-1]: v for k, v in metrics.items() if k.startswith("cooper/rm_anchor_")}})
     return out
 
 
@@ -157,6 +161,11 @@ def main(scenarios: list[str]) -> None:
                 restarted = Learner(trainer, built.pair_builder, built.config, RMGuard(config), anchors())
                 checkpoint.load()
                 results[scenario] = {"before": rounds, "after": run(restarted, 4, len(rounds))}
+            elif scenario == "anchored":
+                config = dataclasses.replace(built.config, anchor_weight=1.0, anchor_batch=8)
+                learner = Learner(trainer, built.pair_builder, config, RMGuard(GuardConfig(mode="watch")), anchors(),
+                                  anchors())
+                results[scenario] = run(learner)
             elif scenario.startswith("export="):
                 results["export"] = export(trainer, scenario.split("=", 1)[1])
             elif scenario == "nonfinite":
