@@ -8,65 +8,76 @@ import pytest
 from cooper_openrlhf.cli import lab as lab_cli
 
 
-def test_the_labs_last_lines_read_the_curves_and_never_call_one_seeds_curve_the_papers_finding():
-    from cooper_openrlhf.lab.reading import full_lab_figure, reading
-
-    rm = {"static": [(1, 0.36), (40, 0.64)], "cooper": [(1, 0.38), (40, 0.92)]}
-    heldout = {"static": [(2, 0.42), (40, 0.02)], "cooper": [(2, 0.41), (40, 0.26)], "rule": [(2, 0.37), (40, 0.30)]}
-    one_seed = reading(rm, heldout, {"static": 1, "cooper": 1, "rule": 1})
-    assert one_seed[0].endswith("the signature of a hacked RM in this run (reward up, held-out accuracy down, by more "
-                                "than 0.05 each).")
-    assert "level with the rule reward in this run" in one_seed[1]
-    assert one_seed[1].endswith("Cooper and the rule arm lost held-out accuracy in this run.")
-    assert "One seed per arm cannot show this reliably" in one_seed[2] and full_lab_figure() in one_seed[2]
-    assert "none of the above is the paper's finding" in one_seed[2]
-    assert not any("paper" in line for line in one_seed[:2])  # a draw's curve is described, never called the paper's
-    held = {"cooper": [(2, 0.41), (40, 0.44)], "static": [(2, 0.42), (40, 0.40)], "rule": [(2, 0.37), (40, 0.42)]}
-    three = reading(rm, held, {"static": 3, "cooper": 3, "rule": 3})
-    assert "not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more than 0.05" in three[0]
-    assert three[1] == "Cooper: held-out accuracy 0.41 -> 0.44, the rule-reward arm's 0.37 -> 0.42: level with the rule " \
-                       "reward in this run."
-    assert len(three) == 2  # enough seeds: no caveat
-    assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []  # nothing to compare
+def _rows(steps, right_pay, wrong_pay, wrong_share=0.5, per_step=8):
+    """A run's rollout rows: per step, `per_step` rollouts, a `wrong_share` of them verified wrong; the pays are
+    functions of the step (a small spread so that an AUC is not all ties)."""
+    rows = []
+    for step in steps:
+        for i in range(per_step):
+            wrong = i < per_step * wrong_share
+            pay = (wrong_pay if wrong else right_pay)(step) + 0.001 * i
+            rows.append({"step": step, "verified": not wrong, "reward": pay, "completion": "x", "reference": "1"})
+    return rows
 
 
-def test_the_labs_last_lines_read_the_training_rollouts_and_a_held_out_start_too_low_to_fall():
-    from cooper_openrlhf.lab.reading import VERIFIED_WINDOW, reading
+def test_the_labs_last_lines_judge_each_rm_by_what_it_paid_right_and_wrong_training_rollouts():
+    """make demo's closing lines: an RM whose policy's wrong answers come to be paid like right ones is exploited
+    (whatever held-out accuracy does), one that pays them less while still paying right ones tells them apart, one
+    that stops paying right answers is degenerate; held-out accuracy that starts near 0 is described, not the
+    judge."""
+    from cooper_openrlhf.lab.reading import PayEnds, full_lab_figure, pay_ends, reading
+
+    steps = range(1, 81)
+    static = pay_ends([_rows(steps, lambda s: 0.95, lambda s: 0.45 + 0.55 * s / 80)])
+    cooper = pay_ends([_rows(steps, lambda s: 0.93, lambda s: 0.3 - 0.25 * s / 80)])
+    broken = pay_ends([_rows(steps, lambda s: 0.95 - 0.9 * s / 80, lambda s: 0.3 - 0.25 * s / 80)])
+    assert static.wrong[1] - static.wrong[0] > 0.3 and static.auc[1] < static.auc[0]
+    heldout = {arm: [(4, 0.04), (80, 0.05)] for arm in ("static", "cooper", "rule")}
+    lines = reading({"static": static, "cooper": cooper, "cooper_rollout": broken}, heldout,
+                    {"static": 1, "cooper": 1, "rule": 1})
+    assert lines[0].startswith("Static RM: paid the policy's verified-right training rollouts 0.96 -> 0.96, "
+                               "verified-wrong ones 0.49 -> 0.97")
+    assert "(an exploited RM)" in lines[0] and "AUC down by" in lines[0]
+    assert lines[1].startswith("Cooper's RM:") and lines[1].endswith("it still tells them apart.")
+    assert lines[2].startswith("cooper_rollout RM:") and "a degenerate RM" in lines[2]
+    assert lines[3].startswith("Held-out accuracy (first -> last evaluation): static 0.04 -> 0.05")
+    assert "the RM lines above are the judge" in lines[3]
+    assert "One seed per arm cannot show this reliably" in lines[4] and full_lab_figure() in lines[4]
+    assert not any("hacked in this run" in line or "level with the rule reward" in line for line in lines)
+    # A flat RM keeps its verdict plain; with enough seeds no caveat; nothing to read without an RM arm.
+    flat = PayEnds((0.9, 0.9), (0.2, 0.21), (0.95, 0.95), 3)
+    three = reading({"static": flat}, {}, {"static": 3, "cooper": 3, "rule": 3})
+    assert three == ["Static RM: paid the policy's verified-right training rollouts 0.90 -> 0.90, verified-wrong ones "
+                     "0.20 -> 0.21, AUC right vs wrong 0.95 -> 0.95 (first and last 10 steps): it kept telling right "
+                     "from wrong as it started."]
+    assert reading({}, {"rule": [(2, 0.3), (4, 0.4)]}, {"rule": 1}) == []
+    assert pay_ends([[{"step": 1, "verified": True, "reward": None}]]) is None  # a rule arm: no RM pay
+
+
+def test_the_labs_last_lines_read_the_training_rollouts_of_the_policies():
+    from cooper_openrlhf.lab.reading import VERIFIED_WINDOW, PayEnds, reading
 
     steps = range(1, 4 * VERIFIED_WINDOW + 1)
 
     def ramp(first, last):
         return [(s, first + (last - first) * (s - 1) / (len(steps) - 1)) for s in steps]
 
-    rm = {"static": ramp(0.40, 0.80), "cooper": ramp(0.40, 0.50)}
-    heldout = {arm: [(4, 0.03), (40, 0.02)] for arm in ("static", "cooper", "rule")}
-    verified = {"rule": ramp(0.30, 0.36), "static": ramp(0.32, 0.12), "cooper": ramp(0.31, 0.34)}
-    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
-    assert lines[2].startswith("Held-out accuracy started at 0.03 at most")
-    # The first and last windows' means, not the end points: a ramp's window means sit inside its ends.
-    assert lines[3].startswith("On the training prompts") and "static 0.30 -> 0.14" in lines[3]
-    assert lines[3].endswith("the signature of a hacked RM; Cooper's ends level with the rule arm's.")
-    # A static arm that keeps its verified accuracy, a Cooper arm that ends below rule; a held-out start with room.
-    verified = {"rule": ramp(0.30, 0.34), "static": ramp(0.30, 0.32), "cooper": ramp(0.30, 0.20)}
+    pays = {"static": PayEnds((0.9, 0.9), (0.2, 0.2), (0.95, 0.95), 3)}
     heldout = {arm: [(4, 0.30), (40, 0.30)] for arm in ("static", "cooper", "rule")}
-    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
-    assert not any(line.startswith("Held-out accuracy started") for line in lines)
-    assert lines[-1].endswith("the static RM's policy keeps its verified accuracy; Cooper's ends below the rule arm's, "
-                              "though it fell by 0.08.")
-    # What the RMs pay verified-wrong rollouts: the static RM's rising, Cooper's corrected; then neither moving.
-    wrong = {"static": ramp(0.60, 0.90), "cooper": ramp(0.60, 0.10)}
-    lines = reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, wrong)
-    assert lines[-1] == ("What each RM pays the rollouts the verifier marks wrong (first and last 10 steps): static "
-                         "0.63 -> 0.87, Cooper 0.54 -> 0.16: the static RM pays the policy's wrong answers more as it "
-                         "goes on; Cooper's RM, trained as it goes, ends paying them less than the static RM.")
-    flat = {"static": ramp(0.60, 0.60), "cooper": ramp(0.60, 0.60)}
-    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, flat)[-1].endswith(
-        "the static RM's pay for wrong answers does not rise; Cooper's RM ends paying them about as much.")
-    more = {"static": ramp(0.12, 0.15), "cooper": ramp(0.12, 0.25)}  # batch 33b's seed means
-    assert reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified, more)[-1].endswith(
-        "Cooper's RM ends paying them more than the static RM.")
+    verified = {"rule": ramp(0.30, 0.36), "static": ramp(0.32, 0.12), "cooper": ramp(0.31, 0.34)}
+    lines = reading(pays, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
+    # The first and last windows' means, not the end points: a ramp's window means sit inside its ends.
+    assert lines[1].startswith("The policies, on the training prompts") and "static 0.30 -> 0.14" in lines[1]
+    assert lines[1].endswith("the static RM's policy writes fewer verified answers; Cooper's ends level with the rule "
+                             "arm's.")
+    assert lines[2] == "Held-out accuracy (first -> last evaluation): static 0.30 -> 0.30, cooper 0.30 -> 0.30, rule " \
+                       "0.30 -> 0.30."  # room to fall: no note
+    verified = {"rule": ramp(0.30, 0.34), "static": ramp(0.30, 0.32), "cooper": ramp(0.30, 0.20)}
+    lines = reading(pays, heldout, {"static": 3, "cooper": 3, "rule": 3}, verified)
+    assert lines[1].endswith("the static RM's policy keeps its verified accuracy; Cooper's ends below the rule arm's, "
+                             "though it fell by 0.08.")
     # Without a rule or static curve there is nothing to read the rollouts against.
-    assert len(reading(rm, heldout, {"static": 3, "cooper": 3, "rule": 3}, {"static": verified["static"]})) == 2
+    assert len(reading(pays, heldout, {"static": 3, "cooper": 3, "rule": 3}, {"static": verified["static"]})) == 2
 
 
 def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_splits():

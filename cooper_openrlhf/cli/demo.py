@@ -4,8 +4,9 @@
 
 One seed of the paper's three arms on a CPU machine -- rule reward, static RM, Cooper -- from the same
 warm-started policy and the same starting VerifyRM, each a real `train_cooper` run; then the report
-(figures and a table) and a summary: where the arms started, per arm its RM reward and held-out accuracy,
-first -> last, what the runs say against the paper's claim, and the pre-registered batches' verdicts.
+(figures and a table) and a summary: where the arms started; per arm its policy's training and held-out accuracy,
+first -> last; each RM judged by what it paid the policy's verified-right and verified-wrong training rollouts,
+first -> last, with the AUC of right against wrong (lab/reading.py); and the pre-registered batches' verdicts.
 Any `cli.lab` flag passes through (`--out`, `--steps`, `--arms`, ...); run it again to resume.
 docs/lab.md describes the setup and the full preset.
 """

@@ -179,17 +179,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _first_to_last(curves: list, label: str) -> str:
-    """'label a -> b': the seed-mean curve's first and last points."""
+def _first_to_last(curves: list, label: str, window: int = 1) -> str:
+    """'label a -> b': the seed-mean curve's means over its first and last `window` points."""
     from cooper_openrlhf.report.aggregate import band
 
     curve = band([c for c in curves if c])
-    return f"{label} {curve.mean[0]:.2f} -> {curve.mean[-1]:.2f}" if curve.steps else f"{label} -"
+    width = min(window, len(curve.mean) // 2) or 1
+    if not curve.steps:
+        return f"{label} -"
+    return f"{label} {sum(curve.mean[:width]) / width:.2f} -> {sum(curve.mean[-width:]) / width:.2f}"
 
 
 def arm_trends(runs) -> list[str]:
-    """One line per arm: RM reward first -> last and held-out accuracy first -> last, means over its seeds."""
-    from cooper_openrlhf.algo.metric_keys import RM_REWARD
+    """One line per arm, its policy's side, means over its seeds: the rule-verified accuracy of its training rollouts
+    (first and last VERIFIED_WINDOW steps) and its held-out accuracy (first and last evaluation). What each RM paid
+    follows in the last lines (lab/reading.py), where the arms are judged."""
+    from cooper_openrlhf.algo.metric_keys import ACCURACY
+    from cooper_openrlhf.lab.reading import VERIFIED_WINDOW
     from cooper_openrlhf.report.aggregate import heldout_series
 
     by_arm: dict[str, list] = {}
@@ -197,7 +203,8 @@ def arm_trends(runs) -> list[str]:
         if not run.failed:
             by_arm.setdefault(run.arm, []).append(run.scalars)
     width = max(map(len, by_arm), default=0)
-    return [f"  {arm:<{width}} {_first_to_last([r.get(RM_REWARD, []) for r in scalars], 'RM reward'):<24} "
+    return [f"  {arm:<{width}} "
+            f"{_first_to_last([r.get(ACCURACY, []) for r in scalars], 'training accuracy', VERIFIED_WINDOW):<30} "
             f"{_first_to_last([heldout_series(r) for r in scalars], 'held-out accuracy')}   ({len(scalars)} seed(s))"
             for arm, scalars in by_arm.items()]
 

@@ -1,25 +1,24 @@
-"""What a lab's curves show, in sentences a newcomer can read (the lab's last lines), and the committed result.
+"""What a lab's runs show, in sentences a newcomer can read (the lab's last lines), and the committed result.
 
 The paper (arXiv 2508.05613, Qwen2.5-1.5B-Instruct): a static RM is hacked (training reward -> ~1.0 while
 accuracy collapses: 38.91 against the base's 54.93), and Cooper ends level with the rule reward (58.02 against
-57.48). A lab's seed-mean curves are described in those terms -- the static arm shows the signature of a hacked
-RM when its RM reward rose and its held-out accuracy fell, each by more than MOVE; Cooper ends level with the rule
-arm when within MOVE of its held-out accuracy -- but never called the paper's finding: with fewer than
-RELIABLE_SEEDS seeds per arm the lines say so (one held-out evaluation has a standard error near 0.04, one seed's
-curve is one draw), and the last lines are always the committed results (`committed_results`: the pre-registered
-batches' tests, docs/results.md), which a few seeds on a laptop neither confirm nor overturn. They are read from the
-committed verdict files the index docs/results/verdicts.json lists, never written here.
-
-The held-out problems share no trivially equivalent twin with the prompts the tiny policy was fine-tuned on, and
-a 2-layer model mostly memorises its sums: its held-out accuracy can start near 0, where no fall can show. The
-rule-verified accuracy of the arms' own training rollouts -- the true reward of what the policy writes, graded on
-far more samples -- is read beside it, and what each RM pays the rollouts the verifier rejects (the paper's
-mechanism), each as the means of its first and last VERIFIED_WINDOW steps against the same MOVE.
+57.48). Its mechanism is the RM's: a frozen RM keeps paying what the policy learns to write, a co-trained one is
+corrected. So each RM arm is judged by what its RM paid the policy's own training rollouts, the verified-right and
+the verified-wrong ones, means of the first and last VERIFIED_WINDOW steps, with the AUC of right against wrong
+(`pay_verdict`): exploited when wrong answers come to be paid more or the AUC falls, by more than MOVE; degenerate
+when right and wrong end paid alike. A lab's tiny policy barely answers held-out problems it never saw (a 2-layer
+model mostly memorises its sums: its held-out accuracy can start near 0, where no fall can show), so held-out
+accuracy is described, never the judge; the rule-verified accuracy of the training rollouts is read beside it.
+Nothing is called the paper's finding: with fewer than RELIABLE_SEEDS seeds per arm the lines say so, and the last
+lines are always the committed results (`committed_results`: the pre-registered batches' tests, docs/results.md),
+which a few seeds on a laptop neither confirm nor overturn. They are read from the committed verdict files the
+index docs/results/verdicts.json lists, never written here.
 """
 
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -72,7 +71,7 @@ def _window_ends(curve: Curve) -> tuple[float, float] | None:
     return sum(values[:width]) / width, sum(values[-width:]) / width
 
 
-def verified_reading(rm_reward: Mapping[str, Curve], verified: Mapping[str, Curve]) -> list[str]:
+def verified_reading(verified: Mapping[str, Curve]) -> list[str]:
     """A sentence on the arms' training rollouts: what the rule verifier grades of what each policy writes."""
     ends = {arm: _window_ends(verified.get(arm, [])) for arm in ("rule", "static", "cooper")}
     ends = {arm: pair for arm, pair in ends.items() if pair}
@@ -80,13 +79,8 @@ def verified_reading(rm_reward: Mapping[str, Curve], verified: Mapping[str, Curv
         return []
     names = {"rule": "rule", "static": "static", "cooper": "Cooper"}
     trend = ", ".join(f"{names[arm]} {first:.2f} -> {last:.2f}" for arm, (first, last) in ends.items())
-    static_rm = _window_ends(rm_reward.get("static", []))
     static_first, static_last = ends["static"]
-    fell = static_first - static_last > MOVE
-    rose = static_rm is not None and static_rm[1] - static_rm[0] > MOVE
-    verdict = ("the static RM's policy writes fewer verified answers while its RM reward rises: the signature of a "
-               "hacked RM" if fell and rose else
-               "the static RM's policy writes fewer verified answers, though its RM reward did not rise" if fell else
+    verdict = ("the static RM's policy writes fewer verified answers" if static_first - static_last > MOVE else
                "the static RM's policy ends below the rule arm's" if ends["rule"][1] - static_last > MOVE else
                "the static RM's policy keeps its verified accuracy")
     if "cooper" in ends:
@@ -95,62 +89,103 @@ def verified_reading(rm_reward: Mapping[str, Curve], verified: Mapping[str, Curv
                     "; Cooper's ends " + ("above" if cooper_last > ends["rule"][1] else "below") + " the rule arm's")
         if cooper_first - cooper_last > MOVE:
             verdict += f", though it fell by {cooper_first - cooper_last:.2f}"
-    return [f"On the training prompts (the rule-verified accuracy of each arm's rollouts, means of the first and last "
-            f"{VERIFIED_WINDOW} steps): {trend}: {verdict}."]
+    return [f"The policies, on the training prompts (the rule-verified accuracy of each arm's rollouts, means of the "
+            f"first and last {VERIFIED_WINDOW} steps): {trend}: {verdict}."]
 
 
-def wrong_pay_reading(wrong_reward: Mapping[str, Curve]) -> list[str]:
-    """A sentence on what the static and Cooper RMs pay the rollouts the verifier rejects: the mechanism the paper
-    names (a frozen RM keeps paying what the policy learns to write; a co-trained one is corrected)."""
-    static, cooper = _window_ends(wrong_reward.get("static", [])), _window_ends(wrong_reward.get("cooper", []))
-    if not static or not cooper:
-        return []
-    verdict = ("the static RM pays the policy's wrong answers more as it goes on" if static[1] - static[0] > MOVE else
-               "the static RM's pay for wrong answers does not rise")
-    verdict += ("; Cooper's RM, trained as it goes, ends paying them less than the static RM"
-                if static[1] - cooper[1] > MOVE else
-                "; Cooper's RM ends paying them more than the static RM" if cooper[1] - static[1] > MOVE else
-                "; Cooper's RM ends paying them about as much")
-    return [f"What each RM pays the rollouts the verifier marks wrong (first and last {VERIFIED_WINDOW} steps): static "
-            f"{static[0]:.2f} -> {static[1]:.2f}, Cooper {cooper[0]:.2f} -> {cooper[1]:.2f}: {verdict}."]
+@dataclass(frozen=True)
+class PayEnds:
+    """What an arm's RM paid its policy's training rollouts, means over its seeds of the first and the last
+    VERIFIED_WINDOW steps: verified-right, verified-wrong, and the AUC of right against wrong."""
+
+    right: tuple[float, float]
+    wrong: tuple[float, float]
+    auc: tuple[float, float]
+    seeds: int
 
 
-def reading(rm_reward: Mapping[str, Curve], heldout: Mapping[str, Curve], seeds: Mapping[str, int],
-            verified: Mapping[str, Curve] | None = None, wrong_reward: Mapping[str, Curve] | None = None) -> list[str]:
-    """Sentences on the static, Cooper and rule arms' seed-mean curves (arm -> [(step, value)]), as far as they exist;
-    `verified` (the arms' training-rollout accuracy) and `wrong_reward` (what each RM pays the verified-wrong ones)
-    add a sentence each."""
-    lines = []
-    static_rm, static_acc = _ends(rm_reward.get("static", [])), _ends(heldout.get("static", []))
-    if static_rm and static_acc:
-        hacked = static_rm[1] - static_rm[0] > MOVE and static_acc[0] - static_acc[1] > MOVE
-        lines.append(f"Static RM: reward {static_rm[0]:.2f} -> {static_rm[1]:.2f} while held-out accuracy "
-                     f"{static_acc[0]:.2f} -> {static_acc[1]:.2f}: "
-                     + ("the signature of a hacked RM in this run (reward up, held-out accuracy down, by more than "
-                        f"{MOVE} each)." if hacked else
-                        f"not hacked in this run (it takes a rise in reward and a fall in held-out accuracy of more "
-                        f"than {MOVE} each; a policy has to find the blind spot)."))
-    cooper, rule = _ends(heldout.get("cooper", [])), _ends(heldout.get("rule", []))
-    if cooper and rule:
-        level = abs(cooper[1] - rule[1]) <= MOVE
-        verdict = ("level with the rule reward in this run" if level else
-                   ("above" if cooper[1] > rule[1] else "below") + " the rule reward in this run")
-        fell = [name for name, (first, last) in (("Cooper", cooper), ("the rule arm", rule)) if first - last > MOVE]
-        if fell:  # the paper's arms gain accuracy; a small preset's policy may lose it whatever its reward
-            verdict += f"; {' and '.join(fell)} lost held-out accuracy in this run"
-        lines.append(f"Cooper: held-out accuracy {cooper[0]:.2f} -> {cooper[1]:.2f}, the rule-reward arm's {rule[0]:.2f} "
-                     f"-> {rule[1]:.2f}: {verdict}.")
-    starts = [curve[0][1] for arm, curve in heldout.items() if arm in ("static", "cooper", "rule") and curve]
-    if lines and starts and max(starts) < LOW_START:
-        lines.append(f"Held-out accuracy started at {max(starts):.2f} at most: the warm-started policy barely answers "
-                     f"problems it never saw, so a fall has almost no room to show here.")
-    lines += verified_reading(rm_reward, verified or {}) + wrong_pay_reading(wrong_reward or {})
+def _seed_windows(rows: Sequence[Mapping]) -> tuple[tuple[float, float, float], tuple[float, float, float]] | None:
+    """(right pay, wrong pay, AUC) of one run's first and last VERIFIED_WINDOW steps; None when a window lacks a
+    right or a wrong rollout with a reward."""
+    from cooper_openrlhf.report.rm_measures import auc
+
+    paid = [r for r in rows if r.get("reward") is not None]
+    if not paid:
+        return None
+    steps = sorted({int(r["step"]) for r in paid})
+    width = min(VERIFIED_WINDOW, len(steps) // 2)
+    ends = []
+    for chosen in (set(steps[:width]), set(steps[-width:])) if width else ():
+        right = [float(r["reward"]) for r in paid if int(r["step"]) in chosen and r["verified"]]
+        wrong = [float(r["reward"]) for r in paid if int(r["step"]) in chosen and not r["verified"]]
+        if not right or not wrong:
+            return None
+        ends.append((sum(right) / len(right), sum(wrong) / len(wrong), auc(right, wrong)))
+    return (ends[0], ends[1]) if len(ends) == 2 else None
+
+
+def pay_ends(rows_by_seed: Sequence[Sequence[Mapping]]) -> PayEnds | None:
+    """Pure: each seed's rollout rows (step, verified, reward) -> the arm's PayEnds, over the seeds whose windows
+    hold both right and wrong rollouts; None when none does (a rule arm: no RM reward)."""
+    read = [w for w in map(_seed_windows, rows_by_seed) if w is not None]
+    if not read:
+        return None
+
+    def mean(end: int, field: int) -> float:
+        return sum(w[end][field] for w in read) / len(read)
+
+    return PayEnds(*[(mean(0, field), mean(1, field)) for field in range(3)], seeds=len(read))
+
+
+def pay_verdict(ends: PayEnds) -> str:
+    """An RM judged by what it paid its policy's right and wrong rollouts: degenerate (it stopped paying right
+    answers, by more than MOVE, and ends paying them within DEGENERATE_MARGIN of wrong ones), exploited (wrong answers
+    paid more, or the AUC fell, by more than MOVE: for a frozen RM, the policy finding what it overpays), corrected
+    (wrong answers paid less by more than MOVE, right ones not), or unchanged."""
+    from cooper_openrlhf.report.rm_measures import DEGENERATE_MARGIN
+
+    (right0, right1), (wrong0, wrong1), (auc0, auc1) = ends.right, ends.wrong, ends.auc
+    if right0 - right1 > MOVE and right1 - wrong1 < DEGENERATE_MARGIN:
+        return (f"it stopped paying right answers and ends paying them within {DEGENERATE_MARGIN} of wrong ones: a "
+                "degenerate RM, whatever it pays any one exploit")
+    if wrong1 - wrong0 > MOVE or auc0 - auc1 > MOVE:
+        return ("its policy found what it overpays: wrong answers paid more"
+                + (f" and the AUC down by {auc0 - auc1:.2f}" if auc0 - auc1 > MOVE else "") + " (an exploited RM)")
+    if wrong0 - wrong1 > MOVE and right0 - right1 <= MOVE:
+        return "it came to pay wrong answers less and kept paying right ones: it still tells them apart"
+    return "it kept telling right from wrong as it started"
+
+
+def pay_reading(ends_by_arm: Mapping[str, PayEnds]) -> list[str]:
+    """One line per RM arm: what its RM paid the policy's verified-right and verified-wrong training rollouts,
+    first -> last, the AUC of right against wrong, and `pay_verdict`."""
+    names = {"static": "Static RM", "cooper": "Cooper's RM"}
+    return [f"{names.get(arm, f'{arm} RM')}: paid the policy's verified-right training rollouts {e.right[0]:.2f} -> "
+            f"{e.right[1]:.2f}, verified-wrong ones {e.wrong[0]:.2f} -> {e.wrong[1]:.2f}, AUC right vs wrong "
+            f"{e.auc[0]:.2f} -> {e.auc[1]:.2f} (first and last {VERIFIED_WINDOW} steps): {pay_verdict(e)}."
+            for arm, e in ends_by_arm.items()]
+
+
+def reading(pays: Mapping[str, PayEnds], heldout: Mapping[str, Curve], seeds: Mapping[str, int],
+            verified: Mapping[str, Curve] | None = None) -> list[str]:
+    """Sentences on a lab's arms: each RM arm judged by what its RM paid the policy's verified-right and
+    verified-wrong training rollouts (`pays`: arm -> PayEnds), the policies' rule-verified training accuracy
+    (`verified`: arm -> seed-mean curve), held-out accuracy as a description only (it often starts too low to fall),
+    and a caveat when few seeds ran."""
+    lines = pay_reading(pays) + verified_reading(verified or {})
+    ends = {arm: _ends(heldout.get(arm, [])) for arm in ("static", "cooper", "rule")}
+    ends = {arm: pair for arm, pair in ends.items() if pair}
+    if lines and ends:
+        trend = ", ".join(f"{arm} {first:.2f} -> {last:.2f}" for arm, (first, last) in ends.items())
+        room = (f"; it started at {max(first for first, _ in ends.values()):.2f} at most: the warm-started policy "
+                "barely answers problems it never saw, so a fall has almost no room to show, and the RM lines above "
+                "are the judge" if max(first for first, _ in ends.values()) < LOW_START else "")
+        lines.append(f"Held-out accuracy (first -> last evaluation): {trend}{room}.")
     fewest = min((seeds[arm] for arm in ("static", "cooper", "rule") if arm in seeds), default=0)
     if lines and fewest < RELIABLE_SEEDS:
-        lines.append(f"{'One seed' if fewest == 1 else f'{fewest} seeds'} per arm cannot show this reliably (a held-out "
-                     f"evaluation's standard error is near 0.04 and one seed is one draw): none of the above is the "
-                     f"paper's finding or the lab's; the full lab over 8 seeds per arm, with a control for an RM that "
-                     f"just trains longer: {full_lab_figure()} (docs/results.md).")
+        lines.append(f"{'One seed' if fewest == 1 else f'{fewest} seeds'} per arm cannot show this reliably (one seed "
+                     f"is one draw): none of the above is the paper's finding or the lab's; the pre-registered "
+                     f"batches over 12 seeds per arm, with controls: {full_lab_figure()} (docs/results.md).")
     return lines
 
 
@@ -213,10 +248,10 @@ def committed_results(index: Path = VERDICT_INDEX) -> tuple[dict, ...]:
 
 
 def full_lab_figure(index: Path = VERDICT_INDEX) -> str:
-    """The full lab's figure, as a path from the repository's root (the index entry that names a figure)."""
+    """The newest batch's figure, as a path from the repository's root (the last index entry that names one)."""
     if not index.is_file():
         return "docs/results.md"
-    figure = next(entry["figure"] for entry in json.loads(index.read_text())["batches"] if "figure" in entry)
+    figure = [entry["figure"] for entry in json.loads(index.read_text())["batches"] if "figure" in entry][-1]
     return str((index.parent / figure).resolve().relative_to(REPOSITORY))
 
 
@@ -297,20 +332,26 @@ def committed_result() -> list[str]:
 
 
 def read_runs(runs) -> list[str]:
-    """`reading` of finished runs (report.runs.RunData): each arm's seed-mean curves, failed runs left out."""
-    from cooper_openrlhf.algo.metric_keys import ACCURACY, RM_REWARD, WRONG_REWARD
+    """`reading` of finished runs (report.runs.RunData): each RM arm's pay of its policy's training rollouts (from
+    their rollout logs), the seed-mean curves, failed runs left out; then the committed results."""
+    from cooper_openrlhf.algo.metric_keys import ACCURACY
     from cooper_openrlhf.report.aggregate import band, heldout_series
+    from cooper_openrlhf.report.runs import iter_rollouts
 
     by_arm: dict[str, list] = {}
     for run in runs:
         if not run.failed:
-            by_arm.setdefault(run.arm, []).append(run.scalars)
+            by_arm.setdefault(run.arm, []).append(run)
 
     def curves(series_of) -> dict[str, list[tuple[int, float]]]:
-        means = {arm: band([c for c in map(series_of, scalars) if c]) for arm, scalars in by_arm.items()}
+        means = {arm: band([c for c in (series_of(r.scalars) for r in members) if c]) for arm, members in by_arm.items()}
         return {arm: list(zip(mean.steps, mean.mean)) for arm, mean in means.items()}
 
-    return reading(curves(lambda s: s.get(RM_REWARD, [])), curves(heldout_series),
-                   {arm: len(scalars) for arm, scalars in by_arm.items()},
-                   verified=curves(lambda s: s.get(ACCURACY, [])),
-                   wrong_reward=curves(lambda s: s.get(WRONG_REWARD, []))) + committed_result()
+    from cooper_openrlhf.lab.arms import ARMS
+
+    paid_by_rm = [arm for arm in by_arm if arm not in ARMS or ARMS[arm].reward == "rm"]  # the rule arm logs 0/1
+    pays = {arm: pay_ends([list(iter_rollouts(Path(r.rollouts.path))) for r in by_arm[arm] if r.rollouts])
+            for arm in paid_by_rm}
+    return reading({arm: ends for arm, ends in pays.items() if ends}, curves(heldout_series),
+                   {arm: len(members) for arm, members in by_arm.items()},
+                   verified=curves(lambda s: s.get(ACCURACY, []))) + committed_result()
