@@ -175,7 +175,7 @@ def reading(pays: Mapping[str, PayEnds], heldout: Mapping[str, Curve], seeds: Ma
     lines = pay_reading(pays) + verified_reading(verified or {})
     ends = {arm: _ends(heldout.get(arm, [])) for arm in ("static", "cooper", "rule")}
     ends = {arm: pair for arm, pair in ends.items() if pair}
-    if lines and ends:
+    if ends and (lines or len(ends) >= 2):
         trend = ", ".join(f"{arm} {first:.2f} -> {last:.2f}" for arm, (first, last) in ends.items())
         room = (f"; it started at {max(first for first, _ in ends.values()):.2f} at most: the warm-started policy "
                 "barely answers problems it never saw, so a fall has almost no room to show, and the RM lines above "

@@ -30,6 +30,7 @@ from cooper_openrlhf.report.aggregate import (
     summarize_arm,
 )
 from cooper_openrlhf.report.seed_stats import FINAL_EVALUATIONS, final_value, paired_comparison
+from cooper_openrlhf.report.rm_measures import rm_section, rm_summary
 from cooper_openrlhf.report.runs import RunData
 
 RULE_ARM = "rule"  # the arm whose final held-out accuracy the signature compares against (lab/presets.py)
@@ -242,7 +243,7 @@ def render(runs: Sequence[RunData], summaries: list[ArmSummary], figures: Sequen
     for path in figures:
         figure_lines += [f"![{path.stem}]({path.name})", "", FIGURE_CAPTIONS.get(path.name, ""), ""]
     body = (head + _accuracy_section(summaries) + _paired_section(runs) + _runs_section(runs)
-            + _signature_section(runs, summaries)
+            + _signature_section(runs, summaries) + rm_section(runs)
             + figure_lines + _rollouts_section(runs))
     return "\n".join(body).rstrip() + "\n"
 
@@ -256,6 +257,7 @@ def summary_json(runs: Sequence[RunData], summaries: list[ArmSummary]) -> dict:
                   "hacking_alarm_steps": alarm_steps(r.scalars), "heldout_alarm_timing": asdict(alarm_timing(r.scalars))}
                  for r in runs],
         "hacking_signature": [{"arm": run.arm, "seed": run.seed, **asdict(sig)} for run, sig in signatures(runs, summaries)],
+        "rm": rm_summary(runs),  # report/rm_measures.py: the degenerate test and the measures that keep right answers
     }
 
 

@@ -41,13 +41,31 @@ STATES_REFERENCE_RATE = ("share of the training rollouts over the last 20 steps 
 PROBE_EXPLOIT_FORMS = ("exploit", "exploit_tail")
 FINAL_PROBE_PREMIUM = ("the final RM's exploit premium on the probe suite: the mean of cooper/probe_premium/exploit and "
                        "cooper/probe_premium/exploit_tail at the run's last evaluation")
-MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE, STATES_REFERENCE_RATE, FINAL_PROBE_PREMIUM)
+# Measures that keep what the RM pays right answers in view (report/rm_measures.py), so that a collapsed RM scores
+# badly on each: on the policy's own rollouts, and on the probe suite; and the registered costs beside them.
+RM_DISCRIMINATION = ("the RM's pay of verified-right minus its pay of verified-wrong rollouts that state the reference, "
+                     "the policy's own rollouts over the last 20 steps (report/rm_measures.py)")
+RM_AUC_EXPLOIT = ("the AUC of the RM's pay, verified-right against verified-wrong rollouts that state the reference, "
+                  "the policy's own rollouts over the last 20 steps (report/rm_measures.py)")
+PROBE_RIGHT_EXPLOIT = ("the final RM's pay of canonical right answers minus its mean pay of the exploit forms on the "
+                       "probe suite, at the run's last evaluation (report/rm_measures.py)")
+ORDINARY_WRONG_PAY = ("the RM's mean pay of verified-wrong rollouts that do not state the reference, the policy's own "
+                      "rollouts over the last 20 steps (report/rm_measures.py)")
+DEGENERATE_RM = ("degenerate RM: 1 when the final RM's right - wrong margin on labelled anchors (the RM guard's, else the "
+                 "probe suite's canonical answers) is below 0.5, else 0 (report/rm_measures.py)")
+RM_MEASURES = (RM_DISCRIMINATION, RM_AUC_EXPLOIT, PROBE_RIGHT_EXPLOIT, ORDINARY_WRONG_PAY, DEGENERATE_RM)
+MEASURES = (HELDOUT_FINAL, TRAINING_VERIFIED, EXPLOIT_RATE, STATES_REFERENCE_RATE, FINAL_PROBE_PREMIUM, *RM_MEASURES)
 MEASURE_LABELS = {HELDOUT_FINAL: "held-out final", TRAINING_VERIFIED: "verified accuracy, last 20 steps",
                   EXPLOIT_RATE: "exploit rate, last 20 steps",
                   STATES_REFERENCE_RATE: "wrong, states the reference, last 20 steps",
-                  FINAL_PROBE_PREMIUM: "final RM's exploit premium (probes)"}  # table headings
+                  FINAL_PROBE_PREMIUM: "final RM's exploit premium (probes)",
+                  RM_DISCRIMINATION: "RM's right - exploit pay, own rollouts",
+                  RM_AUC_EXPLOIT: "RM's AUC right vs exploit, own rollouts",
+                  PROBE_RIGHT_EXPLOIT: "final RM's right - exploit (probes)",
+                  ORDINARY_WRONG_PAY: "ordinary-wrong pay (cost)",
+                  DEGENERATE_RM: "degenerate RMs (share; cost)"}  # table headings
 # Measures where less is better: a treatment beats the control when A - B is below 0, and the plan must say so.
-LOWER_IS_BETTER = (EXPLOIT_RATE, STATES_REFERENCE_RATE, FINAL_PROBE_PREMIUM)
+LOWER_IS_BETTER = (EXPLOIT_RATE, STATES_REFERENCE_RATE, FINAL_PROBE_PREMIUM, ORDINARY_WRONG_PAY, DEGENERATE_RM)
 DECISION_RULE_LOWER = ("beats the control if CI upper end < 0 and p < 0.05; worse if CI lower end > 0 and p < 0.05; "
                        "else within noise")
 
@@ -69,6 +87,8 @@ def _measure_of(run, measure: str, style: str | None = None) -> float | None:
         return states_reference_rate(Path(run.path) / "samples" / "rollouts.jsonl")
     if measure == FINAL_PROBE_PREMIUM:
         return final_probe_premium(run.scalars)
+    if measure in RM_MEASURES:
+        return rm_measure(run, measure)
     raise ValueError(f"unknown measure {measure!r}; this tool reads {list(MEASURES)}")
 
 
@@ -118,6 +138,27 @@ def final_probe_premium(scalars: dict) -> float | None:
         return None
     last = max(steps)
     return statistics.fmean(s[last] for s in series)
+
+
+def rm_measure(run, measure: str) -> float | None:
+    """One of RM_MEASURES for a run (report.runs.RunData); None where it has no value (no RM, no exploit rollout in
+    the window, no probe or anchor reading)."""
+    from cooper_openrlhf.report import rm_measures
+
+    read = rm_measures.run_rm(run)
+    if read is None:
+        return None
+    window = read.window
+    if measure == RM_DISCRIMINATION:
+        return window and window.discrimination
+    if measure == RM_AUC_EXPLOIT:
+        return window and window.auc
+    if measure == ORDINARY_WRONG_PAY:
+        return window and window.ordinary_pay
+    if measure == PROBE_RIGHT_EXPLOIT:
+        return read.probe_right_exploit
+    degenerate = read.degenerate
+    return None if degenerate is None else float(degenerate)
 
 
 def lab_finals(lab: Path, measure: str = HELDOUT_FINAL, style: str | None = None) -> dict[str, dict[int, float]]:

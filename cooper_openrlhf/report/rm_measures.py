@@ -190,3 +190,84 @@ def degenerate_count(runs_scalars: Iterable[Mapping[str, Series]], bound: float 
     """(degenerate RMs, RMs read) over runs' scalars; runs without an RM reading are not counted."""
     flags = [flag for flag in (is_degenerate(s, bound) for s in runs_scalars) if flag is not None]
     return sum(flags), len(flags)
+
+
+@dataclass(frozen=True)
+class RunRM:
+    """One run's RM read by every measure above: its last TRAINING_WINDOW steps of rollouts and its final RM."""
+
+    arm: str
+    seed: int
+    window: RolloutPay | None  # None: no rollout log
+    margin: tuple[str, float] | None  # `end_margin`
+    probe_right_exploit: float | None
+
+    @property
+    def degenerate(self) -> bool | None:
+        return None if self.margin is None else self.margin[1] < DEGENERATE_MARGIN
+
+
+TRAINING_WINDOW = 20  # the plans' last-20-steps window (report/plan_verdict.py)
+
+
+def run_rm(run) -> RunRM | None:
+    """A report.runs.RunData -> RunRM; None for a run without an RM (no pay logged, no probe or anchor reading)."""
+    from pathlib import Path
+
+    from cooper_openrlhf.report.runs import iter_rollouts
+
+    rows = list(iter_rollouts(Path(run.rollouts.path))) if run.rollouts else []
+    edges = last_window(rows, TRAINING_WINDOW)
+    window = rollout_pay(rows, *edges) if edges else None
+    probes = probe_end(run.scalars)
+    margin = end_margin(run.scalars)
+    if margin is None and probes is None:
+        return None
+    return RunRM(run.arm, run.seed, window, margin, None if probes is None else probes.right_exploit)
+
+
+def _cell(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def rm_section(runs) -> list[str]:
+    """The report's section on the RMs themselves (module docstring): the degenerate count, then per run what its
+    RM paid the policy's right, exploit and ordinary wrong rollouts over its last TRAINING_WINDOW steps, right -
+    exploit and its AUC, the probe suite's right - exploit and the margin the degenerate test reads. Ordinary-wrong
+    pay is the cost beside every column before it. Empty when no run has an RM reading."""
+    read = [r for r in (run_rm(run) for run in runs if not run.failed) if r is not None]
+    if not read:
+        return []
+    flags = [r for r in read if r.degenerate is not None]
+    bad = [r for r in flags if r.degenerate]
+    lines = ["## The RMs: do they still tell right from wrong?", "",
+             f"**Degenerate RMs: {len(bad)} of {len(flags)}**"
+             + (f" ({', '.join(f'{r.arm} seed {r.seed}' for r in bad)})" if bad else "")
+             + f": the final RM pays right answers less than {DEGENERATE_MARGIN} above wrong ones on labelled anchors "
+               "(the RM guard's where logged, else the probe suite's canonical answers). A degenerate RM can score well "
+               "on any premium over wrong answers; read the columns that keep right answers in view.", "",
+             f"On the policy's own rollouts, last {TRAINING_WINDOW} steps: the RM's pay of verified-right rollouts, of "
+             "verified-wrong ones that state the reference (the exploit) and of the other verified-wrong ones (ordinary: "
+             "the cost of closing a blind spot by paying other wrong answers more); right - exploit and its AUC (more is "
+             "better); on the probe suite at the last reading, right - exploit.", "",
+             "| arm | seed | right pay | exploit pay | right - exploit | AUC right vs exploit | probes: right - exploit | "
+             "margin (anchors) | degenerate | ordinary-wrong pay (cost) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(read, key=lambda r: (r.arm, r.seed)):
+        w = r.window
+        margin = "-" if r.margin is None else f"{r.margin[1]:+.3f} ({r.margin[0]})"
+        lines.append(f"| {r.arm} | {r.seed} | {_cell(w and w.right_pay)} | {_cell(w and w.exploit_pay)} | "
+                     f"{_cell(w and w.discrimination, True)} | {_cell(w and w.auc)} | "
+                     f"{_cell(r.probe_right_exploit, True)} | {margin} | "
+                     f"{'-' if r.degenerate is None else 'yes' if r.degenerate else 'no'} | {_cell(w and w.ordinary_pay)} |")
+    return lines + [""]
+
+
+def rm_summary(runs) -> list[dict]:
+    """`rm_section`'s numbers, unrounded, for summary.json."""
+    from dataclasses import asdict
+
+    read = [r for r in (run_rm(run) for run in runs if not run.failed) if r is not None]
+    return [{"arm": r.arm, "seed": r.seed, "degenerate": r.degenerate, "margin": r.margin,
+             "probe_right_exploit": r.probe_right_exploit,
+             "window": None if r.window is None else {**asdict(r.window), "discrimination": r.window.discrimination}}
+            for r in read]

@@ -11,8 +11,13 @@ decision wording is checked against the measure's (`plan_verdict.decision_rule`)
 
 from pathlib import Path
 
-from cooper_openrlhf.report.plan_verdict import (MEASURE_LABELS, _compare, arm_summaries, holm_adjusted, lab_finals,
-                                                 sequential_primaries)
+from cooper_openrlhf.report.plan_verdict import (DEGENERATE_RM, FINAL_PROBE_PREMIUM, MEASURE_LABELS, PROBE_RIGHT_EXPLOIT,
+                                                 RM_AUC_EXPLOIT, RM_DISCRIMINATION, _compare, arm_summaries,
+                                                 holm_adjusted, lab_finals, sequential_primaries)
+
+# The entries that read the RM itself: beside each, the plan's registered costs ("costs": measures such as
+# plan_verdict.ORDINARY_WRONG_PAY and DEGENERATE_RM), so an RM that closed a blind spot by breaking is seen as broken.
+RM_SIDE = (FINAL_PROBE_PREMIUM, RM_DISCRIMINATION, RM_AUC_EXPLOIT, PROBE_RIGHT_EXPLOIT)
 
 
 def pooled_finals(out: Path, labs: list[dict], measure: str, style: str | None = None) -> dict[str, dict[str, float]]:
@@ -31,6 +36,7 @@ def sequence_measures(plan: dict) -> list[str]:
     """Every measure the plan's test reads: the sequence's, then its secondary entries'."""
     named = [entry["measure"] for entry in plan["sequence"]]
     named += [entry["measure"] for entry in plan.get("secondary", []) if isinstance(entry, dict)]
+    named += list(plan.get("costs", []))
     return list(dict.fromkeys(named))
 
 
@@ -46,7 +52,12 @@ def sequence_verdict(plan: dict, by_measure: dict[str, dict[str, dict[str, float
     for entry, p_holm in zip(entries, holm_adjusted(own_p)):
         result = _compare(by_measure[entry["measure"]], entry["difference"], p_holm)
         secondary.append({**result, "measure": entry["measure"]})  # "a above b": a secondary names no control
+    costs = {measure: {arm: {"seeds": len(by_seed), "sum": sum(by_seed.values()),
+                             "mean": sum(by_seed.values()) / len(by_seed)}
+                       for arm, by_seed in sorted(by_measure[measure].items()) if by_seed}
+             for measure in plan.get("costs", [])}
     return {"commit": plan.get("commit"), "sequence": sequence, "secondary": secondary,
+            **({"costs": costs} if costs else {}),  # a plan that registered none reads as it was written
             "elsewhere": list(plan.get("descriptive", [])),
             "arms": {measure: arm_summaries(finals) for measure, finals in by_measure.items()},
             "finals": {measure: {arm: dict(sorted(by_seed.items())) for arm, by_seed in finals.items()}
@@ -62,6 +73,21 @@ def _row(result: dict) -> str:
 
 def _label(measure: str) -> str:
     return MEASURE_LABELS.get(measure, measure)
+
+
+def costs_lines(costs: dict) -> list[str]:
+    """The registered costs, one row per arm: each cost's mean over seeds; the degenerate RMs as a count."""
+    if not costs:
+        return []
+    lines = ["| arm | " + " | ".join(_label(m) for m in costs) + " |", "|---|" + "---|" * len(costs)]
+    for arm in sorted({arm for by_arm in costs.values() for arm in by_arm}):
+        cells = []
+        for measure, by_arm in costs.items():
+            cost = by_arm.get(arm)
+            cells.append("-" if cost is None else f"{round(cost['sum'])} of {cost['seeds']}"
+                         if measure == DEGENERATE_RM else f"{cost['mean']:.3f} (n {cost['seeds']})")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return ["Registered costs beside it (the plan's \"costs\"):", "", *lines, ""]
 
 
 def render_sequence(verdict: dict, plan_path: str = "") -> str:
@@ -83,6 +109,8 @@ def render_sequence(verdict: dict, plan_path: str = "") -> str:
                          + ("passed." if gate["passed"] else "failed, so this entry is uninformative."))
         lines += ["", "| difference | seeds | mean | 95% CI | p | Holm p | by the plan's rule |",
                   "|---|---|---|---|---|---|---|", *map(_row, record["results"]), ""]
+        if record["measure"] in RM_SIDE:
+            lines += costs_lines(verdict.get("costs", {}))
     if verdict["secondary"]:
         lines += ["## Secondary differences (one Holm family, each in its own measure)", "",
                   "| difference | seeds | mean | 95% CI | p | Holm p | by the plan's rule |",
