@@ -190,7 +190,7 @@ def test_annotate_and_verifyrm_train_launchers(shell, tmp_path):
     assert bad.returncode == 2 and "JUDGE is not set" in bad.stderr
 
     train = {"PRETRAIN": _model(tmp_path / "base"), "ANNOTATED": ann["OUT"], "OUT": str(tmp_path / "rm"), "GPUS": "4",
-             "INIT_HEAD": "1", "RM_TRAIN_BATCH_SIZE": "64", "DRY_RUN": "1"}
+             "INIT_HEAD": "1", "RM_TRAIN_BATCH_SIZE": "64", "DRY_RUN": "1", "SHARDS": "3"}
     result = shell.run("verifyrm_train.sbatch", train, "--ds.adam_offload")
     assert result.returncode == 0, result.stderr
     assert "deepspeed --num_gpus 4 --module cooper_openrlhf.cli.verifyrm train" in result.stdout
@@ -217,8 +217,11 @@ def test_signal_margin_moves_the_signal_of_the_launchers_that_requeue_and_gives_
     and the report do not handle USR1, so they get no signal (bash would end them at it, 300 s early)."""
     rl = shell.run("cooper_slurm.sbatch", {**rl_env, "SIGNAL_MARGIN": "300"})
     assert rl.returncode == 0, rl.stderr
-    train = shell.run("verifyrm_train.sbatch", {"PRETRAIN": _model(tmp_path / "base"), "ANNOTATED": str(tmp_path),
-                                                "OUT": str(tmp_path / "rm"), "GPUS": "1", "SIGNAL_MARGIN": "300"})
+    (tmp_path / "ann" / "shards").mkdir(parents=True)  # an annotate folder of one shard, as its check leaves it
+    (tmp_path / "ann" / "shards" / "prompts-000-of-001.jsonl").write_text("")
+    train = shell.run("verifyrm_train.sbatch", {"PRETRAIN": _model(tmp_path / "base"), "ANNOTATED": str(tmp_path / "ann"),
+                                                "SHARDS": "1", "OUT": str(tmp_path / "rm"), "GPUS": "1",
+                                                "SIGNAL_MARGIN": "300"})
     runs = tmp_path / "rl"
     (runs / "run_info.json").parent.mkdir(parents=True, exist_ok=True)
     (runs / "run_info.json").write_text(json.dumps({"arm": "cooper", "seed": 0, "status": "done"}))
@@ -409,7 +412,7 @@ def test_reproduce_paper_checks_every_stage_first_then_chains_them_with_afterok(
     questions = tmp_path / "annotate.jsonl"
     questions.write_text("".join(json.dumps({"question": f"q{i}", "reference": str(i)}) + "\n" for i in range(16)))
     env = {"WORKDIR": str(tmp_path / "work"), "POLICY": _model(tmp_path / "policy"), "ASSISTANT_MODEL": "policy",
-           "TRAIN_DATA": str(train), "EVAL_DATA_DIR": str(data), "BENCHMARKS": "gsm8k", "RM_BASE": _model(tmp_path / "base"),
+           "PROMPTS": str(train), "DATA_DIR": str(data), "BENCHMARKS": "gsm8k", "PRETRAIN": _model(tmp_path / "base"),
            "GENERATORS": _model(tmp_path / "gen"), "JUDGE": _model(tmp_path / "judge"), "ANNOTATE_PROMPTS": str(questions),
            "ROLLOUT_BATCH_SIZE": "8", "TRAIN_BATCH_SIZE": "32", "SHARDS": "4", "RM_TRAIN_BATCH_SIZE": "64",
            "ARMS": "cooper rule", "HELDOUT": "8"}

@@ -212,7 +212,8 @@ def test_annotate_shards_once_and_refuses_other_prompts_on_resubmission(tmp_path
     prompts.write_text("".join(json.dumps({"question": f"other {i}", "reference": str(i)}) + "\n" for i in range(10)))
     with pytest.raises(PreflightError, match="holds other prompts .* use a new OUT"):
         plan_annotate(Env(env))
-    for change, message in [({"SHARDS": "11"}, "SHARDS=11: more shards than the 10 prompts"),
+    for change, message in [({"SHARDS": "11"}, "SHARDS=11: more shards than the 10 prompts; set SHARDS to at "
+                                                          "most 10, and the same SHARDS for verifyrm_train.sbatch"),
                             ({"JUDGE": str(tmp_path / "nope")}, "JUDGE="),
                             ({"GENERATORS": str(tmp_path / "nope")}, "GENERATORS (item 1)")]:
         with pytest.raises(PreflightError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -221,8 +222,11 @@ def test_annotate_shards_once_and_refuses_other_prompts_on_resubmission(tmp_path
 
 def test_merge_waits_for_every_shard_then_concatenates(tmp_path):
     out = str(tmp_path / "ann")
-    _, parts = shard_paths(out, 2)
-    os.makedirs(os.path.dirname(parts[0]))
+    shards, parts = shard_paths(out, 2)
+    for path in (shards[0], parts[0]):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    for shard in shards:  # what annotate's check leaves before it submits
+        open(shard, "w").write("")
     for k, part in enumerate(parts):
         with open(part, "w") as handle:
             handle.write(json.dumps({"question": "q", "reference": "1", "completion": "c", "label": k}) + "\n")
@@ -231,6 +235,24 @@ def test_merge_waits_for_every_shard_then_concatenates(tmp_path):
         merge_annotations(out, 2, str(tmp_path / "merged.jsonl"))
     open(parts[1].replace(".jsonl", ".summary.json"), "w").write("{}")
     assert merge_annotations(out, 2, str(tmp_path / "merged.jsonl")) == 2
+
+
+def test_merge_with_another_shards_than_annotates_names_the_shards_annotate_ran_with(tmp_path):
+    """A small data set makes a user lower SHARDS for annotate; the training job's merge with the default 8 used to
+    blame unfinished shards ("re-submit the annotate array"), the wrong fix."""
+    out = str(tmp_path / "ann")
+    shards, parts = shard_paths(out, 4)
+    for path in (shards[0], parts[0]):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    for shard, part in zip(shards, parts):
+        open(shard, "w").write("")
+        open(part, "w").write("")
+        open(part.replace(".jsonl", ".summary.json"), "w").write("{}")
+    with pytest.raises(PreflightError, match=r"^SHARDS=8: ANNOTATED=.* was split into 4 shards .*set SHARDS=4"):
+        merge_annotations(out, 8, str(tmp_path / "merged.jsonl"))
+    with pytest.raises(PreflightError, match="no shards/prompts-KKK-of-NNN.jsonl in it: give the OUT folder"):
+        merge_annotations(str(tmp_path), 4, str(tmp_path / "merged.jsonl"))
+    assert merge_annotations(out, 4, str(tmp_path / "merged.jsonl")) == 0
 
 
 # ------------------------------------------------------------------------------------------- prompts

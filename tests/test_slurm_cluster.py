@@ -432,12 +432,12 @@ def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_tw
     questions.write_text("".join(json.dumps({"question": f"What is {i} + 2?", "reference": str(i + 2)}) + "\n"
                                  for i in range(4)))
     work = tmp_path / "work"
-    env = {"WORKDIR": str(work), "POLICY": policy, "ASSISTANT_MODEL": "policy", "TRAIN_DATA": str(raw), "HELDOUT": "4",
-           "EVAL_DATA_DIR": _benchmarks(tmp_path / "bench"), "BENCHMARKS": "gsm8k", "LIMIT": "2", "PROTOCOL": "greedy",
-           "RM_BASE": rm, "INIT_HEAD": "0", "GENERATORS": f"{policy},{kit.judge}", "JUDGE": kit.judge, "ANNOTATE_PROMPTS": str(questions),
+    env = {"WORKDIR": str(work), "POLICY": policy, "ASSISTANT_MODEL": "policy", "PROMPTS": str(raw), "HELDOUT": "4",
+           "DATA_DIR": _benchmarks(tmp_path / "bench"), "BENCHMARKS": "gsm8k", "LIMIT": "2", "PROTOCOL": "greedy",
+           "PRETRAIN": rm, "INIT_HEAD": "0", "GENERATORS": f"{policy},{kit.judge}", "JUDGE": kit.judge, "ANNOTATE_PROMPTS": str(questions),
            "SHARDS": "2", "SAMPLES_PER_QUESTION": "2", "GEN_MAX_NEW_TOKENS": "24", "ANNOTATE_VERIFIER_WORKERS": "1",
            "RM_TRAIN_BATCH_SIZE": "4", "RM_MICRO_BATCH_SIZE": "2", "EPOCHS": "1", "MAX_LENGTH": "64",
-           "ARMS": "cooper", "RL_NODES": "2", "EVAL_STEPS": "1", **TINY_RL, "NUM_EPISODES": "2",  # 4 steps
+           "ARMS": "cooper", "NODES": "2", "EVAL_STEPS": "1", **TINY_RL, "NUM_EPISODES": "2",  # 4 steps
            "SBATCH_ARGS": f"--output={tmp_path}/slurm-%x-%A_%a.log"}
     hook = tmp_path / "preempt_hook.sh"
     hook.write_text(PREEMPT_HOOK)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
-from cooper_openrlhf.cluster.annotation_shards import shard_bounds, shard_paths
+from cooper_openrlhf.cluster.annotation_shards import check_annotated, shard_bounds, shard_paths
 from cooper_openrlhf.cluster.checks import (
     Env,
     PreflightError,
@@ -312,7 +312,8 @@ def plan_annotate(env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -
     except RecipeDataError as exc:
         raise PreflightError(f"PROMPTS={prompts} (FORMAT={fmt}): {exc}") from None
     if shards > len(problems):
-        raise PreflightError(f"SHARDS={shards}: more shards than the {len(problems)} prompts")
+        raise PreflightError(f"SHARDS={shards}: more shards than the {len(problems)} prompts; set SHARDS to at most "
+                             f"{len(problems)}, and the same SHARDS for verifyrm_train.sbatch (it reads the shards)")
     check_writable_dir("OUT", out)
     shard_files, part_files = shard_paths(out, shards)
     os.makedirs(os.path.dirname(shard_files[0]), exist_ok=True)
@@ -347,11 +348,15 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = (), *, entry: EntryPoi
     pretrain = env.require("PRETRAIN", "the VerifyRM backbone folder (the paper: Qwen2.5-Math-1.5B-Instruct)")
     out = env.require("OUT", "the VerifyRM run folder (best/ is the export the RL arms read)")
     data = env.get("DATA")
+    notes = []
     if data is None:
         annotated = env.require("ANNOTATED", "the annotate folder whose shards are merged (or set DATA to a file)")
         data = os.path.join(out, "verifyrm_data.jsonl")
-        if not env.is_pending(annotated) and not os.path.isdir(annotated):
-            raise PreflightError(f"ANNOTATED={annotated}: folder does not exist")
+        shards = env.int("SHARDS", 8)  # the job's merge step reads the same variable
+        if not env.is_pending(annotated):
+            if not os.path.isdir(annotated):
+                raise PreflightError(f"ANNOTATED={annotated}: folder does not exist")
+            notes += check_annotated(annotated, shards)
     elif not env.is_pending(data):
         from cooper_openrlhf.rm.data import RecipeDataError, load_labelled
 
@@ -393,10 +398,14 @@ def plan_verifyrm_train(env: Env, extra_args: list[str] = (), *, entry: EntryPoi
 
     install_cpu_runtime()
     parse_or_fail("verifyrm train's OpenRLHF flags (--ds.*, --train.*)", lambda: parse_openrlhf_args(unknown))
-    return Plan("verifyrm-train", [argv])
+    return Plan("verifyrm-train", [argv], notes)
 
 
 # ---------------------------------------------------------------------------------------- evaluate
+
+# The repository's speed scripts (benchmarks/ beside the package): a natural but wrong DATA_DIR when run in the checkout.
+CHECKOUT_BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                   "benchmarks")
 
 
 def checkpoint_list(env: Env) -> list[str]:
@@ -427,6 +436,10 @@ def plan_evaluate(env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -
     benchmarks = env.get("BENCHMARKS", DEFAULT_BENCHMARKS)
     if not os.path.isdir(data_dir):
         raise PreflightError(f"DATA_DIR={data_dir}: folder does not exist")
+    if os.path.realpath(data_dir) == os.path.realpath(CHECKOUT_BENCHMARKS):  # the name invites it; it holds no data
+        raise PreflightError(f"DATA_DIR={data_dir}: that is this checkout's own benchmarks/ folder (speed "
+                             "measurements), not benchmark data; put the files in another folder (e.g. "
+                             "my_benchmarks/gsm8k/test.jsonl) and pass that")
     for index, path in enumerate(checkpoints):
         check_model_dir(env, f"CHECKPOINTS (item {index + 1})", path)
     check_writable_dir("OUT", out)
