@@ -3,8 +3,10 @@
 Every figure is written even when no run logged its metric (the panel then says which key is missing), so
 a report always has the same files. One colour per arm; the line is the mean over the arm's seeds of each seed's
 trailing mean over SMOOTHING steps, the band one standard error over the seeds (report/aggregate.py
-`smoothed_band`; held-out evaluations are drawn unsmoothed, with markers). Legends sit outside the axes, alarms
-are a rug under the curves, and no figure is wider than 1600 px.
+`smoothed_band`; held-out evaluations are drawn unsmoothed, with markers). Each panel's title says which of the two
+it is (`SMOOTHED`, `UNSMOOTHED`) and each figure's title describes every panel, so that no claim of one panel's
+reads as the figure's. Legends sit outside the axes, alarms are a rug under the curves, and no figure is wider than
+1600 px.
   rewards_accuracy.png  RM reward, verified accuracy (training rollouts) and held-out accuracy over steps
   rm_pair_accuracy.png  the RM's accuracy on each step's fresh pairs, before it trains on them
   hacking_gap.png       RM reward - verified accuracy on the training rollouts, with the steps the hacking
@@ -47,7 +49,9 @@ STYLE_FIGURE = "exploit_rate.png"  # drawn only when the report is given the lab
 DPI = 100
 MAX_WIDTH_INCHES = 16  # 1600 px at DPI: readable on a laptop screen without zooming
 SMOOTHING = 5  # steps of each seed's trailing mean (a training step's batch is a handful of prompts)
-BAND_NOTE = f"line: mean over seeds of a {SMOOTHING}-step trailing mean; band: \u00b11 standard error over seeds"
+BAND_NOTE = "line: mean over seeds; band: \u00b11 standard error over seeds"
+SMOOTHED = f"each seed's {SMOOTHING}-step trailing mean"  # a panel title's second line: how its curves are drawn
+UNSMOOTHED = "each evaluation, unsmoothed"
 plt.rcParams.update({"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 10})
 
 
@@ -63,7 +67,7 @@ def _by_arm(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
 # degrees of hue apart, or black and grey, or far apart in lightness (tab10's orange and brown, static and
 # cooper_official, looked alike in the headline figure). A new arm needs a colour added here.
 PALETTE = ["#0072b2", "#d55e00", "#009e73", "#808000", "#9467bd", "#000000", "#7f7f7f", "#cc79a7", "#2ca02c",
-           "#3b3bd6", "#fb9a99"]
+           "#3b3bd6", "#fb9a99", "#6b0f3a", "#ffca80"]
 
 
 def fitted_limits(values: Sequence[float], floor: float = 0.0, ceiling: float = 1.0) -> tuple[float, float]:
@@ -105,8 +109,9 @@ def _plot_band(ax, curves, colour: str, label: str, markers: bool = False) -> bo
 
 
 def _metric_panel(ax, arms, colours, curves_of, title: str, ylabel: str, missing: str, markers=False) -> None:
+    """One metric per arm; the title gets a second line saying how the curves are drawn (`_plot_band`)."""
     drawn = [_plot_band(ax, [curves_of(run) for run in runs], colours[arm], arm, markers) for arm, runs in arms.items()]
-    ax.set_title(title)
+    ax.set_title(f"{title}\n({UNSMOOTHED if markers else SMOOTHED})")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -148,8 +153,8 @@ def rewards_accuracy(arms, colours, path: Path) -> tuple[float, float]:
                   "mean reward / accuracy", RM_REWARD)
     _metric_panel(axes[1], arms, colours, lambda r: r.scalars.get(ACCURACY, []),
                   "Verified accuracy (training rollouts)", "", ACCURACY)
-    _metric_panel(axes[2], arms, colours, lambda r: heldout_series(r.scalars), "Held-out accuracy", "",
-                  "eval/accuracy or eval/<name>/accuracy", markers=True)
+    _metric_panel(axes[2], arms, colours, lambda r: heldout_series(r.scalars), "Held-out accuracy (other prompts)",
+                  "", "eval/accuracy or eval/<name>/accuracy", markers=True)
     for ax in axes:
         _integer_steps(ax)
     for ax in axes[:2]:
@@ -158,7 +163,8 @@ def rewards_accuracy(arms, colours, path: Path) -> tuple[float, float]:
     drawn = [y for artist in axes[2].lines for y in artist.get_ydata()]
     drawn += [y for band in axes[2].collections for path in band.get_paths() for y in path.vertices[:, 1]]
     axes[2].set_ylim(*fitted_limits(drawn))
-    fig.suptitle(f"RM reward vs rule-verified accuracy ({BAND_NOTE})")
+    fig.suptitle("The training rollouts as the RM pays them and as the rule verifier grades them, and held-out "
+                 f"accuracy\n({BAND_NOTE})")
     _legend_below(fig, axes)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -174,7 +180,7 @@ def rm_pair_accuracy(arms, colours, path: Path) -> None:
     ax.annotate("chance", xy=(1.0, 0.5), xycoords=("axes fraction", "data"), xytext=(-4, 3),
                 textcoords="offset points", ha="right", color="grey", fontsize="small")
     _integer_steps(ax)
-    fig.suptitle(BAND_NOTE, fontsize="small")
+    fig.suptitle(BAND_NOTE, fontsize="small")  # the panel's title says the rest
     _legend_below(fig, [ax])
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -196,7 +202,8 @@ def hacking_gap(arms, colours, path: Path) -> None:
         panel.axhline(0.0, color="grey", linewidth=1)
         panel.tick_params(labelleft=True)
         _integer_steps(panel)
-    fig.suptitle(f"What the RM pays beyond the verifier ({BAND_NOTE})")
+    fig.suptitle("What the RM pays beyond the verifier: on the training rollouts, on the held-out ones, and on the "
+                 f"training rollouts the verifier marks wrong\n({BAND_NOTE})")
     _legend_below(fig, axes)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -214,7 +221,7 @@ def exploit_rate(arms, colours, path: Path, style: str) -> None:
     for ax in axes:
         ax.set_ylim(*fitted_limits(drawn))  # one axis for both: the exploit is a part of the share
         _integer_steps(ax)
-    fig.suptitle(f"The policy writing the answer style S = {style!r}\n({BAND_NOTE})")
+    fig.suptitle(f"How often the policy writes the answer style S = {style!r}, and wrongly\n({BAND_NOTE})")
     _legend_below(fig, axes)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -275,7 +282,7 @@ def step_time(arms, colours, path: Path) -> None:
     if handles:
         fig.legend(handles, list(stages_seen), title="stage (timing/*), bottom to top", loc="lower center",
                    ncol=min(len(handles), 5), fontsize="small", frameon=False)
-    fig.suptitle("Step time by stage, stacked")
+    fig.suptitle("Step time by stage, stacked, one panel per arm (mean over seeds, unsmoothed)")
     legend_rows = -(-len(handles) // 5) if handles else 0
     fig.tight_layout(rect=(0, (0.06 + 0.05 * legend_rows) / rows, 1, 1))  # room for the legend underneath
     fig.savefig(path, dpi=DPI)
