@@ -164,11 +164,12 @@ def test_the_report_counts_the_signature_per_arm_against_the_rule_arms_held_out_
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [(r["arm"], r["seed"], r["shows"]) for r in summary["hacking_signature"]] == [
         ("static", 0, True), ("static", 1, False), ("cooper", 0, False)]
-    # It reads the runs against the paper's claim, as a lab's last lines do (lab/reading.py).
+    # It prints what each arm logged, first -> last, and nothing of the lab's own batches (report/build.py run_lines).
     printed = capsys.readouterr().out
-    assert "Held-out accuracy (first -> last evaluation): static 0.40 -> 0.10, cooper 0.40 -> 0.45, rule 0.40 -> 0.42." \
-        in printed
-    assert "One seed per arm cannot show this reliably" in printed
+    assert "cooper (1 run, 20 logged steps" in printed
+    assert "held-out accuracy, first -> last of 2 evaluations: 0.40 -> 0.45" in printed
+    assert "static (2 runs, 20 logged steps, seeds 0, 1)" in printed
+    assert "batch" not in printed and "committed result" not in printed
 
 
 # ---------------------------------------------------------------------------------------------- the CLI

@@ -5,8 +5,9 @@
 Each RUN_DIR is one run (one arm, one seed), read recursively: tensorboard event files from OpenRLHF's
 logger and, when present, `--cooper.sample_log_dir`'s rollouts.jsonl / pairs.jsonl. Arm and seed come from
 RUN_DIR/run_info.json, else a folder name `<arm>_seed<k>`, else the folder name (seed 0). Writes into DIR
-the figures of `report/figures.py`, report.md and summary.json, and prints what the static, Cooper and rule
-runs' curves say next to the paper's claim (lab/reading.py), as a lab's last lines do. A run without event
+the figures of `report/figures.py`, report.md and summary.json, and prints what each arm of the given runs
+logged, first -> last (`report/build.py` `run_lines`; a lab's reading against the paper and its committed batches
+are `cooper lab`'s last lines, not this command's). A run without event
 files is listed as failed and the others still render; the command fails only when no run could be read at
 all. `--publish DEST` copies the report to commit: every figure small, no path of this machine
 (report/publish.py).
@@ -61,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     runs = write_report(args.run_dirs, Path(args.out), args.style)
-    from cooper_openrlhf.lab.reading import read_runs
+    from cooper_openrlhf.report.build import run_lines
 
-    print("\n".join(read_runs(runs)), flush=True)  # the runs against the paper's claim, as a lab's last lines
+    print("\n".join(run_lines(runs)), flush=True)  # what these runs logged, nothing of the lab's own batches
     if args.publish:
         from cooper_openrlhf.report.publish import publish_report
 

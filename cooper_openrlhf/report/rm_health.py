@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cooper_openrlhf.core.rm_health import HEALTH
-from cooper_openrlhf.report.figures import (BAND_NOTE, DPI, _by_arm, _integer_steps, _legend_below, _metric_panel,
-                                            _plot_band, arm_colours, plt)
+from cooper_openrlhf.report.figures import (BAND_NOTE, DPI, SMOOTHED, _by_arm, _integer_steps, _legend_below,
+                                            _metric_panel, _plot_band, arm_colours, plt)
 from cooper_openrlhf.report.runs import RunData
 
 FIGURE = "rm_health.png"
@@ -37,7 +37,7 @@ def write_rm_health(runs: Sequence[RunData], out_dir: Path, known_arms: Sequence
         _plot_band(axes[1], [run.scalars.get(WRONG, []) for run in members], colours[arm], arm)
         axes[1].lines[-1].set_linestyle("--")
         axes[1].lines[-1].set_label(None)
-    axes[1].set_title("Mean pay of right (solid) and wrong (dashed) anchors")
+    axes[1].set_title(f"Mean pay of right (solid) and wrong (dashed) anchors\n({SMOOTHED})")
     axes[1].set_xlabel("step")
     axes[1].grid(alpha=0.3)
     for row, (arm, members) in enumerate(arms.items()):
@@ -48,7 +48,7 @@ def write_rm_health(runs: Sequence[RunData], out_dir: Path, known_arms: Sequence
     for ax in axes:
         ax.set_ylim(-0.02, 1.02)
         _integer_steps(ax)
-    fig.suptitle(f"RM health on the guard's anchors ({BAND_NOTE})")
+    fig.suptitle(f"RM health on the guard's anchors: how well it ranks them, and what it pays each kind ({BAND_NOTE})")
     _legend_below(fig, axes)
     path = out_dir / FIGURE
     fig.savefig(path, dpi=DPI)
