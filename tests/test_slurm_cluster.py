@@ -403,6 +403,37 @@ def test_plain_sbatch_of_the_annotate_train_evaluate_and_report_launchers(kit, t
     assert "rule" in json.dumps(summary)
 
 
+def test_rm_training_on_an_annotate_folder_split_otherwise_is_refused_before_the_queue_and_named_in_the_job(kit,
+                                                                                                           tmp_path):
+    """Annotate ran with SHARDS=2 (a small problem file); RM training is given the default 8. Submitted with `bash`,
+    the check refuses it before anything is queued; submitted by plain `sbatch` (no check before the queue), the
+    job's merge step fails naming SHARDS=2, not "re-submit the annotate array". With SHARDS=2 and the shards not
+    annotated yet, the job says they have not finished (queued, running or failed), the real cause there."""
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"What is {i} + 2?", "reference": str(i + 2)}) + "\n"
+                                 for i in range(4)))
+    annotated = tmp_path / "annotate"
+    kit.sh(["bash", str(LAUNCH / "verifyrm_annotate.sbatch")], {  # its check writes shards/, as before a submission
+        "PROMPTS": str(questions), "GENERATORS": kit.models["tiny-qwen2-policy"], "JUDGE": kit.models["tiny-qwen2-policy"],
+        "OUT": str(annotated), "SHARDS": "2", "DRY_RUN": "1"})
+    train = {"PRETRAIN": kit.models["tiny-qwen2-rm"], "ANNOTATED": str(annotated), "OUT": str(tmp_path / "verifyrm"),
+             "RM_TRAIN_BATCH_SIZE": "4", "RM_MICRO_BATCH_SIZE": "2", "EPOCHS": "1", "MAX_LENGTH": "64"}
+    queued_before = kit.sh(["squeue", "-h", "-o", "%i"]).stdout.split()
+    refused = kit.sh(["bash", str(LAUNCH / "verifyrm_train.sbatch")], train, check=False)
+    assert refused.returncode == 2 and "set SHARDS=2" in refused.stderr, refused.stderr
+    assert kit.sh(["squeue", "-h", "-o", "%i"]).stdout.split() == queued_before  # nothing submitted
+
+    cpu = ["--gpus-per-node=0", "--cpus-per-task=1", "--mem=1G", "--oversubscribe"]
+    other_split = kit.sbatch(cpu, "verifyrm_train.sbatch", train)
+    unfinished = kit.sbatch(cpu, "verifyrm_train.sbatch", {**train, "SHARDS": "2", "OUT": str(tmp_path / "verifyrm2")})
+    states = kit.wait(other_split, unfinished)
+    assert states == {other_split: "FAILED", unfinished: "FAILED"}, states
+    log = kit.job_log_tail(other_split)
+    assert "SHARDS=8: ANNOTATED=" in log and "set SHARDS=2" in log and "re-submit" not in log, log
+    log = kit.job_log_tail(unfinished)
+    assert "2 of 2 shards have not finished" in log and "still queued or running" in log, log
+
+
 # ------------------------------------------------------------------------------ the whole chain
 def _job_times(kit: Kit, job: str) -> list[tuple[str, str, str, str]]:
     """(id, state, start, end) of a job and its array tasks, from `scontrol show job`."""
