@@ -180,7 +180,7 @@ class _Anchored:
     scale: float  # world / global rows: after DeepSpeed's mean over ranks, the gradient of the global mean BCE
     per_micro: int
     recording: bool = True  # add the losses to `sums` (the first pass: the RM before this update)
-    sums: torch.Tensor = field(default_factory=lambda: torch.zeros(3, dtype=torch.float64))  # loss*k, correct, k
+    sums: dict = field(default_factory=lambda: {"loss": 0.0, "correct": 0.0, "rows": 0.0})  # floats: summed by the strategy
 
     @classmethod
     def of(cls, trainer: RMTrainer, rows: list, weight: float, world_size: int) -> "_Anchored":
@@ -201,11 +201,14 @@ class _Anchored:
         loss, metrics = bce_rm_loss(logits, labels)
         k = len(part)
         if self.recording:
-            self.sums += torch.tensor([metrics["loss"] * k, metrics["accuracy"] * k, k], dtype=torch.float64)
+            self.sums["loss"] += metrics["loss"] * k
+            self.sums["correct"] += metrics["accuracy"] * k
+            self.sums["rows"] += k
         return loss * (self.weight * k * self.scale)
 
     def metrics(self, strategy) -> dict[str, float]:
         """cooper/rm_anchor_loss and cooper/rm_anchor_accuracy (first pass: the RM before the update), all ranks."""
-        loss, correct, rows = strategy.all_reduce(self.sums.clone(), op="sum").tolist()
+        summed = strategy.all_reduce(dict(self.sums), op="sum")
+        loss, correct, rows = (float(summed[key]) for key in ("loss", "correct", "rows"))
         return {"cooper/rm_anchor_loss": loss / rows if rows else float("nan"),
                 "cooper/rm_anchor_accuracy": correct / rows if rows else float("nan"), "cooper/rm_anchor_rows": rows}
