@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -99,6 +100,17 @@ class ServiceProcess:
 def _stock_openrlhf(work: Path, policy: Path, prompts: Path, url: str, *extra: str,
                     extra_env: dict | None = None, n: int = STOCK_N, must_succeed: bool = True) -> int:
     """Stock `train_ppo_ray` against `url`, n samples per prompt; its exit code."""
+    argv, env = _stock_command(work, policy, prompts, url, *extra, extra_env=extra_env, n=n)
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    (work / "openrlhf.log").write_text(result.stdout + result.stderr)
+    if must_succeed:
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    return result.returncode
+
+
+def _stock_command(work: Path, policy: Path, prompts: Path, url: str, *extra: str, extra_env: dict | None = None,
+                   n: int = STOCK_N) -> tuple[list[str], dict]:
+    """(argv, environment) of a stock `train_ppo_ray` run against `url`."""
     argv = [sys.executable, "-m", "cooper_openrlhf.cli.stock_openrlhf",
             "--actor.model_name_or_path", str(policy), "--reward.remote_url", url,
             "--data.prompt_dataset", str(prompts), "--data.input_key", "input", "--data.label_key", "label",
@@ -115,12 +127,21 @@ def _stock_openrlhf(work: Path, policy: Path, prompts: Path, url: str, *extra: s
             *extra]
     env = {"HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    env = {**env, **(extra_env or {})}
-    result = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
-    (work / "openrlhf.log").write_text(result.stdout + result.stderr)
-    if must_succeed:
-        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    return result.returncode
+    return argv, {**os.environ, **env, **(extra_env or {})}
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of session `sid` (a trainer started with start_new_session: its Ray cluster too)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # the session id, after state, ppid and pgrp
+            try:
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @pytest.fixture(scope="module")
@@ -192,24 +213,59 @@ def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, mo
     assert tb, "OpenRLHF logged nothing"
 
 
-def test_stock_openrlhf_with_more_samples_per_prompt_than_the_group_size_is_refused_naming_both(prompts, model_dir,
-                                                                                                 tmp_path):
-    """n = 16 against --group-size 8: the service sees each prompt go on into a second group in the same step and
-    refuses from then on, saying both numbers, rather than learn from half groups; the run stops on its first
-    unpaid sample instead of training on a mis-grouped RM."""
+def test_stock_openrlhf_goes_through_a_real_runs_events_with_every_sample_paid(prompts, model_dir, tmp_path):
+    """The events of a real run, none of which may cost it: a trainer killed mid-step and started again, two
+    episodes of 10 prompts at 4 a step (each episode's last step is partial; OpenRLHF trains it), and one request
+    sent by hand during the run. The run that is not killed finishes (a single unpaid sample would crash it), the
+    killed run's partial groups are dropped rather than mixed with the new run's samples, and the service learns on."""
+    from transformers import AutoTokenizer
+
     policy, prompt_file = prompts
-    service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy), "--group-size", "8")
+    ten = tmp_path / "ten.jsonl"
+    ten.write_text("".join(prompt_file.read_text().splitlines(keepends=True)[:10]))
+    service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy), "--group-size",
+                             str(STOCK_N), "--stale-after-s", "15", "--partial-round-after-s", "3")
+    url = f"{service.url}/get_reward?token={TOKEN}"
+    by_hand = []
     try:
-        code = _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}",
-                               n=16, must_succeed=False)
+        # the first trainer, killed -9 in its second step (a few samples in: its groups are partial)
+        argv, env = _stock_command(tmp_path / "killed", policy, ten, url, "--train.num_episodes", "2")
+        (tmp_path / "killed").mkdir()
+        with open(tmp_path / "killed" / "openrlhf.log", "w") as log:
+            killed = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + 600
+            while service.health()["samples"] < PROMPTS_PER_STEP * STOCK_N + 5 and time.monotonic() < deadline:
+                assert killed.poll() is None, (tmp_path / "killed" / "openrlhf.log").read_text()[-3000:]
+                time.sleep(0.05)
+            _kill_session(killed.pid)
+            killed.wait(60)
+        before = service.health()
+
+        def send_by_hand():  # once the new run is scoring: one sample of a prompt the trainer never sends
+            while service.health()["samples"] < before["samples"] + 8:
+                time.sleep(0.2)
+            prompt = AutoTokenizer.from_pretrained(policy).apply_chat_template(
+                [{"role": "user", "content": "What is 2 + 2?"}], tokenize=False, add_generation_prompt=True)
+            body = {"query": [prompt + "The answer is 4.<|im_end|>"], "prompts": [prompt], "labels": ["4"]}
+            by_hand.append(requests.post(url, json=body, timeout=60).status_code)
+
+        hand = threading.Thread(target=send_by_hand, daemon=True)
+        hand.start()
+        _stock_openrlhf(tmp_path / "run", policy, ten, url, "--train.num_episodes", "2")
+        hand.join(30)
+        time.sleep(6)  # the last partial step's round forms once the trainer is quiet
         health = service.health()
     finally:
-        service.stop()
-    log = (tmp_path / "run" / "openrlhf.log").read_text()
-    assert code != 0, log[-3000:]
-    assert health["groups"].startswith("mismatch:") and "more than --group-size 8" in health["groups"]
-    assert health["rounds"] == 0 and health["updates"] == 0  # nothing learned from half groups
-    assert "A prompt has" in (service.work / "serve.log").read_text()
+        code = service.stop()
+    assert before["rounds"] >= 1 and by_hand == [200]
+    # the killed run's partial groups were dropped when the new run's first sample came after the silence
+    assert health["groups_dropped_silence"] >= 1 and health["learning"] == "ok"
+    # the new run's 2 episodes x (4 + 4 + 2 prompts) groups all completed and were learned from, in 6 rounds
+    rounds = service.rounds()
+    assert health["groups_completed"] - before["groups_completed"] == 20
+    assert len(rounds) - before["rounds"] == 6 and health["updates"] >= 6 and health["round_failures"] == 0
+    assert [r["cooper/samples"] for r in rounds[-6:]] == [32.0, 32.0, 16.0] * 2
+    assert code == 0
 
 
 def _send_round(service: ServiceProcess, tokenizer, round_index: int) -> list[dict]:

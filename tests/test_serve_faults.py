@@ -129,15 +129,15 @@ def test_a_group_half_scored_before_a_restart_is_finished_by_its_own_version(mod
         return requests.post(service.url + "/get_reward", json=body, headers=service.auth, timeout=60)
 
     # A half group beside a whole round of other prompts is a fault's shape, not a trainer's step: the trainer-group
-    # check (serve/trainer_groups.py) would refuse it, and this test is about the restart.
-    service = ServiceProcess(tmp_path, rm, policy, "--no-group-check")
+    # checks (serve/trainer_groups.py) warn, and never refuse a sample.
+    service = ServiceProcess(tmp_path, rm, policy)
     first = [post(service, c) for c in completions[:N // 2]]
     assert [r.status_code for r in first] == [200] * (N // 2)
     _send_round(service, tokenizer, 0)  # other prompts complete a round: update 1
     _wait_for(lambda: service.health()["rm_version"] == 1, "update 1")
     assert service.stop() == 0  # SIGTERM: the shutdown checkpoint
 
-    restarted = ServiceProcess(tmp_path, rm, policy, "--no-group-check", port=service.port)
+    restarted = ServiceProcess(tmp_path, rm, policy, port=service.port)
     try:
         rest = [post(restarted, c) for c in completions[N // 2:]]
         health = restarted.health()

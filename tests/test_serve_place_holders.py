@@ -10,7 +10,7 @@ import ray
 from cooper_openrlhf.serve.groups import ScoredSample
 from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.serve.replicated.holders import PlaceHolders
-from cooper_openrlhf.serve.replicated.registry import GroupRegistry
+from cooper_openrlhf.serve.replicated.registry import GroupRegistry, Wanted
 from cooper_openrlhf.serve.service import ServiceConfig
 from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
 
@@ -49,6 +49,11 @@ def _registry(group_size: int) -> GroupRegistry:
     return registry
 
 
+def _wanted(prompt: str, *samples: int) -> list[Wanted]:
+    """Places for distinct samples of `prompt` (label "4", as `_scored`'s)."""
+    return [Wanted(prompt, "4", bytes([i])) for i in samples]
+
+
 def _scored(prompt: str) -> ScoredSample:
     sample = Sample(prompt, "What is 2 + 2?", "4", "The answer is 4.")
     return ScoredSample(sample, 1.0, VerifyOutcome(Verdict.CORRECT, "4", 0.0, None), 1.0)
@@ -57,12 +62,12 @@ def _scored(prompt: str) -> ScoredSample:
 def test_a_retry_takes_the_place_a_dead_ingress_held_and_the_group_completes_with_n_samples():
     async def scenario():
         registry, a, b = _registry(group_size=4), _Ingress("a"), _Ingress("b")
-        held_by_a, _ = await registry.reserve(["p", "p"], [False, False], a.holder)
-        held_by_b, _ = await registry.reserve(["p", "p"], [False, False], b.holder)
-        registry.record(held_by_b, [_scored("p")] * 2, b.id)
+        held_by_a, _ = await registry.reserve(_wanted("p", 0, 1), a.holder)
+        held_by_b, _ = await registry.reserve(_wanted("p", 2, 3), b.holder)
+        await registry.record(held_by_b, [_scored("p")] * 2, b.id)
         a.__ray_ready__.alive = False  # a dies before recording its two
-        retried, _ = await registry.reserve(["p", "p"], [False, False], b.holder)  # the client's retries, via b
-        registry.record(retried, [_scored("p")] * 2, b.id)
+        retried, _ = await registry.reserve(_wanted("p", 0, 1), b.holder)  # the client's retries, via b
+        await registry.record(retried, [_scored("p")] * 2, b.id)
         return registry, held_by_a, retried
 
     registry, held_by_a, retried = asyncio.run(scenario())
@@ -73,8 +78,8 @@ def test_a_retry_takes_the_place_a_dead_ingress_held_and_the_group_completes_wit
 def test_a_live_ingresss_places_are_kept_and_a_new_group_opens_as_before():
     async def scenario():
         registry, a = _registry(group_size=2), _Ingress("a")
-        first, _ = await registry.reserve(["p", "p"], [False, False], a.holder)  # full, being scored
-        again, _ = await registry.reserve(["p"], [False], a.holder)  # a prompt sent again while a lives
+        first, _ = await registry.reserve(_wanted("p", 0, 1), a.holder)  # full, being scored
+        again, _ = await registry.reserve(_wanted("p", 2), a.holder)  # a prompt sent again while a lives
         return registry, first, again
 
     registry, first, again = asyncio.run(scenario())

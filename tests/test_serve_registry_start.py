@@ -10,7 +10,7 @@ import ray
 
 from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample
 from cooper_openrlhf.serve.protocol import Sample
-from cooper_openrlhf.serve.replicated.registry import GroupRegistry
+from cooper_openrlhf.serve.replicated.registry import GroupRegistry, Wanted
 from cooper_openrlhf.serve.service import ServiceConfig
 from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
 
@@ -54,7 +54,7 @@ def test_a_registry_restarted_by_ray_starts_itself_from_the_learner_without_the_
     registry.reconstructed = True  # what Ray's runtime context says in an actor it restarted
 
     async def scenario():
-        places, _ = await registry.reserve(["a prompt open at the last checkpoint"], [False])
+        places, _ = await registry.reserve([Wanted("a prompt open at the last checkpoint", "", b"x")])
         return places, await registry.status()
 
     places, status = asyncio.run(scenario())
@@ -63,7 +63,7 @@ def test_a_registry_restarted_by_ray_starts_itself_from_the_learner_without_the_
     assert status["gauges"]["samples"] == 40.0 and status["gauges"]["heldout_samples"] == 2.0
     # the checkpoint's open group is not brought back: the sample opened a new group, the only one
     assert len(registry.groups.open) == 1 and next(iter(registry.groups.open.values())).reserved == 1
-    assert not registry.config.check_groups
+    assert registry.config.check_groups  # they only warn: nothing to turn off after a restart
 
 
 def test_the_first_start_brings_back_the_checkpoints_groups_and_keeps_the_checks():
@@ -86,9 +86,9 @@ def test_a_start_that_failed_is_made_again_by_the_next_call():
 
     async def scenario():
         with pytest.raises(ray.exceptions.RayActorError):
-            await registry.reserve(["p"], [False])
-        places, _ = await registry.reserve(["p"], [False])
-        await registry.reserve(["q"], [False])
+            await registry.reserve([Wanted("p", "", b"1")])
+        places, _ = await registry.reserve([Wanted("p", "", b"1")])
+        await registry.reserve([Wanted("q", "", b"2")])
         return places
 
     places = asyncio.run(scenario())

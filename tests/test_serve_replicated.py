@@ -8,8 +8,8 @@ started is stopped with it (SIGTERM, then SIGKILL by pid of what is left; never 
 - The learner killed -9 in the middle of an update: scoring goes on with the last published version meanwhile
   (200s, that version in `cooper/rm_version`), the learner comes back from its checkpoint with its counters, the
   lost round is learned again, and the versions keep rising one by one.
-- The group registry killed -9 in the middle of a step: every request 200 while Ray restarts it, the groups it
-  held not learned from, the rounds going on after.
+- The group registry killed -9 in the middle of a step under load: every request 200 while Ray restarts it, the
+  groups it held not learned from, no group mixing two prompts, the rounds going on after.
 - Stock `openrlhf.cli.train_ppo_ray` against 2 replicas + learner (the issue's target), sync (over HTTPS, two
   ingress replicas) and async, with a scoring replica and then an ingress replica killed -9 (sync) or the learner
   (async) during the run: every sample paid (no reward None: the run completes), each trainer group scored by one
@@ -304,11 +304,12 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
     assert shown["cooper_probe_pay_exploit"] == pytest.approx(log[2]["cooper/probe_pay/exploit"], abs=1e-6)
 
 
-def test_the_registry_killed_mid_step_comes_back_while_scoring_and_learning_go_on(model_dir, tmp_path):
-    """The group registry killed -9 in the middle of a step (registry.py): Ray starts it again, it starts itself
-    from the learner, and the ingress sends its calls again meanwhile: every request 200, scored by the version the
-    learner holds. The groups open at the kill are not learned from (one is cut in two, and its second half stays
-    incomplete); the trainer-group checks, which that half would breach, are off; the rounds go on."""
+def test_the_registry_killed_under_load_comes_back_while_scoring_and_learning_go_on(model_dir, tmp_path):
+    """The group registry killed -9 in the middle of a step, with requests in flight and queued (registry.py): Ray
+    starts it again, it starts itself from the learner, and the ingress sends its calls again meanwhile: every
+    request 200, scored by the version the learner holds. The places reserved before the kill name groups of the
+    dead incarnation, never one of the new one's (ids carry the incarnation), so no group ever holds two prompts:
+    no round fails in pair building, and the rounds go on."""
     policy = Policy(model_dir)
     service = ReplicatedService(tmp_path, model_dir, *LEARN, "--state-dir", str(tmp_path / "state"))
     steps = learning_steps(policy, 4)
@@ -316,10 +317,12 @@ def test_the_registry_killed_mid_step_comes_back_while_scoring_and_learning_go_o
         first = first_step_learned(service, steps[0])
         registry = service.pids("GroupRegistry")
         assert len(registry) == 1, registry
-        # step 2: one group and half of the next, then the kill, then the rest while Ray restarts the registry
-        second = asyncio.run(post_all(service.url, steps[1][:6], 6))
-        os.kill(registry[0], signal.SIGKILL)
-        second += asyncio.run(post_all(service.url, steps[1][6:], 10))
+
+        def kill_after_six(answered: int) -> None:  # step 2: 6 answered, 4 in flight, 6 queued
+            if answered == 6:
+                os.kill(registry[0], signal.SIGKILL)
+
+        second = asyncio.run(post_all(service.url, steps[1], 4, on_answer=kill_after_six))
         third = asyncio.run(post_all(service.url, steps[2], 16))
         _wait_for("update 2", lambda: service.health()["updates"] >= 2)
         fourth = asyncio.run(post_all(service.url, steps[3], 16))
@@ -330,14 +333,14 @@ def test_the_registry_killed_mid_step_comes_back_while_scoring_and_learning_go_o
         code = service.stop()
     answers = first + second + third + fourth
     assert all(status == 200 for status, _ in answers), [a for a in answers if a[0] != 200][:3]
-    versions = [{a["extra_logs"]["cooper/rm_version"][0] for _, a in step} for step in (first, second, third, fourth)]
-    assert versions == [{0.0}, {1.0}, {1.0}, {2.0}]
+    versions = [sorted({a["extra_logs"]["cooper/rm_version"][0] for _, a in step})
+                for step in (first, second, third, fourth)]
+    assert versions[0] == [0.0] and versions[1] == [1.0] and min(versions[3]) >= 2.0
     assert after["registry_restarts"] == 1 and len(restarted) == 1 and restarted != registry
-    # lost with the registry: step 2's first group and the first half of its second; the second half is open, the
-    # next groups complete (2 of step 2, 4 of step 3, 4 of step 4: two rounds of 4 after the kill, 2 waiting)
-    assert after["groups"] == "ok" and after["round_failures"] == 0 and after["open_groups"] == 1
-    assert after["rounds"] == 3 and after["rm_version"] == 3 and after["ready_groups"] == 2
-    assert [r["round"] for r in service.rounds()] == [0, 1, 2]
+    # Groups open at the kill are not learned from (their samples were paid); every round after is whole.
+    assert after["round_failures"] == 0 and after["learning"] == "ok" and after["rounds"] >= 3
+    rounds = service.rounds()
+    assert all(r["cooper/samples"] % 4 == 0 and r.get("cooper/rm_update_failed", 0.0) == 0.0 for r in rounds)
     assert code == 0 and (tmp_path / "state" / "final_rm" / "config.json").is_file()
 
 

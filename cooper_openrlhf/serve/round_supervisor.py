@@ -1,52 +1,165 @@
 """What the one-process service (`serve/service.py`) and the replicated service's group registry
-(`serve/replicated/registry.py`) share about rounds and the trainer's groups: the check of open groups after each
-reservation (invariant (1) of serve/trainer_groups.py), the refusal that follows a mismatch, and the supervised
-round loop (expire, then run each complete round, one at a time; nothing a round raises ends the loop).
+(`serve/replicated/registry.py`) share about rounds and the trainer's groups: the trainer-group checks (warnings,
+never refusals: serve/trainer_groups.py), the groups a round leaves out, and the supervised round loop (expire,
+then run each complete round, one at a time; nothing a round raises ends the loop).
+
+A round is `groups_per_update` complete groups: a synchronous trainer's step. Three things keep rounds in step
+with the trainer when a real run is not:
+- a round leaves out the groups whose (prompt, label) another group holds at the same RM version (one trainer
+  group split over two of ours: n > group size, or a prompt twice in a step): learned from, they would make the
+  update land mid-step, and the rest of the trainer's group would be scored by the next version;
+- complete groups left over when no sample has come for `partial_round_after_s` (the trainer is updating its
+  policy: an episode's partial last step, the end of a run) form a round of their own, so the next step starts a
+  fresh one. Groups still open then do not hold it back: a synchronous trainer between steps has no sample in
+  flight, so they are left over from before (a retry, a restart) and complete with nothing of this step. (A step
+  whose last samples come more than that after all others gets two updates instead of one.);
+- complete groups waiting for a round are bounded (`MAX_READY_ROUNDS` rounds' worth: a learner that cannot keep
+  up or keeps failing): the oldest are dropped, counted.
+Every group left out is counted by reason (`groups.dropped`) and shown at /health and /metrics.
 
 A class using it has `config` (a `ServiceConfig`), `groups` (a `GroupTracker`), `ready` (complete groups not yet
-in a round), `group_mismatch`, `round_error`, `round_failures`, `_round_wakeup` (an asyncio.Event) and defines
+in a round), `round_error`, `round_failures`, `_round_wakeup` (an asyncio.Event), calls `_init_group_checks()`,
+`_arrived()` before placing a request's samples and `_recorded(complete)` after recording each, and defines
 `_rounds_done()`, `_expire_and_retire()` and `async _run_round(index, groups)`.
 """
 
 import asyncio
 import logging
 
-from cooper_openrlhf.serve.trainer_groups import GroupMismatch, too_many_open
+from cooper_openrlhf.serve.trainer_groups import (WARNING_KINDS, GroupWarnings, no_group_completes,
+                                                  open_when_a_round_completes, samples_by_prompt, shared_keys,
+                                                  too_many_open)
 
 logger = logging.getLogger(__name__)
 
+MAX_READY_ROUNDS = 4  # complete groups kept waiting for the learner, in rounds
+CHECK_EVERY_S = 1.0  # invariant (1) is read at most this often (it walks the open groups)
+LOOP_TICK_S = 5.0  # the round loop looks at expiry and quiet at least this often
+
+
+DROP_REASONS = ("timeout", "silence", "split trainer group", "backlog", "learner crash")
+
+
+def group_gauges(groups, warnings) -> dict[str, float]:
+    """/metrics numbers of the groups: dropped from learning by reason, repeats answered, warnings by kind."""
+    dropped = {f"groups_dropped_{reason.replace(' ', '_')}": float(groups.dropped[reason]) for reason in DROP_REASONS}
+    warned = {f"group_warnings_{kind.replace(' ', '_').replace(chr(39), '')}": float(warnings.counts[kind])
+              for kind in WARNING_KINDS}
+    return {**dropped, "groups_expired": float(groups.expired), "samples_repeated": float(groups.repeats), **warned}
+
 
 class RoundSupervisor:
-    def _check_open_groups(self) -> None:
-        """Invariant (1) of serve/trainer_groups.py, after every reservation."""
-        # Per request: skipped where it cannot fire (no rounds to compare against, or already refused).
-        if self.config.check_groups and self.config.groups_per_update and self.group_mismatch is None:
-            self._refuse_groups(too_many_open([(g.prompt, g.reserved) for g in self.groups.open.values()],
-                                              self.config.group_size, self.config.groups_per_update))
+    def _init_group_checks(self) -> None:
+        self.group_warnings = GroupWarnings(self.groups.clock)
+        self._samples_since_complete = 0
+        self._checked_at = -float("inf")
+        self._split: set = set()  # (key, version) of trainer groups split over two of ours, not learned from
 
-    def _refuse_groups(self, reason: str | None) -> None:
-        if reason is not None and self.group_mismatch is None:
-            self.group_mismatch = reason
-            logger.error("the trainer's GRPO groups are not the service's; every request is refused from now on "
-                         "(--no-group-check turns this check off): %s", reason)
-            raise GroupMismatch(reason)
+    # ------------------------------------------------------------------------------ trainer groups
+    def _arrived(self) -> None:
+        """Before a request's samples are placed: the silence rule (`serve/groups.py`)."""
+        self.groups.arrived()
+
+    def _recorded(self, complete) -> None:
+        """After one sample is recorded; `complete`: the group it completed, or None."""
+        if complete is None:
+            self._samples_since_complete += 1
+            return
+        self._samples_since_complete = 0
+        self.ready.append(complete)
+        self._check_round_at_step_end()
+
+    def _check_open_groups(self) -> None:
+        """Invariant (1) of serve/trainer_groups.py, at most once every CHECK_EVERY_S."""
+        now = self.groups.clock()
+        if not (self.config.check_groups and self.config.groups_per_update) or now - self._checked_at < CHECK_EVERY_S:
+            return
+        self._checked_at = now
+        self.group_warnings.note("too many open", too_many_open(
+            [(g.prompt, g.reserved) for g in self.groups.open.values()], self.config.group_size,
+            self.config.groups_per_update))
+
+    def _check_round_at_step_end(self) -> None:
+        """Invariant (2), when a group completes a round: a synchronous trainer's round completes with its step's
+        last sample, so no other group is open then. Rounds can queue up (a learner restarting), so it is read when
+        a round's last group completes, not at every completion after."""
+        per_round = self.config.groups_per_update
+        if not (self.config.check_groups and self.config.wait_for_update and per_round) \
+                or not self.ready or len(self.ready) % per_round:
+            return
+        others = [(g.prompt, g.reserved) for g in self.groups.open.values()]
+        counts = samples_by_prompt([*self.ready, *self.groups.open.values()], self.ready[-1].version)
+        self.group_warnings.note("open at a round's end",
+                                 open_when_a_round_completes(others, counts, self.config.group_size, per_round))
+
+    @property
+    def groups_status(self) -> str:
+        """What /health says of the groups: "ok" or "warning: <cause and fix>"."""
+        return self.group_warnings.status
+
+    @property
+    def learning_status(self) -> str:
+        """What /health says of learning: "ok", or "failing: <why>" while rounds fail or no group completes."""
+        if self.round_error is not None:
+            return f"failing: {self.round_error}"
+        per_round, size = self.config.groups_per_update, self.config.group_size
+        if self.config.check_groups and per_round and self._samples_since_complete >= 2 * per_round * size:
+            return "failing: " + no_group_completes(self._samples_since_complete, size, per_round,
+                                                    len(self.groups.open))
+        return "ok"
+
+    # --------------------------------------------------------------------------------------- rounds
+    def _next_round(self) -> list | None:
+        """The next round's groups (module docstring), or None when none is due."""
+        per_round = self.config.groups_per_update
+        if not per_round or not self.ready:
+            return None
+        if len(self.ready) > MAX_READY_ROUNDS * per_round:
+            backlog = len(self.ready) - MAX_READY_ROUNDS * per_round
+            self.groups.drop(self.ready[:backlog], "backlog")
+            logger.warning("%d complete groups waited longer than %d rounds for the learner; the oldest %d are dropped "
+                           "from learning", len(self.ready), MAX_READY_ROUNDS, backlog)
+            self.ready = self.ready[backlog:]
+        if len(self.ready) >= per_round:
+            batch, self.ready = self.ready[:per_round], self.ready[per_round:]
+        elif self.groups.idle_s() >= self.config.partial_round_after_s:
+            batch, self.ready = self.ready, []
+            logger.info("a partial round of %d groups (no sample for %.0fs: the trainer's step is over, an episode's "
+                        "partial last step or the run's end)", len(batch), self.config.partial_round_after_s)
+        else:
+            return None
+        self._split |= shared_keys(batch, [*self.ready, *self.groups.open.values()])
+        split = [g for g in batch if (g.key, g.version) in self._split]
+        if split:
+            self.groups.drop(split, "split trainer group")
+            self.group_warnings.note("split trainer group", f"{len(split)} groups of a round share their prompt with "
+                                     f"another group at the same RM version (the trainer sends more samples per prompt "
+                                     f"than --group-size {self.config.group_size}, or a step holds a prompt twice): "
+                                     f"they are not learned from")
+        versions = {g.version for g in batch}
+        self._split = {(key, version) for key, version in self._split if version >= min(versions)}
+        return [g for g in batch if (g.key, g.version) not in self._split]
 
     async def _round_loop(self) -> None:
         """Turn complete groups into rounds, one at a time, and expire stale groups; a failure is logged, counted
         and shown (`_round_failed`), and the next round tries again."""
-        per_round = self.config.groups_per_update
         while True:
             try:
-                await asyncio.wait_for(self._round_wakeup.wait(), timeout=5.0)
-            except asyncio.TimeoutError:
+                # while groups are open, the throttled check of open groups runs within CHECK_EVERY_S of the last one
+                tick = CHECK_EVERY_S if self.groups.open or self.ready else LOOP_TICK_S
+                async with asyncio.timeout(tick):  # not wait_for: on 3.11 it can swallow a cancellation
+                    await self._round_wakeup.wait()
+            except TimeoutError:
                 pass
             self._round_wakeup.clear()
             try:
                 self._expire_and_retire()
+                self._check_open_groups()
             except Exception as exc:
                 self._round_failed("expiring groups", exc)
-            while per_round and len(self.ready) >= per_round and self.group_mismatch is None:
-                batch, self.ready = self.ready[:per_round], self.ready[per_round:]
+            while (batch := self._next_round()) is not None:
+                if not batch:
+                    continue  # every group of it left out (counted): no update, the next step scores as this one
                 index = self._rounds_done()
                 try:
                     await self._run_round(index, batch)

@@ -7,13 +7,17 @@ Per sample (any number arrive concurrently, one per request from OpenRLHF):
      already open never wait (their version is pinned).
   2. RM logit (`rm/scorer.py`, by version, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
      at the same time; the reward of the service's mode (`core.REWARD_MODES`, the trainer's reward forms).
-  3. record it in its group. Complete groups gather into rounds of `groups_per_update`; each round is read by the
-     hacking response (`core.HackingResponse`, the trainer's) and, with learning on, trained on (`serve/learner.py`)
-     in the learner thread; the new version is published when the update ends. On an alarm the service can switch
-     to the rule reward (`on_hacking`). With neither rounds nor learning nothing reads a group, so none is kept:
-     the version never changes and a sample is scored and forgotten (memory stays flat over any number of groups).
-     With rounds, what is kept is the open groups (each until complete or `group_timeout_s`) and at most one
-     round's complete groups.
+  3. record it in its group. Complete groups gather into rounds of `groups_per_update` (`serve/round_supervisor.py`);
+     each round is read by the hacking response (`core.HackingResponse`, the trainer's) and, with learning on,
+     trained on (`serve/learner.py`) in the learner thread; the new version is published when the update ends. On
+     an alarm the service can switch to the rule reward (`on_hacking`). With neither rounds nor learning nothing
+     reads a group, so none is kept: the version never changes and a sample is scored and forgotten (memory stays
+     flat over any number of groups). With rounds, what is kept is the open groups (each until complete, or
+     dropped: `serve/groups.py`), a few rounds' complete groups and the last answers (for retries).
+A sample identical to one already answered (a retry whose 200 was lost, or the policy's duplicate) gets the
+recorded answer, unscored (`serve/groups.py`). Whatever the trainer's groups look like, a well-formed sample is
+scored and answered: a group the bookkeeping cannot place costs learning (counted and explained at /health and
+/metrics), never an answer (serve/trainer_groups.py).
 Every `checkpoint_every` updates, and on shutdown, the RM's DeepSpeed state (model, optimizer, schedule), the
 version, the counters, the groups not yet learned from and the weights of the older versions open groups are
 pinned to are committed as a new checkpoint (`serve/checkpoint.py`: a kill at any moment leaves the previous one
@@ -49,11 +53,11 @@ from cooper_openrlhf.core import REWARD_MODES, HackingResponse, RolloutVerdicts,
 from cooper_openrlhf.runtime.cpu_threads import pin_threads
 from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.serve.batcher import MicroBatcher
-from cooper_openrlhf.serve.groups import Group, GroupTracker, ScoredSample
+from cooper_openrlhf.serve.groups import (DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, Group, GroupTracker, ScoredSample,
+                                          fingerprint)
 from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.protocol import Sample
-from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
-from cooper_openrlhf.serve.trainer_groups import GroupMismatch, open_when_a_round_completes, samples_by_prompt
+from cooper_openrlhf.serve.round_supervisor import RoundSupervisor, group_gauges
 from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
@@ -69,14 +73,16 @@ class ServiceConfig:
     mode: str = "rm"  # core.REWARD_MODES
     group_size: int = 8  # the trainer's n_samples_per_prompt
     groups_per_update: int = 0  # complete groups per round (the trainer's prompts per step); 0: group_size rounds off
-    group_timeout_s: float = 600.0
+    group_timeout_s: float = DEFAULT_TIMEOUT_S  # a group that gets no sample this long is dropped from learning
+    stale_after_s: float = DEFAULT_SILENCE_S  # after this long without any sample, partial groups are dropped
+    partial_round_after_s: float = 30.0  # complete groups left when the trainer went quiet form a round after this
     max_batch: int = 64
     max_wait_s: float = 0.005
     wait_for_update: bool = True
-    update_wait_timeout_s: float = 120.0  # a new group waits at most this long for an update, then takes the latest
+    update_wait_timeout_s: float = 300.0  # a new group waits at most this long for an update, then takes the latest
     checkpoint_every: int = 1  # updates between checkpoints (0: only on shutdown)
     on_hacking: str = "warn"  # ON_HACKING: warn | rule_reward
-    check_groups: bool = True  # refuse a trainer whose groups are not the service's (serve/trainer_groups.py)
+    check_groups: bool = True  # warn when the trainer's groups are not the service's (serve/trainer_groups.py)
     heldout: frozenset = frozenset()  # questions of held-out prompts: scored, never grouped or learned from
     monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
 
@@ -117,7 +123,7 @@ class RewardService(RoundSupervisor):
         self.config, self.scorer, self.learner, self.checkpointer, self.log = config, scorer, learner, checkpointer, log
         self.probe = probe  # a serve.probing.ServiceProbe, or None
         self.pay = REWARD_MODES[config.mode]
-        self.groups = GroupTracker(config.group_size, config.group_timeout_s)
+        self.groups = GroupTracker(config.group_size, config.group_timeout_s, silence_s=config.stale_after_s)
         self.rm_batcher = MicroBatcher(scorer.logits_of, config.max_batch, config.max_wait_s, "rm", inline_lone=True)
         self.verify_batcher = MicroBatcher(
             [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],
@@ -138,11 +144,11 @@ class RewardService(RoundSupervisor):
         self._rounds: asyncio.Task | None = None
         self._closing = False
         self._waited = 0.0  # seconds new groups spent waiting for updates since the last round
-        self.group_mismatch: str | None = None  # set once the trainer's groups are seen not to be the service's
         self.round_failures = 0
         self.round_error: str | None = None  # the last round's failure; None once a round succeeds
         self.groups_repinned = 0
         self._checkpointed_updates = 0  # `updates` at the last checkpoint
+        self._init_group_checks()
         if state:
             self._load_state(state)
 
@@ -176,99 +182,95 @@ class RewardService(RoundSupervisor):
     def version(self) -> int:
         return self.scorer.latest
 
-    @property
-    def learning_status(self) -> str:
-        """What /health says of the rounds: "ok", or "failing: <error>" until a round succeeds again."""
-        return "ok" if self.round_error is None else f"failing: {self.round_error}"
-
     # -------------------------------------------------------------------------------------- scoring
     async def score(self, samples: list[Sample]) -> list[Scored]:
         """Rewards of the samples (one request's); raises when any cannot be scored."""
         if self._closing:
             raise RuntimeError("the service is shutting down")
-        if self.group_mismatch:
-            raise GroupMismatch(self.group_mismatch)
-        places: list[Group | None] = []  # None: a held-out sample (scored by the latest RM, never grouped)
+        answers: list[Scored | None] = [None] * len(samples)
+        places: dict[int, Group | None] = {}  # sample index -> its group place (None: held out, never grouped)
         try:
-            for sample in samples:  # inside the try: a request cancelled while waiting gives back what it took
-                places.append(None if sample.question in self.config.heldout else await self._reserve(sample))
-            self._check_open_groups()
+            if self.keeps_groups:
+                self._arrived()
+            for i, sample in enumerate(samples):  # inside the try: a request cancelled while waiting gives back
+                if sample.question in self.config.heldout:
+                    places[i] = None
+                elif (known := self._answered(sample)) is not None:
+                    answers[i] = known
+                else:
+                    places[i] = await self._reserve(sample)
+            todo = list(places)
             # The RM reads the completion as the trainer's RM does (`normalize_solution`, also what the pairs hold).
-            items = [(g.version if g else self.version, s.question, s.reference, normalize_solution(s.completion))
-                     for g, s in zip(places, samples)]
+            items = [(places[i].version if places[i] else self.version, samples[i].question, samples[i].reference,
+                      normalize_solution(samples[i].completion)) for i in todo]
             # The verifier's first: its lane hands the items to its worker before the RM's lane may hold the loop
             # with a lone forward (serve/batcher.py), so the two still overlap.
             outcomes, logits = await asyncio.gather(
-                self.verify_batcher.submit_many([(s.reference, s.completion) for s in samples]),
+                self.verify_batcher.submit_many([(samples[i].reference, samples[i].completion) for i in todo]),
                 self.rm_batcher.submit_many(items))
-            for i, logit in enumerate(logits):
+            for i, logit in zip(todo, logits):
                 if not math.isfinite(logit):
                     raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
         except BaseException:
-            for group in places:
+            for group in places.values():
                 if group is not None:
                     self.groups.release(group)
             raise
         paid = rewards(self.pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits,
-                       paying_rule=self.hacking.paying_rule).paid.tolist()
-        answers = []
-        for group, sample, logit, outcome, reward, (version, *_) in zip(places, samples, logits, outcomes, paid,
-                                                                        items):
+                       paying_rule=self.hacking.paying_rule).paid.tolist() if todo else []
+        for i, logit, outcome, reward, (version, *_) in zip(todo, logits, outcomes, paid, items):
+            group, sample = places[i], samples[i]
             if group is None or not self.keeps_groups:  # held out, or a service that keeps no groups
                 if group is None:
                     self.counters["heldout_samples"] += 1
-                answers.append(Scored(reward, logit, outcome.verdict, version))
+                answers[i] = Scored(reward, logit, outcome.verdict, version)
                 continue
-            complete = self.groups.record(group, ScoredSample(sample, logit, outcome, reward))
-            if complete is not None:
-                self.ready.append(complete)
-                self._check_round_at_step_end()
-                if self.learner is not None:  # its pairs' slow part now, in the learner thread, not at the round's end
-                    prepared = asyncio.get_running_loop().run_in_executor(self._executor, self.learner.prepare, complete)
-                    prepared.add_done_callback(_log_failed_preparation)
-            answers.append(Scored(reward, logit, outcome.verdict, group.version))
+            self._completed(self.groups.record(group, ScoredSample(sample, logit, outcome, reward)))
+            answers[i] = Scored(reward, logit, outcome.verdict, group.version)
         self.counters["samples"] += len(samples)
         self._wake_rounds()
         return answers
 
+    def _answered(self, sample: Sample) -> Scored | None:
+        """The recorded answer of an identical sample (a retry, or the policy's duplicate), counted in its group
+        while that is open (`serve/groups.py`); None for a sample to score."""
+        if not self.keeps_groups or (known := self.groups.answered(fingerprint(sample))) is None:
+            return None
+        self._completed(self.groups.repeat(known))
+        return Scored(known.scored.reward, known.scored.logit, known.scored.outcome.verdict, known.version)
+
+    def _completed(self, complete: Group | None) -> None:
+        """After a sample is recorded: a group it completed joins the rounds, its pairs' slow part started now."""
+        self._recorded(complete)
+        if complete is not None and self.learner is not None:  # in the learner thread, not at the round's end
+            prepared = asyncio.get_running_loop().run_in_executor(self._executor, self.learner.prepare, complete)
+            prepared.add_done_callback(_log_failed_preparation)
+
     async def _reserve(self, sample: Sample) -> Group:
         """The sample's group place; a new group first waits for an update in flight (module docstring)."""
-        if self.config.wait_for_update and not self.groups.has_filling_group(sample.prompt) \
+        if self.config.wait_for_update and not self.groups.has_filling_group(sample.prompt, sample.reference) \
                 and not self.update_done.is_set():
             start = time.perf_counter()
             try:
-                await asyncio.wait_for(self.update_done.wait(), self.config.update_wait_timeout_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self.config.update_wait_timeout_s):
+                    await self.update_done.wait()
+            except TimeoutError:
                 logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
                                self.config.update_wait_timeout_s, self.version)
             self._waited += time.perf_counter() - start
         if not self.keeps_groups:  # a place in no tracker: the version it names is all that is read from it
-            return Group(-1, sample.prompt, self.version, 0.0)
-        return self.groups.reserve(sample.prompt, self.version)
+            return Group("", sample.prompt, self.version, 0.0)
+        return self.groups.reserve(sample.prompt, self.version, sample.reference)
 
-    # -------------------------------------------------------------------------------- trainer groups
     # --------------------------------------------------------------------------------------- rounds
     def _wake_rounds(self) -> None:
         self._round_wakeup.set()
 
-    def _check_round_at_step_end(self) -> None:
-        """Invariant (2) of serve/trainer_groups.py, when a group completes a round: a synchronous trainer's
-        round completes with its step's last sample, so no other group is open then."""
-        per_round = self.config.groups_per_update
-        if not (self.config.check_groups and self.config.wait_for_update and per_round) \
-                or self.group_mismatch is not None or len(self.ready) < per_round:
-            return
-        others = [(g.prompt, g.reserved) for g in self.groups.open.values()]
-        counts = samples_by_prompt([*self.ready, *self.groups.open.values()], self.ready[-1].version)
-        try:
-            self._refuse_groups(open_when_a_round_completes(others, counts, self.config.group_size, per_round))
-        except GroupMismatch:
-            pass  # this sample is scored and answered; the requests after it are refused
-
     def _expire_and_retire(self) -> None:
         for group in self.groups.expire():
-            logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
-                           group.prompt[:60], len(group.scored), self.config.group_size)
+            logger.warning("group of prompt %r got no sample for %.0fs (--group-timeout-s) with %d of %d samples; it "
+                           "is not learned from", group.prompt[:60], self.config.group_timeout_s, len(group.scored),
+                           self.config.group_size)
         self.scorer.retire(self.groups.versions_in_use())
 
     def _rounds_done(self) -> int:
@@ -371,14 +373,15 @@ class RewardService(RoundSupervisor):
         stats = self.rm_batcher.stats
         return {"rm_version": float(self.version), "open_groups": float(len(self.groups.open)),
                 "ready_groups": float(len(self.ready)), "groups_completed": float(self.groups.completed),
-                "groups_expired": float(self.groups.expired), "rm_queue": float(self.rm_batcher.queued),
+"rm_queue": float(self.rm_batcher.queued),
                 "verify_queue": float(self.verify_batcher.queued), "rm_batches": float(stats.batches),
                 "rm_batch_mean": stats.items / stats.batches if stats.batches else 0.0,
                 # time inside the batch functions: against wall time, how busy the RM and the verifier are
                 "rm_busy_seconds": stats.busy_seconds, "verify_busy_seconds": self.verify_batcher.stats.busy_seconds,
                 "update_in_flight": float(not self.update_done.is_set()), "paying_rule": float(self.mode == "rule"),
                 "round_failures": float(self.round_failures), "learning_failing": float(self.round_error is not None),
-                "groups_repinned": float(self.groups_repinned),
+                "groups_repinned": float(self.groups_repinned), **group_gauges(self.groups, self.group_warnings),
+                **(getattr(self.learner, "health_gauges", dict)() if self.learner is not None else {}),
                 **self._thread_choices(), **{k: float(v) for k, v in self.counters.items()}}
 
     def _thread_choices(self) -> dict[str, float]:

@@ -4,7 +4,7 @@ Ray Serve's proxy hands each HTTP request to an ingress replica, which runs `ser
 body limits, parsing, text validation, prompt splitting, the memory bound, the statuses, the answer) around
 `RemoteService`, which has what the app asks of `serve.service.RewardService`:
   1. `score(samples)`: a place per sample from the group registry (its group's RM version; a new group waits there
-     while an update is in flight), the samples of concurrent requests gathered into one call to the scoring
+     while an update is in flight; a sample identical to one already answered gets that answer back instead), the samples of concurrent requests gathered into one call to the scoring
      deployment (`serve/batcher.py`'s `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per
      replica; Serve routes each to a replica, whose `@serve.batch` merges the calls it gets), the reward of the
      service's mode (`core.rewards`, as in one process), the scored samples recorded in their groups; on any failure
@@ -30,13 +30,12 @@ import ray
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.core import REWARD_MODES, RolloutVerdicts, rewards
 from cooper_openrlhf.serve.batcher import MicroBatcher
-from cooper_openrlhf.serve.groups import ScoredSample
+from cooper_openrlhf.serve.groups import ScoredSample, fingerprint
 from cooper_openrlhf.serve.metrics import ServiceLog
-from cooper_openrlhf.serve.replicated.registry import NO_GROUP, Place
+from cooper_openrlhf.serve.replicated.registry import NO_GROUP, Place, Wanted
 from cooper_openrlhf.serve.replicated.retry import backoff, until_answered
 from cooper_openrlhf.serve.replicated.scoring import ScoreItem
 from cooper_openrlhf.serve.service import NonFiniteScore, Scored
-from cooper_openrlhf.serve.trainer_groups import GroupMismatch
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ class RemoteService:
         # One lane per scoring call in flight; the app's Retry-After reads this batcher's rate.
         self.rm_batcher = MicroBatcher([self._score_remote] * calls_in_flight, config.max_batch, config.max_wait_s,
                                        "scoring calls")
-        self.mode, self.learning_status, self.group_mismatch = config.mode, "ok", None
+        self.mode, self.learning_status, self.groups_status = config.mode, "ok", "ok"
         self.retried = 0  # scoring calls sent again after their replica died
         # This ingress replica as the holder of the places it reserves (registry.py: a dead one's are given back).
         context = ray.get_runtime_context()
@@ -82,35 +81,38 @@ class RemoteService:
     async def score(self, samples: list) -> list[Scored]:
         heldout = [s.question in self.config.heldout for s in samples]
         if self.keeps_groups:
-            places, paying_rule = await self._registry_call(lambda: self.registry.reserve.remote(
-                [s.prompt for s in samples], heldout, self.holder), "reserving places")
+            wanted = [Wanted(s.prompt, s.reference, fingerprint(s), held) for s, held in zip(samples, heldout)]
+            places, paying_rule = await self._registry_call(lambda: self.registry.reserve.remote(wanted, self.holder),
+                                                            "reserving places")
         else:
             places, paying_rule = [Place(NO_GROUP, self.version, held) for held in heldout], False
+        todo = [i for i, place in enumerate(places) if place.known is None]  # the rest were answered before
         try:
-            items = [ScoreItem(p.version, s.question, s.reference, normalize_solution(s.completion), s.completion)
-                     for p, s in zip(places, samples)]
+            items = [ScoreItem(places[i].version, samples[i].question, samples[i].reference,
+                               normalize_solution(samples[i].completion), samples[i].completion) for i in todo]
             results = await self.rm_batcher.submit_many(items)
-            for i, (logit, _) in enumerate(results):
+            for i, (logit, _) in zip(todo, results):
                 if not math.isfinite(logit):
                     raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
         except BaseException:
-            if self.keeps_groups:
-                self.registry.release.remote(places, self.holder_id)  # not awaited: this request may be cancelled
+            if self.keeps_groups:  # not awaited: this request may be cancelled
+                self.registry.release.remote([places[i] for i in todo], self.holder_id)
             raise
         logits = [logit for logit, _ in results]
         outcomes = [outcome for _, outcome in results]
         paid = rewards(self.pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits,
-                       paying_rule=paying_rule).paid.tolist()
-        if self.keeps_groups:
-            scored = [ScoredSample(s, logit, outcome, reward)
-                      for s, logit, outcome, reward in zip(samples, logits, outcomes, paid)]
-            await self._registry_call(lambda: self.registry.record.remote(places, scored, self.holder_id),
+                       paying_rule=paying_rule).paid.tolist() if todo else []
+        scored = [ScoredSample(samples[i], logit, outcome, reward)
+                  for i, logit, outcome, reward in zip(todo, logits, outcomes, paid)]
+        if self.keeps_groups and todo:
+            done = [places[i] for i in todo]
+            await self._registry_call(lambda: self.registry.record.remote(done, scored, self.holder_id),
                                       "recording scored samples")
-        else:
+        elif not self.keeps_groups:
             self._uncounted[0] += len(samples)
             self._uncounted[1] += sum(heldout)
-        return [Scored(reward, logit, outcome.verdict, place.version)
-                for place, logit, outcome, reward in zip(places, logits, outcomes, paid)]
+        answers = {i: s for i, s in zip(todo, scored)}
+        return [Scored(*_answer(answers.get(i) or place.known), place.version) for i, place in enumerate(places)]
 
     def _score_remote(self, items: list[ScoreItem]) -> list:
         """A batch through the scoring deployment (blocking: a batcher lane's thread), sent again while the replica
@@ -129,14 +131,8 @@ class RemoteService:
                 time.sleep(delay)
 
     async def _registry_call(self, call, what: str):
-        """The registry's answer to `call()`, sent again while Ray restarts the registry (`retry.py`); its
-        GroupMismatch comes back as that (the app answers it 409)."""
-        try:
-            return await until_answered(call, what, self.retry_for_s)
-        except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, GroupMismatch):
-                raise GroupMismatch(str(exc.cause)) from None
-            raise
+        """The registry's answer to `call()`, sent again while Ray restarts the registry (`retry.py`)."""
+        return await until_answered(call, what, self.retry_for_s)
 
     async def _flush_counts(self) -> None:
         samples, heldout = self._uncounted
@@ -156,11 +152,15 @@ class RemoteService:
         """The registry's numbers (after this ingress's counts), with the retries this ingress made."""
         await self._flush_counts()
         status = await self._registry_call(lambda: self.registry.status.remote(), "reading the registry's status")
-        self.mode, self.learning_status, self.group_mismatch = status["mode"], status["learning"], \
-            status["group_mismatch"]
+        self.mode, self.learning_status, self.groups_status = status["mode"], status["learning"], status["groups"]
         if status["last_round"] is not None:  # the last round's metrics at /metrics, as in one process
             self.log.round(*status["last_round"])
         return {**status["gauges"], "scoring_retries": float(self.retried)}
+
+
+def _answer(scored: ScoredSample) -> tuple:
+    """(reward, logit, verdict) of a scored sample, as `Scored` starts."""
+    return scored.reward, scored.logit, scored.outcome.verdict
 
 
 def ingress_class(config, args, build_splitter, token: str | None, registry, keeps_groups: bool, version: int | None,

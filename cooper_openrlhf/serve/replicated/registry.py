@@ -3,9 +3,9 @@
 GRPO compares the n samples of a prompt with each other, so all n must be scored by one RM version; OpenRLHF's
 engines send them as n separate requests that Serve spreads over the scoring replicas. The pinning therefore lives
 in one place that every ingress replica asks, this actor, with exactly the one-process rules: `serve/groups.py`'s
-`GroupTracker` (reserve a place, which fixes the version; record or release it; expiry), the wait-for-update gate
-(the first sample of a new group waits while an update is in flight) and the two trainer-group checks of
-`serve/trainer_groups.py`. The glue around them is `serve/service.py`'s, line for line where it can be.
+`GroupTracker` (reserve a place, which fixes the version; record or release it; drops; recorded answers for
+retries), the wait-for-update gate (the first sample of a new group waits while an update is in flight) and the
+rounds and trainer-group warnings of `serve/round_supervisor.py`. The glue around them is `serve/service.py`'s.
 
 Why an actor of its own and not the ingress or the learner: the ingress may run several replicas and is
 restarted by Serve like any replica, and the learner is down for tens of seconds when it restarts (DeepSpeed,
@@ -13,14 +13,17 @@ the checkpoint), while the groups must stay one and must go on being pinned and 
 holds no model and does only bookkeeping on its event loop, so it is the part least likely to die.
 
 If it dies all the same, Ray starts it again (`max_restarts=-1`) and it starts itself on its first call
-(`_ready`): the RM version and the counters the learner holds, the weights from the learner, the sample counts of
-the learner's last checkpoint. The groups open at its death are lost: their samples were answered and paid, but
-they are not learned from, and their remaining samples open groups that stay incomplete until they expire. Those
-groups would breach the trainer-group checks, so a restarted registry no longer makes them (they have done their
-work by then: a mismatch shows at the first step). The ingress and the scoring replicas send their calls again until it
-answers (`retry.py`), so the trainer sees a pause of a few seconds, not a failed try; `registry_restarts` counts it.
+(`_ready`, which every call awaits): the RM version and the counters the learner holds, the weights from the
+learner, the sample counts of the learner's last checkpoint. The groups open at its death are lost: their samples
+were answered and paid, but they are not learned from. Group ids carry the tracker's incarnation, so a place
+reserved before the restart never names a group of the new one: its record is placed again by its (prompt,
+label) at the version that scored it when that key's group here is at that version or it can open one there, and
+is otherwise counted and dropped from learning (`samples_unplaced`); its release is ignored. The ingress and the
+scoring replicas send their calls again until it answers (`retry.py`), so the trainer sees a pause of a few
+seconds, not a failed try; `registry_restarts` counts it.
 
-Per request the ingress makes two calls (`reserve`, then `record` or `release`); a service that keeps no groups
+Per request the ingress makes two calls (`reserve`, then `record` or `release`; a sample identical to one
+already answered gets that answer from `reserve` and is not scored); a service that keeps no groups
 (no rounds, no learning) never asks, its version never changes. Each place is noted with the ingress replica that
 holds it (`holders.py`), so that an ingress that dies between the two calls does not strand its places: a retry
 that finds its prompt's groups full but not all scored first gives back the places of holders that are dead.
@@ -30,25 +33,25 @@ Rounds: when `groups_per_update` groups are complete the registry hands them to 
 actor (the second return of the learner's call), so it outlives a learner that dies, and the scoring replicas
 fetch it by reference (`weights_of`). If the learner dies during a round, scoring goes on with the last published
 version (the gate is opened), and once the learner is back from its checkpoint the round is sent again, unless
-that checkpoint already holds it.
+that checkpoint already holds it; a round that kills the learner `MAX_ROUND_KILLS` times is dropped (counted, and
+/health says so): whatever in it kills the learner would kill it forever.
 """
 
 import asyncio
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 
 import ray
 
-from cooper_openrlhf.serve.groups import GroupTracker, groups_from_dicts, groups_to_dicts
+from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample, groups_from_dicts, groups_to_dicts
 from cooper_openrlhf.serve.replicated.holders import PlaceHolders
-from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
-from cooper_openrlhf.serve.trainer_groups import GroupMismatch, open_when_a_round_completes, samples_by_prompt
+from cooper_openrlhf.serve.round_supervisor import RoundSupervisor, group_gauges
 
 logger = logging.getLogger(__name__)
 
-NO_GROUP = -1  # a place in no group: a held-out sample, or a service that keeps no groups
+NO_GROUP = ""  # a place in no group: a held-out sample, a repeat, or a service that keeps no groups
+MAX_ROUND_KILLS = 3  # a round that killed the learner this often is dropped
 LIVENESS_TIMEOUT_S = 5.0  # a holder that does not answer a ping within this is taken as alive (its places stay)
 LEARNER_COUNTERS = ("rounds", "updates", "pairs", "alarms")
 
@@ -67,8 +70,19 @@ def worker_logging() -> None:
 class Place:
     """A sample's place: its group (an id in the registry) and the RM version that scores it."""
 
-    group: int
+    group: str
     version: int
+    heldout: bool = False
+    known: ScoredSample | None = None  # the recorded answer of an identical sample: answered, not scored
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a sample asks a place for: its group key and what makes it the same sample (`groups.fingerprint`)."""
+
+    prompt: str
+    label: str
+    fingerprint: bytes
     heldout: bool = False
 
 
@@ -80,19 +94,21 @@ class GroupRegistry(RoundSupervisor):
         worker_logging()
         self.config, self.learner = config, learner
         self.keeps_groups = learner is not None
-        self.groups = GroupTracker(config.group_size, config.group_timeout_s)
+        self.groups = GroupTracker(config.group_size, config.group_timeout_s, silence_s=config.stale_after_s)
         self.ready = []  # complete groups not yet in a round
         self.version = 0
         self.weights: dict[int, ray.ObjectRef] = {}  # version -> its weights (a state dict) in the object store
         self.counters = {"samples": 0, "heldout_samples": 0}
         self.learner_counters = dict.fromkeys(LEARNER_COUNTERS, 0)
+        self.rm_health: dict[str, float] = {}  # the learner's RM guard gauges (`core.RMGuard.gauges`)
         self.paying_rule = False
-        self.group_mismatch: str | None = None
         self.round_failures = 0
         self.round_error: str | None = None
         self.groups_repinned = 0
         self.holders = PlaceHolders()
         self.places_given_back = 0  # places of ingress replicas found dead, given back for their samples' retries
+        self.samples_unplaced = 0  # samples placed by an earlier incarnation that could not be placed again
+        self.rounds_dropped = 0  # rounds that killed the learner MAX_ROUND_KILLS times
         self.last_round: tuple[int, dict] | None = None  # (index, metrics) of the last round the learner ran
         self.learner_restarts = 0
         self.learner_down = False
@@ -108,6 +124,7 @@ class GroupRegistry(RoundSupervisor):
         self.update_done = asyncio.Event()
         self.update_done.set()
         self._round_wakeup = asyncio.Event()
+        self._init_group_checks()
 
     async def start(self) -> int:
         """Resume from the learner's checkpoint (when it loaded one) and start the rounds; the version served."""
@@ -127,9 +144,7 @@ class GroupRegistry(RoundSupervisor):
 
     async def _start(self) -> None:
         if self.reconstructed:
-            logger.warning("the group registry was restarted: the groups open at its death are not learned from, "
-                           "and the trainer-group checks are off from now on")
-            self.config = dataclasses.replace(self.config, check_groups=False)
+            logger.warning("the group registry was restarted: the groups open at its death are not learned from")
         if self.learner is not None:
             status = await self.learner.status.remote()
             self._adopt(status)
@@ -148,41 +163,46 @@ class GroupRegistry(RoundSupervisor):
             self.registry_restarts = 1
 
     # ------------------------------------------------------------------------------------ places
-    async def reserve(self, prompts: list[str], heldout: list[bool],
+    async def reserve(self, wanted: list[Wanted],
                       holder: tuple[str, object] | None = None) -> tuple[list[Place], bool]:
-        """(a place per sample, whether the rule reward is paid); GroupMismatch once the trainer's groups are seen
-        not to be the service's. `holder`: the calling ingress replica's (actor id, handle)."""
+        """(a place per sample, whether the rule reward is paid). `holder`: the calling ingress replica's (actor id,
+        handle)."""
         await self._ready()
         if self._closing:
             raise RuntimeError("the service is shutting down")
-        if self.group_mismatch:
-            raise GroupMismatch(self.group_mismatch)
         places: list[Place] = []
         try:
-            for prompt, held in zip(prompts, heldout):
-                if held:
+            if self.keeps_groups:
+                self._arrived()
+            for want in wanted:
+                if want.heldout:
                     places.append(Place(NO_GROUP, self.version, heldout=True))
                     continue
-                await self._wait_for_update(prompt)
+                if self.keeps_groups and (known := self.groups.answered(want.fingerprint)) is not None:
+                    self._recorded(self.groups.repeat(known))
+                    places.append(Place(NO_GROUP, known.version, known=known.scored))
+                    continue
+                await self._wait_for_update(want)
                 if not self.keeps_groups:
                     places.append(Place(NO_GROUP, self.version))
                     continue
-                await self._give_back_places_of_dead_holders(prompt)
-                group = self.groups.reserve(prompt, self.version)
+                await self._give_back_places_of_dead_holders(want)
+                group = self.groups.reserve(want.prompt, self.version, want.label)
                 places.append(Place(group.id, group.version))
                 self.holders.take(holder, group.id)
-            self._check_open_groups()
         except BaseException:
-            self.release(places, holder[0] if holder else None)
+            self._release(places, holder[0] if holder else None)
             raise
+        if any(p.known is not None for p in places):
+            self._round_wakeup.set()
         return places, self.paying_rule
 
-    async def _give_back_places_of_dead_holders(self, prompt: str) -> None:
-        """Before a sample of `prompt` opens a new group: if the prompt's groups are full but not all scored, the
-        places there of holders that are dead are given back (module docstring), so the sample takes one."""
-        if self.groups.has_filling_group(prompt):
+    async def _give_back_places_of_dead_holders(self, want: Wanted) -> None:
+        """Before a sample opens a new group: if its key's groups are full but not all scored, the places there of
+        holders that are dead are given back (module docstring), so the sample takes one."""
+        if self.groups.has_filling_group(want.prompt, want.label):
             return
-        stuck = {group.id for group in self.groups.full_unscored(prompt)}
+        stuck = {group.id for group in self.groups.full_unscored(want.prompt, want.label)}
         for holder_id in self.holders.holding(stuck):
             if await self._alive(holder_id):
                 continue
@@ -205,44 +225,60 @@ class GroupRegistry(RoundSupervisor):
         except asyncio.TimeoutError:
             return True
 
-    async def _wait_for_update(self, prompt: str) -> None:
+    async def _wait_for_update(self, want: Wanted) -> None:
         """A new group waits while an update is in flight (`serve/service.py`'s `_reserve`)."""
-        if self.config.wait_for_update and not self.groups.has_filling_group(prompt) \
+        if self.config.wait_for_update and not self.groups.has_filling_group(want.prompt, want.label) \
                 and not self.update_done.is_set():
             start = time.perf_counter()
             try:
-                await asyncio.wait_for(self.update_done.wait(), self.config.update_wait_timeout_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self.config.update_wait_timeout_s):
+                    await self.update_done.wait()
+            except TimeoutError:
                 logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
                                self.config.update_wait_timeout_s, self.version)
             self._waited += time.perf_counter() - start
 
-    def release(self, places: list[Place], holder_id: str | None = None) -> None:
+    async def release(self, places: list[Place], holder_id: str | None = None) -> None:
         """Give back the places of samples that were not scored (their retries reserve again)."""
+        await self._ready()
+        self._release(places, holder_id)
+
+    def _release(self, places: list[Place], holder_id: str | None) -> None:
         for place in places:
             self.holders.give_back(holder_id, place.group)
             group = self.groups.open.get(place.group)
             if group is not None:
                 self.groups.release(group)
 
-    def record(self, places: list[Place], scored: list, holder_id: str | None = None) -> None:
+    async def record(self, places: list[Place], scored: list, holder_id: str | None = None) -> None:
         """The scored samples (`serve.groups.ScoredSample`) into their groups; a group that completes joins the
-        next round."""
+        next round. A place of an earlier incarnation is placed again (module docstring)."""
+        await self._ready()
         for place, sample in zip(places, scored):
             self.holders.give_back(holder_id, place.group)
             if place.heldout:
                 self.counters["heldout_samples"] += 1
                 continue
-            group = self.groups.open.get(place.group)
-            if group is None:  # no group kept, or expired while the sample was scored
+            if place.group and not self.groups.owns(place.group):
+                self._record_placed_before_restart(place, sample)
                 continue
-            complete = self.groups.record(group, sample)
-            if complete is not None:
-                self.ready.append(complete)
-                self._check_round_at_step_end()
+            group = self.groups.open.get(place.group)
+            if group is None:  # no group kept, or dropped while the sample was scored
+                continue
+            self._recorded(self.groups.record(group, sample))
         self.counters["samples"] += len(places)
         if self.keeps_groups:
             self._round_wakeup.set()
+
+    def _record_placed_before_restart(self, place: Place, sample: ScoredSample) -> None:
+        """A sample placed by the registry before it restarted: into its key's group at the version that scored it,
+        if there is one or one can be opened there; otherwise counted and dropped from learning."""
+        key = (sample.sample.prompt, sample.sample.reference)
+        filling = self.groups.filling(*key)
+        if filling is not None and filling.version != place.version or place.version not in self.weights:
+            self.samples_unplaced += 1
+            return
+        self._recorded(self.groups.record(self.groups.reserve(key[0], place.version, key[1]), sample))
 
     def count(self, samples: int, heldout: int) -> None:
         """Samples an ingress scored without asking for places (a service that keeps no groups)."""
@@ -255,27 +291,12 @@ class GroupRegistry(RoundSupervisor):
         await self._ready()
         return [self.weights.get(version)], sorted(self._versions_in_use() | {self.version})
 
-    # ------------------------------------------------------------------------ trainer-group checks
-    def _check_round_at_step_end(self) -> None:
-        """Invariant (2) of serve/trainer_groups.py, when a group completes a round (`serve/service.py`). Rounds
-        can queue up here (a learner restarting keeps the gate open, so the next step's groups complete while the
-        last round waits), so the check is made when a round's last group completes, not at every completion after."""
-        per_round = self.config.groups_per_update
-        if not (self.config.check_groups and self.config.wait_for_update and per_round) \
-                or self.group_mismatch is not None or len(self.ready) < per_round or len(self.ready) % per_round:
-            return
-        others = [(g.prompt, g.reserved) for g in self.groups.open.values()]
-        counts = samples_by_prompt([*self.ready, *self.groups.open.values()], self.ready[-1].version)
-        try:
-            self._refuse_groups(open_when_a_round_completes(others, counts, self.config.group_size, per_round))
-        except GroupMismatch:
-            pass  # this sample is scored and answered; the requests after it are refused
-
     # ------------------------------------------------------------------------------------ rounds
     def _expire_and_retire(self) -> None:
         for group in self.groups.expire():
-            logger.warning("group of prompt %r expired with %d of %d samples; it is not learned from",
-                           group.prompt[:60], len(group.scored), self.config.group_size)
+            logger.warning("group of prompt %r got no sample for %.0fs (--group-timeout-s) with %d of %d samples; it "
+                           "is not learned from", group.prompt[:60], self.config.group_timeout_s, len(group.scored),
+                           self.config.group_size)
         keep = self._versions_in_use() | {self.version}
         for version in [v for v in self.weights if v not in keep]:
             del self.weights[version]
@@ -288,9 +309,11 @@ class GroupRegistry(RoundSupervisor):
 
     async def _run_round(self, index: int, groups: list) -> None:
         """One round in the learner; a new version is adopted when the learner returns it (after its checkpoint).
-        A learner that dies meanwhile is waited for and sent the round again (module docstring)."""
+        A learner that dies meanwhile is waited for and sent the round again, up to MAX_ROUND_KILLS deaths (module
+        docstring)."""
         waited, self._waited = self._waited, 0.0
         self.update_done.clear()
+        kills = 0
         try:
             while True:
                 result_ref, weights_ref = self.learner.run_round.options(num_returns=2).remote(
@@ -299,8 +322,10 @@ class GroupRegistry(RoundSupervisor):
                     result = await result_ref
                     break
                 except ray.exceptions.RayActorError as exc:
-                    logger.warning("the learner died during round %d (%s); scoring goes on with RM version %d "
-                                   "while it restarts from its checkpoint", index, type(exc).__name__, self.version)
+                    kills += 1
+                    logger.warning("the learner died during round %d (%s; %d of %d); scoring goes on with RM version "
+                                   "%d while it restarts from its checkpoint", index, type(exc).__name__, kills,
+                                   MAX_ROUND_KILLS, self.version)
                     self.learner_restarts += 1
                     self.learner_down = True
                     self.update_done.set()  # new groups take the last published version meanwhile
@@ -312,6 +337,11 @@ class GroupRegistry(RoundSupervisor):
                             self._take_version(status["version"], self.learner.weights.remote(status["version"]))
                         return
                     self._adopt(status)
+                    if kills >= MAX_ROUND_KILLS:
+                        self.groups.drop(groups, "learner crash")
+                        self.rounds_dropped += 1
+                        raise RuntimeError(f"round {index} killed the learner {kills} times; its {len(groups)} groups "
+                                           f"are dropped from learning (the next round tries again)")
                     self.update_done.clear()
         finally:
             self.update_done.set()
@@ -329,6 +359,7 @@ class GroupRegistry(RoundSupervisor):
     def _adopt(self, status: dict) -> None:
         self.learner_counters = {k: status["counters"].get(k, 0) for k in LEARNER_COUNTERS}
         self.paying_rule = status["paying_rule"]
+        self.rm_health = status.get("rm_health", {})
 
     def _pinned_refs(self) -> dict:
         """{version: weights} of the versions open groups are pinned to, for the learner's checkpoint (a dict, so
@@ -373,17 +404,18 @@ class GroupRegistry(RoundSupervisor):
 
     # ------------------------------------------------------------------------------------ status
     async def status(self) -> dict:
-        """What /health and /metrics show (`RewardService.gauges()`, `learning_status`, `group_mismatch`)."""
+        """What /health and /metrics show (`RewardService.gauges()`, `learning_status`, `groups_status`)."""
         await self._ready()
-        learning = "ok" if self.round_error is None else f"failing: {self.round_error}"
+        learning = self.learning_status
         if self.learner_down:
             learning = "learner restarting: scoring with the last published version"
         gauges = {"rm_version": self.version, "open_groups": len(self.groups.open), "ready_groups": len(self.ready),
-                  "groups_completed": self.groups.completed, "groups_expired": self.groups.expired,
-                  "update_in_flight": not self.update_done.is_set(), "paying_rule": self.paying_rule,
-                  "round_failures": self.round_failures, "learning_failing": self.round_error is not None,
-                  "groups_repinned": self.groups_repinned, "learner_restarts": self.learner_restarts,
-                  "places_given_back": self.places_given_back, "registry_restarts": self.registry_restarts,
-                  **self.counters, **self.learner_counters}
+                  "groups_completed": self.groups.completed, "update_in_flight": not self.update_done.is_set(),
+                  "paying_rule": self.paying_rule, "round_failures": self.round_failures,
+                  "learning_failing": learning.startswith("failing"), "groups_repinned": self.groups_repinned,
+                  "learner_restarts": self.learner_restarts, "places_given_back": self.places_given_back,
+                  "registry_restarts": self.registry_restarts, "samples_unplaced": self.samples_unplaced,
+                  "rounds_dropped": self.rounds_dropped, **group_gauges(self.groups, self.group_warnings),
+                  **self.rm_health, **self.counters, **self.learner_counters}
         return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning, "last_round": self.last_round,
-                "group_mismatch": self.group_mismatch, "mode": "rule" if self.paying_rule else self.config.mode}
+                "groups": self.groups_status, "mode": "rule" if self.paying_rule else self.config.mode}
