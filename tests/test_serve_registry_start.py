@@ -93,3 +93,34 @@ def test_a_start_that_failed_is_made_again_by_the_next_call():
 
     places = asyncio.run(scenario())
     assert len(starts) == 2 and places[0].version == 0
+
+
+def test_a_place_of_an_earlier_incarnation_never_lands_in_another_prompts_group():
+    """After a restart, a record whose place was reserved by the dead registry (its group id names the old
+    incarnation) goes to its own (prompt, label)'s group at the version that scored it, or is counted and dropped:
+    never into whatever group the new registry gave the same number."""
+    from cooper_openrlhf.serve.replicated.registry import Place
+
+    old = GroupTracker(4)
+    stale = Place(old.reserve("the old prompt", 3, "4").id, 3)
+    registry = GroupRegistry(ServiceConfig(group_size=4, groups_per_update=0), learner=object())
+
+    async def started():
+        registry.version, registry.weights = 3, {3: "the weights of version 3"}
+
+    registry._start = started
+
+    async def scenario():
+        places, _ = await registry.reserve([Wanted("another prompt", "9", b"a")])
+        sample = Sample("the old prompt", "What is 2 + 2?", "4", "The answer is 4.")
+        scored = ScoredSample(sample, 1.0, VerifyOutcome(Verdict.CORRECT, "4", 0.0), 1.0)
+        await registry.record([stale], [scored])
+        unheld = Place(stale.group, 2)  # scored by a version the new registry does not hold
+        await registry.record([unheld], [scored])
+        return places
+
+    places = asyncio.run(scenario())
+    by_key = {g.key: g for g in registry.groups.open.values()}
+    assert places[0].group != stale.group and len(by_key[("another prompt", "9")].scored) == 0
+    assert [s.sample.prompt for s in by_key[("the old prompt", "4")].scored] == ["the old prompt"]
+    assert by_key[("the old prompt", "4")].version == 3 and registry.samples_unplaced == 1

@@ -279,3 +279,44 @@ def test_the_warning_names_the_likely_cause_by_what_the_open_groups_hold():
     assert "If it lasts, --groups-per-update 4 is below the trainer's prompts per step" in partial
     assert "an episode's partial last step" in partial  # the harmless causes are named too
     assert partial.index("--groups-per-update 4 is below") < partial.index("more than --group-size 8")
+
+
+class _Rounds:
+    """The least a `RoundSupervisor` needs: its config, groups and ready groups (serve/round_supervisor.py)."""
+
+    def __init__(self, per_round: int, clock):
+        from cooper_openrlhf.serve.groups import GroupTracker
+        from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
+        from cooper_openrlhf.serve.service import ServiceConfig
+
+        self.host = type("Host", (RoundSupervisor,), {})()
+        self.host.config = ServiceConfig(group_size=1, groups_per_update=per_round, partial_round_after_s=30.0)
+        self.host.groups, self.host.ready = GroupTracker(1, clock=clock), []
+        self.host._init_group_checks()
+
+    def complete(self, prompt: str, version: int = 0):
+        from cooper_openrlhf.serve.groups import ScoredSample
+        from cooper_openrlhf.serve.protocol import Sample
+        from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
+
+        self.host._arrived()
+        group = self.host.groups.reserve(prompt, version)
+        scored = ScoredSample(Sample(prompt, prompt, "1", "x"), 0.0, VerifyOutcome(Verdict.INCORRECT, "2", 0.0), 0.1)
+        self.host._recorded(self.host.groups.record(group, scored))
+
+
+def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial_step():
+    now = [0.0]
+    rounds = _Rounds(per_round=2, clock=lambda: now[0])
+    for i in range(11):  # a learner that fell 5 rounds behind: the oldest beyond 4 rounds' worth are dropped
+        rounds.complete(f"p{i}")
+    first = rounds.host._next_round()
+    assert [g.prompt for g in first] == ["p3", "p4"] and rounds.host.groups.dropped["backlog"] == 3
+    rounds.host.ready = []
+    rounds.complete("q")
+    rounds.complete("q")  # one prompt in two groups at one version: a trainer group split over two of ours
+    assert rounds.host._next_round() == [] and rounds.host.groups.dropped["split trainer group"] == 2
+    rounds.complete("r")
+    assert rounds.host._next_round() is None  # one group, and the trainer not quiet yet
+    now[0] += 31
+    assert [g.prompt for g in rounds.host._next_round()] == ["r"]  # the partial last step's round
