@@ -320,3 +320,12 @@ def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial
     assert rounds.host._next_round() is None  # one group, and the trainer not quiet yet
     now[0] += 31
     assert [g.prompt for g in rounds.host._next_round()] == ["r"]  # the partial last step's round
+
+
+def test_a_round_is_one_log_line_with_version_pairs_loss_health_and_seconds():
+    from cooper_openrlhf.serve.round_supervisor import round_summary
+
+    line = round_summary(3, {"cooper/rm_version_after": 4.0, "cooper/rm_valid_pairs": 6.0, "cooper/rm_loss": 0.5312,
+                             "cooper/rm_health/auc": 0.91, "cooper/samples": 32.0}, 2.04)
+    assert line == "round 3: RM version 4, 6 pairs, loss 0.5312, anchor AUC 0.910, samples 32, 2.0s"
+    assert round_summary(0, {}, 0.0) == "round 0: RM version -, - pairs, loss -, anchor AUC -, samples -, 0.0s"

@@ -48,6 +48,17 @@ def group_gauges(groups, warnings) -> dict[str, float]:
     return {**dropped, "groups_expired": float(groups.expired), "samples_repeated": float(groups.repeats), **warned}
 
 
+def round_summary(index: int, metrics: dict, seconds: float) -> str:
+    """The one log line of a round: version, pairs, loss, the RM's health on its anchors, seconds."""
+    def value(key: str, form: str) -> str:
+        return form.format(metrics[key]) if key in metrics else "-"
+
+    return (f"round {index}: RM version {value('cooper/rm_version_after', '{:.0f}')}, "
+            f"{value('cooper/rm_valid_pairs', '{:.0f}')} pairs, loss {value('cooper/rm_loss', '{:.4f}')}, "
+            f"anchor AUC {value('cooper/rm_health/auc', '{:.3f}')}, samples {value('cooper/samples', '{:.0f}')}, "
+            f"{seconds:.1f}s")
+
+
 class RoundSupervisor:
     def _init_group_checks(self) -> None:
         self.group_warnings = GroupWarnings(self.groups.clock)

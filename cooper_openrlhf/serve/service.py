@@ -57,7 +57,7 @@ from cooper_openrlhf.serve.groups import (DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, 
                                           fingerprint)
 from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.protocol import Sample
-from cooper_openrlhf.serve.round_supervisor import RoundSupervisor, group_gauges
+from cooper_openrlhf.serve.round_supervisor import RoundSupervisor, group_gauges, round_summary
 from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
@@ -290,6 +290,7 @@ class RewardService(RoundSupervisor):
         then a checkpoint when due. Raises what failed (after the monitor and the log line when the update failed:
         the round is still watched); the round counts either way, and its groups are not retried."""
         self.counters["rounds"] += 1
+        started = time.perf_counter()
         metrics = step_metrics(groups, self.pay)
         versions = [group.version for group in groups]  # the versions that scored the round's groups
         metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
@@ -321,6 +322,7 @@ class RewardService(RoundSupervisor):
         self.counters["alarms"] += int(metrics[ALARM])
         self.last_round = metrics
         self.log.round(index, metrics)
+        logger.info(round_summary(index, metrics, time.perf_counter() - started))
         if update_failure is not None:
             raise update_failure
         # Due counts from the last checkpoint that succeeded: one that failed is tried again next round.

@@ -24,6 +24,7 @@ incarnation resumes mid-guard. `status()["rm_health"]` carries its gauges.
 import logging
 import math
 import os
+import time
 
 import ray
 
@@ -32,6 +33,7 @@ from cooper_openrlhf.core import REWARD_MODES, HackingResponse
 from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.metrics import ServiceLog
 from cooper_openrlhf.serve.replicated.registry import LEARNER_COUNTERS, worker_logging
+from cooper_openrlhf.serve.round_supervisor import round_summary
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,7 @@ class LearnerActor:
     def run_round(self, index: int, groups: list, version_floor: int, pinned_refs: dict, waited: float, registry):
         """One round (`RewardService._run_round`): (status with "error", the new weights or None)."""
         self.counters["rounds"] = index + 1
+        started = time.perf_counter()
         metrics = step_metrics(groups, self.pay)
         versions = [group.version for group in groups]
         metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
@@ -131,6 +134,7 @@ class LearnerActor:
             metrics.update(self.hacking.watch(index, metrics))
             self.counters["alarms"] += int(metrics[ALARM])
             self.log.round(index, metrics)
+            logger.info(round_summary(index, metrics, time.perf_counter() - started))
             every = self.config.checkpoint_every
             if failure is None and self.checkpointer is not None and every \
                     and self.counters["updates"] - self._checkpointed_updates >= every:
