@@ -35,16 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, ROLLOUT_NEGATIVE_PICKS
     from cooper_openrlhf.cli.cooper_args import RM_LR_SCHEDULERS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
-    from cooper_openrlhf.serve.app import DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_SAMPLES
+    from cooper_openrlhf.serve import app
+    from cooper_openrlhf.serve.groups import DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S
     from cooper_openrlhf.core import REWARD_MODES
     from cooper_openrlhf.serve.service import ON_HACKING
-    from cooper_openrlhf.serve.replicated.flags import VERIFY_LANES_DEFAULT, add_replicated_flags
+    from cooper_openrlhf.serve.replicated.flags import VERIFY_LANES_DEFAULT, VERIFY_WORKERS_DEFAULT, add_replicated_flags
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
     from cooper_openrlhf.verify.extract import FALLBACKS
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--rm", required=True, help="VerifyRM folder (a one-logit sequence classifier)")
+    p.add_argument("--rm", required=True,
+                   help="VerifyRM folder: a one-logit sequence classifier, as `cooper verifyrm train` exports one")
     p.add_argument("--policy", default=None,
                    help="the policy's model or tokenizer folder: its chat template is how prompts are split into "
                         "questions (OpenRLHF's --data.apply_chat_template); optional with --no-chat-template (then "
@@ -55,23 +57,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --no-chat-template: OpenRLHF's --data.input_template, e.g. 'Q: {}\\nA:'")
     g = p.add_argument_group("network and security")
     g.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback a --token-file is required")
-    g.add_argument("--port", type=int, default=5000)
+    g.add_argument("--port", type=int, default=5000, help="port to listen on")
     g.add_argument("--token-file", default=None, help="file holding the token clients must send (Bearer or ?token=)")
     g.add_argument("--ssl-certfile", default=None, help="serve HTTPS with this certificate (PEM; uvicorn's own TLS)")
     g.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM)")
-    g.add_argument("--max-body-bytes", type=int, default=4 << 20)
-    g.add_argument("--max-request-samples", type=int, default=256)
+    g.add_argument("--max-body-bytes", type=int, default=4 << 20,
+                   help="a request body over this many bytes is refused (413) without being read further")
+    g.add_argument("--max-request-samples", type=int, default=256,
+                   help="most samples in one request (413 past it); OpenRLHF sends one per request")
+    g.add_argument("--body-timeout-s", type=float, default=app.DEFAULT_BODY_TIMEOUT_S,
+                   help="a request body not all arrived within this many seconds of its first read is answered 408")
+    g.add_argument("--header-timeout-s", type=float, default=app.DEFAULT_HEADER_TIMEOUT_S,
+                   help="a connection that has not sent a whole request head this long after opening (or after its "
+                        "last answer) is closed")
+    g.add_argument("--keep-alive-s", type=int, default=app.DEFAULT_KEEP_ALIVE_S,
+                   help="an idle keep-alive connection is closed after this many seconds (uvicorn's "
+                        "timeout_keep_alive)")
+    g.add_argument("--max-connections", type=int, default=app.DEFAULT_MAX_CONNECTIONS,
+                   help="past this many open connections a request is answered 503 (uvicorn's limit_concurrency); "
+                        "the open-files limit is raised to fit it where the hard limit allows. One process only: "
+                        "with --replicas Ray Serve's proxy holds the connections")
     g.add_argument("--request-timeout-s", type=float, default=150.0,
                    help="a request that waited this long for the scorer is answered 504 (OpenRLHF's client gives "
                         "up at 180 s)")
-    g.add_argument("--max-queued-samples", type=int, default=DEFAULT_MAX_QUEUED_SAMPLES,
+    g.add_argument("--max-queued-samples", type=int, default=app.DEFAULT_MAX_QUEUED_SAMPLES,
                    help="a memory bound, not a load limit: past this many samples admitted and not yet answered a "
                         "new request is refused (503, Retry-After); below it a busy scorer is waited for. The "
                         "default is 4x a rollout batch of 1,024 prompts x 16 samples (per ingress replica with "
                         "--replicas)")
-    g.add_argument("--max-queued-bytes", type=int, default=DEFAULT_MAX_QUEUED_BYTES,
-                   help="the same bound on the request bodies admitted and not yet answered (per ingress replica "
-                        "with --replicas)")
+    g.add_argument("--max-queued-bytes", type=int, default=app.DEFAULT_MAX_QUEUED_BYTES,
+                   help="the same bound on the request bodies in flight, counted as they arrive (per ingress "
+                        "replica with --replicas)")
     g.add_argument("--max-sample-chars", type=int, default=DEFAULT_MAX_SAMPLE_CHARS,
                    help="most characters in one sample's query, prompt or label (400 naming the sample past it)")
     add_replicated_flags(p)
@@ -84,8 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "lane runs at once); with --replicas every scoring replica's batch waits up to this long")
     g.add_argument("--rm-max-length", type=int, default=None, help="tokens per RM input (default: the export's)")
     g.add_argument("--verify-lanes", type=int, default=VERIFY_LANES_DEFAULT,
-                   help="verifier pools serving batches side by side (one process; a --replicas replica has one)")
-    g.add_argument("--verify-deadline-s", type=float, default=5.0, help="hard limit per rule verification")
+                   help="batches of samples handed to the rule verifier at once (one process; a --replicas replica "
+                        "has one pool)")
+    g.add_argument("--verify-workers", type=int, default=VERIFY_WORKERS_DEFAULT,
+                   help="rule-verifier worker processes (~15 MiB each) shared by the lanes, one sample at a time each: "
+                        "a slow answer holds one, the others go on (one process; serve/verification.py)")
+    g.add_argument("--verify-deadline-s", type=float, default=5.0,
+                   help="a sample's rule verdict is awaited at most this long from when a verifier lane takes it, "
+                        "its wait behind slower answers included; past it the sample is paid the RM's reward and "
+                        "logged not verified (serve/verification.py). Also the verifier workers' hard limit per item")
     g.add_argument("--answer-fallback", default="none", choices=FALLBACKS,
                    help="how a completion's final answer is found (the trainer's --cooper.answer_fallback): none = "
                         "only an explicit one (\\boxed{}, '####', 'the answer is'); last_number also takes the last "
@@ -95,7 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--groups-per-update", type=int, default=0,
                    help="complete groups per round = the trainer's prompts per step (--rollout.batch_size); each "
                         "round is monitored and, with --learn, trained on; 0: no rounds")
-    g.add_argument("--group-timeout-s", type=float, default=600.0, help="drop a group incomplete for this long")
+    g.add_argument("--group-timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="a group that gets no sample for this long is dropped from learning (its samples were paid); "
+                        "timed from its last sample, so set it above the longest gap between two samples of a prompt")
+    g.add_argument("--stale-after-s", type=float, default=DEFAULT_SILENCE_S,
+                   help="after this long without any sample (a trainer restarted mid-step), the partial groups are "
+                        "dropped before the next sample is placed, so a new policy's samples never join them")
+    g.add_argument("--partial-round-after-s", type=float, default=30.0,
+                   help="complete groups left over when no group is open and no sample came for this long (an "
+                        "episode's partial last step) form a round of their own")
+    g.add_argument("--update-wait-timeout-s", type=float, default=300.0,
+                   help="a new group waits at most this long for the RM update in flight, then takes the latest "
+                        "version")
     g.add_argument("--heldout-prompts", default=None,
                    help="the file given to OpenRLHF's --eval.dataset: its prompts are scored, never learned from")
     g.add_argument("--heldout-input-key", default="input", help="the question's field in --heldout-prompts")
@@ -107,16 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "--heldout-prompts file, read by those fields whatever --heldout-input-key says)")
     g.add_argument("--probe-problems", type=int, default=16, help="problems with an integer reference the suite uses")
     g.add_argument("--no-group-check", action="store_true",
-                   help="do not refuse a trainer whose GRPO groups are seen not to match --group-size / "
-                        "--groups-per-update (docs/serve.md)")
+                   help="no warnings when the trainer's GRPO groups are seen not to match --group-size / "
+                        "--groups-per-update (a trainer that filters samples); scoring is never refused either way "
+                        "(docs/serve.md)")
     g.add_argument("--learn", action="store_true", help="train the RM on each round (Cooper's RM update)")
     g.add_argument("--no-wait-for-update", action="store_true",
                    help="new groups do not wait for an update in flight (async trainers; docs/serve.md)")
     g.add_argument("--negative-source", default="rollout", choices=NEGATIVE_SOURCES,
                    help="rollout: the group's own proven-wrong rollouts; assistant: rewrites by --assistant-url; "
                         "mixed: a rollout negative where the group has one, else a rewrite")
-    g.add_argument("--rollout-negative-pick", default="hardest", choices=ROLLOUT_NEGATIVE_PICKS)
-    g.add_argument("--answerless-negatives", action="store_true")
+    g.add_argument("--rollout-negative-pick", default="hardest", choices=ROLLOUT_NEGATIVE_PICKS,
+                   help="which proven-wrong rollout of a group is its negative: the one the RM pays most, or random "
+                        "(the trainer's --cooper.rollout_negative_pick)")
+    g.add_argument("--answerless-negatives", action="store_true",
+                   help="a rollout without a final answer may be a negative (the trainer's "
+                        "--cooper.answerless_negatives)")
     g.add_argument("--assistant-url", default=None, help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)")
     g.add_argument("--assistant-model", default=None, help="model name at --assistant-url")
     g.add_argument("--assistant-key-env", default="COOPER_ASSISTANT_API_KEY",
@@ -124,9 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--negative-max-new-tokens", type=int, default=512, help="tokens per assistant rewrite")
     g.add_argument("--negative-temperature", type=float, default=1.0, help="sampling temperature of the rewrites")
     g.add_argument("--negative-retries", type=int, default=3, help="attempts per prompt for a valid rewrite")
-    g.add_argument("--rm-lr", type=float, default=1e-5)
-    g.add_argument("--rm-weight-decay", type=float, default=0.0)
-    g.add_argument("--rm-max-norm", type=float, default=1.0)
+    g.add_argument("--rm-lr", type=float, default=1e-5, help="the RM's learning rate (the trainer's --cooper.rm_lr)")
+    g.add_argument("--rm-weight-decay", type=float, default=0.0, help="the RM optimizer's AdamW weight decay")
+    g.add_argument("--rm-max-norm", type=float, default=1.0, help="gradient clipping norm of the RM update")
     g.add_argument("--rm-micro-batch-size", type=int, default=4, help="RM inputs per training forward (a pair is two)")
     g.add_argument("--rm-updates-per-round", type=int, default=1, help="optimizer steps over a round's pairs")
     g.add_argument("--rm-schedule-rounds", type=int, default=1000,
@@ -137,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-warmup-ratio", type=float, default=0.0,
                    help="share of the schedule spent warming up (the trainer's --cooper.rm_warmup_ratio, default "
                         "0.01 there: its first RM step then has LR 0)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="seed of the RM update and of the negatives' sampling")
     g.add_argument("--on-hacking", default="warn", choices=ON_HACKING,
                    help="on a hacking alarm: warn, or pay the rule reward from then on")
     from cooper_openrlhf.serve.rm_guard import add_guard_flags
@@ -150,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("state")
     g.add_argument("--state-dir", default=None, help="checkpoints (resumed from on start) and logs; needed by --learn")
     g.add_argument("--checkpoint-every", type=int, default=1, help="updates between checkpoints (0: on shutdown only)")
-    g.add_argument("--keep-checkpoints", type=int, default=3)
+    g.add_argument("--keep-checkpoints", type=int, default=3,
+                   help="checkpoints kept in --state-dir (the newest; the one a restart loads is never deleted)")
     g.add_argument("--export-dir", default=None, help="with --learn: on shutdown, the trained RM as a VerifyRM folder "
                    "(default: STATE_DIR/final_rm)")
     return p
@@ -172,6 +212,8 @@ def check_args(args) -> list[str]:
     problems = []
     if not os.path.isdir(args.rm):
         problems.append(f"--rm {args.rm}: no such folder")
+    else:
+        problems += rm_problems(args.rm)
     if not is_loopback(args.host) and not args.token_file:
         problems.append(f"--host {args.host} is reachable beyond this machine; pass --token-file (clients then send "
                         "the token), or bind 127.0.0.1")
@@ -214,18 +256,63 @@ def check_args(args) -> list[str]:
     from cooper_openrlhf.serve.rm_guard import guard_flag_problems
 
     problems += guard_flag_problems(args)
+    for flag in ("body_timeout_s", "header_timeout_s", "verify_deadline_s"):
+        if getattr(args, flag) <= 0:
+            problems.append(f"--{flag.replace('_', '-')} must be > 0")
     if not 0.0 <= args.rm_warmup_ratio < 1.0:
         problems.append(f"--rm-warmup-ratio must be in [0, 1), got {args.rm_warmup_ratio}")
     if args.max_queued_samples < args.max_request_samples or args.max_queued_bytes < args.max_body_bytes:
         problems.append("--max-queued-samples and --max-queued-bytes must be at least --max-request-samples and "
                         "--max-body-bytes (a request larger than the bound could never be admitted)")
     for flag in ("group_size", "max_batch", "max_queued_samples", "max_queued_bytes", "max_sample_chars",
-                 "verify_lanes", "rm_micro_batch_size"):
+                 "verify_lanes", "verify_workers", "rm_micro_batch_size", "max_connections", "keep_alive_s"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be >= 1")
     return problems
 
 
+def rm_problems(path: str) -> list[str]:
+    """What is wrong with `path` as --rm (empty: it is a VerifyRM), read from its config alone (no weights)."""
+    from cooper_openrlhf.rm.model import NotASequenceClassifierError, check_reward_model
+
+    try:
+        check_reward_model(path)
+    except NotASequenceClassifierError as exc:
+        found = str(exc).split(". To start a reward model", 1)[0]  # that advice names a flag serve does not have
+        found = found[len(path):].strip() if found.startswith(path) else found
+        return [f"--rm {path} {found}: expected a VerifyRM (a one-logit sequence classifier). Make one from a model: "
+                f"cooper verifyrm train --model.model_name_or_path MODEL --init-head --data.dataset ROWS.jsonl "
+                f"--ckpt.output_dir OUT, then --rm OUT (docs/verifyrm.md)"]
+    return []
+
+
+def plain_http_warning(args) -> str | None:
+    """The start-up warning of a service reachable beyond this machine over plain http (None: loopback or TLS)."""
+    if is_loopback(args.host) or args.ssl_certfile:
+        return None
+    return (f"listening on {args.host} over plain http: the token and every sample cross the network in clear text; "
+            f"serve HTTPS with --ssl-certfile and --ssl-keyfile (docs/serve.md, Security and limits)")
+
+
+def open_files_for(connections: int) -> str | None:
+    """Raise this process's open-files limit to fit `connections` sockets beside its own files, as far as the hard
+    limit allows; a warning when it cannot (None: it fits)."""
+    import resource
+
+    needed = connections + OWN_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    if raised >= needed:
+        return None
+    return (f"--max-connections {connections}: the open-files limit is {raised} (hard limit), so past about "
+            f"{raised - OWN_FILES} connections new ones fail before the cap answers them; raise it (ulimit -n) or "
+            f"lower --max-connections")
+
+
+OWN_FILES = 1024  # the process's own descriptors beside its sockets: model files, verifier pipes, logs, checkpoints
 MIN_TOKEN_CHARS = 16
 
 
@@ -266,7 +353,9 @@ def service_config(args):
     from cooper_openrlhf.serve.service import ServiceConfig
 
     return ServiceConfig(mode=args.mode, group_size=args.group_size, groups_per_update=args.groups_per_update,
-                         group_timeout_s=args.group_timeout_s, max_batch=args.max_batch,
+                         group_timeout_s=args.group_timeout_s, stale_after_s=args.stale_after_s,
+                         partial_round_after_s=args.partial_round_after_s,
+                         update_wait_timeout_s=args.update_wait_timeout_s, max_batch=args.max_batch,
                          max_wait_s=args.max_wait_ms / 1000,
                          wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
                          on_hacking=args.on_hacking, check_groups=not args.no_group_check,
@@ -282,13 +371,14 @@ def build_service(args):
     from cooper_openrlhf.serve.metrics import ServiceLog
     from cooper_openrlhf.rm.scorer import RMScorer
     from cooper_openrlhf.serve.service import RewardService
+    from cooper_openrlhf.serve.verification import SharedLanes
     from cooper_openrlhf.verify.pool import VerifierPool
 
     dtype_name = resolve_dtype_name(args.dtype)
     config = service_config(args)
-    pools = [VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s, config=verifier_config(args))
-             for _ in range(args.verify_lanes)]
-    lanes = [lambda refs, comps, pool=pool: pool.verify_batch(refs, comps).outcomes for pool in pools]
+    verifier = SharedLanes([VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s,
+                                         config=verifier_config(args)) for _ in range(args.verify_workers)],
+                           args.verify_deadline_s, lanes=args.verify_lanes)
     learner = checkpointer = restored = None
     if args.learn:
         learner, checkpointer, model, tokenizer, version = _build_learner(args, dtype_name)
@@ -307,9 +397,9 @@ def build_service(args):
     for old_version, weights in (restored.pinned.items() if restored else ()):  # open groups finish on their own
         scorer.restore(old_version, weights)
     log = ServiceLog(os.path.join(args.state_dir, "logs") if args.state_dir else None)
-    service = RewardService(config, scorer, lanes, log, learner=learner, checkpointer=checkpointer,
+    service = RewardService(config, scorer, verifier.lanes(), log, learner=learner, checkpointer=checkpointer,
                             state=restored.state if restored else None, probe=getattr(args, "probe", None))
-    service.verifier_pools = pools
+    service.verifier_pools = [verifier]  # what shutdown closes: its dispatching threads, then its pools
     return service, checkpointer
 
 
@@ -396,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
         return 2
     token = read_token(args.token_file)
+    warning = plain_http_warning(args)
+    if warning:
+        logger.warning("%s", warning)
     if args.heldout_prompts:
         from cooper_openrlhf.serve.trainer_groups import heldout_questions
 
@@ -431,11 +524,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve_replicated(args, service_config(args), token=token, build_splitter=build_splitter,
                                 build_learner=replica_learner)
+    one_process_server(args, token).run()
+    return 0
+
+
+def one_process_server(args, token: str | None):
+    """The uvicorn server of the one-process service (not yet running): the service, its app and the connection
+    limits of the flags. After a graceful stop it has checkpointed, exported and closed the verifier."""
     import uvicorn
 
-    from cooper_openrlhf.serve.app import build_app
-
-    _Server = _server_class()
+    from cooper_openrlhf.serve.app import build_app, server_options
 
     splitter = build_splitter(args)
     service, checkpointer = build_service(args)
@@ -451,14 +549,22 @@ def main(argv: list[str] | None = None) -> int:
     app = build_app(service, splitter, token=token, max_body_bytes=args.max_body_bytes,
                     max_request_samples=args.max_request_samples, request_timeout_s=args.request_timeout_s,
                     max_queued_samples=args.max_queued_samples, max_queued_bytes=args.max_queued_bytes,
-                    max_sample_chars=args.max_sample_chars, on_shutdown=shutdown)
+                    max_sample_chars=args.max_sample_chars, body_timeout_s=args.body_timeout_s,
+                    on_shutdown=shutdown)
+    too_few_files = open_files_for(args.max_connections)
+    if too_few_files:
+        logger.warning("%s", too_few_files)
     origin = args.rm if service.version == 0 else f"resumed from {checkpointer.dir}, trained from {args.rm}"
     scheme = "https" if args.ssl_certfile else "http"
     logger.info("serving RM version %d (%s; mode %s, learning %s) at %s://%s:%d/get_reward", service.version, origin,
                 args.mode, "on" if args.learn else "off", scheme, args.host, args.port)
-    _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                           ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)).run()
-    return 0
+    server = _server_class()(uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", access_log=False, ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile, **server_options(keep_alive_s=args.keep_alive_s,
+                                                       header_timeout_s=args.header_timeout_s,
+                                                       max_connections=args.max_connections)))
+    server.service = service
+    return server
 
 
 def _server_class():

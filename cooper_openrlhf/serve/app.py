@@ -3,16 +3,24 @@
 OpenRLHF's client (0.11.2) gives a sample 5 tries, 1 s apart, and then leaves its reward None, which crashes the
 trainer: every non-2xx is a failed try. So the service waits rather than refuses, and refuses only what waiting
 cannot fix or what no trainer sends.
-- Auth: with a token configured every route needs it, as `Authorization: Bearer TOKEN` or, because OpenRLHF's
-  client can only be given a URL, as `?token=TOKEN`; compared in constant time (`hmac.compare_digest`); 401
-  without it. `cli.serve` refuses to listen beyond loopback without a token.
-- Bad input: a body over `max_body_bytes` is 413 (read no further); a malformed body 400 naming the field; a
+- Auth: with a token configured every route but `/healthz` needs it, as `Authorization: Bearer TOKEN` or, because
+  OpenRLHF's client can only be given a URL, as `?token=TOKEN`; compared in constant time (`hmac.compare_digest`);
+  401 without it. `cli.serve` refuses to listen beyond loopback without a token. `/healthz` is a load balancer's
+  liveness probe: it says only that the process is up (`/health`, with the token, says how it is doing).
+- Bad input: a body over `max_body_bytes` is 413 (read no further); a body that has not all arrived within
+  `body_timeout_s` 408; a malformed body 400 naming the field, JSON nested deeper than the parser goes included; a
   sample whose text is not encodable or over `max_sample_chars` 400 naming the sample and field
-  (`serve/validation.py`), before it joins a batch; more samples than `max_request_samples` 413.
+  (`serve/validation.py`), before it joins a batch; more samples than `max_request_samples` 413. A body over
+  `INLINE_BODY_BYTES` is decoded, checked and split into questions in a worker thread: a 1 M-character prompt
+  does not hold the event loop.
+- Connections (`server_options`, uvicorn's): at most `max_connections` at once (then 503, uvicorn's
+  `limit_concurrency`); idle keep-alive connections closed after `keep_alive_s`; a connection that has not sent a
+  whole request head within `header_timeout_s` of opening or of its last answer closed (uvicorn has no such
+  timeout of its own: a socket that never finishes its headers would hold a file descriptor for ever).
 - Load: a request that finds the scorer busy waits its turn; one not answered within `request_timeout_s` is 504
   (below the 180 s after which OpenRLHF's client gives up). Only past the memory bound on work in flight
-  (`max_queued_samples`, `max_queued_bytes`: `serve/admission.py`) is a new request refused, 503 with
-  `Retry-After`.
+  (`max_queued_samples`, `max_queued_bytes`: `serve/admission.py`, bytes counted as they arrive) is a new request
+  refused, 503 with `Retry-After`.
 - Every answer is a real score: an error inside scoring is a 500 with its message (only the samples that fail on
   their own fail: `serve/batcher.py`), never a 0; a non-finite RM score is its request's 500.
 - `/metrics` stays the same size whatever is requested: the request counter's route label is one of the app's
@@ -33,14 +41,19 @@ from fastapi.responses import Response
 from cooper_openrlhf.serve.admission import Admission, Overloaded
 from cooper_openrlhf.serve.metrics import CONTENT_TYPE_LATEST
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, build_response, parse_request
-from cooper_openrlhf.serve.trainer_groups import GroupMismatch
 from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS, check_sample_texts
 
 logger = logging.getLogger(__name__)
 
-ROUTES = ("/get_reward", "/metrics", "/health")
+ROUTES = ("/get_reward", "/metrics", "/health", "/healthz")
+LIVENESS = "/healthz"  # no token: it says only that the process is up
 DEFAULT_MAX_QUEUED_SAMPLES = 1 << 16  # 4x a rollout batch of 1,024 prompts x 16 samples (serve/admission.py)
 DEFAULT_MAX_QUEUED_BYTES = 1 << 30
+DEFAULT_BODY_TIMEOUT_S = 60.0  # a 4 MiB body (--max-body-bytes) at 1 Mbit/s takes ~34 s
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_KEEP_ALIVE_S = 5  # uvicorn's own default, said explicitly
+DEFAULT_MAX_CONNECTIONS = 16384  # a rollout batch of 1,024 prompts x 16 samples sent at once, one connection each
+INLINE_BODY_BYTES = 64 << 10  # bodies up to this are decoded and split on the event loop (microseconds)
 
 
 def route_label(path: str) -> str:
@@ -63,23 +76,45 @@ def token_matches(expected: str | None, scope: dict) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-async def read_body(scope: dict, receive, limit: int) -> bytes:
-    """The body, or RequestError(413) as soon as it passes `limit` bytes (a lying Content-Length included)."""
+async def read_body(scope: dict, receive, limit: int, hold=None, timeout_s: float | None = None) -> bytes:
+    """The body, or RequestError(413) as soon as it passes `limit` bytes (a lying Content-Length included), or
+    RequestError(408) when it has not all arrived within `timeout_s`. hold(n): called with each chunk's size as it
+    arrives (the memory bound's count: `serve/admission.py`), before the chunk is kept."""
     declared = next((value for name, value in scope["headers"] if name == b"content-length"), None)
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(f"body of {declared.decode()} bytes; at most {limit} (--max-body-bytes)", status=413)
     chunks, size = [], 0
+    deadline = asyncio.get_running_loop().time() + timeout_s if timeout_s is not None else None
     while True:
-        message = await receive()
+        try:
+            async with asyncio.timeout_at(deadline):
+                message = await receive()
+        except TimeoutError:
+            raise RequestError(f"the body did not arrive within {timeout_s:g}s (--body-timeout-s; {size} bytes "
+                               f"came)", status=408) from None
         if message["type"] == "http.disconnect":
             raise ClientLeft()
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise RequestError(f"body over {limit} bytes (--max-body-bytes)", status=413)
+        if hold is not None and chunk:
+            hold(len(chunk))
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def decode_json(body: bytes):
+    """The decoded body; RequestError(400) for what is not JSON, and for JSON nested deeper than the parser goes
+    (Python's decoder raises RecursionError there, which is not a ValueError)."""
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise RequestError(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError("the body is JSON nested too deeply to decode; OpenRLHF sends an object of three lists "
+                           "of strings") from None
 
 
 class ClientLeft(Exception):
@@ -98,7 +133,8 @@ async def send_json(send, status: int, payload: dict, headers: dict | None = Non
 def build_app(service, splitter: PromptSplitter, *, token: str | None = None, max_body_bytes: int = 4 << 20,
               max_request_samples: int = 256, request_timeout_s: float = 150.0,
               max_queued_samples: int = DEFAULT_MAX_QUEUED_SAMPLES, max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
-              max_sample_chars: int = DEFAULT_MAX_SAMPLE_CHARS, on_shutdown=None):
+              max_sample_chars: int = DEFAULT_MAX_SAMPLE_CHARS, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+              on_shutdown=None):
     """The ASGI app around a `serve.service.RewardService`, started and stopped (checkpointed) by its lifespan.
 
     `/get_reward` is served by plain ASGI code, the token checked there too; FastAPI serves the rest (`/metrics`,
@@ -137,36 +173,43 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
     @rest.get("/health")
     async def health():
         values = await gauges()  # first: a remote service refreshes what it says of itself here
-        groups = "ok" if service.group_mismatch is None else f"mismatch: {service.group_mismatch}"
-        return {"status": "ok", "mode": service.mode, "learning": service.learning_status, "groups": groups,
+        return {"status": "ok", "mode": service.mode, "learning": service.learning_status,
+                "groups": service.groups_status,
                 **values}
+
+    def samples_of(body: bytes) -> list:
+        """The request's samples: decoded, checked, each prompt split into its question (RequestError naming what
+        is wrong)."""
+        queries, prompts, labels = parse_request(decode_json(body), max_request_samples)
+        check_sample_texts(queries, prompts, labels, max_sample_chars)
+        samples = []
+        for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
+            try:
+                samples.append(splitter.split(query, prompt, label))
+            except RequestError as exc:
+                raise RequestError(f"sample {i}: {exc}", exc.status) from None
+        return samples
 
     async def get_reward(scope, receive) -> tuple[int, dict, dict | None]:
         """(status, JSON body, headers) of one /get_reward request."""
         start = time.perf_counter()
         try:
-            body = await read_body(scope, receive, max_body_bytes)
-            try:
-                decoded = json.loads(body)
-            except ValueError as exc:
-                raise RequestError(f"the body is not JSON: {exc}") from None
-            queries, prompts, labels = parse_request(decoded, max_request_samples)
-            check_sample_texts(queries, prompts, labels, max_sample_chars)
-            with admission.admit(len(queries), len(body), _scoring_rate(service)):
-                samples = []
-                for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
-                    try:
-                        samples.append(splitter.split(query, prompt, label))
-                    except RequestError as exc:
-                        raise RequestError(f"sample {i}: {exc}", exc.status) from None
+            with admission.ticket(_scoring_rate(service)) as ticket:
+                body = await read_body(scope, receive, max_body_bytes, lambda size: ticket.add(body_bytes=size),
+                                       body_timeout_s)
+                if len(body) <= INLINE_BODY_BYTES:
+                    samples = samples_of(body)
+                else:  # linear work, but on a long prompt long enough to delay every other request
+                    samples = await asyncio.to_thread(samples_of, body)
+                ticket.add(samples=len(samples))
                 scored = await asyncio.wait_for(service.score(samples), request_timeout_s)
         except RequestError as exc:
+            if exc.status in (408, 413):  # the rest of the body is not read: the connection cannot be reused
+                return _error(log, exc.status, str(exc), headers={"Connection": "close"})
             return _error(log, exc.status, str(exc))
         except Overloaded as exc:
             return _error(log, 503, f"{exc}; retry after {exc.retry_after_s}s",
                           headers={"Retry-After": str(exc.retry_after_s)})
-        except GroupMismatch as exc:  # the trainer must be restarted with matching flags: no retry can help
-            return _error(log, 409, str(exc))
         except asyncio.TimeoutError:
             return _error(log, 504, f"not scored within {request_timeout_s:.0f}s (--request-timeout-s); retry")
         except Exception as exc:  # a bug or a failed model call: the client retries, nobody is paid 0
@@ -183,6 +226,8 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
         if scope["type"] != "http":  # the lifespan
             return await rest(scope, receive, send)
         path = scope["path"]
+        if path == LIVENESS:
+            return await send_json(send, 200, {"status": "up"})
         if not token_matches(token, scope):
             log.requests.labels(route=route_label(path), status="401").inc()
             return await send_json(send, 401, {"error": "missing or wrong token (Authorization: Bearer TOKEN, or "
@@ -210,3 +255,48 @@ def _scoring_rate(service) -> float:
 def _error(log, status: int, message: str, headers: dict | None = None) -> tuple[int, dict, dict | None]:
     log.requests.labels(route="/get_reward", status=str(status)).inc()
     return status, {"error": message}, headers
+
+
+def server_options(*, keep_alive_s: int = DEFAULT_KEEP_ALIVE_S, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+                   max_connections: int = DEFAULT_MAX_CONNECTIONS) -> dict:
+    """uvicorn.Config's keyword arguments for the connection limits (module docstring), set explicitly."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return {"timeout_keep_alive": keep_alive_s, "limit_concurrency": max_connections,
+            "http": with_header_timeout(AutoHTTPProtocol, header_timeout_s)}
+
+
+def with_header_timeout(base: type, seconds: float) -> type:
+    """uvicorn's HTTP protocol `base`, closing a connection that has not sent a whole request head within `seconds`
+    of opening or of its last answer. uvicorn's keep-alive timer starts only after an answer and stops at the
+    first byte of the next request, so a socket that never sends anything, or sends its headers a byte at a time,
+    would otherwise be held for ever."""
+
+    class HeaderTimeout(base):
+        _head_timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._wait_for_head()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._wait_for_head()
+
+        def connection_lost(self, exc) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _wait_for_head(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(seconds, self._head_overdue)
+
+        def _head_overdue(self) -> None:
+            # a request whose head arrived is being answered: its body has the app's own timeout
+            if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+                self.transport.close()
+
+    HeaderTimeout.__name__ = HeaderTimeout.__qualname__ = f"HeaderTimeout{base.__name__}"
+    return HeaderTimeout

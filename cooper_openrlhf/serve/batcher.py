@@ -16,8 +16,12 @@ forward, and holding the loop for less than the window delays other requests no 
 A lane's first lone item, and any after one that took longer, runs in a thread.
 
 Lanes: one batch function per lane, one batch running per lane. The RM has one lane (one model). The rule
-verifier has several (one verifier pool each), so that an item that hangs until its deadline holds up only the
-batch in its lane while the other lanes keep serving.
+verifier has several.
+
+Results that arrive later: a batch function may return, for an item, a `concurrent.futures.Future` of its result
+instead of the result. The lane is then free as soon as the call returns, and that item is answered when its future
+is, whatever the rest of its batch does: the rule verifier (`serve/verification.py`) hands its items to shared
+workers this way, so that a slow item holds up no other item of its batch, nor the lane.
 
 Each item fails alone: when the batch function raises on a batch, the batch is split in halves and each half
 tried again (down to single items), so only the items that fail on their own get the exception, never a default
@@ -28,6 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -142,11 +147,14 @@ class MicroBatcher:
                     self._lone_seconds = seconds
         except Exception as exc:  # a bug outside the batch function: every waiting request gets it, none a default
             outcomes = [exc] * len(batch)
+        later = []  # (waiting future, the future of its result)
         try:
             for (_, future), outcome in zip(batch, outcomes):
-                if future.done():
+                if isinstance(outcome, Future):
+                    later.append((future, outcome))
+                elif future.done():
                     continue
-                if isinstance(outcome, Exception):
+                elif isinstance(outcome, Exception):
                     future.set_exception(outcome)
                 else:
                     future.set_result(outcome)
@@ -154,8 +162,32 @@ class MicroBatcher:
             self.stats.batches += 1
             self.stats.items += len(batch)
             self.stats.largest = max(self.stats.largest, len(batch))
-            self.stats.busy_seconds += time.perf_counter() - start
+            if later:
+                self._answer_later(later, start)
+            else:
+                self.stats.busy_seconds += time.perf_counter() - start
             self._free_lanes.put_nowait(lane)
+
+    def _answer_later(self, later: list, start: float) -> None:
+        """Answer each waiting future when its result's future is done (on the event loop); the batch's busy time
+        runs until its last result."""
+        remaining = len(later)
+
+        def settle(waiting: asyncio.Future, result: asyncio.Future) -> None:
+            nonlocal remaining
+            if not waiting.done():
+                if result.cancelled():
+                    waiting.cancel()
+                elif result.exception() is not None:
+                    waiting.set_exception(result.exception())
+                else:
+                    waiting.set_result(result.result())
+            remaining -= 1
+            if not remaining:
+                self.stats.busy_seconds += time.perf_counter() - start
+
+        for waiting, result in later:
+            asyncio.wrap_future(result).add_done_callback(lambda done, waiting=waiting: settle(waiting, done))
 
 
 def _timed(fn: Callable[[list], Sequence], items: list, name: str) -> tuple[list, float]:

@@ -3,6 +3,7 @@ reads them too)."""
 
 
 VERIFY_LANES_DEFAULT = 2  # cli.serve's --verify-lanes default; with --replicas any other value is refused
+VERIFY_WORKERS_DEFAULT = 4  # cli.serve's --verify-workers default; the same
 
 
 def add_replicated_flags(parser) -> None:
@@ -25,4 +26,8 @@ def replicated_flag_problems(args) -> list[str]:
     if args.replicas and args.verify_lanes != VERIFY_LANES_DEFAULT:
         problems.append(f"--verify-lanes applies to one process; with --replicas each scoring replica has one "
                         f"verifier pool (scale the verification with --replicas), got --verify-lanes {args.verify_lanes}")
+    if args.replicas and args.verify_workers != VERIFY_WORKERS_DEFAULT:
+        problems.append(f"--verify-workers applies to one process; with --replicas each scoring replica has one "
+                        f"verifier pool (scale the verification with --replicas), got --verify-workers "
+                        f"{args.verify_workers}")
     return problems

@@ -57,7 +57,8 @@ def deploy(args, config, *, token: str | None, build_splitter, build_learner) ->
     # Without rounds the ingress serves the version the registry starts at; with them each place names its version.
     version = ray.get(started) if not keeps_groups else None
     tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
-    serve.start(http_options={"host": args.host, "port": args.port, **tls})  # Serve's proxy runs uvicorn's TLS
+    # Serve's proxy runs uvicorn (its TLS too); of the connection limits it takes the keep-alive timeout only
+    serve.start(http_options={"host": args.host, "port": args.port, "keep_alive_timeout_s": args.keep_alive_s, **tls})
     scorer = serve.deployment(Scorer, name=SCORER_NAME, num_replicas=args.replicas,
                               max_ongoing_requests=SCORER_ONGOING_BATCHES * args.max_batch,
                               ray_actor_options={"num_cpus": 1}).bind(args, registry)
