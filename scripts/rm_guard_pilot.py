@@ -110,9 +110,10 @@ def main(argv=None) -> int:
     if args.lab:
         folders = finished(args.lab)
         if args.publish:
-            for folder in folders:
+            fresh = [f for f in folders if not (PUBLISHED / f"{f.name}.tar.gz").exists()]  # a finished run never changes
+            for folder in fresh:
                 archive_run(folder, PUBLISHED / f"{folder.name}.tar.gz")
-            print(f"archived {len(folders)} finished run(s) into {PUBLISHED}")
+            print(f"archived {len(fresh)} newly finished run(s) into {PUBLISHED} (git add -f: runs/ is ignored)")
         report(folders)
         return 0
     with tempfile.TemporaryDirectory() as scratch:
