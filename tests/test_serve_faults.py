@@ -103,13 +103,15 @@ def test_kill_during_a_checkpoint_save_resumes_from_the_previous_checkpoint(mode
         assert f"resumed from checkpoint {tmp_path / 'state' / 'rm' / 'version1'} (RM version 1" in log
         answers = _send_round(restarted, tokenizer, 2)
         assert {a["extra_logs"]["cooper/rm_version"][0] for a in answers} == {1.0}
-        _wait_for(lambda: _latest(restarted) == "version2", "learning and checkpointing to go on")
+        # Version 2 was published (and paid by) before the kill and lost with it: the next update is version 3.
+        assert "RM version 2 was published after the checkpoint of version 1" in log
+        _wait_for(lambda: _latest(restarted) == "version3", "learning and checkpointing to go on")
     finally:
         assert restarted.stop() == 0
     # One checkpoint kept, as asked (the shutdown's, beside the periodic one it replaced), nothing left of the
     # interrupted save.
     folders = [p.name for p in (tmp_path / "state" / "rm").iterdir() if p.is_dir()]
-    assert folders == ["version2.1"] and _latest(restarted) == "version2.1"
+    assert folders == ["version3.1"] and _latest(restarted) == "version3.1"
 
 
 def test_a_group_half_scored_before_a_restart_is_finished_by_its_own_version(model_dir, tokenizer, tmp_path):

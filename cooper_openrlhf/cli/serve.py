@@ -396,6 +396,10 @@ def build_service(args):
                              template_version=template_version, batch_size=args.max_batch, version=version)
     for old_version, weights in (restored.pinned.items() if restored else ()):  # open groups finish on their own
         scorer.restore(old_version, weights)
+    if checkpointer is not None:  # a version number never names two RMs, even after a kill -9 (serve/checkpoint.py)
+        from cooper_openrlhf.serve.checkpoint import never_reuse_versions
+
+        never_reuse_versions(scorer, checkpointer)
     log = ServiceLog(os.path.join(args.state_dir, "logs") if args.state_dir else None)
     service = RewardService(config, scorer, verifier.lanes(), log, learner=learner, checkpointer=checkpointer,
                             state=restored.state if restored else None, probe=getattr(args, "probe", None))

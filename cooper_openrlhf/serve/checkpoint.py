@@ -13,7 +13,18 @@ A save is a commit, so a kill -9 at any moment leaves a loadable checkpoint:
   3. `latest` is replaced atomically (a new file renamed over the old one): this is the moment the new checkpoint
      becomes the one a restart loads;
   4. only then are checkpoints beyond the newest `keep` deleted, and the leftovers of interrupted saves.
-OpenRLHF's own rotation (`max_num`) deletes before it writes, so it is turned off here.
+OpenRLHF's own rotation (`max_num`) deletes before it writes, so it is turned off here. Every `.saving-*` folder is
+removed before a save starts and the save's own when it fails (a full disk, say), so failed attempts never pile up.
+
+Weights that are not finite (NaN or inf, in any dtype) are never saved nor exported: `save` and `export` refuse
+them (`NonFiniteWeights`) before writing anything, the engine's and every pinned version's alike; the learner never
+publishes them either (`serve/learner.py`).
+
+Version numbers are never reused for other weights. A version is published before the checkpoint that holds it
+is written, so a kill -9 in between loses weights that trainers were already paid by. `published_version` (beside
+the checkpoints) holds the highest version number ever published, written and flushed before the version is
+published (`next_version`); a restart whose checkpoint is older serves the checkpoint's weights under their own
+number and publishes its next version past every lost one (`never_reuse_versions` wires a scorer).
 
 The export is the VerifyRM format (`rm.model.export_rm`) that `train_cooper --reward.model_name_or_path` and
 `evaluate` read.
@@ -30,14 +41,20 @@ import torch
 
 from cooper_openrlhf.rm.model import export_rm
 from cooper_openrlhf.rm.pairwise_update import RMTrainer
+from cooper_openrlhf.rm.snapshot import weights_finite
 
 logger = logging.getLogger(__name__)
 
 STATE_KEY = "cooper_service"
+VERSION_LOG = "published_version"  # the highest RM version number ever published from this state dir
 COUNTERS_KEY = "cooper_rm_counters"  # as the RM actor names them (ray/reward_actor.py)
 PINNED_FILE = "pinned_versions.pt"
 SAVING_PREFIX = ".saving-"
 TAG = re.compile(r"version(\d+)(?:\.(\d+))?")
+
+
+class NonFiniteWeights(ValueError):
+    """Weights with NaN or inf entries: never saved, exported or published."""
 
 
 @dataclass
@@ -81,18 +98,24 @@ class ServiceCheckpoint:
     def save(self, state: dict, pinned_models: dict | None = None) -> str:
         """Commit the RM's DeepSpeed state, `state` (the service's) and `pinned_models` ({version: module} of the
         older versions open groups need) as a new checkpoint; returns its tag. See the module docstring."""
+        refuse_non_finite(self.trainer.model.module, f"the RM of version {state['version']}")
+        for version, module in (pinned_models or {}).items():
+            refuse_non_finite(module, f"the pinned RM version {version}")
         os.makedirs(self.dir, exist_ok=True)
         tag = self._free_tag(state["version"])
-        saving = SAVING_PREFIX + tag
-        shutil.rmtree(os.path.join(self.dir, saving), ignore_errors=True)  # a leftover of an interrupted save
-        self.trainer.strategy.save_ckpt(self.trainer.model, self.dir, saving, max_num=math.inf, max_mem=math.inf,
-                                        client_state={STATE_KEY: state, COUNTERS_KEY: dict(self.trainer.counters)},
-                                        save_latest=False)
-        torch.save({version: {k: v.detach().cpu() for k, v in module.state_dict().items()}
-                    for version, module in (pinned_models or {}).items()},
-                   os.path.join(self.dir, saving, PINNED_FILE))
-        _fsync_tree(os.path.join(self.dir, saving))
-        os.rename(os.path.join(self.dir, saving), os.path.join(self.dir, tag))
+        saving = os.path.join(self.dir, SAVING_PREFIX + tag)
+        self._remove_interrupted_saves()
+        try:
+            self.trainer.strategy.save_ckpt(self.trainer.model, self.dir, SAVING_PREFIX + tag, max_num=math.inf,
+                                            max_mem=math.inf, save_latest=False,
+                                            client_state={STATE_KEY: state, COUNTERS_KEY: dict(self.trainer.counters)})
+            torch.save({version: {k: v.detach().cpu() for k, v in module.state_dict().items()}
+                        for version, module in (pinned_models or {}).items()}, os.path.join(saving, PINNED_FILE))
+            _fsync_tree(saving)
+            os.rename(saving, os.path.join(self.dir, tag))
+        except BaseException:
+            shutil.rmtree(saving, ignore_errors=True)  # what the failed attempt wrote, so attempts never pile up
+            raise
         self._point_latest_to(tag)
         self._prune(tag)
         return tag
@@ -116,10 +139,43 @@ class ServiceCheckpoint:
     def _prune(self, live: str) -> None:
         """Delete the checkpoints beyond the newest `keep` (never the live one) and interrupted saves' leftovers."""
         tags = sorted((t for t in self._entries() if tag_order(t)), key=tag_order)
-        old = [t for t in tags[:-self.keep] if t != live]
-        old += [t for t in self._entries() if t.startswith(SAVING_PREFIX)]
-        for name in old:
+        for name in [t for t in tags[:-self.keep] if t != live]:
             shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+        self._remove_interrupted_saves()
+
+    def _remove_interrupted_saves(self) -> None:
+        for name in self._entries():
+            if name.startswith(SAVING_PREFIX):
+                shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+
+    # ------------------------------------------------------------------------------ version numbers
+    def highest_published(self) -> int:
+        """The highest version number ever published from this state dir (0: none yet)."""
+        path = os.path.join(self.dir, VERSION_LOG)
+        if not os.path.isfile(path):
+            return 0
+        with open(path, encoding="utf-8") as handle:
+            return int(handle.read().strip() or 0)
+
+    def next_version(self, current: int) -> int:
+        """The number to publish a new version under: one past `current` and past every version ever published,
+        recorded (flushed to disk) before it is returned, so before anyone can be paid by it."""
+        version = max(current, self.highest_published()) + 1
+        self.record_published(version)
+        return version
+
+    def record_published(self, version: int) -> None:
+        """Note on disk, flushed, that `version` is about to be published (unless a higher one was)."""
+        if version <= self.highest_published():
+            return
+        os.makedirs(self.dir, exist_ok=True)
+        fresh = os.path.join(self.dir, VERSION_LOG + ".next")
+        with open(fresh, "w", encoding="utf-8") as handle:
+            handle.write(f"{version}\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(fresh, os.path.join(self.dir, VERSION_LOG))
+        _fsync_dir(self.dir)
 
     def latest_tag(self) -> str | None:
         path = os.path.join(self.dir, "latest")
@@ -148,5 +204,34 @@ class ServiceCheckpoint:
     def export(self, out_dir: str) -> str:
         """The trained RM as a VerifyRM folder."""
         t = self.trainer
+        refuse_non_finite(t.model.module, "the trained RM")
         return str(export_rm(t.model, t.tokenizer, out_dir, template_version=t.template_version,
                              max_length=t.max_length))
+
+
+def refuse_non_finite(module, what: str) -> None:
+    """NonFiniteWeights unless every weight of `module` is finite, whatever its dtype."""
+    if not weights_finite(module):
+        raise NonFiniteWeights(f"{what} has non-finite weights (NaN or inf): not saved, exported or published")
+
+
+def never_reuse_versions(scorer, checkpointer: ServiceCheckpoint) -> None:
+    """Make `scorer` (an `rm.scorer.RMScorer` resumed from `checkpointer`'s latest checkpoint) publish every new
+    version past every version ever published from its state dir, each number recorded before it is published
+    (`ServiceCheckpoint.next_version`). The restored weights keep their own number."""
+    highest = checkpointer.highest_published()
+    if highest > scorer.latest:
+        lost = f"RM version {highest} was" if highest == scorer.latest + 1 else \
+            f"RM versions {scorer.latest + 1} to {highest} were"
+        logger.warning("%s published after the checkpoint of version %d and lost with the process; no number is "
+                       "reused: the next version is %d", lost, scorer.latest, highest + 1)
+    publish = scorer.publish
+
+    def publish_recorded(trained_module) -> int:
+        version = checkpointer.next_version(scorer.latest)
+        if version == scorer.latest + 1:  # the number the scorer gives it
+            return publish(trained_module)
+        scorer.restore(version, trained_module.state_dict())  # past the numbers lost with a killed process
+        return version
+
+    scorer.publish = publish_recorded

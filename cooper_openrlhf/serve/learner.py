@@ -13,7 +13,8 @@ version (`rm/scorer.py`).
 The RM guard (`core/rm_health.py`, `--rm-guard`): before an update the engine's state is held in memory
 (`rm/snapshot.py`); after it the RM scores its anchors (`rm/anchors.py`) and the guard judges the version. A version
 out of bounds, or whose weights are not finite (checked for every dtype, guard or not: DeepSpeed 0.19.6 has no
-overflow check in fp32), is never published: `learn` restores the last healthy weights and optimizer state, takes
+overflow check in fp32), is never published, nor is what an update that raised half made (its snapshot is restored
+before the error goes on): `learn` restores the last healthy weights and optimizer state, takes
 the guard's response (a lower learning rate, or rounds without an update) and returns updated=False, so the
 service keeps serving its last healthy version. The guard's state rides in the RM update's counters
 (`GUARD_STATE` in `RMTrainer.counters`), which `serve/checkpoint.py` checkpoints with the engine in either mode of
@@ -155,14 +156,21 @@ class Learner:
         metrics[HEALTH + "snapshot_seconds"] = time.perf_counter() - start
         anchored = self.config.anchor_weight > 0 and self.anchor_rows
         rows = anchor_batch(self.anchor_rows, self.config.anchor_batch, step, self.config.seed) if anchored else ()
-        metrics.update(pairwise_update(self.trainer, pairs, pairs.num_valid, passes=self.config.passes, anchors=rows,
-                                       anchor_weight=self.config.anchor_weight if anchored else 0.0))
-        updated = bool(metrics["cooper/rm_updated"]) and metrics.get("cooper/rm_steps_skipped", 0) < self.config.passes
+        try:
+            metrics.update(pairwise_update(self.trainer, pairs, pairs.num_valid, passes=self.config.passes,
+                                           anchors=rows, anchor_weight=self.config.anchor_weight if anchored else 0.0))
+            updated = bool(metrics["cooper/rm_updated"]) \
+                and metrics.get("cooper/rm_steps_skipped", 0) < self.config.passes
+            if updated:
+                updated = self._keep_or_roll_back(snapshot, step, metrics)
+        except BaseException:
+            # Weights an update half made are never kept: the next checkpoint would save them under the version
+            # being served (one number, two sets of weights), perhaps not finite.
+            snapshot.restore()
+            raise
         if not pairs.num_valid:
             logger.info("step %d: no valid pair in %d groups; the RM is unchanged", step, len(groups))
-        if updated:
-            updated = self._keep_or_roll_back(snapshot, step, metrics)
-        elif guard is not None:
+        if not updated and guard is not None:
             metrics.update(guard.metrics())
         if guard is not None:
             self._save_guard()

@@ -9,8 +9,9 @@ Publishing: a round that changed the RM returns the new weights (a CPU state dic
 registry, which made the call, owns that object: it is put in the object store once, outlives this actor, and
 every scoring replica fetches it by reference. Order: update, then checkpoint, then return, so a version the
 registry adopts is one a restarted learner can reproduce. The learner numbers a new version one past the
-registry's latest (`version_floor`): after a kill that lost an update it had published without checkpointing, the
-numbers stay unique.
+registry's latest (`version_floor`) and past every number ever published from the state dir (`serve/checkpoint.py`'s
+version log): after a kill that lost an update it had published without checkpointing, the learner's or the whole
+service's, the numbers stay unique.
 
 Restarts: the actor is created with `max_restarts=-1`; a new incarnation loads the latest checkpoint in `__init__`
 (its counters, version and hacking state continue from there) and the registry sends the round it lost again.
@@ -119,7 +120,8 @@ class LearnerActor:
                 updated, learned = self.learner.learn(groups, self.config.group_size, index)
                 metrics.update(learned)
                 if updated:
-                    self.version = max(self.version, version_floor) + 1
+                    # one past the registry's and every version ever published here, on disk before it is returned
+                    self.version = self.checkpointer.next_version(max(self.version, version_floor))
                     weights = cpu_state_dict(self.learner.trainer.model.module)
                     self.counters["updates"] += 1
                     self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
