@@ -216,6 +216,12 @@ def test_an_identical_sample_is_a_repeat_in_an_open_group_a_retry_soon_after_and
     assert groups.repeat(groups.answered(fingerprint(sample))) is None and not groups.open
     now[0] = RETRY_WINDOW_S + 1  # the next episode's policy writing the same text: a new sample
     assert groups.answered(fingerprint(sample)) is None
+    restarted = GroupTracker(group_size=2, clock=lambda: now[0], silence_s=60)
+    restarted.record(restarted.reserve("p", 0, "1"), scored)
+    restarted.arrived()
+    now[0] += 61  # a trainer restarted with its seed: the same text again, after a silence, is a sample
+    restarted.arrived()
+    assert restarted.answered(fingerprint(sample)) is None
 
 
 def test_one_prompt_with_two_labels_makes_two_groups():

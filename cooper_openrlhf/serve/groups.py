@@ -18,7 +18,8 @@ What a real run does to groups, and what the tracker does then (each costs learn
   LAST sample, so a long generation step whose samples trickle in over tens of minutes keeps its groups.
 - A service that hears nothing at all for `silence_s` and then a sample (a trainer restarted mid-step, the
   service restarted after it) first drops its partial groups: a restarted trainer does not finish them, and its
-  new policy's samples must not be mixed into them.
+  new policy's samples must not be mixed into them. It also forgets the answers kept for retries: a trainer
+  restarted with its seed writes the same texts again, as new samples.
 - A retry is not a new sample when the tracker can tell: a sample byte-identical (prompt, label, completion) to
   one already answered gets that answer again (`answered`), unscored. In a group still open it is counted toward
   the group's size as a repeat, because OpenRLHF's protocol cannot tell a retried sample from the policy sampling
@@ -145,6 +146,8 @@ class GroupTracker:
             return []
         stale = [g for g in self.open.values() if g.reserved == len(g.scored)]
         self._drop(stale, "silence")
+        # Nor is a restarted trainer retrying: with its seed it writes the texts it wrote before, which are samples.
+        self._answers.clear()
         if stale:
             logger.warning("the service heard nothing for %.0fs (--stale-after-s %.0f): a trainer restart, most "
                            "likely; %d partial GRPO groups it will not finish are dropped from learning", now - last,
