@@ -224,7 +224,7 @@ def test_stock_openrlhf_goes_through_a_real_runs_events_with_every_sample_paid(p
     ten = tmp_path / "ten.jsonl"
     ten.write_text("".join(prompt_file.read_text().splitlines(keepends=True)[:10]))
     service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy), "--group-size",
-                             str(STOCK_N), "--stale-after-s", "60")  # a CPU trainer's restart: minutes of silence
+                             str(STOCK_N), "--stale-after-s", "30")  # a CPU trainer restarts in a minute or more
     url = f"{service.url}/get_reward?token={TOKEN}"
     by_hand = []
     try:
