@@ -262,7 +262,7 @@ def test_stock_openrlhf_goes_through_a_real_runs_events_with_every_sample_paid(p
     # the killed run's partial groups (if the kill found any open) were dropped when the new run's first sample came
     # after the silence, never joined by the new run's samples; the new run's steps were learned from.
     # (Not asserted yet: that every one of its 20 groups is learned. Where an episode's partial last round forms
-    # after the next episode re-sent its prompts at the same RM version, the split rule drops them; the notebook.)
+    # after the next episode re-sent its prompts at the same RM version, the split rule drops them: docs/serve.md.)
     assert health["groups_dropped_silence"] >= before["open_groups"] and health["round_failures"] == 0
     assert health["updates"] >= before["updates"] + 2
     assert code == 0
