@@ -36,9 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.cli.cooper_args import RM_LR_SCHEDULERS
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve import app
-    from cooper_openrlhf.serve.groups import DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S
     from cooper_openrlhf.core import REWARD_MODES
-    from cooper_openrlhf.serve.service import ON_HACKING
+    from cooper_openrlhf.serve.service import ON_HACKING, ServiceConfig
     from cooper_openrlhf.serve.replicated.flags import VERIFY_LANES_DEFAULT, VERIFY_WORKERS_DEFAULT, add_replicated_flags
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
     from cooper_openrlhf.verify.extract import FALLBACKS
@@ -118,16 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--groups-per-update", type=int, default=0,
                    help="complete groups per round = the trainer's prompts per step (--rollout.batch_size); each "
                         "round is monitored and, with --learn, trained on; 0: no rounds")
-    g.add_argument("--group-timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+    g.add_argument("--group-timeout-s", type=float, default=ServiceConfig.group_timeout_s,
                    help="a group that gets no sample for this long is dropped from learning (its samples were paid); "
                         "timed from its last sample, so set it above the longest gap between two samples of a prompt")
-    g.add_argument("--stale-after-s", type=float, default=DEFAULT_SILENCE_S,
+    g.add_argument("--stale-after-s", type=float, default=ServiceConfig.stale_after_s,
                    help="after this long without any sample (a trainer restarted mid-step), the partial groups are "
-                        "dropped before the next sample is placed, so a new policy's samples never join them")
-    g.add_argument("--partial-round-after-s", type=float, default=30.0,
-                   help="complete groups left over when no group is open and no sample came for this long (an "
-                        "episode's partial last step) form a round of their own")
-    g.add_argument("--update-wait-timeout-s", type=float, default=300.0,
+                        "dropped before the next sample is placed, so a new policy's samples never join them, and "
+                        "identical texts count as new samples, not retries")
+    g.add_argument("--partial-round-after-s", type=float, default=ServiceConfig.partial_round_after_s,
+                   help="complete groups left over when no sample came for this long (the trainer between steps: an "
+                        "episode's partial last step) form a round of their own; set it above the trainer's longest "
+                        "pause within a step")
+    g.add_argument("--update-wait-timeout-s", type=float, default=ServiceConfig.update_wait_timeout_s,
                    help="a new group waits at most this long for the RM update in flight, then takes the latest "
                         "version")
     g.add_argument("--heldout-prompts", default=None,
