@@ -163,22 +163,29 @@ def test_a_trainer_restarted_mid_step_does_not_finish_the_old_groups(model_dir, 
 def test_a_retried_sample_gets_its_answer_again_and_is_not_scored_twice(model_dir, tmp_path):
     """A 200 lost on the wire: the client sends the byte-identical sample again. Inside an open group it gets the
     recorded answer and counts toward the group (OpenRLHF cannot tell it from the policy sampling the same text
-    twice); after its group completed it gets the answer and counts nowhere."""
-    service = RunningService(model_dir, tmp_path, group_size=4, groups_per_update=1)
+    twice); after its group completed, in the same step, it gets the answer and counts nowhere. The next step's
+    policy writing the same text, after the step's round, is a new sample."""
+    service = RunningService(model_dir, tmp_path, group_size=4, groups_per_update=2)
     question, answer = QUESTIONS[0]
     try:
         replies = [REPLIES[i].format(answer) for i in range(4)]
         first = _step_one(service, (question, answer), replies[0])
         again = _step_one(service, (question, answer), replies[0])  # inside the open group
         rest = [_step_one(service, (question, answer), reply)[0] for reply in replies[1:3]]
-        after = _step_one(service, (question, answer), replies[2])  # after the group completed
+        after = _step_one(service, (question, answer), replies[2])  # after the group completed, before the update
+        other = _step_with(service, QUESTIONS[1:2], REPLIES)  # the step's other group: its round forms
+        deadline = time.monotonic() + 60
+        while _health(service)["rounds"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        next_step = _step_one(service, (question, answer), replies[2])  # the next step's policy, the same text
         health = _health(service)
     finally:
         service.stop()
-    assert _answered(first + again + rest + after)
+    assert _answered(first + again + rest + after + other + next_step)
     assert again[0] == first[0] and after[0] == rest[-1]
-    assert health["samples_repeated"] == 2 and health["groups_completed"] == 1 and health["open_groups"] == 0
-    assert health["rm_batch_mean"] * health["rm_batches"] == 3  # the three distinct samples scored, not five
+    assert health["samples_repeated"] == 2 and health["groups_completed"] == 2 and health["rounds"] == 1
+    assert health["open_groups"] == 1 and health["samples"] == 10  # the next step's sample opened a group
+    assert health["rm_batch_mean"] * health["rm_batches"] == 8  # the distinct samples of each step scored, once
 
 
 def test_a_request_by_hand_during_a_step_is_answered_and_the_run_goes_on(model_dir, tmp_path):
@@ -212,10 +219,15 @@ def test_an_identical_sample_is_a_repeat_in_an_open_group_a_retry_soon_after_and
     groups.record(group, scored)
     assert groups.repeat(groups.answered(fingerprint(sample))) is group  # the policy's duplicate completes it
     assert [s.reward for s in group.scored] == [0.6, 0.6] and groups.completed == 1
-    now[0] = RETRY_WINDOW_S - 1  # a retry of the answer lost on the wire: answered, counted nowhere
+    now[0] = RETRY_WINDOW_S - 1  # a retry of the answer lost on the wire, in its step: answered, counted nowhere
     assert groups.repeat(groups.answered(fingerprint(sample))) is None and not groups.open
-    now[0] = RETRY_WINDOW_S + 1  # the next episode's policy writing the same text: a new sample
+    groups.round_formed()  # the step's round: the same text after it is the next step's policy's, a new sample
     assert groups.answered(fingerprint(sample)) is None
+    alone = GroupTracker(group_size=1, clock=lambda: now[0])
+    alone.record(alone.reserve("p", 0, "1"), scored)
+    assert alone.answered(fingerprint(sample)) is not None
+    now[0] += RETRY_WINDOW_S + 1  # no round formed, but too late for the client's retries: a new sample
+    assert alone.answered(fingerprint(sample)) is None
     restarted = GroupTracker(group_size=2, clock=lambda: now[0], silence_s=60)
     restarted.record(restarted.reserve("p", 0, "1"), scored)
     restarted.arrived()

@@ -25,12 +25,21 @@ What a real run does to groups, and what the tracker does then (each costs learn
   the group's size as a repeat, because OpenRLHF's protocol cannot tell a retried sample from the policy sampling
   the same completion twice, and the second is common for short answers: not counting it would leave such groups
   one short forever. Its copy in the group is the first one's, so pairs built from the group are unchanged. A
-  sample identical to one whose group completed less than `RETRY_WINDOW_S` ago is a retry (its 200 was lost after
-  the group's last sample): answered, counted nowhere. Later it is a new sample (the next episode's policy
-  answering the same prompt with the same text), placed and scored like any other.
+  sample identical to one whose group completed is a retry (its 200 was lost after the group's last sample):
+  answered, counted nowhere, while it is less than `RETRY_WINDOW_S` old and no round has formed since it was
+  answered (a synchronous trainer retries within its step, and a round forms at a step's end). After a round it is a
+  new sample (the next step's policy answering a prompt it saw last step with the same text: a small data set, the
+  next episode), placed and scored like any other. (So a retry of a step's last answer that arrives after the
+  step's round formed is taken as a new sample: its key gets a stray group, which the key's next samples fill or
+  which times out. That costs one group's learning, never an answer.)
 Dropped groups are counted by reason (`dropped`).
+
+A group keeps its samples in order of arrival (`arrival`, taken when a sample is placed), not of scoring: scoring
+finishes out of order (batches, verifier lanes), and the pairs built from a group pick among its samples by index,
+as the trainer does among its rollouts, which it holds in the order it sent them.
 """
 
+import bisect
 import hashlib
 import itertools
 import logging
@@ -74,6 +83,7 @@ class Group:
     label: str = ""
     last_at: float = 0.0  # when its last sample arrived or was recorded
     repeats: int = 0  # samples identical to one already scored in it (retries, or the policy's duplicates)
+    arrivals: list[int] = field(default_factory=list)  # per scored sample, its arrival (`GroupTracker.arrival`)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -88,6 +98,7 @@ class Answered:
     version: int  # the RM version that scored it
     scored: ScoredSample
     at: float  # when it was recorded
+    round: int  # rounds formed before it was recorded (`GroupTracker.round_formed`)
 
 
 def fingerprint(sample: Sample) -> bytes:
@@ -114,9 +125,11 @@ class GroupTracker:
         self.open: dict[str, Group] = {}
         self._filling: dict[tuple[str, str], str] = {}  # key -> id of its group still taking samples
         self._ids = itertools.count()
+        self._arrivals = itertools.count()
         self.completed = 0
         self.dropped: Counter = Counter()  # reason -> groups dropped from learning
         self.repeats = 0  # samples answered from a recorded answer
+        self.rounds_formed = 0
         self._answers: OrderedDict[bytes, Answered] = OrderedDict()  # the most recent answers, for retries
         self._last_arrival: float | None = None
         self._made_at = clock()
@@ -159,12 +172,23 @@ class GroupTracker:
         return self.clock() - (self._last_arrival if self._last_arrival is not None else self._made_at)
 
     def answered(self, sample_fingerprint: bytes) -> Answered | None:
-        """The answer a sample with this `fingerprint` got, when its group is open or it is recent enough to be a
-        retry (module docstring); None: a sample to place and score."""
+        """The answer a sample with this `fingerprint` got, when its group is open, or when it is recent enough to
+        be a retry and no round formed since (module docstring); None: a sample to place and score."""
         known = self._answers.get(sample_fingerprint)
-        if known is None or known.group_id in self.open or self.clock() - known.at <= RETRY_WINDOW_S:
+        if known is None or known.group_id in self.open:
+            return known
+        if self.clock() - known.at <= RETRY_WINDOW_S and known.round == self.rounds_formed:
             return known
         return None
+
+    def arrival(self) -> int:
+        """A number for a sample being placed, increasing with arrival (`record` orders a group's samples by it)."""
+        return next(self._arrivals)
+
+    def round_formed(self) -> None:
+        """The host took complete groups into a round: the trainer's step is over, so an identical sample after this
+        is the next step's, not a retry (module docstring)."""
+        self.rounds_formed += 1
 
     def repeat(self, answered: Answered) -> Group | None:
         """Count a repeat of `answered` in its group when that is still open (module docstring); returns the group
@@ -211,14 +235,20 @@ class GroupTracker:
             del self.open[group.id]
             self._filling.pop(group.key, None)
 
-    def record(self, group: Group, scored: ScoredSample, remember: bool = True) -> Group | None:
-        """Add a scored sample; returns the group when this sample completed it (it is then closed)."""
+    def record(self, group: Group, scored: ScoredSample, remember: bool = True,
+               arrival: int | None = None) -> Group | None:
+        """Add a scored sample at its `arrival` (taken when it was placed; None: now); returns the group when this
+        sample completed it (it is then closed)."""
         if group.id not in self.open:
             return None  # dropped while this sample was being scored
-        group.scored.append(scored)
+        arrival = self.arrival() if arrival is None else arrival
+        at = bisect.bisect(group.arrivals, arrival)
+        group.arrivals.insert(at, arrival)
+        group.scored.insert(at, scored)
         group.last_at = self.clock()
         if remember:
-            self._remember(fingerprint(scored.sample), Answered(group.id, group.version, scored, group.last_at))
+            self._remember(fingerprint(scored.sample), Answered(group.id, group.version, scored, group.last_at,
+                                                                    self.rounds_formed))
         if len(group.scored) < self.group_size:
             return None
         del self.open[group.id]
@@ -271,6 +301,7 @@ class GroupTracker:
             group = Group(f"{self.incarnation}:{next(self._ids)}", record["prompt"], record["version"], now,
                           label=record.get("label", ""), last_at=now)
             group.scored = [_scored_from_dict(s) for s in record["scored"]]
+            group.arrivals = [self.arrival() for _ in group.scored]
             group.reserved = len(group.scored)
             self.open[group.id] = group
             if group.reserved < self.group_size:

@@ -18,13 +18,16 @@ with the trainer when a real run is not:
 Every group left out is counted by reason (`groups.dropped`) and shown at /health and /metrics.
 
 A class using it has `config` (a `ServiceConfig`), `groups` (a `GroupTracker`), `ready` (complete groups not yet
-in a round), `round_error`, `round_failures`, `_round_wakeup` (an asyncio.Event), calls `_init_group_checks()`,
+in a round), `version` (the RM version it publishes), `update_done` (an asyncio.Event, set while no update is in
+flight), `_waited` (seconds new groups waited for updates), `round_error`, `round_failures`, `_round_wakeup` (an
+asyncio.Event), calls `_init_group_checks()`,
 `_arrived()` before placing a request's samples and `_recorded(complete)` after recording each, and defines
 `_rounds_done()`, `_expire_and_retire()` and `async _run_round(index, groups)`.
 """
 
 import asyncio
 import logging
+import time
 
 from cooper_openrlhf.serve.trainer_groups import (WARNING_KINDS, GroupWarnings, no_group_completes,
                                                   open_when_a_round_completes, samples_by_prompt, shared_keys,
@@ -65,6 +68,34 @@ class RoundSupervisor:
         self._samples_since_complete = 0
         self._checked_at = -float("inf")
         self._split: set = set()  # (key, version) of trainer groups split over two of ours, not learned from
+
+    # ------------------------------------------------------------------------------------ placing
+    async def _wait_for_update(self, key: tuple[str, str]) -> None:
+        """A sample that opens a new group waits while an RM update is in flight, so the step after a round is
+        scored by the updated RM (a synchronous trainer's next step would be, if its sample had come a moment
+        later). `key`: the sample's (prompt, label); a sample joining its key's filling group never waits."""
+        if not self.config.wait_for_update or self.update_done.is_set() or self.groups.has_filling_group(*key):
+            return
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.config.update_wait_timeout_s):
+                await self.update_done.wait()
+        except TimeoutError:
+            logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
+                           self.config.update_wait_timeout_s, self.version)
+        self._waited += time.perf_counter() - start
+
+    def _identical_answer(self, sample_fingerprint: bytes):
+        """The recorded answer (`groups.Answered`) of a sample identical to one answered before, counted in its
+        group while that is open (a repeat); None for a sample to place and score (serve/groups.py)."""
+        known = self.groups.answered(sample_fingerprint)
+        if known is not None:
+            self._repeated(self.groups.repeat(known))
+        return known
+
+    def _repeated(self, complete) -> None:
+        """After a repeat is counted; `complete`: the group it completed, or None (a host may add to it)."""
+        self._recorded(complete)
 
     # ------------------------------------------------------------------------------ trainer groups
     def _arrived(self) -> None:
@@ -139,6 +170,7 @@ class RoundSupervisor:
                         "partial last step or the run's end)", len(batch), self.config.partial_round_after_s)
         else:
             return None
+        self.groups.round_formed()
         self._split |= shared_keys(batch, [*self.ready, *self.groups.open.values()])
         split = [g for g in batch if (g.key, g.version) in self._split]
         if split:
@@ -149,7 +181,9 @@ class RoundSupervisor:
                                      f"they are not learned from")
         versions = {g.version for g in batch}
         self._split = {(key, version) for key, version in self._split if version >= min(versions)}
-        return [g for g in batch if (g.key, g.version) not in self._split]
+        # in the order their first samples arrived, which is the trainer's prompt order: its pairs are in that order
+        return sorted((g for g in batch if (g.key, g.version) not in self._split),
+                      key=lambda g: g.arrivals[0] if g.arrivals else -1)
 
     async def _round_loop(self) -> None:
         """Turn complete groups into rounds, one at a time, and expire stale groups; a failure is logged, counted

@@ -189,16 +189,19 @@ class RewardService(RoundSupervisor):
             raise RuntimeError("the service is shutting down")
         answers: list[Scored | None] = [None] * len(samples)
         places: dict[int, Group | None] = {}  # sample index -> its group place (None: held out, never grouped)
+        arrivals: dict[int, int] = {}  # sample index -> its arrival, which orders its group's samples
         try:
             if self.keeps_groups:
                 self._arrived()
             for i, sample in enumerate(samples):  # inside the try: a request cancelled while waiting gives back
                 if sample.question in self.config.heldout:
                     places[i] = None
-                elif (known := self._answered(sample)) is not None:
-                    answers[i] = known
+                elif self.keeps_groups and (known := self._identical_answer(fingerprint(sample))) is not None:
+                    answers[i] = Scored(known.scored.reward, known.scored.logit, known.scored.outcome.verdict,
+                                        known.version)
                 else:
                     places[i] = await self._reserve(sample)
+                    arrivals[i] = self.groups.arrival()
             todo = list(places)
             # The RM reads the completion as the trainer's RM does (`normalize_solution`, also what the pairs hold).
             items = [(places[i].version if places[i] else self.version, samples[i].question, samples[i].reference,
@@ -225,19 +228,15 @@ class RewardService(RoundSupervisor):
                     self.counters["heldout_samples"] += 1
                 answers[i] = Scored(reward, logit, outcome.verdict, version)
                 continue
-            self._completed(self.groups.record(group, ScoredSample(sample, logit, outcome, reward)))
+            self._completed(self.groups.record(group, ScoredSample(sample, logit, outcome, reward),
+                                               arrival=arrivals[i]))
             answers[i] = Scored(reward, logit, outcome.verdict, group.version)
         self.counters["samples"] += len(samples)
         self._wake_rounds()
         return answers
 
-    def _answered(self, sample: Sample) -> Scored | None:
-        """The recorded answer of an identical sample (a retry, or the policy's duplicate), counted in its group
-        while that is open (`serve/groups.py`); None for a sample to score."""
-        if not self.keeps_groups or (known := self.groups.answered(fingerprint(sample))) is None:
-            return None
-        self._completed(self.groups.repeat(known))
-        return Scored(known.scored.reward, known.scored.logit, known.scored.outcome.verdict, known.version)
+    def _repeated(self, complete: Group | None) -> None:
+        self._completed(complete)
 
     def _completed(self, complete: Group | None) -> None:
         """After a sample is recorded: a group it completed joins the rounds, its pairs' slow part started now."""
@@ -248,16 +247,7 @@ class RewardService(RoundSupervisor):
 
     async def _reserve(self, sample: Sample) -> Group:
         """The sample's group place; a new group first waits for an update in flight (module docstring)."""
-        if self.config.wait_for_update and not self.groups.has_filling_group(sample.prompt, sample.reference) \
-                and not self.update_done.is_set():
-            start = time.perf_counter()
-            try:
-                async with asyncio.timeout(self.config.update_wait_timeout_s):
-                    await self.update_done.wait()
-            except TimeoutError:
-                logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
-                               self.config.update_wait_timeout_s, self.version)
-            self._waited += time.perf_counter() - start
+        await self._wait_for_update((sample.prompt, sample.reference))
         if not self.keeps_groups:  # a place in no tracker: the version it names is all that is read from it
             return Group("", sample.prompt, self.version, 0.0)
         return self.groups.reserve(sample.prompt, self.version, sample.reference)

@@ -39,7 +39,6 @@ that checkpoint already holds it; a round that kills the learner `MAX_ROUND_KILL
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 
 import ray
@@ -74,6 +73,7 @@ class Place:
     version: int
     heldout: bool = False
     known: ScoredSample | None = None  # the recorded answer of an identical sample: answered, not scored
+    arrival: int = -1  # orders its group's samples (`GroupTracker.arrival`)
 
 
 @dataclass(frozen=True)
@@ -178,17 +178,17 @@ class GroupRegistry(RoundSupervisor):
                 if want.heldout:
                     places.append(Place(NO_GROUP, self.version, heldout=True))
                     continue
-                if self.keeps_groups and (known := self.groups.answered(want.fingerprint)) is not None:
-                    self._recorded(self.groups.repeat(known))
+                if self.keeps_groups and (known := self._identical_answer(want.fingerprint)) is not None:
                     places.append(Place(NO_GROUP, known.version, known=known.scored))
+                    self.counters["samples"] += 1  # answered here: the ingress records only what it scores
                     continue
-                await self._wait_for_update(want)
+                await self._wait_for_update((want.prompt, want.label))
                 if not self.keeps_groups:
                     places.append(Place(NO_GROUP, self.version))
                     continue
                 await self._give_back_places_of_dead_holders(want)
                 group = self.groups.reserve(want.prompt, self.version, want.label)
-                places.append(Place(group.id, group.version))
+                places.append(Place(group.id, group.version, arrival=self.groups.arrival()))
                 self.holders.take(holder, group.id)
         except BaseException:
             self._release(places, holder[0] if holder else None)
@@ -225,19 +225,6 @@ class GroupRegistry(RoundSupervisor):
         except asyncio.TimeoutError:
             return True
 
-    async def _wait_for_update(self, want: Wanted) -> None:
-        """A new group waits while an update is in flight (`serve/service.py`'s `_reserve`)."""
-        if self.config.wait_for_update and not self.groups.has_filling_group(want.prompt, want.label) \
-                and not self.update_done.is_set():
-            start = time.perf_counter()
-            try:
-                async with asyncio.timeout(self.config.update_wait_timeout_s):
-                    await self.update_done.wait()
-            except TimeoutError:
-                logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
-                               self.config.update_wait_timeout_s, self.version)
-            self._waited += time.perf_counter() - start
-
     async def release(self, places: list[Place], holder_id: str | None = None) -> None:
         """Give back the places of samples that were not scored (their retries reserve again)."""
         await self._ready()
@@ -265,7 +252,7 @@ class GroupRegistry(RoundSupervisor):
             group = self.groups.open.get(place.group)
             if group is None:  # no group kept, or dropped while the sample was scored
                 continue
-            self._recorded(self.groups.record(group, sample))
+            self._recorded(self.groups.record(group, sample, arrival=place.arrival))
         self.counters["samples"] += len(places)
         if self.keeps_groups:
             self._round_wakeup.set()
