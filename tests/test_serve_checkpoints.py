@@ -49,6 +49,21 @@ def test_versions_lost_with_a_killed_process_are_never_numbered_again(model_dir,
     assert restarted.publish(trained) == 4  # and on from there, one at a time
 
 
+def test_an_unwritable_version_log_does_not_stop_publishing_and_numbers_keep_rising(tmp_path):
+    """A full or read-only disk fails checkpoints and the version log alike: learning goes on (numbers still rise
+    within the process) and the next writable moment records the highest."""
+    from cooper_openrlhf.serve.checkpoint import ServiceCheckpoint
+
+    checkpoints = ServiceCheckpoint(None, str(tmp_path / "state"))
+    assert checkpoints.next_version(0) == 1
+    (tmp_path / "state" / "rm").rename(tmp_path / "aside")
+    (tmp_path / "state" / "rm").write_text("not a folder")
+    assert [checkpoints.next_version(1), checkpoints.next_version(1)] == [2, 3]
+    (tmp_path / "state" / "rm").unlink()
+    (tmp_path / "aside").rename(tmp_path / "state" / "rm")
+    assert checkpoints.next_version(3) == 4 and ServiceCheckpoint(None, str(tmp_path / "state")).highest_published() == 4
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_weights_are_refused_in_every_dtype(dtype, bad):

@@ -94,6 +94,7 @@ class ServiceCheckpoint:
         if keep < 1:
             raise ValueError(f"keep must be >= 1 (the live checkpoint), got {keep}")
         self.trainer, self.dir, self.keep = trainer, os.path.join(state_dir, "rm"), keep
+        self._published = 0  # the highest version published by this process (the log may not have been writable)
 
     def save(self, state: dict, pinned_models: dict | None = None) -> str:
         """Commit the RM's DeepSpeed state, `state` (the service's) and `pinned_models` ({version: module} of the
@@ -160,8 +161,14 @@ class ServiceCheckpoint:
     def next_version(self, current: int) -> int:
         """The number to publish a new version under: one past `current` and past every version ever published,
         recorded (flushed to disk) before it is returned, so before anyone can be paid by it."""
-        version = max(current, self.highest_published()) + 1
-        self.record_published(version)
+        version = max(current, self._published, self.highest_published()) + 1
+        self._published = version
+        try:
+            self.record_published(version)
+        except OSError as exc:  # a full or read-only disk must not stop learning: checkpoints fail the same way
+            logger.warning("the version log in %s could not be written (%s); RM version %d is published anyway. Until "
+                           "it can be, a restart may publish a number clients were already paid by", self.dir, exc,
+                           version)
         return version
 
     def record_published(self, version: int) -> None:
