@@ -85,6 +85,17 @@ def _stage(state_dir: Path, stage: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def test_the_replicated_learners_pinned_weights_are_checked_as_modules_are():
+    """The learner actor saves pinned versions from the object store as plain state dicts (`_Weights`): the same
+    finiteness check as the one-process service's modules, no AttributeError failing every round's checkpoint."""
+    from cooper_openrlhf.serve.checkpoint import NonFiniteWeights, refuse_non_finite
+    from cooper_openrlhf.serve.replicated.learner_actor import _Weights
+
+    refuse_non_finite(_Weights({"w": torch.ones(2), "steps": torch.tensor(3)}), "pinned version 1")
+    with pytest.raises(NonFiniteWeights, match="pinned version 2"):
+        refuse_non_finite(_Weights({"w": torch.tensor([1.0, float("nan")])}), "pinned version 2")
+
+
 @pytest.mark.slow
 def test_a_restart_after_a_kill_between_publish_and_checkpoint_numbers_past_the_lost_versions(model_dir, tmp_path):
     """`cli.serve.build_service --learn` (the tiny RM on DeepSpeed), in two processes: the first checkpoints version

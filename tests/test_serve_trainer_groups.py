@@ -108,22 +108,29 @@ def test_a_trainer_with_more_samples_per_prompt_than_the_group_size_is_scored_an
     assert "more samples per prompt than --group-size 8" in health["groups"]
 
 
-def test_an_episodes_partial_last_step_forms_a_round_of_its_own(model_dir, tmp_path):
+@pytest.mark.parametrize("partial_round_after_s, update_s", [(3.0, 5.0), (30.0, 4.0)], ids=["quiet", "next_step"])
+def test_an_episodes_partial_last_step_forms_a_round_of_its_own(model_dir, tmp_path, partial_round_after_s, update_s):
     """Three prompts an episode at two a step: OpenRLHF trains the partial last step. Its lone group forms a round
-    once the trainer is quiet, so every round is one of the trainer's steps, and nothing is warned."""
-    service = RunningService(model_dir, tmp_path, group_size=4, groups_per_update=2, partial_round_after_s=3.0)
+    once the trainer is quiet for --partial-round-after-s, or, when the trainer's policy update is shorter than
+    that, at the next step's first sample (every group complete, STEP_GAP_S of quiet). So every round is one of the
+    trainer's steps, and nothing is warned."""
+    service = RunningService(model_dir, tmp_path, group_size=4, groups_per_update=2,
+                             partial_round_after_s=partial_round_after_s)
     try:
         results = []
         for take in range(2):  # two episodes, each with the trainer's policy update (quiet) after every step
             for questions in (QUESTIONS[:2], QUESTIONS[2:3]):
                 results += _step(service, questions, n=4, take=take)
-                time.sleep(5)
+                time.sleep(update_s)
+        results += _step(service, QUESTIONS[:2], n=4, take=2)  # the third episode's first step
+        time.sleep(1)
         health = _health(service)
     finally:
         service.stop()
     rounds = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert _answered(results)
-    assert [r["cooper/samples"] for r in rounds] == [8.0, 4.0, 8.0, 4.0] and health["ready_groups"] == 0
+    assert [r["cooper/samples"] for r in rounds] == [8.0, 4.0, 8.0, 4.0, 8.0] and health["ready_groups"] == 0
+    assert health["groups_dropped_split_trainer_group"] == 0
     assert health["groups"] == "ok" and health["group_warnings_open_at_a_rounds_end"] == 0
 
 
@@ -310,6 +317,7 @@ class _Rounds:
         self.host = type("Host", (RoundSupervisor,), {})()
         self.host.config = ServiceConfig(group_size=1, groups_per_update=per_round, partial_round_after_s=30.0)
         self.host.groups, self.host.ready = GroupTracker(1, clock=clock), []
+        self.host._round_wakeup = asyncio.Event()
         self.host._init_group_checks()
 
     def complete(self, prompt: str, version: int = 0):
@@ -338,6 +346,14 @@ def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial
     assert rounds.host._next_round() is None  # one group, and the trainer not quiet yet
     now[0] += 31
     assert [g.prompt for g in rounds.host._next_round()] == ["r"]  # the partial last step's round
+    rounds.complete("s")
+    now[0] += 2  # quiet, but shorter than a trainer's policy update: the step goes on
+    rounds.complete("t")
+    assert [g.prompt for g in rounds.host._next_round()] == ["s", "t"]  # one step's round, in arrival order
+    rounds.complete("u")
+    now[0] += 4  # the next step's first sample after the policy update: u's step is over, its round forms first
+    rounds.host._arrived()
+    assert [g.prompt for g in rounds.host._next_round()] == ["u"] and rounds.host._next_round() is None
 
 
 def test_a_round_is_one_log_line_with_version_pairs_loss_health_and_seconds():

@@ -8,11 +8,14 @@ with the trainer when a real run is not:
 - a round leaves out the groups whose (prompt, label) another group holds at the same RM version (one trainer
   group split over two of ours: n > group size, or a prompt twice in a step): learned from, they would make the
   update land mid-step, and the rest of the trainer's group would be scored by the next version;
-- complete groups left over when no sample has come for `partial_round_after_s` (the trainer is updating its
-  policy: an episode's partial last step, the end of a run) form a round of their own, so the next step starts a
-  fresh one. Groups still open then do not hold it back: a synchronous trainer between steps has no sample in
-  flight, so they are left over from before (a retry, a restart) and complete with nothing of this step. (A step
-  whose last samples come more than that after all others gets two updates instead of one.);
+- complete groups left over when a step ends with fewer than a round (an episode's partial last step, the end of
+  a run) form a round of their own, so the next step starts a fresh one. The step is over when no sample has come
+  for `partial_round_after_s`, or sooner, when a sample comes after `STEP_GAP_S` of quiet with every group
+  complete (the trainer updated its policy and began its next step: the step boundary, found before the next
+  step's first sample is placed, whose new groups wait for that round's update). Groups still open after
+  `partial_round_after_s` do not hold it back: a synchronous trainer between steps has no sample in flight, so
+  they are left over from before (a retry, a restart) and complete with nothing of this step. (A step whose last
+  samples come more than that after all others gets two updates instead of one.);
 - complete groups waiting for a round are bounded (`MAX_READY_ROUNDS` rounds' worth: a learner that cannot keep
   up or keeps failing): the oldest are dropped, counted.
 Every group left out is counted by reason (`groups.dropped`) and shown at /health and /metrics.
@@ -38,6 +41,9 @@ logger = logging.getLogger(__name__)
 MAX_READY_ROUNDS = 4  # complete groups kept waiting for the learner, in rounds
 CHECK_EVERY_S = 1.0  # invariant (1) is read at most this often (it walks the open groups)
 LOOP_TICK_S = 5.0  # the round loop looks at expiry and quiet at least this often
+# Quiet, with every group complete, that ends a trainer's step: its policy update between steps is longer (seconds
+# on a GPU), while a step's samples, all generated at once, come closer together.
+STEP_GAP_S = 3.0
 
 
 DROP_REASONS = ("timeout", "silence", "split trainer group", "backlog", "learner crash")
@@ -68,17 +74,25 @@ class RoundSupervisor:
         self._samples_since_complete = 0
         self._checked_at = -float("inf")
         self._split: set = set()  # (key, version) of trainer groups split over two of ours, not learned from
+        self._step_end: list = []  # the groups of a step found over by a sample's arrival, for the next round
+        self._step_end_learned: asyncio.Future | None = None  # done once their round ran: new groups wait for it
 
     # ------------------------------------------------------------------------------------ placing
     async def _wait_for_update(self, key: tuple[str, str]) -> None:
-        """A sample that opens a new group waits while an RM update is in flight, so the step after a round is
-        scored by the updated RM (a synchronous trainer's next step would be, if its sample had come a moment
-        later). `key`: the sample's (prompt, label); a sample joining its key's filling group never waits."""
-        if not self.config.wait_for_update or self.update_done.is_set() or self.groups.has_filling_group(*key):
+        """A sample that opens a new group waits while an RM update is in flight, or while the round of a step
+        found over at its arrival has not run yet, so the step after a round is scored by the updated RM (a
+        synchronous trainer's next step would be, if its sample had come a moment later). `key`: the sample's
+        (prompt, label); a sample joining its key's filling group never waits."""
+        if not self.config.wait_for_update or self.groups.has_filling_group(*key):
+            return
+        step_end = self._step_end_learned
+        if (step_end is None or step_end.done()) and self.update_done.is_set():
             return
         start = time.perf_counter()
         try:
             async with asyncio.timeout(self.config.update_wait_timeout_s):
+                if step_end is not None and not step_end.done():
+                    await asyncio.shield(step_end)
                 await self.update_done.wait()
         except TimeoutError:
             logger.warning("a new group waited %.0fs for the RM update; scoring it with version %d",
@@ -99,8 +113,24 @@ class RoundSupervisor:
 
     # ------------------------------------------------------------------------------ trainer groups
     def _arrived(self) -> None:
-        """Before a request's samples are placed: the silence rule (`serve/groups.py`)."""
+        """Before a request's samples are placed: the silence rule (`serve/groups.py`), then the step boundary
+        (module docstring): after `STEP_GAP_S` of quiet with every group complete and fewer than a round ready,
+        those groups are the last step's, and they form its round before this sample is placed."""
+        quiet = self.groups.idle_s()
         self.groups.arrived()
+        per_round = self.config.groups_per_update
+        if not (per_round and self.ready and len(self.ready) < per_round and not self.groups.open) \
+                or quiet < min(STEP_GAP_S, self.config.partial_round_after_s):
+            return
+        self._step_end, self.ready = self.ready, []
+        self.groups.round_formed()
+        try:
+            self._step_end_learned = asyncio.get_running_loop().create_future()
+        except RuntimeError:  # no event loop (unit tests drive the bookkeeping alone)
+            self._step_end_learned = None
+        self._round_wakeup.set()
+        logger.info("a partial round of %d groups (a sample after %.0fs of quiet, every group complete: the trainer's "
+                    "step is over, an episode's partial last step)", len(self._step_end), quiet)
 
     def _recorded(self, complete) -> None:
         """After one sample is recorded; `complete`: the group it completed, or None."""
@@ -154,6 +184,9 @@ class RoundSupervisor:
     def _next_round(self) -> list | None:
         """The next round's groups (module docstring), or None when none is due."""
         per_round = self.config.groups_per_update
+        if self._step_end:  # found over at a sample's arrival (`_arrived`), which counted the round formed
+            batch, self._step_end = self._step_end, []
+            return self._learned_from(batch)
         if not per_round or not self.ready:
             return None
         if len(self.ready) > MAX_READY_ROUNDS * per_round:
@@ -171,6 +204,10 @@ class RoundSupervisor:
         else:
             return None
         self.groups.round_formed()
+        return self._learned_from(batch)
+
+    def _learned_from(self, batch: list) -> list:
+        """The groups of `batch` a round learns from: those not split with another group (module docstring)."""
         self._split |= shared_keys(batch, [*self.ready, *self.groups.open.values()])
         split = [g for g in batch if (g.key, g.version) in self._split]
         if split:
@@ -202,16 +239,20 @@ class RoundSupervisor:
                 self._check_open_groups()
             except Exception as exc:
                 self._round_failed("expiring groups", exc)
-            while (batch := self._next_round()) is not None:
-                if not batch:
-                    continue  # every group of it left out (counted): no update, the next step scores as this one
-                index = self._rounds_done()
-                try:
-                    await self._run_round(index, batch)
-                except Exception as exc:
-                    self._round_failed(f"round {index}", exc)
-                else:
-                    self.round_error = None
+            while True:
+                step_end, batch = self._step_end_learned, self._next_round()
+                if batch is None:
+                    break
+                if batch:  # (empty: every group of it left out, counted: no update, the next step scores as this)
+                    index = self._rounds_done()
+                    try:
+                        await self._run_round(index, batch)
+                    except Exception as exc:
+                        self._round_failed(f"round {index}", exc)
+                    else:
+                        self.round_error = None
+                if step_end is not None and not step_end.done() and not self._step_end:
+                    step_end.set_result(None)  # the next step's new groups go on (`_wait_for_update`)
 
     def _round_failed(self, what: str, exc: Exception) -> None:
         logger.error("%s failed; the next round tries again", what, exc_info=exc)

@@ -40,13 +40,17 @@ logger = logging.getLogger(__name__)
 
 
 class _Weights:
-    """A state dict where `ServiceCheckpoint.save` expects a module (it reads `state_dict()`)."""
+    """A state dict where `ServiceCheckpoint.save` expects a module (it reads `state_dict()`, and `parameters()` to
+    refuse non-finite weights)."""
 
     def __init__(self, state_dict: dict):
         self._state_dict = state_dict
 
     def state_dict(self) -> dict:
         return self._state_dict
+
+    def parameters(self):
+        return iter(self._state_dict.values())
 
 
 def cpu_state_dict(module) -> dict:
