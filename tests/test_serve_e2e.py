@@ -260,11 +260,14 @@ def test_stock_openrlhf_goes_through_a_real_runs_events_with_every_sample_paid(p
         code = service.stop()
     assert before["rounds"] >= 1 and by_hand == [200]
     # the killed run's partial groups (if the kill found any open) were dropped when the new run's first sample came
-    # after the silence, never joined by the new run's samples; the new run's steps were learned from.
-    # (Not asserted yet: that every one of its 20 groups is learned. Where an episode's partial last round forms
-    # after the next episode re-sent its prompts at the same RM version, the split rule drops them: docs/serve.md.)
+    # after the silence, never joined by the new run's samples; every one of the new run's 20 groups was learned
+    # from, each of its 6 steps (4, 4, 2 prompts an episode) one round, the partial ones included
     assert health["groups_dropped_silence"] >= before["open_groups"] and health["round_failures"] == 0
-    assert health["updates"] >= before["updates"] + 2
+    assert health["groups_completed"] - before["groups_completed"] == 20
+    killed_runs_last = 1 if before["ready_groups"] else 0  # the killed run's complete groups short of a round
+    assert health["rounds"] - before["rounds"] == 6 + killed_runs_last
+    assert health["groups_dropped_split_trainer_group"] == 0
+    assert health["updates"] >= before["updates"] + 2 and health["learning"] == "ok"
     assert code == 0
 
 

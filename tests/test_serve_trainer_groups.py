@@ -354,6 +354,19 @@ def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial
     now[0] += 4  # the next step's first sample after the policy update: u's step is over, its round forms first
     rounds.host._arrived()
     assert [g.prompt for g in rounds.host._next_round()] == ["u"] and rounds.host._next_round() is None
+    rounds.host.groups.reserve("by hand", 0)  # one sample of a prompt the trainer never sends: its group stays open
+    now[0] += 20
+    rounds.complete("v")
+    now[0] += 4  # that group's sample came 24 s ago: it may be this step's group still waiting for samples
+    rounds.host._arrived()
+    assert rounds.host._next_round() is None
+    rounds.complete("w")
+    assert [g.prompt for g in rounds.host._next_round()] == ["v", "w"]
+    now[0] += 10
+    rounds.complete("x")
+    now[0] += 4  # 38 s without a sample: a stray, which does not hold the step boundary back
+    rounds.host._arrived()
+    assert [g.prompt for g in rounds.host._next_round()] == ["x"]
 
 
 def test_a_round_is_one_log_line_with_version_pairs_loss_health_and_seconds():

@@ -11,8 +11,9 @@ with the trainer when a real run is not:
 - complete groups left over when a step ends with fewer than a round (an episode's partial last step, the end of
   a run) form a round of their own, so the next step starts a fresh one. The step is over when no sample has come
   for `partial_round_after_s`, or sooner, when a sample comes after `STEP_GAP_S` of quiet with every group
-  complete (the trainer updated its policy and began its next step: the step boundary, found before the next
-  step's first sample is placed, whose new groups wait for that round's update). Groups still open after
+  complete but strays (no sample for `partial_round_after_s`: a request by hand, a retry's group): the trainer
+  updated its policy and began its next step. The step boundary is found before the next step's first sample is
+  placed, and the next step's new groups wait for that round's update. Groups still open after
   `partial_round_after_s` do not hold it back: a synchronous trainer between steps has no sample in flight, so
   they are left over from before (a retry, a restart) and complete with nothing of this step. (A step whose last
   samples come more than that after all others gets two updates instead of one.);
@@ -114,14 +115,16 @@ class RoundSupervisor:
     # ------------------------------------------------------------------------------ trainer groups
     def _arrived(self) -> None:
         """Before a request's samples are placed: the silence rule (`serve/groups.py`), then the step boundary
-        (module docstring): after `STEP_GAP_S` of quiet with every group complete and fewer than a round ready,
-        those groups are the last step's, and they form its round before this sample is placed."""
+        (module docstring): after `STEP_GAP_S` of quiet with every group complete but strays and fewer than a
+        round ready, those groups are the last step's, and they form its round before this sample is placed."""
         quiet = self.groups.idle_s()
         self.groups.arrived()
-        per_round = self.config.groups_per_update
-        if not (per_round and self.ready and len(self.ready) < per_round and not self.groups.open) \
-                or quiet < min(STEP_GAP_S, self.config.partial_round_after_s):
+        per_round, after_s = self.config.groups_per_update, self.config.partial_round_after_s
+        if not (per_round and self.ready and len(self.ready) < per_round) or quiet < min(STEP_GAP_S, after_s):
             return
+        now = self.groups.clock()  # open groups with no sample for after_s are strays (a request by hand, a retry)
+        if any(now - group.last_at < after_s for group in self.groups.open.values()):
+            return  # a group of this step still waits for its last samples
         self._step_end, self.ready = self.ready, []
         self.groups.round_formed()
         try:
