@@ -317,18 +317,20 @@ class _Rounds:
         self.host = type("Host", (RoundSupervisor,), {})()
         self.host.config = ServiceConfig(group_size=1, groups_per_update=per_round, partial_round_after_s=30.0)
         self.host.groups, self.host.ready = GroupTracker(1, clock=clock), []
-        self.host._round_wakeup = asyncio.Event()
+        self.host._round_wakeup, self.host.version = asyncio.Event(), 0
         self.host._init_group_checks()
 
-    def complete(self, prompt: str, version: int = 0):
+    def complete(self, prompt: str, version: int = 0, samples: int = 1):
+        """One request of `samples` samples of `prompt` (each a group of one), placed, then scored."""
         from cooper_openrlhf.serve.groups import ScoredSample
         from cooper_openrlhf.serve.protocol import Sample
         from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
 
-        self.host._arrived()
-        group = self.host.groups.reserve(prompt, version)
+        self.host._arrived([(prompt, "")] * samples)
+        groups = [self.host.groups.reserve(prompt, version) for _ in range(samples)]
         scored = ScoredSample(Sample(prompt, prompt, "1", "x"), 0.0, VerifyOutcome(Verdict.INCORRECT, "2", 0.0), 0.1)
-        self.host._recorded(self.host.groups.record(group, scored))
+        for group in groups:
+            self.host._recorded(self.host.groups.record(group, scored))
 
 
 def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial_step():
@@ -339,8 +341,7 @@ def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial
     first = rounds.host._next_round()
     assert [g.prompt for g in first] == ["p3", "p4"] and rounds.host.groups.dropped["backlog"] == 3
     rounds.host.ready = []
-    rounds.complete("q")
-    rounds.complete("q")  # one prompt in two groups at one version: a trainer group split over two of ours
+    rounds.complete("q", samples=2)  # one prompt in two groups at one version: a trainer group split over two of ours
     assert rounds.host._next_round() == [] and rounds.host.groups.dropped["split trainer group"] == 2
     rounds.complete("r")
     assert rounds.host._next_round() is None  # one group, and the trainer not quiet yet
@@ -352,21 +353,26 @@ def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial
     assert [g.prompt for g in rounds.host._next_round()] == ["s", "t"]  # one step's round, in arrival order
     rounds.complete("u")
     now[0] += 4  # the next step's first sample after the policy update: u's step is over, its round forms first
-    rounds.host._arrived()
+    rounds.host._arrived([("u2", "")])
     assert [g.prompt for g in rounds.host._next_round()] == ["u"] and rounds.host._next_round() is None
     rounds.host.groups.reserve("by hand", 0)  # one sample of a prompt the trainer never sends: its group stays open
     now[0] += 20
     rounds.complete("v")
     now[0] += 4  # that group's sample came 24 s ago: it may be this step's group still waiting for samples
-    rounds.host._arrived()
+    rounds.host._arrived([("v2", "")])
     assert rounds.host._next_round() is None
     rounds.complete("w")
     assert [g.prompt for g in rounds.host._next_round()] == ["v", "w"]
     now[0] += 10
     rounds.complete("x")
     now[0] += 4  # 38 s without a sample: a stray, which does not hold the step boundary back
-    rounds.host._arrived()
+    rounds.host._arrived([("x2", "")])
     assert [g.prompt for g in rounds.host._next_round()] == ["x"]
+    rounds.complete("y")
+    # at once: the next episode's step re-sends the partial step's prompt, so y's round forms first (and the new
+    # group, waiting for its update, is of the next version: not a split of y's)
+    rounds.complete("y", version=1)
+    assert [g.prompt for g in rounds.host._next_round()] == ["y"] and rounds.host.groups.dropped["split trainer group"] == 2
 
 
 def test_a_round_is_one_log_line_with_version_pairs_loss_health_and_seconds():

@@ -10,10 +10,13 @@ with the trainer when a real run is not:
   update land mid-step, and the rest of the trainer's group would be scored by the next version;
 - complete groups left over when a step ends with fewer than a round (an episode's partial last step, the end of
   a run) form a round of their own, so the next step starts a fresh one. The step is over when no sample has come
-  for `partial_round_after_s`, or sooner, when a sample comes after `STEP_GAP_S` of quiet with every group
+  for `partial_round_after_s`, or sooner, when a sample comes whose prompt is one of theirs (a synchronous trainer
+  sends a prompt once a step: the next episode re-sends it), or after `STEP_GAP_S` of quiet with every group
   complete but strays (no sample for `partial_round_after_s`: a request by hand, a retry's group): the trainer
-  updated its policy and began its next step. The step boundary is found before the next step's first sample is
-  placed, and the next step's new groups wait for that round's update. Groups still open after
+  updated its policy and began its next step. The step boundary is found before that sample is placed, and the
+  next step's new groups wait for that round's update. (A trainer whose steps are quicker than `STEP_GAP_S` and
+  whose next step has none of the partial step's prompts makes the round of the next step's first groups with
+  them: every group is still learned from, some a version earlier than the rest of their step.) Groups still open after
   `partial_round_after_s` do not hold it back: a synchronous trainer between steps has no sample in flight, so
   they are left over from before (a retry, a restart) and complete with nothing of this step. (A step whose last
   samples come more than that after all others gets two updates instead of one.);
@@ -113,18 +116,24 @@ class RoundSupervisor:
         self._recorded(complete)
 
     # ------------------------------------------------------------------------------ trainer groups
-    def _arrived(self) -> None:
-        """Before a request's samples are placed: the silence rule (`serve/groups.py`), then the step boundary
-        (module docstring): after `STEP_GAP_S` of quiet with every group complete but strays and fewer than a
-        round ready, those groups are the last step's, and they form its round before this sample is placed."""
+    def _arrived(self, keys: list[tuple[str, str]]) -> None:
+        """Before a request's samples are placed (`keys`: their (prompt, label), held-out ones left out): the silence
+        rule (`serve/groups.py`), then the step boundary (module docstring). Fewer than a round's groups are ready,
+        and either a sample's prompt is one of theirs again at the same RM version (a synchronous trainer sends a
+        prompt once a step: this is its next step, or next episode), or the sample comes after `STEP_GAP_S` of quiet
+        with every group complete but strays: those groups are the last step's, and they form its round before this
+        sample is placed."""
         quiet = self.groups.idle_s()
         self.groups.arrived()
         per_round, after_s = self.config.groups_per_update, self.config.partial_round_after_s
-        if not (per_round and self.ready and len(self.ready) < per_round) or quiet < min(STEP_GAP_S, after_s):
+        if not (per_round and self.ready and len(self.ready) < per_round):
             return
-        now = self.groups.clock()  # open groups with no sample for after_s are strays (a request by hand, a retry)
-        if any(now - group.last_at < after_s for group in self.groups.open.values()):
-            return  # a group of this step still waits for its last samples
+        if self._prompt_again(keys):
+            why = "a prompt of theirs came again"
+        elif quiet >= min(STEP_GAP_S, after_s) and self._only_strays_open(after_s):
+            why = f"a sample came after {quiet:.0f}s of quiet, every group complete"
+        else:
+            return
         self._step_end, self.ready = self.ready, []
         self.groups.round_formed()
         try:
@@ -132,8 +141,19 @@ class RoundSupervisor:
         except RuntimeError:  # no event loop (unit tests drive the bookkeeping alone)
             self._step_end_learned = None
         self._round_wakeup.set()
-        logger.info("a partial round of %d groups (a sample after %.0fs of quiet, every group complete: the trainer's "
-                    "step is over, an episode's partial last step)", len(self._step_end), quiet)
+        logger.info("a partial round of %d groups (%s: the trainer's step is over, an episode's partial last step)",
+                    len(self._step_end), why)
+
+    def _prompt_again(self, keys: list[tuple[str, str]]) -> bool:
+        """Whether a key of `keys` has a ready group at the version a new group of it would get (and none filling)."""
+        ready = {group.key for group in self.ready if group.version == self.version}
+        return any(key in ready and not self.groups.has_filling_group(*key) for key in keys)
+
+    def _only_strays_open(self, after_s: float) -> bool:
+        """Whether every open group went without a sample for `after_s` (a request by hand, a retry's group): none
+        of them is a group of this step still waiting for its last samples."""
+        now = self.groups.clock()
+        return all(now - group.last_at >= after_s for group in self.groups.open.values())
 
     def _recorded(self, complete) -> None:
         """After one sample is recorded; `complete`: the group it completed, or None."""

@@ -192,7 +192,7 @@ class RewardService(RoundSupervisor):
         arrivals: dict[int, int] = {}  # sample index -> its arrival, which orders its group's samples
         try:
             if self.keeps_groups:
-                self._arrived()
+                self._arrived([(s.prompt, s.reference) for s in samples if s.question not in self.config.heldout])
             for i, sample in enumerate(samples):  # inside the try: a request cancelled while waiting gives back
                 if sample.question in self.config.heldout:
                     places[i] = None

@@ -173,7 +173,7 @@ class GroupRegistry(RoundSupervisor):
         places: list[Place] = []
         try:
             if self.keeps_groups:
-                self._arrived()
+                self._arrived([(want.prompt, want.label) for want in wanted if not want.heldout])
             for want in wanted:
                 if want.heldout:
                     places.append(Place(NO_GROUP, self.version, heldout=True))
