@@ -109,8 +109,8 @@ def _arm_settings(argv: list[str], root: Path, gpu_run: bool) -> dict:
 def test_the_lab_the_launcher_and_the_smoke_test_build_the_same_arm_the_same_way(tmp_path):
     """The paper's three arms as the lab runs them and as the cluster launcher runs them, and Cooper's as the GPU
     smoke test runs it, parsed by train_cooper itself: the same reward source, the same RM update, the same
-    negatives. Catches a builder that writes an arm's flags by hand and drifts from lab/arms.py."""
-    from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS
+    negatives. Catches a builder that writes an arm's flags by hand and drifts from cluster/arms.py."""
+    from cooper_openrlhf.cluster.arms import ARMS, PAPER_ARMS
 
     built = built_argvs(tmp_path)
     (tmp_path / "lab" / "data").mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-from cooper_openrlhf.lab.arms import train_cooper_argv
+from cooper_openrlhf.cluster.arms import train_cooper_argv
 from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
 
 STAGES = ("rm_actor", "verifyrm_train", "annotate", "train_cooper", "nccl_sync", "resume_best")

@@ -19,7 +19,7 @@ docs/cluster.md derives the memory each role needs on 80 GB GPUs.
 
 from dataclasses import dataclass
 
-from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS
+from cooper_openrlhf.cluster.arms import ARMS, PAPER_ARMS
 
 
 class PlacementError(ValueError):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
 from cooper_openrlhf.cluster.annotation_shards import check_annotated, shard_bounds, shard_paths
+from cooper_openrlhf.cluster.arms import ARMS, PAPER_ARMS, train_cooper_argv
 from cooper_openrlhf.cluster.checks import (
     Env,
     PreflightError,
@@ -43,7 +44,6 @@ from cooper_openrlhf.cluster.checks import (
 from cooper_openrlhf.cluster.launch_record import check_resumable
 from cooper_openrlhf.data.benchmarks import DEFAULT_BENCHMARKS
 from cooper_openrlhf.cluster.placement import Placement, PlacementError, plan_placement
-from cooper_openrlhf.lab.arms import ARMS, PAPER_ARMS, train_cooper_argv
 from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.runtime.secrets import SECRET_FLAGS, WANDB_KEY_FROM_ENV
 
