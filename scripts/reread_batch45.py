@@ -32,7 +32,7 @@ from pathlib import Path
 
 from cooper_openrlhf.algo.answer_style import in_sentence, is_exploit
 from cooper_openrlhf.algo.metric_keys import ALARM
-from cooper_openrlhf.report.runs import read_scalars
+from cooper_openrlhf.ray.run_logs import read_scalars
 from cooper_openrlhf.report.seed_stats import paired_comparison
 from cooper_openrlhf.rm.probes import HEDGE, rollout_form
 

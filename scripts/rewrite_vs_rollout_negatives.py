@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.getLogger("tensorboard").setLevel(logging.WARNING)
     from cooper_openrlhf.algo.metric_keys import CORRECT_REWARD, PAIR_ACCURACY, WRONG_REWARD
+    from cooper_openrlhf.ray.run_logs import read_scalars
     from cooper_openrlhf.report.negatives import rollout_pair_accuracy, window_means
-    from cooper_openrlhf.report.runs import read_scalars
 
     edges = [tuple(int(x) for x in w.split("-")) for w in args.windows.split(",")]
     columns = ("rewrite pairs", "own-rollout pairs", "pay for right", "pay for wrong", "wrong well-formed")

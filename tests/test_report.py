@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cooper_openrlhf.ray.run_logs import merge_points, metric_name, read_scalars
 from cooper_openrlhf.report.aggregate import (
     HELDOUT_LABEL,
     VERIFIED_LABEL,
@@ -18,7 +19,7 @@ from cooper_openrlhf.report.aggregate import (
     stage_seconds,
     summarize_arm,
 )
-from cooper_openrlhf.report.runs import load_run, merge_points, metric_name, read_rollout_log, read_scalars, run_identity
+from cooper_openrlhf.report.runs import load_run, read_rollout_log, run_identity
 from run_folders import write_events as _write_events
 from run_folders import write_rollouts as _rollouts
 

@@ -163,7 +163,7 @@ def kit(slurm, tmp_path, model_dir):
 
 
 def scalars(run: Path) -> dict:
-    from cooper_openrlhf.report.runs import read_scalars
+    from cooper_openrlhf.ray.run_logs import read_scalars
 
     return read_scalars(run)
 

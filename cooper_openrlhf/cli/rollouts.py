@@ -35,7 +35,7 @@ PROG = "cooper inspect rollouts"  # `python -m cooper_openrlhf.cli.rollouts` run
 
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.report.rollouts import EXPORT_FORMATS, rollout_triples, rollout_window
-    from cooper_openrlhf.report.runs import iter_rollouts
+    from cooper_openrlhf.ray.run_logs import iter_rollouts
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")

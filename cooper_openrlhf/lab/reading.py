@@ -336,7 +336,7 @@ def read_runs(runs) -> list[str]:
     their rollout logs), the seed-mean curves, failed runs left out; then the committed results."""
     from cooper_openrlhf.algo.metric_keys import ACCURACY
     from cooper_openrlhf.report.aggregate import band, heldout_series
-    from cooper_openrlhf.report.runs import iter_rollouts
+    from cooper_openrlhf.ray.run_logs import iter_rollouts
 
     by_arm: dict[str, list] = {}
     for run in runs:

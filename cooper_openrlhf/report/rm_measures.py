@@ -214,7 +214,7 @@ def run_rm(run) -> RunRM | None:
     """A report.runs.RunData -> RunRM; None for a run without an RM (no pay logged, no probe or anchor reading)."""
     from pathlib import Path
 
-    from cooper_openrlhf.report.runs import iter_rollouts
+    from cooper_openrlhf.ray.run_logs import iter_rollouts
 
     rows = list(iter_rollouts(Path(run.rollouts.path))) if run.rollouts else []
     edges = last_window(rows, TRAINING_WINDOW)

@@ -16,7 +16,7 @@ by the RM of checkpoint `tag` (after a best save, `best_global_stepN`).
 Rewards are recomputed as the trainer computes them (`normalize_solution`, the RM template, the reward form) on the
 CPU; `atol` absorbs the dtype difference between that and the run's own scoring. Each function returns a list of
 problems, each naming what it read; an empty list is a pass. Reused rows: when a resumed run wrote a step again,
-its newest rows and scalars count (as `report.runs` reads them).
+its newest rows and scalars count (as ray/run_logs.py reads them).
 """
 
 from collections.abc import Sequence
@@ -27,7 +27,7 @@ import torch
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.rewards import get_reward_form
 from cooper_openrlhf.ray.checkpoint_tags import tag_step
-from cooper_openrlhf.report.runs import iter_rollouts, read_scalars
+from cooper_openrlhf.ray.run_logs import iter_rollouts, read_scalars
 
 PAIRS, FROM_ASSISTANT, RM_UPDATED = "cooper/valid_pair_rate", "cooper/pairs_from_assistant", "cooper/rm_updated"
 
