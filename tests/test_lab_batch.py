@@ -329,6 +329,20 @@ def test_a_batchs_lab_folder_refuses_a_hand_started_lab_from_another_commit(repo
     with pytest.raises(SystemExit, match=f"batch plan refused: .*frozen at {batch33b}"):
         lab_cli.main(["--preset", "tiny", "--out", str(marked)])
     assert sorted(p.name for p in marked.iterdir()) == [PLAN_MARKER]
+    # An installed package (no checkout): the marked folder is refused, saying why; an unmarked one runs.
+    with pytest.raises(PlanError, match=r"lab 'main' of the plan .*runs from no git checkout"):
+        check_folder_commit(None, marked)
+    check_folder_commit(None, tmp_path / "elsewhere")
+
+
+def test_the_labs_commands_find_the_checkout_the_package_runs_from():
+    """The plans and the committed verdicts are read from the checkout `package_checkout` names, never from a path
+    guessed beside an installed package: here, the repository these tests run in."""
+    from cooper_openrlhf.lab.batch import is_checkout_root, package_checkout
+
+    checkout = Path(__file__).resolve().parents[1]
+    assert package_checkout() == checkout and is_checkout_root(checkout)
+    assert not is_checkout_root(checkout / "cooper_openrlhf")  # a folder inside a checkout, as a venv in a clone
 
 
 def test_a_re_report_that_ran_no_run_keeps_the_labs_record(tmp_path):

@@ -2,10 +2,14 @@
 show and never claim, and the committed verdicts (docs/results/verdicts.json) stated whatever one seed shows."""
 
 import json
+import logging
+from pathlib import Path
 
 import pytest
 
 from cooper_openrlhf.cli import lab as lab_cli
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository these tests run in: its docs/ hold the verdicts
 
 
 def _rows(steps, right_pay, wrong_pay, wrong_share=0.5, per_step=8):
@@ -34,7 +38,7 @@ def test_the_labs_last_lines_judge_each_rm_by_what_it_paid_right_and_wrong_train
     assert static.wrong[1] - static.wrong[0] > 0.3 and static.auc[1] < static.auc[0]
     heldout = {arm: [(4, 0.04), (80, 0.05)] for arm in ("static", "cooper", "rule")}
     lines = reading({"static": static, "cooper": cooper, "cooper_rollout": broken}, heldout,
-                    {"static": 1, "cooper": 1, "rule": 1})
+                    {"static": 1, "cooper": 1, "rule": 1}, checkout=CHECKOUT)
     assert lines[0].startswith("Static RM: paid the policy's verified-right training rollouts 0.96 -> 0.96, "
                                "verified-wrong ones 0.49 -> 0.97")
     assert "(an exploited RM)" in lines[0] and "AUC down by" in lines[0]
@@ -42,7 +46,7 @@ def test_the_labs_last_lines_judge_each_rm_by_what_it_paid_right_and_wrong_train
     assert lines[2].startswith("cooper_rollout RM:") and "a degenerate RM" in lines[2]
     assert lines[3].startswith("Held-out accuracy (first -> last evaluation): static 0.04 -> 0.05")
     assert "the RM lines above are the judge" in lines[3]
-    assert "One seed per arm cannot show this reliably" in lines[4] and full_lab_figure() in lines[4]
+    assert "One seed per arm cannot show this reliably" in lines[4] and full_lab_figure(CHECKOUT) in lines[4]
     assert not any("hacked in this run" in line or "level with the rule reward" in line for line in lines)
     # A flat RM keeps its verdict plain; with enough seeds no caveat; nothing to read without an RM arm.
     flat = PayEnds((0.9, 0.9), (0.2, 0.21), (0.95, 0.95), 3)
@@ -92,9 +96,9 @@ def test_the_labs_starting_lines_give_the_warm_started_policys_accuracy_on_both_
 
 
 def full_lab_figure_exists() -> bool:
-    from cooper_openrlhf.lab.reading import REPOSITORY, full_lab_figure
+    from cooper_openrlhf.lab.reading import full_lab_figure
 
-    return (REPOSITORY / full_lab_figure()).is_file()
+    return (CHECKOUT / full_lab_figure(CHECKOUT)).is_file()
 
 
 def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows():
@@ -102,13 +106,14 @@ def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows()
     docs/results/verdicts.json lists, after any reading of its own one-seed curves."""
     from cooper_openrlhf.lab.reading import VERDICT_INDEX, committed_results, committed_sentence, read_runs
 
-    listed = json.loads(VERDICT_INDEX.read_text())["batches"]
-    assert [(r["batch"], r["lab"]) for r in committed_results()] == [(b["batch"], b["lab"]) for b in listed]
-    assert all((VERDICT_INDEX.parent / b["verdict"]).is_file() for b in listed)
+    index = CHECKOUT / VERDICT_INDEX
+    listed = json.loads(index.read_text())["batches"]
+    assert [(r["batch"], r["lab"]) for r in committed_results(CHECKOUT)] == [(b["batch"], b["lab"]) for b in listed]
+    assert all((index.parent / b["verdict"]).is_file() for b in listed)
     assert full_lab_figure_exists()
 
-    last = read_runs([])  # no run finished: the committed results are still the last lines
-    assert last == [committed_sentence(result) for result in committed_results()]
+    last = read_runs([], CHECKOUT)  # no run finished: the committed results are still the last lines
+    assert last == [committed_sentence(result) for result in committed_results(CHECKOUT)]
     assert last[0] == (
         "The committed result of the full lab (batch 33b, 8 seeds per arm, pre-registered; docs/results.md), on "
         "held-out accuracy (the mean of the last 3 evaluations): Cooper did not beat the control, "
@@ -128,6 +133,20 @@ def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows()
         "policy wrote more wrong answers in the style than the rule arm's (static - rule +0.254 [+0.156, +0.345], "
         "p 0.002, Holm-adjusted 0.016).")
 
+
+
+def test_without_a_checkout_the_lab_says_where_the_committed_results_are_instead(tmp_path, caplog):
+    """An installed package has no docs/ beside it: the lab's last lines state no committed result and name the
+    results page, and the warning names what is missing (no checkout, or the checkout's missing index)."""
+    from cooper_openrlhf.lab.reading import RESULTS_PAGE, VERDICT_INDEX, PayEnds, full_lab_figure, read_runs, reading
+
+    with caplog.at_level(logging.WARNING, logger="cooper_openrlhf.lab.reading"):
+        assert read_runs([], None) == []
+        assert read_runs([], tmp_path) == []
+    assert "no repository checkout" in caplog.text and str(tmp_path / VERDICT_INDEX) in caplog.text
+    assert full_lab_figure(None) == full_lab_figure(tmp_path) == RESULTS_PAGE != full_lab_figure(CHECKOUT)
+    flat = PayEnds((0.9, 0.9), (0.2, 0.21), (0.95, 0.95), 3)
+    assert reading({"static": flat}, {}, {"static": 1})[-1].endswith(f"controls: {RESULTS_PAGE}.")
 
 @pytest.mark.parametrize("cooper, control, words", [
     (0.10, 0.30, "Cooper beat the control"),  # less is better: Cooper's policy exploits less in every seed

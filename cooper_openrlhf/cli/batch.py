@@ -49,11 +49,9 @@ def main(argv: list[str] | None = None) -> int:
                              "out folder, e.g. docs/results/batch33b from a clone that never ran it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import cooper_openrlhf
     from cooper_openrlhf.cli import lab as lab_cli
-    from cooper_openrlhf.lab.batch import check_commit, load_plan, run_batch
+    from cooper_openrlhf.lab.batch import PlanError, check_commit, load_plan, package_checkout, run_batch
 
-    repo = Path(cooper_openrlhf.__file__).resolve().parent.parent
     plan = load_plan(args.plan)
     if args.parallel_runs is not None and args.parallel_runs < 1:
         parser.error(f"--parallel-runs must be at least 1, got {args.parallel_runs}")
@@ -74,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             return _verdict(plan, out, args.plan, args.verdict) if args.verdict else 0
     if args.fingerprint:
         return _fingerprint(plan, args.fingerprint)
+    repo = package_checkout()
+    if repo is None:
+        raise PlanError(f"a batch runs from a git checkout at the plan's commit {plan['commit']}, and the package "
+                        f"at {Path(lab_cli.__file__).parents[1]} is installed, in none: run it from a worktree at "
+                        "that commit")
     if args.check_only:
         check_commit(repo, plan["commit"])
         print(f"plan {args.plan}: the package in {repo} is the plan's commit {plan['commit']}")

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf import __version__
-    from cooper_openrlhf.lab.batch import package_commit
+    from cooper_openrlhf.lab.batch import check_folder_commit, package_checkout, package_commit
     from cooper_openrlhf.lab.prepare import NoVerifierError, prepare
     from cooper_openrlhf.lab.prepared import copy_prepared
     from cooper_openrlhf.lab.progress import RunsProgress, polling
@@ -292,12 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.lab.runner import read_info, run_arms, stop_runs_on_sigterm, with_earlier_runs
     from cooper_openrlhf.report.build import write_report
 
-    from cooper_openrlhf.lab.batch import check_folder_commit
-
     preset, out = args.preset_obj, args.out
+    checkout = package_checkout()  # None for an installed package: no plans to check, no committed results to state
     # A folder of a pre-registered batch runs only from the plan's commit, by hand as by `cli.batch` (nothing is
     # touched, no signal handler installed, before the check).
-    check_folder_commit(Path(__file__).resolve().parents[2], out)
+    check_folder_commit(checkout, out)
     stop_runs_on_sigterm()
     out.mkdir(parents=True, exist_ok=True)
     check_same_setup(out, preset)
@@ -333,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - started
     all_runs = results + [read_info(files.run_dir(arm, seed)) for arm, seed in reported[len(plan):]]
     record = {"preset": preset.name, "version": __version__,
-              "commit": package_commit(Path(__file__).resolve().parents[2]),
+              "commit": package_commit(checkout) if checkout else None,
               "command": " ".join(["python -m cooper_openrlhf.cli.lab", *(argv if argv is not None else sys.argv[1:])]),
               # this invocation's wall time, and every reported run's own time (a lab resumed over days is not one wall)
               "wall_seconds": round(wall, 1), "run_seconds": round(sum(r.get("seconds") or 0 for r in all_runs), 1),
@@ -352,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(this invocation); report {report_dir / 'report.md'}; figure {report_dir / 'rewards_accuracy.png'}")
     print("\n".join(arm_trends(runs)))
     print("\n".join(starting_lines(setup)))
-    print("\n".join(read_runs(runs)))
+    print("\n".join(read_runs(runs, checkout)))
     for r in failed:
         print(f"  FAILED {r['arm']} seed {r['seed']}: exit {r.get('exit')}; log {r['log']}")
     return 1 if failed else 0

@@ -84,12 +84,29 @@ def _git(repo: Path, *args: str, strip: bool = True) -> str:
     return done.stdout.strip() if strip else done.stdout
 
 
+def is_checkout_root(folder: Path) -> bool:
+    """Whether `folder` is the root of a git checkout (not a folder inside one, such as a venv in a clone)."""
+    try:
+        return Path(_git(folder, "rev-parse", "--show-toplevel")).resolve() == folder.resolve()
+    except (PlanError, OSError):
+        return False
+
+
+def package_checkout() -> Path | None:
+    """The git checkout this package runs from, or None for an installed package (a wheel in site-packages has no
+    repository around it). Its docs/ hold what the lab's commands read beside the package: the pre-registered plans
+    (docs/lab/) and the committed verdicts (docs/results/). The commands ask this once and pass the folder on; the
+    lab's modules take it as an argument and never guess it from where they are installed."""
+    root = Path(__file__).resolve().parents[2]
+    return root if is_checkout_root(root) else None
+
+
 def package_commit(repo: Path) -> str | None:
     """The commit `repo`'s package was run from, with "+uncommitted" when files under it differ from that commit;
     None outside a git checkout (an installed wheel): what a lab.json records beside its numbers."""
+    if not is_checkout_root(repo):
+        return None
     try:
-        if Path(_git(repo, "rev-parse", "--show-toplevel")).resolve() != repo.resolve():  # e.g. a venv inside a repo
-            return None
         head = _git(repo, "rev-parse", "HEAD")
         dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", PACKAGE)
     except (PlanError, OSError):
@@ -115,13 +132,14 @@ PLANS_DIR = Path("docs") / "lab"  # the pre-registered batches' plans, one folde
 PLAN_MARKER = "batch_plan.json"  # in each lab folder of a batch: the plan it belongs to and the plan's commit
 
 
-def plan_of_folder(repo: Path, folder: Path) -> dict | None:
+def plan_of_folder(repo: Path | None, folder: Path) -> dict | None:
     """The plan a lab folder belongs to ({"commit", "lab", ...}), or None: the marker `run_batch` leaves in it, else a
-    plan under `repo`/docs/lab/*/plan.json whose out/<lab> is `folder` (folders of batches run before the marker)."""
+    plan under `repo`/docs/lab/*/plan.json whose out/<lab> is `folder` (folders of batches run before the marker;
+    repo None, an installed package: only the marker)."""
     marker = folder / PLAN_MARKER
     if marker.is_file():
         return json.loads(marker.read_text(encoding="utf-8"))
-    for path in sorted((repo / PLANS_DIR).glob("*/plan.json")):
+    for path in sorted((repo / PLANS_DIR).glob("*/plan.json") if repo else ()):
         try:
             plan = json.loads(path.read_text(encoding="utf-8"))
             labs = [(Path(plan["out"]) / lab["name"], lab["name"]) for lab in plan["labs"]]
@@ -133,12 +151,16 @@ def plan_of_folder(repo: Path, folder: Path) -> dict | None:
     return None
 
 
-def check_folder_commit(repo: Path, folder: Path) -> None:
+def check_folder_commit(repo: Path | None, folder: Path) -> None:
     """Raise PlanError when `folder` is a lab of a pre-registered plan and `repo`'s package is not the plan's commit:
-    a run started by hand (`cli.lab --out` a batch's folder) must be the registered configuration too."""
+    a run started by hand (`cli.lab --out` a batch's folder) must be the registered configuration too. repo None
+    (an installed package, `package_checkout`): such a folder is refused, no commit can be shown."""
     owner = plan_of_folder(repo, folder)
     if owner is not None:
         try:
+            if repo is None:
+                raise PlanError(f"the package runs from no git checkout, so it cannot be shown to be the plan's commit "
+                                f"{owner['commit']}: run it from a worktree at that commit")
             check_commit(repo, owner["commit"])
         except PlanError as exc:
             raise PlanError(f"{folder} is lab {owner.get('lab')!r} of the plan {owner.get('plan', '')} "

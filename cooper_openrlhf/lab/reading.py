@@ -12,7 +12,8 @@ accuracy is described, never the judge; the rule-verified accuracy of the traini
 Nothing is called the paper's finding: with fewer than RELIABLE_SEEDS seeds per arm the lines say so, and the last
 lines are always the committed results (`committed_results`: the pre-registered batches' tests, docs/results.md),
 which a few seeds on a laptop neither confirm nor overturn. They are read from the committed verdict files the
-index docs/results/verdicts.json lists, never written here.
+index docs/results/verdicts.json lists, never written here, in the checkout the caller names (`checkout`: the lab's
+command passes lab/batch.py `package_checkout()`; an installed package has none, and the lines say so).
 """
 
 import json
@@ -29,10 +30,11 @@ logger = logging.getLogger(__name__)
 
 MOVE = 0.05  # a change worth naming: above one evaluation's noise at the lab's 128 graded samples
 RELIABLE_SEEDS = 3
-# The committed verdicts' index: the batches, their verdict files and the full lab's figure (docs/results/verdicts.json,
-# read from the repository checkout: the package ships no docs/).
-REPOSITORY = Path(__file__).resolve().parents[2]
-VERDICT_INDEX = REPOSITORY / "docs" / "results" / "verdicts.json"
+# The committed verdicts' index in a checkout: the batches, their verdict files and the full lab's figure (the
+# package ships no docs/).
+VERDICT_INDEX = Path("docs") / "results" / "verdicts.json"
+# Where the committed results are described, in words, when no index can be read.
+RESULTS_PAGE = "docs/results.md"
 # A verdict's measure in words, and what "static - rule" above and below 0 mean in it.
 MEASURE_WORDS = {
     HELDOUT_FINAL: ("held-out accuracy (the mean of the last 3 evaluations)", "ended above", "ended below"),
@@ -167,11 +169,11 @@ def pay_reading(ends_by_arm: Mapping[str, PayEnds]) -> list[str]:
 
 
 def reading(pays: Mapping[str, PayEnds], heldout: Mapping[str, Curve], seeds: Mapping[str, int],
-            verified: Mapping[str, Curve] | None = None) -> list[str]:
+            verified: Mapping[str, Curve] | None = None, checkout: Path | None = None) -> list[str]:
     """Sentences on a lab's arms: each RM arm judged by what its RM paid the policy's verified-right and
     verified-wrong training rollouts (`pays`: arm -> PayEnds), the policies' rule-verified training accuracy
     (`verified`: arm -> seed-mean curve), held-out accuracy as a description only (it often starts too low to fall),
-    and a caveat when few seeds ran."""
+    and a caveat when few seeds ran, naming the full lab's figure in `checkout` (`full_lab_figure`)."""
     lines = pay_reading(pays) + verified_reading(verified or {})
     ends = {arm: _ends(heldout.get(arm, [])) for arm in ("static", "cooper", "rule")}
     ends = {arm: pair for arm, pair in ends.items() if pair}
@@ -183,9 +185,11 @@ def reading(pays: Mapping[str, PayEnds], heldout: Mapping[str, Curve], seeds: Ma
         lines.append(f"Held-out accuracy (first -> last evaluation): {trend}{room}.")
     fewest = min((seeds[arm] for arm in ("static", "cooper", "rule") if arm in seeds), default=0)
     if lines and fewest < RELIABLE_SEEDS:
+        figure = full_lab_figure(checkout)
         lines.append(f"{'One seed' if fewest == 1 else f'{fewest} seeds'} per arm cannot show this reliably (one seed "
                      f"is one draw): none of the above is the paper's finding or the lab's; the pre-registered "
-                     f"batches over 12 seeds per arm, with controls: {full_lab_figure()} (docs/results.md).")
+                     f"batches over 12 seeds per arm, with controls: "
+                     f"{figure if figure == RESULTS_PAGE else f'{figure} ({RESULTS_PAGE})'}.")
     return lines
 
 
@@ -235,24 +239,31 @@ def sequence_summary(verdict: dict) -> dict:
 
 
 @cache
-def committed_results(index: Path = VERDICT_INDEX) -> tuple[dict, ...]:
-    """The committed verdicts the index lists, oldest first: each batch's name and lab with `verdict_summary` of its
-    verdict file (what `cli.batch PLAN --verdict` wrote). Empty, with a warning, without the repository's docs/."""
+def committed_results(checkout: Path | None) -> tuple[dict, ...]:
+    """The committed verdicts the index of `checkout` (VERDICT_INDEX) lists, oldest first: each batch's name and lab
+    with `verdict_summary` of its verdict file (what `cli.batch PLAN --verdict` wrote). Empty, with a warning naming
+    what is missing, without a checkout or without its index."""
+    if checkout is None:
+        logger.warning("the package runs from no repository checkout: the lab's committed results (%s in a clone) are "
+                       "not stated", VERDICT_INDEX)
+        return ()
+    index = checkout / VERDICT_INDEX
     if not index.is_file():
-        logger.warning("no %s (an installed package without the repository): the lab's committed results are not "
-                       "stated", index)
+        logger.warning("no %s: the lab's committed results are not stated", index)
         return ()
     batches = json.loads(index.read_text())["batches"]
     return tuple({"batch": entry["batch"], "lab": entry["lab"],
                   **verdict_summary(json.loads((index.parent / entry["verdict"]).read_text()))} for entry in batches)
 
 
-def full_lab_figure(index: Path = VERDICT_INDEX) -> str:
-    """The newest batch's figure, as a path from the repository's root (the last index entry that names one)."""
-    if not index.is_file():
-        return "docs/results.md"
+def full_lab_figure(checkout: Path | None) -> str:
+    """The newest batch's figure, as a path from the checkout's root (the last index entry that names one);
+    RESULTS_PAGE without a checkout or its index."""
+    index = checkout / VERDICT_INDEX if checkout else None
+    if index is None or not index.is_file():
+        return RESULTS_PAGE
     figure = [entry["figure"] for entry in json.loads(index.read_text())["batches"] if "figure" in entry][-1]
-    return str((index.parent / figure).resolve().relative_to(REPOSITORY))
+    return str((index.parent / figure).resolve().relative_to(checkout.resolve()))
 
 
 def committed_sentence(result: Mapping) -> str:
@@ -325,15 +336,15 @@ def sequence_sentence(result: Mapping) -> str:
             f"pre-registered; docs/results.md): " + ". Then, ".join(parts) + ".")
 
 
-def committed_result() -> list[str]:
+def committed_result(checkout: Path | None) -> list[str]:
     """The lab's committed results in words (`committed_results`, the newest last): the lab's last lines, after any
     run's reading."""
-    return [committed_sentence(result) for result in committed_results()]
+    return [committed_sentence(result) for result in committed_results(checkout)]
 
 
-def read_runs(runs) -> list[str]:
+def read_runs(runs, checkout: Path | None) -> list[str]:
     """`reading` of finished runs (report.runs.RunData): each RM arm's pay of its policy's training rollouts (from
-    their rollout logs), the seed-mean curves, failed runs left out; then the committed results."""
+    their rollout logs), the seed-mean curves, failed runs left out; then the committed results of `checkout`."""
     from cooper_openrlhf.algo.metric_keys import ACCURACY
     from cooper_openrlhf.report.aggregate import band, heldout_series
     from cooper_openrlhf.ray.run_logs import iter_rollouts
@@ -354,4 +365,4 @@ def read_runs(runs) -> list[str]:
             for arm in paid_by_rm}
     return reading({arm: ends for arm, ends in pays.items() if ends}, curves(heldout_series),
                    {arm: len(members) for arm, members in by_arm.items()},
-                   verified=curves(lambda s: s.get(ACCURACY, []))) + committed_result()
+                   verified=curves(lambda s: s.get(ACCURACY, [])), checkout=checkout) + committed_result(checkout)
