@@ -368,7 +368,7 @@ def best_resume(prompts_and_policy, model_dir) -> tuple[Path, dict]:
 
 def test_a_run_requeued_after_a_best_save_resumes_with_the_rm_of_that_step(best_resume):
     from cooper_openrlhf.cluster.launch_record import check_last_checkpoint
-    from cooper_openrlhf.ray.run_checks import resumed_rm_problems
+    from cooper_openrlhf.cluster.run_checks import resumed_rm_problems
     from cooper_openrlhf.ray.run_logs import read_scalars
 
     run, state = best_resume
@@ -389,11 +389,11 @@ def test_a_run_requeued_after_a_best_save_resumes_with_the_rm_of_that_step(best_
 
 def test_the_gpu_smoke_checks_pass_the_cpu_runs_logs_and_fail_a_step_paid_by_another_rm(runs, best_resume, tmp_path,
                                                                                          model_dir):
-    """The checks behind `gpu_smoke`'s PASS (ray/run_checks.py) on real CPU runs: the first run (pairs, rewrites,
+    """The checks behind `gpu_smoke`'s PASS (cluster/run_checks.py) on real CPU runs: the first run (pairs, rewrites,
     RM updates, an RM export every step) passes; told that the RM saved after each step was the initial one, the
     check finds the next step paid by another RM and says so. The requeued run passes the resume check, and fails
     it against the initial RM."""
-    from cooper_openrlhf.ray.run_checks import cooper_path_problems, resumed_rm_problems
+    from cooper_openrlhf.cluster.run_checks import cooper_path_problems, resumed_rm_problems
 
     first, _, _ = runs
     assert cooper_path_problems(first, first / "ckpt", dtype=torch_dtype("auto")) == []

@@ -113,7 +113,7 @@ def _logged_run(run, steps: dict[int, dict[str, float]]):
      "no step t with an RM update, its RM export"),
 ])
 def test_the_path_check_names_the_first_missing_piece(tmp_path, steps, problem):
-    from cooper_openrlhf.ray.run_checks import cooper_path_problems
+    from cooper_openrlhf.cluster.run_checks import cooper_path_problems
 
     _logged_run(tmp_path, steps)
     (found,) = cooper_path_problems(tmp_path, tmp_path / "ckpt")

@@ -25,10 +25,10 @@ LAYERS = [  # bottom to top; a module may import from its own layer and the ones
     "rm",  # VerifyRM: model, BCE training, annotation, scoring
     "core",  # one Cooper step on plain data: rewards, pairs, metrics, the hacking response (ray and serve call it)
     "eval",  # benchmark evaluation
-    "ray",  # the Cooper step on OpenRLHF's actors; reading a run's logs back and what they prove
+    "ray",  # the Cooper step on OpenRLHF's actors; reading a run's logs back
     "serve",  # the reward service: Cooper behind a trainer's reward URL
     "clients",  # reward functions for TRL and verl that call the service
-    "cluster",  # launch support: the paper's arms and their train_cooper argv, placement, the launchers' checks
+    "cluster",  # launch support: the paper's arms and their argv, placement, the launchers' checks, run checks
     "cli",  # the product's entry points (train, serve, verifyrm, evaluate, preflight, gpu_smoke, ...)
     # the research harness, above the whole product
     "report",  # reading runs, figures, tables

@@ -24,7 +24,7 @@ the README's GPU steps install their PyPI packages), one stage at a time:
 
 The three training stages start from the tiny policy taught to answer its prompts (`models.answering`, as the
 end-to-end tests do; the untrained one almost never answers, so a run would pass without ever building a pair).
-train_cooper and nccl_sync pass only when their logs show Cooper's own path (`ray/run_checks.py`): valid pairs
+train_cooper and nccl_sync pass only when their logs show Cooper's own path (`cluster/run_checks.py`): valid pairs
 built, some from the assistant's rewrites, `cooper/rm_updated` = 1, and the next step paid by the RM saved after
 that update; the colocated stage also that the sleeping engines were woken for the rewrites, the NCCL stage that
 NCCL built the weight-sync communicator. resume_best passes when both `latest` files name best_global_step2, the
@@ -54,7 +54,7 @@ from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
 STAGES = ("rm_actor", "verifyrm_train", "annotate", "train_cooper", "nccl_sync", "resume_best")
 TRAINING_STAGES = ("train_cooper", "nccl_sync", "resume_best")
 NCCL_SYNC_GPUS = 3  # the policy, the RM and the vLLM engine, one GPU each
-# Rewards recomputed on the CPU in fp32 against the run's bf16 GPU scoring (ray/run_checks.py).
+# Rewards recomputed on the CPU in fp32 against the run's bf16 GPU scoring (cluster/run_checks.py).
 REWARD_ATOL = 0.03
 BEST_TAG = "best_global_step2"  # resume_best: the held-out evaluation runs at step 2 only
 
@@ -112,7 +112,7 @@ def write_inputs(out: Path) -> dict[str, Path]:
 
 def train_command(out: Path, stage: str, inputs: dict[str, Path], rm: str) -> list[str]:
     """A 3-step Cooper run of the answering policy (4 prompts x 4 rollouts per step) into OUT/<stage>/: tensorboard,
-    rollouts, checkpoints with RM exports; what `ray/run_checks.py` reads. The RM learns fast enough (lr 5e-3) for
+    rollouts, checkpoints with RM exports; what `cluster/run_checks.py` reads. The RM learns fast enough (lr 5e-3) for
     its update to show in the next step's rewards beyond the GPU's bf16 noise."""
     run = out / stage
     shared = [
@@ -190,8 +190,8 @@ def stage_problems(name: str, run: Path, log: str, atol: float = REWARD_ATOL, dt
     """What the training stage `name` failed to show in its run folder and log (empty: PASS); other stages: []."""
     import torch
 
+    from cooper_openrlhf.cluster.run_checks import cooper_path_problems, resumed_rm_problems
     from cooper_openrlhf.ray.checkpoint_tags import latest_tag
-    from cooper_openrlhf.ray.run_checks import cooper_path_problems, resumed_rm_problems
     from cooper_openrlhf.ray.run_logs import read_scalars
 
     dtype = dtype or torch.float32

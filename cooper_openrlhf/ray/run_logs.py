@@ -3,7 +3,7 @@
 A run folder is whatever a training launch wrote into: OpenRLHF's logger puts tensorboard event files under
 `--logger.tensorboard_dir/<run_name>`, Cooper's `--cooper.sample_log_dir` holds rollouts.jsonl (the trainer's
 `append_jsonl`, ray/trainer.py). Both are found recursively under the folder, so any layout works. The GPU smoke
-test's checks (ray/run_checks.py) and the run reports (report/runs.py) read runs through these.
+test's checks (cluster/run_checks.py) and the run reports (report/runs.py) read runs through these.
 
 Scalars come back as {metric: [(step, value), ...]} sorted by step, with the metric named as the trainer
 logs it: OpenRLHF's `train/` prefix is dropped (`train/cooper/rm_reward_mean` -> `cooper/rm_reward_mean`,

@@ -1,5 +1,7 @@
 """What a finished Cooper run's outputs prove, read back from disk: the checks behind `cli/gpu_smoke`'s PASS.
 
+Launch support, run on the CPU after the run (the RM exports are loaded and scored here, never inside a GPU actor).
+
 A run that exits 0 has not necessarily run Cooper's path: with a policy that never answers there are no positives,
 no rewrites and no RM update, and every stage still ends well. `cooper_path_problems(run_dir, ckpt_dir)` asks the
 run's own logs, in this order, for a step t in which
