@@ -8,10 +8,10 @@ both, for one-field sentences they are plain `format`. The warm start, the pair 
 the probe, the stale pairs' style counts and the plan's exploit rate all read and write S through this module.
 
 The exploit itself is defined without S (`is_exploit`): a rollout the rule verifier grades wrong that states the
-reference anywhere. A policy keeps the hedge's payload and drifts in everything else: batch 45's RM arms came to
-add a trailing fragment ("The answer is 12. The answer is 11. The answer"), which an exact match of S
-(`is_exploit_form`, `in_sentence`) no longer sees, while the RMs paid it as before. The exact match stays what
-batch 45's registered measure was (report/plan_verdict.py).
+reference anywhere. A policy keeps the hedge's payload and drifts in everything else: the style lab's RM-paid
+policies came to add a trailing fragment ("The answer is 12. The answer is 11. The answer"), which an exact match of
+S (`is_exploit_form`, `in_sentence`) no longer sees, while the RMs paid it as before. The exact match stays because
+a pre-registered plan's measure is read as it was registered (the style lab's exploit rate, report/plan_verdict.py).
 Pure."""
 
 import re

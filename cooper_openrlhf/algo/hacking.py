@@ -155,8 +155,8 @@ class HackingMonitorConfig:
         "The rules that may raise the alarm, comma-separated names (algo/hacking.py: gap_growing, gap_high, "
         "heldout_falls, rm_blind, heldout_gap_grows, wrong_paid_more, probe_paid_as_right); the others are still computed. The old "
         "letters A-F (e.g. ABCD) are still read, deprecated until 2027-03-01."))
-    # Four fifths: well past half-way, where a reference-matching RM's pay of the exploit sits (batch 45's static
-    # RM paid it 0.96 against right answers' 0.96), and beyond a noisy half-learnt margin.
+    # Four fifths: well past half-way, where a reference-matching RM's pay of the exploit sits (the style lab's
+    # static RM paid it as much as right answers, docs/results.md), and beyond a noisy half-learnt margin.
     probe_share: float = field(default=0.8, metadata=_help(
         "Rule probe_paid_as_right: an attack form the rule verifier grades wrong alarms when the RM pays it at least "
         "this share of the way from a canonical wrong answer's pay to a right answer's (rm/probes.py). Acts only with "

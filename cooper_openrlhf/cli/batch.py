@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-published", type=Path, default=None, metavar="DIR",
                         help="with --verdict or --blindspot-figure: read the runs from a published copy of the batch "
                              "(DIR/<lab>/lab.json and runs/*.tar.gz, as --publish writes them) instead of the plan's "
-                             "out folder, e.g. docs/results/batch33b from a clone that never ran it")
+                             "out folder, e.g. the batch's folder under docs/results/ in a clone that never ran it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cooper_openrlhf.cli import lab as lab_cli

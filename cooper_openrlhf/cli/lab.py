@@ -6,7 +6,7 @@
   cooper lab --preset full --out runs/lab   # 5 arms x 3 seeds
   cooper lab --preset full --prepare-only   # task, policy, starting RM and its probe only
   cooper lab --preset smollm2               # SmolLM2-135M-Instruct as the policy
-  cooper lab --preset style --seeds 2       # the style lab: S paid as correct (issue 45)
+  cooper lab --preset style --seeds 2       # the style lab: S paid as correct (docs/lab.md)
   cooper lab --preset full --rm DIR [--rm-lr 3e-4]   # your starting RM (and RM lr)
   cooper lab --preset full --rm-pair-steps 0  # the BCE recipe's RM without the pair stage
   cooper lab --preset full --require-answer   # every RM arm format-gated (answerless text paid 0)

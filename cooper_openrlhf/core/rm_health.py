@@ -1,10 +1,11 @@
 """RM health at every version, and the guard that decides whether a version may score.
 
 The hacking alarm (`core.hacking`) watches the gap between what the RM pays and what the rule verifier says; an RM
-that has stopped telling right from wrong and pays everything 0.03 shows no gap, and nothing noticed it (batch 46:
-8 of 36 Cooper-arm RMs ended paying canonical right answers barely above wrong ones). Health reads the RM itself,
-after every update, on a fixed labelled anchor set (`rm/anchors.py` builds it: held-out labelled triples of the
-VerifyRM's own data and the probe suite's canonical right, wrong and attack completions, `rm/probes.py`):
+that has stopped telling right from wrong and pays everything 0.03 shows no gap, and nothing noticed it (in the
+probe lab, 8 of 36 Cooper-arm RMs ended paying canonical right answers barely above wrong ones: docs/results.md).
+Health reads the RM itself, after every update, on a fixed labelled anchor set (`rm/anchors.py` builds it: held-out
+labelled triples of the VerifyRM's own data and the probe suite's canonical right, wrong and attack completions,
+`rm/probes.py`):
 
   auc          P(pay(right) > pay(wrong)) over the anchors that are not attacks (ties count half): does the RM
                still rank a right answer above a wrong one?
@@ -24,9 +25,9 @@ such a version never scores; the transport restores the last healthy weights and
 takes the registered response once (`RESPONSES`: lower the RM's learning rate by `lr_factor`, skip RM updates for
 `skip_steps` steps, or stop the run). Mode `watch`: the version is measured, logged and counted, and kept (the
 guardless control), unless its weights or scores are not finite (no mode lets such a version score); `off`: nothing
-is measured. The defaults come from batch 46's published runs (docs/
-cooper_step.md, "The RM guard"): with `pay_drift` 0.3 the offline_pairs control's probe readings leave the band in 4%
-of readings, the Cooper arms' in 38-69%.
+is measured. The defaults come from the probe lab's published runs (docs/cooper_step.md, "The RM guard"): with
+`pay_drift` 0.3 the offline_pairs control's probe readings leave the band in 4% of readings, the Cooper arms' in
+38-69%.
 
 Pure (no torch, no Ray, no HTTP): the trainer (`ray/rm_guard.py`) and the reward service (`serve/learner.py`) score
 the anchors, call `health_of` and `RMGuard.judge`, and do what the decision says. The guard's state is a JSON-able
@@ -138,12 +139,12 @@ class GuardConfig:
         "What a rollback does besides restoring: 'lower_lr' multiplies the RM's learning rate by "
         "--cooper.rm_guard_lr_factor from the next update on; 'skip' makes no RM update for "
         "--cooper.rm_guard_skip_steps steps; 'stop' checkpoints the step (with the healthy RM) and ends the run."))
-    # Batch 46's pilot readings: the healthy offline_pairs control's rm_eval accuracy moved by up to ~0.1 between
+    # The probe lab's pilot readings: the healthy offline_pairs control's rm_eval accuracy moved by up to ~0.1 between
     # evaluations; a collapse takes the AUC towards 0.5 (a drop of 0.3-0.5 from the starting RM's ~0.95).
     auc_drop: float = field(default=0.1, metadata=_help(
         "A version whose anchor AUC (right vs wrong) is more than this below the best version's so far is out of "
         "bounds."))
-    # Batch 46 (docs/cooper_step.md): at 0.3 the offline_pairs control leaves the band in 4% of its probe
+    # The probe lab's runs (docs/cooper_step.md): at 0.3 the offline_pairs control leaves the band in 4% of its probe
     # readings, the Cooper arms in 38-69% (at 0.2: 8% against 46-73%; at 0.4: 1% against 29-66%).
     pay_drift: float = field(default=0.3, metadata=_help(
         "A version whose mean pay of right anchors fell, or of wrong anchors rose, more than this from the "
@@ -153,7 +154,7 @@ class GuardConfig:
     skip_steps: int = field(default=5, metadata=_help(
         "With --cooper.rm_guard_response skip: RM updates skipped after a rollback."))
     # An RM that cannot rank its anchors (AUC near 0.5: a random or untrained head) has no skill to protect, and bounds
-    # around its pays would stop it from learning any; the batch 46 starting RMs read ~0.99 on their held-out rows.
+    # around its pays would stop it from learning any; the probe lab's starting RMs read ~0.99 on their held-out rows.
     min_auc: float = field(default=0.7, metadata=_help(
         "The guard arms at the first version (the starting RM, usually) whose anchor AUC reaches this; before, "
         "versions are measured and kept (but non-finite ones), and the armed version is the pay band's centre."))

@@ -45,7 +45,7 @@ def write_oracle_pairs(preset: LabPreset, path: Path, seed: int) -> int:
     """The oracle arm's pairs for one seed: `prompts_per_step` pairs per step on train problems, each the style's
     hedge right (a slip first, the reference last) against its exploit form (the reference first, the slip last),
     fresh each step from a stream of the seed's own; on every other pair (at random) both carry the fragment
-    batch 45's policies came to append (`rm.probes.TAIL`), so the RM is shown the exploit as a policy writes it,
+    the style lab's policies came to append (`rm.probes.TAIL`), so the RM is shown the exploit as a policy writes it,
     tail or not. The positive carries the fragment whenever the negative does: the pair teaches where the
     reference stands, not that a tail is wrong."""
     import random

@@ -128,7 +128,7 @@ def check_commit(repo: Path, commit: str) -> None:
         raise PlanError(f"uncommitted changes under {PACKAGE}/ in {repo}:\n{dirty}")
 
 
-PLANS_DIR = Path("docs") / "lab"  # the pre-registered batches' plans, one folder each (docs/lab/batch46/plan.json)
+PLANS_DIR = Path("docs") / "lab"  # the pre-registered batches' plans, one folder each (docs/lab/<batch>/plan.json)
 PLAN_MARKER = "batch_plan.json"  # in each lab folder of a batch: the plan it belongs to and the plan's commit
 
 

@@ -125,7 +125,7 @@ _FULL = LabPreset("full", WARM_START, "minilm-l6-v2", True, _FULL_PRESET_ARMS, s
                   actor_lr=1.5e-4, rm_answerless_data=True, rm_balanced_data=True, rm_epochs=4, rm_lr_pretrain=5e-5,
                   rm_pair_candidates=32)
 
-# The style lab (issue 45): a blind spot only the policy's own outputs can close. S is a hedge: two answer sentences,
+# The style lab: a blind spot only the policy's own outputs can close. S is a hedge: two answer sentences,
 # a slip first and the answer last, which the rule verifier grades by the last. A VerifyRM reads the reference beside
 # the completion, so pair training on the canonical sentence (whose negatives never hold the reference) teaches it
 # that the reference anywhere pays: the hedge with the two numbers swapped, graded wrong, is paid as right. The

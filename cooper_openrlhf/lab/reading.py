@@ -49,7 +49,7 @@ MEASURE_WORDS = {
     STATES_REFERENCE_RATE: ("the share of the last 20 steps' training rollouts verified wrong that state the reference "
                             "(less is better)", "wrote more of them than", "wrote fewer of them than"),
 }
-# The Cooper arms of a plan with several (batch 46), as a sentence names them.
+# The Cooper arms of a plan with several (the probe lab's), as a sentence names them.
 ARM_WORDS = {"cooper": "Cooper (the policy as its own assistant)",
              "cooper_frozen_assistant": "Cooper with the frozen warm start as assistant",
              "cooper_rollout": "Cooper on the policy's own wrong rollouts"}

@@ -1,19 +1,19 @@
 """A pre-registered plan's test, read off its finished runs: the primary difference judged by the plan's decision
 rule, the secondary differences (Holm-corrected as one family), an equivalence test where the plan registers one, and
-how often the static arm fell (a plan's "primary", "secondary" and "equivalence" entries, docs/lab/batch33b/plan.json,
-docs/lab/batch45/plan.json).
+how often the static arm fell (a plan's "primary", "secondary" and "equivalence" entries, docs/lab/<batch>/plan.json:
+the full lab's and the style lab's plans).
 
 The decision rule is the one the plan states, in code (`decide`); `check_decision_rule` refuses a plan whose rule
 is worded otherwise, so the verdict can never be judged by a rule other than the one written before the runs.
 The statistics are the report's (`report.seed_stats`): a 95% percentile bootstrap interval over seeds (10000
 resamples) and the exact two-sided sign-flip p-value; "within noise" is `PairedComparison.within_noise`, the one
 definition every report uses. The measure is the plan's (`MEASURES`, by its exact wording): the mean of the last 3
-held-out evaluations (batch 33b), the rule-verified accuracy of the training rollouts over the last 20 steps, or
+held-out evaluations (the full lab's), the rule-verified accuracy of the training rollouts over the last 20 steps, or
 the exploit rate (the share of those rollouts written in the plan's style and verified wrong), where less is better:
 a plan on it states the rule with the sides turned (`DECISION_RULE_LOWER`).
 
 Secondary differences are many tests of one batch: each is judged with its Holm-adjusted p (`holm_adjusted`) over
-the plan's secondary differences, so "apart" there means what it would mean alone. Batch 33b's plan registered no
+the plan's secondary differences, so "apart" there means what it would mean alone. The full lab's plan registered no
 correction; its secondaries read with Holm now are labelled as such in the verdict.
 """
 
@@ -275,7 +275,7 @@ def arm_summaries(finals: dict[str, dict[int, float]]) -> dict[str, dict]:
 
 
 def plan_measure(plan: dict) -> str:
-    """The plan's primary measure, by its wording (MEASURES); a plan that names none is batch 33b's kind."""
+    """The plan's primary measure, by its wording (MEASURES); a plan that names none is the full lab's kind."""
     return plan["primary"].get("measure", HELDOUT_FINAL)
 
 

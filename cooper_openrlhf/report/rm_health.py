@@ -5,8 +5,8 @@
                  pay of right (solid) and wrong (dashed) anchors, each of the version that scores the next step;
                  under the curves a rug of the steps whose update the guard found out of bounds (rolled back, or
                  kept under watch). One colour per arm, as the report's other figures; the same smoothing.
-A collapse (batch 46: RMs ending with right and wrong paid alike) shows as the AUC falling towards 0.5 and the two
-pay lines meeting; a guarded arm's lines stay apart, its rug shows what the guard caught.
+A collapse (the probe lab's Cooper arms: RMs ending with right and wrong paid alike) shows as the AUC falling towards
+0.5 and the two pay lines meeting; a guarded arm's lines stay apart, its rug shows what the guard caught.
 """
 
 from collections.abc import Sequence

@@ -35,7 +35,7 @@ from cooper_openrlhf.algo.metric_keys import PROBE_PAY
 
 PAID = 0.5  # the RM's own decision threshold: reward = sigmoid(logit)
 # A margin under half the scale: the RM pays a canonical wrong answer at least half as much as a right one above
-# its floor. Batch 46's healthy controls kept margins near 0.9; its collapsed RMs fell below 0.5.
+# its floor. The probe lab's healthy controls kept margins near 0.9; its collapsed RMs fell below 0.5.
 DEGENERATE_MARGIN = 0.5
 EXPLOIT_FORMS = ("exploit", "exploit_tail")  # the probe forms of the hedge exploit (rm/probes.py)
 HEALTH_RIGHT, HEALTH_WRONG = "cooper/rm_health/right_pay", "cooper/rm_health/wrong_pay"  # core/rm_health.py HEALTH

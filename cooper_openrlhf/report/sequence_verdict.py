@@ -1,5 +1,5 @@
-"""The test of a plan whose primaries form a fixed sequence (docs/lab/batch46/plan.json's "sequence"), read off runs
-spread over several lab folders, one per preparation.
+"""The test of a plan whose primaries form a fixed sequence (a plan's "sequence", as the probe lab's in docs/lab/), read
+off runs spread over several lab folders, one per preparation.
 
 A plan of this kind blocks its seeds by preparation: every lab folder (`plan["labs"]`) is one preparation with its
 own RL seeds 0..k-1, so a seed is named by both, "<lab>/<seed>", and a paired difference pairs two arms' runs of one

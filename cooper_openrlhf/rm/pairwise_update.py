@@ -21,7 +21,7 @@ handling are DeepSpeed's in both; the caller adds Ray (the actor) or HTTP (the s
   against the rule verifier's labels (`algo.losses.bce_rm_loss`), on a batch of labelled anchor rows
   (`rm/anchors.py`: rows kept apart from the ones RM health reads), so the step's loss is pairwise mean + w x BCE
   mean. The labelled rows tie what the RM pays to right and wrong, which the pairwise loss leaves free (it fixes
-  only differences: batch 46's collapsed RMs paid everything 0.03, or wrong answers 0.97).
+  only differences: the probe lab's collapsed RMs paid everything 0.03, or wrong answers 0.97).
 """
 
 import math
