@@ -1,4 +1,4 @@
-"""scripts/batch46_gates.py reads the pilot's runs only: batch 46's folder also holds the Cooper arms and the
+"""scripts/batch46_gates.py reads the pilot's runs only: the probe lab's folder also holds the Cooper arms and the
 control, whose primaries must stay unread until every run is done (docs/lab/batch46/plan.json)."""
 
 import importlib.util

@@ -1,5 +1,5 @@
 """A preemption at any moment of a checkpoint save: the next attempt resumes at the newest step the policy and the RM
-both hold whole, and says in one line where it resumed and which save was cut (issue 57).
+both hold whole, and says in one line where it resumed and which save was cut.
 
 Over real folders: each save writes what DeepSpeed and OpenRLHF write, in their order (OpenRLHF's `save_ckpt`
 removes the older best before a new best; DeepSpeed creates the tag folder, writes the model states, then the
@@ -157,10 +157,11 @@ def test_a_preemption_before_anything_was_saved_starts_afresh(tmp_path, caplog):
     assert resume(ckpt, caplog) == [] and resume_point(str(ckpt)).policy_tag is None
 
 
-def issue_57_layout(ckpt: Path, policy_step2_whole: bool) -> None:
-    """The run folder of issue 57, written by the trainer before the pair markers: step 1's scheduled and best saves
-    whole in both models; at step 2 the RM's save (started beside the policy's) finished and moved the RM's
-    `latest`, and the job was killed while the policy's was still writing (or, `policy_step2_whole`, just after)."""
+def pre_marker_layout(ckpt: Path, policy_step2_whole: bool) -> None:
+    """A run folder written by the trainer before the pair markers existed, as a preemption left it: step 1's
+    scheduled and best saves whole in both models; at step 2 the RM's save (started beside the policy's) finished
+    and moved the RM's `latest`, and the job was killed while the policy's was still writing (or,
+    `policy_step2_whole`, just after)."""
     run = Run(ckpt)
     for model in ("_actor", "_rm"):
         for tag in ("global_step1", "best_global_step1"):
@@ -174,9 +175,9 @@ def issue_57_layout(ckpt: Path, policy_step2_whole: bool) -> None:
     assert not (ckpt / "whole_pairs").exists()
 
 
-def test_the_issue_57_layout_resumes_at_step_1_naming_the_cut_save(tmp_path, caplog):
+def test_the_pre_marker_layout_resumes_at_step_1_naming_the_cut_save(tmp_path, caplog):
     ckpt = tmp_path / "ckpt"
-    issue_57_layout(ckpt, policy_step2_whole=False)
+    pre_marker_layout(ckpt, policy_step2_whole=False)
     assert (latest_tag(str(ckpt / "_actor")), latest_tag(str(ckpt / "_rm"))) == ("best_global_step1", "global_step2")
 
     # The preflight that refused it ("the models' last checkpoints are of different steps") now names the resume.
@@ -189,9 +190,9 @@ def test_the_issue_57_layout_resumes_at_step_1_naming_the_cut_save(tmp_path, cap
     assert loaded_steps(ckpt) == {"_actor": 1, "_rm": 1}
 
 
-def test_the_issue_57_layout_with_both_step_2_saves_whole_resumes_at_step_2(tmp_path, caplog):
+def test_the_pre_marker_layout_with_both_step_2_saves_whole_resumes_at_step_2(tmp_path, caplog):
     ckpt = tmp_path / "ckpt"
-    issue_57_layout(ckpt, policy_step2_whole=True)
+    pre_marker_layout(ckpt, policy_step2_whole=True)
     (line,) = resume(ckpt, caplog)
     assert line == "resuming at step 2 from the policy's global_step2 and the RM's global_step2"
     assert loaded_steps(ckpt) == {"_actor": 2, "_rm": 2}

@@ -344,7 +344,7 @@ def test_resuming_from_the_step_two_checkpoint_restores_rm_weights_optimizer_and
 # ----------------------------------------------------------------------------- resume after a best save
 @pytest.fixture(scope="module")
 def best_resume(prompts_and_policy, model_dir) -> tuple[Path, dict]:
-    """Issue 43: a run whose last checkpoint is a best save off --ckpt.save_steps, then started again with the same
+    """A run whose last checkpoint is a best save off --ckpt.save_steps, then started again with the same
     command, as a requeued job is (the launcher always passes --ckpt.load_enable). The held-out evaluation runs at
     step 2 and its best-metric key is one every evaluation gives the same value (`samples`), so the best save is
     exactly step 2's: OpenRLHF saves the policy as best_global_step2 only and points `latest` there.
@@ -372,7 +372,7 @@ def test_a_run_requeued_after_a_best_save_resumes_with_the_rm_of_that_step(best_
     from cooper_openrlhf.ray.run_logs import read_scalars
 
     run, state = best_resume
-    # The state issue 43 describes: the only checkpoint is step 2's best one, and 2 is no save step.
+    # The state a requeue after a best save meets: the only checkpoint is step 2's best one, and 2 is no save step.
     assert state == {model: (["best_global_step2"], "best_global_step2") for model in ("_actor", "_rm")}
     # The preflight judges it as the trainer resumes: both models from best_global_step2.
     assert check_last_checkpoint(str(run / "ckpt"))[0] == [str(run / "ckpt" / m / "best_global_step2")

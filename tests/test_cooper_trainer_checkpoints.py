@@ -59,7 +59,7 @@ def test_the_rm_checkpoint_follows_the_policys_including_its_best_and_its_rotati
 
 
 def test_a_run_requeued_after_a_best_save_resumes_the_rm_at_the_policys_best_tag(make_trainer, tmp_path):
-    """Issue 43: step 3 was evaluated (the best so far) but not a save step, so OpenRLHF saved the policy as
+    """Step 3 was evaluated (the best so far) but not a save step, so OpenRLHF saved the policy as
     best_global_step3 only and pointed its `latest` there; the requeued run must load the RM saved beside it
     (the RM was asked for global_step3, which does not exist, and the run failed)."""
     flags = (*COOPER, "--ckpt.save_steps", "2", "--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.load_enable")

@@ -105,7 +105,7 @@ def test_the_rms_read_at_an_evaluation_step_is_timed_as_a_stage_of_that_step(mak
 @pytest.mark.parametrize("colocated", [False, True])
 def test_colocated_rm_hands_its_cached_memory_back_after_scoring_and_after_its_update(make_trainer, colocated):
     """As stock OpenRLHF does after its reward forwards: on shared GPUs the RM's cache is emptied before the
-    policy's turn, and (issue 43) after the RM's own update, before the engines wake for the next rollouts; on
+    policy's turn, and after the RM's own update, before the engines wake for the next rollouts; on
     GPUs of its own it is left alone."""
     trainer, events, _ = make_trainer((*COOPER, "--train.colocate_all") if colocated else COOPER)
     trainer.train_step(samples(), 1)

@@ -102,7 +102,7 @@ class _Float64Sizes(TorchDispatchMode):
 
 
 def test_the_rms_rank_weight_check_makes_no_float64_copy_of_a_whole_weight(model_dir, monkeypatch):
-    """Issue 43: after every RM update the ranks' weights are compared by (sum, sum of squares) in float64, and
+    """After every RM update the ranks' weights are compared by (sum, sum of squares) in float64, and
     that made two float64 copies of every weight (`w.double().square()`): 3.7 GB transient for a 1.5B RM's
     embedding. The same statistic is now summed over slices of at most MOMENT_CHUNK elements (set small here, below
     the tiny RM's largest weight): the same value as the whole-tensor sums, no float64 tensor above a slice."""

@@ -123,7 +123,7 @@ def test_every_allow_list_entry_still_matches_code_and_has_a_reason():
 
 
 def test_the_lint_catches_the_defects_it_was_written_for(tmp_path):
-    """The pair mask of the RM update (torch.ones without a device), a raw all_reduce, and (issue 43) a legacy
+    """The pair mask of the RM update (torch.ones without a device), a raw all_reduce, and a legacy
     constructor and a tensor moved to the CPU that meets one on the device are found; what follows a tensor's
     device (device=x.device, .to(x), x.new_*) and a .cpu() read back as Python values are not."""
     package = tmp_path / "cooper_openrlhf"

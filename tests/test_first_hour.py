@@ -1,4 +1,4 @@
-"""A cluster user's first hour (issue 46): secrets never shown, mistakes caught before the allocation and said in one
+"""A cluster user's first hour: secrets never shown, mistakes caught before the allocation and said in one
 `error:` line naming what to change, no noise at start-up."""
 
 import json

@@ -78,8 +78,8 @@ def test_the_nccl_stage_is_skipped_with_its_reason_below_three_gpus():
 
 
 def test_a_training_stage_that_exits_0_without_showing_coopers_path_fails(tmp_path, capsys):
-    """Issue 43: the training stage passed on its exit code alone. A command that exits 0 and logs nothing fails
-    the stage, naming what is missing."""
+    """A training stage does not pass on its exit code alone: a command that exits 0 and logs nothing fails the
+    stage, naming what is missing."""
     assert gpu_smoke.run_stage("train_cooper", [["true"]], tmp_path, gpus=1) is False
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("FAIL  train_cooper") and "no tensorboard scalars" in lines[1]

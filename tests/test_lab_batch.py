@@ -324,9 +324,9 @@ def test_a_batchs_lab_folder_refuses_a_hand_started_lab_from_another_commit(repo
     # anything is written into it.
     marked = tmp_path / "marked"
     marked.mkdir()
-    batch33b = json.loads((Path(__file__).resolve().parents[1] / "docs/lab/batch33b/plan.json").read_text())["commit"]
-    (marked / PLAN_MARKER).write_text(json.dumps({"commit": batch33b, "lab": "main"}))
-    with pytest.raises(SystemExit, match=f"batch plan refused: .*frozen at {batch33b}"):
+    frozen = json.loads((Path(__file__).resolve().parents[1] / "docs/lab/batch33b/plan.json").read_text())["commit"]
+    (marked / PLAN_MARKER).write_text(json.dumps({"commit": frozen, "lab": "main"}))
+    with pytest.raises(SystemExit, match=f"batch plan refused: .*frozen at {frozen}"):
         lab_cli.main(["--preset", "tiny", "--out", str(marked)])
     assert sorted(p.name for p in marked.iterdir()) == [PLAN_MARKER]
     # An installed package (no checkout): the marked folder is refused, saying why; an unmarked one runs.

@@ -1,4 +1,4 @@
-"""The arms batch 46 adds to the lab (the oracle positive control, Cooper with the frozen warm start as its assistant,
+"""The arms the probe lab adds (the oracle positive control, Cooper with the frozen warm start as its assistant,
 Cooper on random rollout negatives), their pairs file, and the preparation seed that gives a batch independent
 starting points: each as train_cooper parses it, or as the file the arm trains on."""
 

@@ -120,10 +120,10 @@ def test_the_labs_last_lines_are_the_committed_verdicts_whatever_the_run_shows()
         "an RM updated as Cooper's on fresh offline pairs that never saw the policy (Cooper - control -0.014, 95% CI "
         "[-0.060, +0.028], p 0.570: within noise), and the frozen RM's policy ended below the rule arm's by less than "
         "the plan's test can tell from noise (static - rule -0.050 [-0.089, -0.014], p 0.055, Holm-adjusted 0.234).")
-    assert last[-1].startswith(  # the newest: batch 46, the probe lab, a sequence of primaries
+    assert last[-1].startswith(  # the newest: the probe lab, a sequence of primaries
         "The committed result of the probe lab (batch 46, 12 seeds per arm, pre-registered; docs/results.md): on the "
         "final RM's exploit premium on the probe suite") and "Then, on the share of the last 20 steps'" in last[-1]
-    assert last[1] == (  # batch 45, the style lab
+    assert last[1] == (  # the style lab
         "The committed result of the style lab (batch 45, 12 seeds per arm, pre-registered; docs/results.md), on the "
         "exploit rate (the share of the last 20 steps' training rollouts written in the lab's style and verified wrong; "
         "less is better): Cooper did not beat the control, an RM updated as Cooper's on fresh offline pairs that never "
@@ -205,8 +205,9 @@ def _blocked(control: float, shifts: dict[str, float]) -> dict[str, dict[str, fl
       "not tested, as registered"]),
 ])
 def test_a_committed_sequence_verdict_is_worded_entry_by_entry_in_the_registered_order(premium_shifts, expected):
-    """Batch 46's verdict (`report.sequence_verdict`) in `make demo`'s last lines: each Cooper arm against the control
-    on the RM's probe premium, then the policy's rate only for the arms that beat it, as the plan registers."""
+    """The probe lab's verdict (`report.sequence_verdict`) in `make demo`'s last lines: each Cooper arm against the
+    control on the RM's probe premium, then the policy's rate only for the arms that beat it, as the plan
+    registers."""
     from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
     from cooper_openrlhf.report.plan_verdict import FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE
     from cooper_openrlhf.report.sequence_verdict import sequence_verdict

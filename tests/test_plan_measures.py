@@ -1,4 +1,4 @@
-"""Batch 46's measures (report/plan_verdict.py): the policy's rate of wrong rollouts that state the reference, the
+"""The probe lab's measures (report/plan_verdict.py): the policy's rate of wrong rollouts that state the reference, the
 final RM's exploit premium on the probe suite, and its primaries tested in a fixed sequence."""
 
 import json
@@ -105,7 +105,7 @@ def _run(lab, arm, seed, premium, exploit_share):
 
 
 def test_the_cli_reads_a_sequence_plan_over_its_preparations_with_seeds_paired_within_each(tmp_path):
-    """Batch 46's kind of plan: three preparations' labs, 4 RL seeds each; 12 pairs, named by both. The Cooper arm
+    """The probe lab's kind of plan: three preparations' labs, 4 RL seeds each; 12 pairs, named by both. The Cooper arm
     closes the blind spot (premium -0.4 below the control) in every preparation; the rollout arm does not."""
     import shutil
     import subprocess

