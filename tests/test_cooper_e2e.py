@@ -19,6 +19,7 @@ DeepSpeed start-up per launch on two cores.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -380,11 +381,15 @@ def test_a_run_requeued_after_a_best_save_resumes_with_the_rm_of_that_step(best_
     assert "resumed the Cooper RM from best_global_step2" in (run / "run.log").read_text()
     # The requeued job's step 3 was paid by the RM saved with the best policy, the RM after step 2's update...
     assert resumed_rm_problems(run, run / "ckpt", "best_global_step2", dtype=torch_dtype("auto")) == []
-    # ...and its optimizer-step count went on from there (a fresh RM would have counted from 0).
+    # ...and its optimizer-step count went on from the checkpoint's (a fresh RM would have counted from 0). The
+    # count the checkpoint holds is the one after the RM guard: an update it rolled back restored the count too, so
+    # it is read from the resume's log line, not from step 2's logged (pre-guard) value.
+    resumed = re.search(r"resumed the Cooper RM from best_global_step2 .*'optimizer_steps': (\d+)",
+                        (run / "run.log").read_text())
     scalars = {name: dict(series) for name, series in read_scalars(run).items()}  # step 3: the requeued job's
     steps, updated = scalars["cooper/rm_optimizer_steps"], scalars["cooper/rm_updated"]
-    assert steps[2] >= 1, "no RM update in steps 1-2: nothing to carry over (the tiny policy answers most prompts)"
-    assert steps[3] == steps[2] + updated[3]
+    assert resumed and int(resumed[1]) >= 1, "no RM update kept in steps 1-2: nothing to carry over"
+    assert steps[3] == int(resumed[1]) + updated[3]
 
 
 def test_the_gpu_smoke_checks_pass_the_cpu_runs_logs_and_fail_a_step_paid_by_another_rm(runs, best_resume, tmp_path,
