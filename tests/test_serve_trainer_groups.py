@@ -372,7 +372,12 @@ def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial
     # at once: the next episode's step re-sends the partial step's prompt, so y's round forms first (and the new
     # group, waiting for its update, is of the next version: not a split of y's)
     rounds.complete("y", version=1)
-    assert [g.prompt for g in rounds.host._next_round()] == ["y"] and rounds.host.groups.dropped["split trainer group"] == 2
+    rounds.host.version = 1
+    # the prompt again while y's round still waits for the round loop: nothing is taken from it or added to it
+    rounds.complete("y", version=2)
+    assert [g.prompt for g in rounds.host._next_round()] == ["y"]
+    assert [g.version for g in rounds.host._next_round()] == [1, 2]  # the two later groups, one round, not split
+    assert rounds.host.groups.dropped["split trainer group"] == 2
 
 
 def test_a_round_is_one_log_line_with_version_pairs_loss_health_and_seconds():

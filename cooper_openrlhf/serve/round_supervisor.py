@@ -126,8 +126,8 @@ class RoundSupervisor:
         quiet = self.groups.idle_s()
         self.groups.arrived()
         per_round, after_s = self.config.groups_per_update, self.config.partial_round_after_s
-        if not (per_round and self.ready and len(self.ready) < per_round):
-            return
+        if self._step_end or not (per_round and self.ready and len(self.ready) < per_round):
+            return  # (a step found over is still waiting for the round loop: its groups and waiters stay as they are)
         if self._prompt_again(keys):
             why = "a prompt of theirs came again"
         elif quiet >= min(STEP_GAP_S, after_s) and self._only_strays_open(after_s):
@@ -263,7 +263,9 @@ class RoundSupervisor:
             except Exception as exc:
                 self._round_failed("expiring groups", exc)
             while True:
-                step_end, batch = self._step_end_learned, self._next_round()
+                # the waiters of a step found over (`_arrived`) go on once its round ran: the one `_next_round` takes
+                step_end = self._step_end_learned if self._step_end else None
+                batch = self._next_round()
                 if batch is None:
                     break
                 if batch:  # (empty: every group of it left out, counted: no update, the next step scores as this)
@@ -274,7 +276,7 @@ class RoundSupervisor:
                         self._round_failed(f"round {index}", exc)
                     else:
                         self.round_error = None
-                if step_end is not None and not step_end.done() and not self._step_end:
+                if step_end is not None and not step_end.done():
                     step_end.set_result(None)  # the next step's new groups go on (`_wait_for_update`)
 
     def _round_failed(self, what: str, exc: Exception) -> None:
