@@ -1,0 +1,117 @@
+"""The policy-response pilots (docs/lab/policy_response_pilot/plan.md): whether a lab configuration lets the policy
+learn what it is paid for. Per candidate lab folder, the rule arm's held-out and training accuracy, first -> last,
+and the plan's gate.
+
+    python scripts/policy_response_pilot.py                                    # from the committed archives
+    python scripts/policy_response_pilot.py --lab /work/runs/policy-response/p1 --publish   # archive finished runs first
+
+A candidate is a lab folder `<lab>/<name>` (its `lab_settings.json` says its configuration). Measures per run:
+held-out accuracy (`eval/...accuracy`, the rule verifier's grade of held-out samples) as the mean of its evaluations
+at steps <= FIRST_STEPS and at the last LAST_STEPS steps; training accuracy (the rule verifier's grade of the
+training rollouts, samples/rollouts.jsonl) over the same windows. The gate (a): the seed-mean held-out rise >=
+RISE and every seed's rise > 0.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from cooper_openrlhf.lab.batch import archive_run
+from cooper_openrlhf.report.aggregate import heldout_series
+from cooper_openrlhf.report.runs import load_run
+
+PUBLISHED = Path("docs/results/policy_response_pilot")
+FIRST_STEPS = 20  # the first window: evaluations at steps 1..20
+LAST_STEPS = 40  # the last window: evaluations in the last 40 steps
+RISE = 0.05
+
+
+def finished(lab: Path) -> list[Path]:
+    return [info.parent for info in sorted((lab / "runs").glob("*/run_info.json"))
+            if json.loads(info.read_text()).get("status") == "done"]
+
+
+def windows(points: list[tuple[int, float]], last_step: int) -> tuple[float | None, float | None]:
+    """(mean at steps <= FIRST_STEPS, mean at steps > last_step - LAST_STEPS) of (step, value) points."""
+    first = [v for s, v in points if s <= FIRST_STEPS]
+    last = [v for s, v in points if s > last_step - LAST_STEPS]
+    return (statistics.fmean(first) if first else None, statistics.fmean(last) if last else None)
+
+
+def training_accuracy(rollouts: Path) -> list[tuple[int, float]]:
+    """(step, share of that step's rollouts the rule verifier graded right)."""
+    by_step: dict[int, list[float]] = {}
+    with rollouts.open(encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            by_step.setdefault(int(row["step"]), []).append(float(bool(row["verified"])))
+    return [(step, statistics.fmean(values)) for step, values in sorted(by_step.items())]
+
+
+def measures(folder: Path) -> dict:
+    run = load_run(folder)
+    train = training_accuracy(folder / "samples" / "rollouts.jsonl")
+    last_step = train[-1][0] if train else 0
+    held = windows(heldout_series(run.scalars), last_step)
+    trained = windows(train, last_step)
+    info = json.loads((folder / "run_info.json").read_text())
+    return {"arm": run.arm, "seed": run.seed, "steps": last_step, "heldout": held, "train": trained,
+            "rise": None if None in held else held[1] - held[0], "seconds": info.get("seconds")}
+
+
+def fmt(pair) -> str:
+    return "-" if None in pair else f"{pair[0]:.3f} -> {pair[1]:.3f}"
+
+
+def report(candidates: dict[str, list[Path]]) -> None:
+    print(f"held-out and training accuracy: mean at steps <= {FIRST_STEPS} -> mean over the last {LAST_STEPS} steps; "
+          f"gate (a): seed-mean held-out rise >= {RISE} and every seed's rise > 0")
+    print("| candidate | arm | seed | steps | held-out accuracy | rise | training accuracy | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, folders in candidates.items():
+        rows = [measures(f) for f in folders]
+        for r in rows:
+            rise = "-" if r["rise"] is None else f"{r['rise']:+.3f}"
+            print(f"| {name} | {r['arm']} | {r['seed']} | {r['steps']} | {fmt(r['heldout'])} | {rise} | "
+                  f"{fmt(r['train'])} | {r['seconds']:.0f} |")
+        rises = [r["rise"] for r in rows if r["arm"] == "rule" and r["rise"] is not None]
+        if rises:
+            mean = statistics.fmean(rises)
+            passed = mean >= RISE and all(rise > 0 for rise in rises)
+            print(f"{name}: rule arm, {len(rises)} seed(s), mean held-out rise {mean:+.3f}: gate (a) "
+                  f"{'passes' if passed else 'fails'}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lab", type=Path, default=None,
+                        help="a folder of candidate lab folders: read their finished runs, not the archives")
+    parser.add_argument("--publish", action="store_true", help=f"archive finished runs into {PUBLISHED}/<candidate>")
+    args = parser.parse_args(argv)
+    if args.lab:
+        candidates = {lab.name: finished(lab) for lab in sorted(args.lab.iterdir()) if (lab / "runs").is_dir()}
+        if args.publish:
+            for name, folders in candidates.items():
+                fresh = [f for f in folders if not (PUBLISHED / name / f"{f.name}.tar.gz").exists()]
+                for folder in fresh:  # a finished run never changes: each is archived once
+                    archive_run(folder, PUBLISHED / name / f"{folder.name}.tar.gz")
+                    print(f"archived {name}/{folder.name} (git add -f: runs are ignored)")
+        report(candidates)
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        candidates = {}
+        for candidate in sorted(p for p in PUBLISHED.iterdir() if p.is_dir()) if PUBLISHED.is_dir() else []:
+            for archive in sorted(candidate.glob("*.tar.gz")):
+                with tarfile.open(archive) as tar:
+                    tar.extractall(Path(scratch) / candidate.name, filter="data")
+            candidates[candidate.name] = finished(Path(scratch) / candidate.name)
+        report(candidates)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
