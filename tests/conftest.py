@@ -13,10 +13,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per CPU 
 
 from cooper_openrlhf.runtime import install_cpu_runtime  # noqa: E402
 from cooper_openrlhf.runtime.dtype import announce_run_dtype, resolve_dtype_name  # noqa: E402
-from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path  # noqa: E402
+from cooper_openrlhf.runtime.toolchain import ready_for_op_builds  # noqa: E402
 
 install_cpu_runtime()
-put_tools_first_on_path()  # as every CLI: DeepSpeed ops built in this process use the same ninja as the rest
+ready_for_op_builds()  # as every CLI: the same ninja for DeepSpeed ops as the rest, no lock a killed build left
 # What every entry point's start-up does: engines and Ray workers the tests start directly run in the CPU's fast
 # dtype too (a process that announced none gets OpenRLHF's bf16, emulated and slow on CPUs without bf16 units).
 announce_run_dtype(resolve_dtype_name("auto"))

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 from cooper_openrlhf.cluster.arms import train_cooper_argv
-from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
+from cooper_openrlhf.runtime.toolchain import ready_for_op_builds
 
 STAGES = ("rm_actor", "verifyrm_train", "annotate", "train_cooper", "nccl_sync", "resume_best")
 TRAINING_STAGES = ("train_cooper", "nccl_sync", "resume_best")
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out).resolve()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    put_tools_first_on_path()  # FusedAdam is JIT-built on first use
+    ready_for_op_builds()  # FusedAdam is JIT-built on first use
     if args.stage == "rm_actor":
         run_rm_actor_stage(out)
         return 0

@@ -405,10 +405,10 @@ def _error(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.runtime import install_cpu_runtime
-    from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
+    from cooper_openrlhf.runtime.toolchain import ready_for_op_builds
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    put_tools_first_on_path()  # the local Ray it starts inherits it
+    ready_for_op_builds()  # the local Ray it starts inherits its PATH
     install_cpu_runtime()  # before openrlhf.models is imported; a no-op with CUDA
     mistakes = user_errors()
     try:

@@ -268,9 +268,9 @@ def run_compare(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cooper_openrlhf.runtime.toolchain import put_tools_first_on_path
+    from cooper_openrlhf.runtime.toolchain import ready_for_op_builds
 
-    put_tools_first_on_path()  # `train` builds DeepSpeed's optimizer op in this process
+    ready_for_op_builds()  # `train` builds DeepSpeed's optimizer op in this process
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     openrlhf_argv = []

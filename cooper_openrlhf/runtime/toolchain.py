@@ -8,11 +8,21 @@ every command as changed and rebuilds the op from scratch (minutes of C++ on a s
 first kind of process rebuilds it again. Which one a process finds depends on how it was started (the venv's
 bin on PATH in a shell, not in a Ray worker started by a bare `ray start`). So every Cooper process puts the
 running interpreter's own folder first, where pip put the `ninja` that belongs to this torch.
+
+A build holds a lock file in its op's folder (torch's `FileBaton`: created exclusively, its descriptor open until the
+build ends, then removed). A process killed mid-build leaves it behind, and every later process that loads the op
+waits on it forever: a run or a test that hangs at start-up with no error. `clear_stale_build_locks` removes a lock
+that no process on this machine holds open and that is older than a build takes: on a home folder shared by
+several nodes another node's build holds its lock where this node's /proc cannot see it.
 """
 
+import logging
 import os
 import sys
+import time
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 def interpreter_tool_dir() -> Path | None:
@@ -40,6 +50,67 @@ def worker_path_var() -> dict[str, str]:
     ray/_private/utils.update_envs); empty when the interpreter has no `ninja` of its own."""
     tools = interpreter_tool_dir()
     return {} if tools is None else {"PATH": f"{tools}{os.pathsep}${{PATH}}"}
+
+
+def extensions_root() -> Path:
+    """Where torch builds JIT extensions: $TORCH_EXTENSIONS_DIR, else torch's default root."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(get_default_build_root())
+
+
+def open_files() -> tuple[set[Path], bool]:
+    """(every file some process holds open, whether every process's descriptors could be read). Linux /proc."""
+    held, complete = set(), True
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                try:
+                    held.add(Path(os.readlink(fd)))
+                except OSError:  # closed between the listing and the read
+                    pass
+        except PermissionError:  # another user's process
+            complete = False
+        except (FileNotFoundError, ProcessLookupError):  # the process ended meanwhile
+            pass
+    return held, complete
+
+
+def clear_stale_build_locks(root: Path | None = None, older_than_s: float = 600.0,
+                            unknown_after_s: float = 3600.0) -> list[Path]:
+    """Remove the build locks under `root` (an op's folder, one or two levels down: `<root>/<op>/lock` or
+    `<root>/py311_cpu/<op>/lock`) that no process here holds open and that are older than `older_than_s` (an op
+    builds in minutes); returns those removed. When some processes' descriptors cannot be read (another user's), only
+    locks older than `unknown_after_s`."""
+    root = extensions_root() if root is None else root
+    locks = [*root.glob("*/lock"), *root.glob("*/*/lock")]
+    if not locks:
+        return []
+    held, complete = open_files()
+    removed = []
+    for lock in locks:
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:  # its build ended meanwhile
+            continue
+        if lock.resolve() in held or age < (older_than_s if complete else max(older_than_s, unknown_after_s)):
+            continue
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            continue
+        logger.warning("removed %s: a build lock no process holds (a build killed midway left it; every process "
+                       "loading that op would wait on it forever)", lock)
+        removed.append(lock)
+    return removed
+
+
+def ready_for_op_builds() -> None:
+    """The interpreter's `ninja` first on PATH, and no lock a killed build left behind."""
+    put_tools_first_on_path()
+    clear_stale_build_locks()
 
 
 # DeepSpeed's ops a CPU run loads: OpenRLHF's FusedAdam and the CPU accelerator's shared-memory collectives.
