@@ -24,7 +24,7 @@ class GuardedRM(fakes.FakeRM):
 
     def __init__(self, ckpt_dir=None):
         super().__init__(ckpt_dir)
-        self.lr_scale, self.scored_with, self.held = 1.0, [], None
+        self.lr_scale, self.scored_with, self.held, self.optimizer_steps = 1.0, [], None, 0
 
     def score(self, questions, references, completions):
         if not any(c.startswith("anchor") for c in completions):
@@ -35,13 +35,15 @@ class GuardedRM(fakes.FakeRM):
         before = self.bias
         metrics = super().fit(pairs, global_valid)
         self.bias = before + 0.5 * self.lr_scale
-        return metrics
+        self.optimizer_steps += 1
+        return {**metrics, "cooper/rm_optimizer_steps": float(self.optimizer_steps)}
 
     def snapshot(self):
-        self.held = self.bias
+        self.held = (self.bias, self.optimizer_steps)
 
     def restore_snapshot(self):
-        self.bias, self.held = self.held, None
+        (self.bias, self.optimizer_steps), self.held = self.held, None
+        return float(self.optimizer_steps)
 
     def drop_snapshot(self):
         self.held = None
@@ -97,6 +99,8 @@ def test_the_guard_rolls_back_before_the_next_step_is_scored_and_lowers_the_rm_l
     assert third["cooper/rm_health/update_wrong_pay"] == pytest.approx(_wrong_pay(1.5))
     assert third["cooper/rm_health/wrong_pay"] == pytest.approx(_wrong_pay(1.0))  # the version scoring from now on
     assert rm.lr_scale < 1.0 and third["cooper/rm_health/lr_scale"] == 0.5
+    # the step logs the optimizer's count after the rollback: the two kept updates, not the undone third
+    assert third["cooper/rm_optimizer_steps"] == 2.0 and statuses[3]["cooper/rm_optimizer_steps"] == 3.0
     # every step's rollouts were scored by a version inside the band
     assert len(rm.scored_with) == 6 and all(_wrong_pay(b) <= START_WRONG_PAY + 0.3 for b in rm.scored_with)
     assert statuses[-1]["cooper/rm_health/auc"] == 1.0 and rm.held is None  # no snapshot held between updates

@@ -162,10 +162,12 @@ class TrainableRewardModelActor(BaseModelActor):
         """Hold this rank's training state in memory (before an update the guard will judge)."""
         self._snapshot = EngineSnapshot.take(self.rm_trainer)
 
-    def restore_snapshot(self) -> None:
-        """Put back the state `snapshot` held: the update the guard rejected never happened on this rank."""
+    def restore_snapshot(self) -> float:
+        """Put back the state `snapshot` held: the update the guard rejected never happened on this rank. Returns the
+        optimizer's step count as restored (what the step logs: the count it logged before the guard is gone)."""
         self._snapshot.restore()
         self._snapshot = None
+        return float(self.counters["optimizer_steps"])
 
     def drop_snapshot(self) -> None:
         """The guard kept the update: free the memory the snapshot held until the next update."""

@@ -119,7 +119,9 @@ class RMGuarding(CooperTrainerState):
         measured = self.rm_health()
         decision = guard.judge(measured, f"the RM after step {step}'s update", finite)
         if decision.rollback:
-            ray.get(self.rm_group.async_run_method(method_name="restore_snapshot"))
+            # the update's own metrics counted the optimizer step the rollback undid
+            metrics["cooper/rm_optimizer_steps"] = ray.get(self.rm_group.async_run_method(
+                method_name="restore_snapshot"))[0]
             if decision.lr_factor != 1.0:
                 ray.get(self.rm_group.async_run_method(method_name="scale_lr", factor=decision.lr_factor))
         else:
