@@ -192,3 +192,14 @@ def test_an_rm_optimizer_that_cannot_skip_a_non_finite_step_is_refused_at_start(
     assert "--cooper.rm_zero_stage 1 with bf16 params and --ds.grad_accum_dtype fp32" in _errors(parse(argv))
     argv[argv.index("--cooper.rm_zero_stage") + 1] = "2"
     assert validate_cooper_args(parse(argv)) is None
+
+
+def test_rm_updates_are_anchored_by_default_and_a_frozen_rm_is_not_asked_for_anchoring(parse):
+    from cooper_openrlhf.rm.anchors import ANCHOR_WEIGHT
+
+    trained = parse([*BASE, "--reward.model_name_or_path", "rm", "--remote_rm_trainable"])
+    validate_cooper_args(trained)
+    assert trained.cooper.rm_anchor_weight == ANCHOR_WEIGHT > 0
+    validate_cooper_args(parse([*BASE, "--reward.model_name_or_path", "rm"]))  # the default asks nothing of a frozen RM
+    asked = parse([*BASE, "--reward.model_name_or_path", "rm", "--cooper.rm_anchor_weight", "0.5"])
+    assert "--cooper.rm_anchor_weight anchors the RM's updates, which need --remote_rm_trainable" in _errors(asked)

@@ -100,9 +100,9 @@ def test_every_arm_is_a_valid_train_cooper_run_and_arms_differ_only_in_their_rew
         assert args.cooper.offline_pairs == {"offline_pairs": str(files.offline_pairs(0)),
                                              "cooper_stale": str(files.stale_pairs(0)),
                                              "oracle": str(files.oracle_pairs(0))}.get(arm)
-        if args.remote_rm_trainable:  # the RM guard's pilot arms: the guard only watches, or anchored updates
+        if args.remote_rm_trainable:  # as shipped: the guard rolls back, updates anchored; but the paper's update
             assert args.cooper.rm_guard == ("watch" if arm == "cooper_unguarded" else "rollback")
-            assert args.cooper.rm_anchor_weight == (1.0 if arm == "cooper_anchored" else 0.0)
+            assert args.cooper.rm_anchor_weight == (0.0 if arm == "cooper_unguarded" else 1.0)
     assert set(ARMS) == {"rule", "static", "cooper", "cooper_rollout", "cooper_rollout_hardest",
                          "cooper_rollout_answerless", "cooper_official", "offline_pairs", "cooper_stale", "oracle",
                          "cooper_frozen_assistant", "cooper_unguarded", "cooper_anchored"}

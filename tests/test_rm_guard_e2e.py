@@ -37,7 +37,8 @@ def guard_runs(tmp_path_factory, answering_policy, model_dir):
     assert made.returncode == 0, made.stderr[-6000:]
     flags = ("--reward.model_name_or_path", str(root / "verifyrm" / "best"), "--cooper.rm_lr", "3e-4",
              "--cooper.offline_pairs", str(root / "verifyrm" / "pairs.jsonl"), "--train.num_episodes", "3",
-             "--ckpt.save_steps", "100", "--cooper.rm_max_length", "128")
+             "--ckpt.save_steps", "100", "--cooper.rm_max_length", "128",
+             "--cooper.rm_anchor_weight", "0")  # the paper's update: what the guard alone does with it
     runs = {}
     for mode in ("watch", "rollback"):
         work = root / mode

@@ -22,6 +22,7 @@ from cooper_openrlhf.algo.rewards import REWARD_FORMS
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
 from cooper_openrlhf.core.rewards import PAYERS
 from cooper_openrlhf.core.rm_health import GuardConfig
+from cooper_openrlhf.rm.anchors import ANCHOR_WEIGHT
 from cooper_openrlhf.verify.extract import FALLBACKS
 
 ASSISTANTS = ("policy", "model")
@@ -188,9 +189,11 @@ def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--cooper.rm_anchor_probe_problems", type=int, default=4,
         help="Problems of --eval.dataset (integer references) whose probe suite (rm/probes.py: canonical right and "
         "wrong answers, each attack form) joins the RM guard's anchors; 0: none.")
-    add("--cooper.rm_anchor_weight", type=float, default=0.0,
+    add("--cooper.rm_anchor_weight", type=float, default=ANCHOR_WEIGHT,
         help="Anchored RM updates (not the paper's): BCE on --cooper.rm_anchor_batch labelled rows (the anchor file's "
-        "rows the guard does not read) beside the pairwise loss, at this weight; 0 = off.")
+        f"rows the guard does not read) beside the pairwise loss, at this weight, where the RM trains "
+        "(--remote_rm_trainable). The default was chosen by the RM guard pilot (docs/cooper_step.md); 0 = the paper's "
+        "update.")
     add("--cooper.rm_anchor_batch", type=int, default=16, help="Labelled rows per anchored RM update.")
     # Observability
     add("--cooper.rm_eval_dataset", type=str, default=None,
@@ -307,7 +310,7 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
             or cooper.rm_anchor_probe_problems < 0:
         problems.append("--cooper.rm_anchor_weight, rm_anchor_rows and rm_anchor_probe_problems must be >= 0, "
                         "--cooper.rm_anchor_batch >= 1")
-    if cooper.rm_anchor_weight > 0 and not args.remote_rm_trainable:
+    if cooper.rm_anchor_weight not in (0, ANCHOR_WEIGHT) and not args.remote_rm_trainable:  # the default asks nothing
         problems.append("--cooper.rm_anchor_weight anchors the RM's updates, which need --remote_rm_trainable")
     if cooper.rm_eval_dataset and not rm_path:
         problems.append("--cooper.rm_eval_dataset needs a reward model (--reward.model_name_or_path) to evaluate")

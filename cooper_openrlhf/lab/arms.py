@@ -53,12 +53,13 @@ ARMS: Registry[Arm] = Registry("arm", {
     # hedge. If even this RM's policy does not exploit less than static's, the lab cannot show an RM closing a
     # blind spot in its step budget, and no Cooper arm's failure to do so means anything.
     "oracle": Arm("rm", trains_rm=True, pairs="oracle"),
-    # The RM guard's pilot (core/rm_health.py): `cooper` runs with the guard as shipped (a version whose anchor
-    # health leaves its bounds is rolled back); cooper_unguarded measures and logs the same health but keeps every
-    # version; cooper_anchored adds BCE on labelled anchor rows to every RM update, the guard on. Co-training broke
-    # RMs (right and wrong answers paid alike) that nothing flagged: do the guard and the anchors prevent it, and at
-    # what cost?
-    "cooper_unguarded": Arm("rm", trains_rm=True, flags=("--cooper.rm_guard", "watch")),
+    # The RM guard's pilot (core/rm_health.py): `cooper` runs as shipped (the guard rolls back a version whose anchor
+    # health leaves its bounds; anchored updates, the default the pilot chose); cooper_unguarded is the paper's
+    # update, the same health measured and logged but every version kept and no anchoring; cooper_anchored names
+    # the anchoring the pilot tried (now the default). Co-training broke RMs (right and wrong answers paid alike)
+    # that nothing flagged: do the guard and the anchors prevent it, and at what cost?
+    "cooper_unguarded": Arm("rm", trains_rm=True, flags=("--cooper.rm_guard", "watch", "--cooper.rm_anchor_weight",
+                                                          "0")),
     "cooper_anchored": Arm("rm", trains_rm=True, flags=("--cooper.rm_anchor_weight", "1.0")),
 })
 for _name, _arm in ARMS.items():  # a typo in the table fails at import, not in a run hours later

@@ -27,6 +27,10 @@ from cooper_openrlhf.rm.probes import Probe, build_probes, integer_problems
 
 LABELLED = "labelled"  # the form of a labelled row among the anchors
 ANCHOR_FILE = "eval_split.jsonl"  # the VerifyRM recipe's held-out split (rm/bce_train.py)
+# The anchored update's BCE weight where an RM trains, by default, on both transports. Chosen by the RM guard pilot's
+# pre-registered rule (docs/lab/rm_guard_pilot/plan.md; its reading in docs/cooper_step.md): no more degenerate RMs,
+# right - exploit within its margin, ordinary wrong answers paid less, within its time bound. 0 is the paper's update.
+ANCHOR_WEIGHT = 1.0
 
 
 def default_anchor_file(rm_path: str | Path | None) -> Path | None:

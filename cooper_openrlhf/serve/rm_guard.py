@@ -13,6 +13,7 @@ import os
 import re
 
 from cooper_openrlhf.core.rm_health import GuardConfig, RMGuard
+from cooper_openrlhf.rm.anchors import ANCHOR_WEIGHT
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,9 @@ def add_guard_flags(group) -> None:
                        "questions, feed --rm-anchor-weight)")
     group.add_argument("--rm-anchor-probe-problems", type=int, default=4,
                        help="problems of --probe-prompts (or --heldout-prompts) whose probe suite joins the anchors")
-    group.add_argument("--rm-anchor-weight", type=float, default=0.0,
-                       help="anchored updates: BCE on labelled rows beside the pairwise loss, at this weight (0: off)")
+    group.add_argument("--rm-anchor-weight", type=float, default=ANCHOR_WEIGHT,
+                       help="anchored updates: BCE on labelled rows beside the pairwise loss, at this weight (the "
+                       "default, as the RM guard pilot chose: docs/cooper_step.md; 0: the paper's update)")
     group.add_argument("--rm-anchor-batch", type=int, default=16, help="labelled rows per anchored update")
 
 
