@@ -8,7 +8,8 @@ Reads each finished run (run_info.json status "done"): its rollouts (samples/rol
 (report/rm_measures.py): degenerate = final anchor margin (cooper/rm_health right - wrong pay) below 0.5; on the
 policy's own rollouts, last 20 steps: the RM's pay of the exploit (wrong, stating the reference), right - exploit, its
 AUC, ordinary-wrong pay; the last cooper/rm_eval_accuracy; the guard's rollbacks (the last cumulative count); the
-run's seconds.
+run's seconds (run_info.json: the last attempt's, so a resumed run's covers only its resumed part) and its mean step
+time (`timing/step_total`, every step it logged: what the plan's `timing/*` measure reads).
 """
 
 import argparse
@@ -48,7 +49,8 @@ def measures(folder: Path) -> dict | None:
     return {"arm": run.arm, "seed": run.seed, "margin": read.margin[1] if read.margin else None,
             "degenerate": read.degenerate, "exploit_pay": w.exploit_pay, "right_exploit": w.discrimination,
             "auc": w.auc, "ordinary_pay": w.ordinary_pay, "rm_eval": last("cooper/rm_eval_accuracy"),
-            "rollbacks": last("cooper/rm_health/rollbacks"), "seconds": info.get("seconds")}
+            "rollbacks": last("cooper/rm_health/rollbacks"), "seconds": info.get("seconds"),
+            "step_seconds": mean(value for _, value in run.scalars.get("timing/step_total", []))}
 
 
 def fmt(value, signed=False) -> str:
@@ -85,20 +87,20 @@ def report(folders: list[Path]) -> None:
     rows = [r for r in map(measures, folders) if r is not None]
     print(f"degenerate = final anchor margin below {DEGENERATE_MARGIN}; rollout measures over the last 20 steps")
     print("| arm | seed | anchor margin | degenerate | exploit pay | right - exploit | AUC right vs exploit | "
-          "ordinary-wrong pay | rm_eval accuracy | rollbacks | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "ordinary-wrong pay | rm_eval accuracy | rollbacks | seconds | step seconds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     by_arm: dict[str, list[dict]] = {}
     for r in sorted(rows, key=lambda r: (ARMS.index(r["arm"]) if r["arm"] in ARMS else 9, r["seed"])):
         by_arm.setdefault(r["arm"], []).append(r)
         print(f"| {r['arm']} | {r['seed']} | {fmt(r['margin'], True)} | {r['degenerate']} | {fmt(r['exploit_pay'])} | "
               f"{fmt(r['right_exploit'], True)} | {fmt(r['auc'])} | {fmt(r['ordinary_pay'])} | {fmt(r['rm_eval'])} | "
-              f"{'-' if r['rollbacks'] is None else int(r['rollbacks'])} | {r['seconds']:.0f} |")
+              f"{'-' if r['rollbacks'] is None else int(r['rollbacks'])} | {r['seconds']:.0f} | {fmt(r['step_seconds'])} |")
     for arm, members in by_arm.items():
         print(f"{arm}: {len(members)} run(s), degenerate {sum(bool(r['degenerate']) for r in members)}; means: exploit pay "
               f"{fmt(mean(r['exploit_pay'] for r in members))}, right - exploit "
               f"{fmt(mean(r['right_exploit'] for r in members), True)}, AUC {fmt(mean(r['auc'] for r in members))}, "
               f"ordinary-wrong pay {fmt(mean(r['ordinary_pay'] for r in members))}, seconds "
-              f"{mean(r['seconds'] for r in members):.0f}")
+              f"{mean(r['seconds'] for r in members):.0f}, step seconds {fmt(mean(r['step_seconds'] for r in members))}")
     print("\n".join(decide(by_arm)))
 
 
