@@ -123,7 +123,7 @@ def rl_arm(env: Env) -> tuple[str, str | None]:
     arm = env.choice("ARM", "cooper", PAPER_ARMS)
     negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
     assistant = None
-    if ARMS[arm].trains_rm and negative_source != "rollout":
+    if ARMS[arm].trains_rm and NEGATIVE_SOURCES[negative_source].writes_rewrites:
         assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
                                 "(a folder, or 'policy' for the policy on its own engines)")
     return arm, assistant
