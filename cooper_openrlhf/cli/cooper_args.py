@@ -38,6 +38,9 @@ RM_LR_SCHEDULERS = (
 )
 
 
+COOPER_GROUP = "Cooper"  # the argument group of every flag added here (`cooper train --help` prints it first)
+
+
 class CooperArgsError(ValueError):
     """Cooper flags that cannot work together (raised at start-up); `problems` lists them, one line each."""
 
@@ -47,16 +50,14 @@ class CooperArgsError(ValueError):
 
 
 def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add `--remote_rm_trainable` and `--cooper.*` to OpenRLHF's `train_ppo_ray` parser; returns it."""
-    parser.add_argument(
-        "--remote_rm_trainable", action="store_true", default=False,
+    """Add `--remote_rm_trainable` and `--cooper.*` to OpenRLHF's `train_ppo_ray` parser, in one argument group
+    (COOPER_GROUP); returns the parser."""
+    group = parser.add_argument_group(COOPER_GROUP, "reward-model co-training (read only by `cooper train`)")
+    add = group.add_argument
+    add("--remote_rm_trainable", action="store_true", default=False,
         help="Cooper (arXiv 2508.05613): train the reward model during RL on one (verified-correct rollout, wrong "
         "negative: an assistant's rewrite by default, see --cooper.negative_source) pair per prompt each step; rewards "
-        "of step t+1 come from the updated RM. "
-        "Off in cooper_openrlhf.cli.train_cooper = the static-RM arm.",
-    )
-    group = parser.add_argument_group("Cooper", "reward-model co-training (read only by cooper_openrlhf.cli.train_cooper)")
-    add = group.add_argument
+        "of step t+1 come from the updated RM. Off in `cooper train` = the static-RM arm.")
     # Reward
     add("--cooper.reward_source", type=str, default="rm", choices=PAYERS,
         help="Where GRPO's rewards come from: 'rm' = the reward model at --reward.model_name_or_path, scored from "
