@@ -5,7 +5,6 @@ measurements: CUDA context, NCCL buffers and fragmentation add a few GB per GPU.
 """
 
 import argparse
-import sys
 from dataclasses import dataclass
 
 GB, GIB = 1e9, 2**30
@@ -70,7 +69,3 @@ def main(argv: list[str] | None = None) -> int:
     print("7B policy, 1 x 8, rollout micro-batch 4:", *report(QWEN25_7B, 4, 2, rollout_micro=4), sep="\n  ")
     print("7B policy, 2 x 8:", *report(QWEN25_7B, 8, 5), sep="\n  ")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
