@@ -65,6 +65,14 @@ def test_an_unknown_subcommand_names_the_valid_ones(capsys):
     assert "valid: blindspot, probe-rm" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["batch", "stock-openrlhf", "serve-parity"])
+def test_inspect_holds_only_read_only_tools_and_refuses_a_command_that_runs_things_naming_its_place(name, capsys):
+    assert name in COMMANDS and name not in INSPECT_TOOLS
+    assert main(["inspect", name, "docs/lab/batch46/plan.json"]) == 2
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith("cooper inspect: error:") and f"`cooper {name} ...`" in error
+
+
 def test_the_module_form_still_runs():
     result = subprocess.run([sys.executable, "-m", "cooper_openrlhf.cli.report", "--help"], capture_output=True,
                             text=True, timeout=120, cwd=REPO)

@@ -294,7 +294,7 @@ def test_a_row_of_unknown_keys_is_refused_with_the_format_and_an_example(tmp_pat
 @pytest.mark.parametrize("row, message", [
     ({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"},
      "a GSM8K file (row 1's 'answer' is a worked solution ending '#### ...', not a final answer); prepare it first: "
-     "python -m cooper_openrlhf.cluster.prompts --input"),
+     "cooper prompts --input"),
     ({"problem": "What is 2 + 3?", "answer": "5"},
      "row 1 has no field 'question' (set by INPUT_KEY); fields present: ['answer', 'problem']. The rows are in the "
      "math500 format: prepare it first"),

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
+from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES
 from cooper_openrlhf.runtime.registry import Registry
 
 
@@ -25,14 +25,14 @@ def test_a_registered_name_is_found_and_an_unknown_one_fails_listing_the_valid_n
         forms.add("continuous", abs)
 
 
-def test_bare_names_choose_themselves_and_serve_as_argparse_choices(capsys):
-    assert NEGATIVE_SOURCES["mixed"] == "mixed"
+def test_bare_names_choose_themselves_and_a_registry_serves_as_argparse_choices(capsys):
+    assert NEGATIVE_VALIDITIES["official"] == "official"
     parser = argparse.ArgumentParser(prog="x")
     parser.add_argument("--cooper.negative_source", choices=NEGATIVE_SOURCES, default="assistant")
     assert getattr(parser.parse_args(["--cooper.negative_source", "rollout"]), "cooper.negative_source") == "rollout"
     with pytest.raises(SystemExit):
         parser.parse_args(["--cooper.negative_source", "model"])
-    assert "invalid choice: 'model' (choose from 'assistant', 'rollout', 'mixed')" in capsys.readouterr().err
+    assert "invalid choice: 'model' (choose from 'assistant', 'mixed', 'rollout')" in capsys.readouterr().err
 
 
 def test_the_dtype_model_and_benchmark_lookups_fail_with_the_registrys_sentence(tmp_path):

@@ -6,7 +6,8 @@ actor supplies the verdicts and the assistant's rewrites, the trainer the RM sco
 
 Per prompt (arXiv 2508.05613, sec. 3.2):
 - positive: the first verified-correct rollout in batch order (`select_positives`);
-- negative, by `--cooper.negative_source`:
+- negative, by `--cooper.negative_source`, a strategy looked up in `NEGATIVE_SOURCES` (one module each in
+  `algo/negative_sources/`; nothing here compares its name):
     assistant  an assistant's rewrite of the positive (the paper's); `--cooper.negative_validity` says which count:
                strict, a final answer proved different; official (the recipe's), not proved equal (`negative_is_valid`)
     rollout    one of the prompt's own rollouts whose answer is proved different from the reference
@@ -32,6 +33,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cooper_openrlhf.algo.negative_sources import FROM_ASSISTANT, FROM_NONE, FROM_ROLLOUT
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import NO_POSITIVE, PairBatch, group_rollouts
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
@@ -39,8 +41,6 @@ from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES,
 logger = logging.getLogger(__name__)
 
 NO_ROLLOUT = -1
-# PairBatch.negative_source values.
-FROM_ASSISTANT, FROM_ROLLOUT, FROM_NONE = "assistant", "rollout", ""
 
 
 def negative_is_valid(validity: str, has_answer: bool, equivalent: bool | None) -> bool:
@@ -126,13 +126,11 @@ def has_proven_wrong_rollout(proven_wrong: Sequence[bool], n_samples_per_prompt:
 
 
 def assistant_prompts(positive_index: Sequence[int], has_rollout_negative: Sequence[bool], source: str) -> list[int]:
-    """The prompts whose negative the assistant must write: those with a positive, for `assistant`;
-    those with a positive and no wrong rollout, for `mixed`; none, for `rollout`."""
-    NEGATIVE_SOURCES.check(source)
-    if source == "rollout":
-        return []
+    """The prompts whose negative the assistant must write: of those with a positive, the ones the source asks it
+    for (`assistant`: all; `mixed`: those with no wrong rollout; `rollout`: none)."""
+    strategy = NEGATIVE_SOURCES[source]
     return [p for p, i in enumerate(positive_index)
-            if i != NO_POSITIVE and (source == "assistant" or not has_rollout_negative[p])]
+            if i != NO_POSITIVE and strategy.needs_rewrite(has_rollout_negative[p])]
 
 
 def assemble_pairs(
@@ -151,7 +149,7 @@ def assemble_pairs(
     assistant_negatives: prompt -> the assistant's valid rewrite (already normalised); prompts
         without a valid rewrite are absent or map to "".
     """
-    NEGATIVE_SOURCES.check(source)
+    strategy = NEGATIVE_SOURCES[source]
     sizes = {len(questions), len(references), len(positive_index), len(rollout_negative)}
     if len(sizes) != 1:
         raise ValueError(f"per-prompt inputs have different lengths: {sorted(sizes)}")
@@ -160,10 +158,10 @@ def assemble_pairs(
         positive = normalize_solution(completions[i]) if i != NO_POSITIVE else ""
         negative, kind = "", FROM_NONE
         if positive:
-            if source != "assistant" and rollout_negative[p] != NO_ROLLOUT:
-                negative, kind = normalize_solution(completions[rollout_negative[p]]), FROM_ROLLOUT
-            elif source != "rollout" and assistant_negatives.get(p):
-                negative, kind = assistant_negatives[p], FROM_ASSISTANT
+            rollout = None
+            if strategy.reads_rollouts and rollout_negative[p] != NO_ROLLOUT:
+                rollout = normalize_solution(completions[rollout_negative[p]])
+            negative, kind = strategy.choose(rollout, assistant_negatives.get(p) or "")
         if not negative or negative == positive:  # an empty or unchanged negative is never a pair
             negative, kind = "", FROM_NONE
         positives.append(positive)
@@ -239,7 +237,7 @@ def finish_pairs(plan: NegativePlan, questions: Sequence[str], references: Seque
     seed of pick "random". Logs a warning when prompts have positives but no pair is valid.
     """
     rollout_negative = [NO_ROLLOUT] * len(plan.positive_index)
-    if plan.source != "assistant":
+    if NEGATIVE_SOURCES[plan.source].reads_rollouts:
         rollout_negative = select_rollout_negatives(plan.candidates, plan.n_samples_per_prompt, rm_scores, pick,
                                                     seed=seed)
     pairs = assemble_pairs(questions, references, completions, plan.positive_index, rollout_negative, rewrites,

@@ -1,1 +1,1 @@
-"""Command-line entry points: `cooper SUBCOMMAND` (cli/main.py) or `python -m cooper_openrlhf.cli.<name>`."""
+"""Command-line entry points: `cooper SUBCOMMAND` (cli/main.py); launchers run `python -m cooper_openrlhf.cli.X`."""

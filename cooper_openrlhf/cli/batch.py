@@ -1,6 +1,6 @@
 """Run a pre-registered lab batch: the plan's labs, resumable, each finished run's logs archived.
 
-    cooper inspect batch PLAN.json [--publish DIR [--commit-to REPO]]   # = python -m cooper_openrlhf.cli.batch
+    cooper batch PLAN.json [--publish DIR [--commit-to REPO]]   # = python -m cooper_openrlhf.cli.batch
 
 Runs the plan's labs (lab/batch.py) from the package it is started from, which must be the plan's commit (else a
 clear error, nothing run); resumable (run it again); each finished run's small logs are archived under --publish,
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 
-PROG = "cooper inspect batch"  # `python -m cooper_openrlhf.cli.batch` runs the same command
+PROG = "cooper batch"  # `python -m cooper_openrlhf.cli.batch` runs the same command
 
 
 def main(argv: list[str] | None = None) -> int:

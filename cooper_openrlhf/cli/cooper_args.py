@@ -39,6 +39,9 @@ RM_LR_SCHEDULERS = (
 )
 
 
+COOPER_GROUP = "Cooper"  # the argument group of every flag added here (`cooper train --help` prints it first)
+
+
 class CooperArgsError(ValueError):
     """Cooper flags that cannot work together (raised at start-up); `problems` lists them, one line each."""
 
@@ -48,16 +51,14 @@ class CooperArgsError(ValueError):
 
 
 def add_cooper_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add `--remote_rm_trainable` and `--cooper.*` to OpenRLHF's `train_ppo_ray` parser; returns it."""
-    parser.add_argument(
-        "--remote_rm_trainable", action="store_true", default=False,
+    """Add `--remote_rm_trainable` and `--cooper.*` to OpenRLHF's `train_ppo_ray` parser, in one argument group
+    (COOPER_GROUP); returns the parser."""
+    group = parser.add_argument_group(COOPER_GROUP, "reward-model co-training (read only by `cooper train`)")
+    add = group.add_argument
+    add("--remote_rm_trainable", action="store_true", default=False,
         help="Cooper (arXiv 2508.05613): train the reward model during RL on one (verified-correct rollout, wrong "
         "negative: an assistant's rewrite by default, see --cooper.negative_source) pair per prompt each step; rewards "
-        "of step t+1 come from the updated RM. "
-        "Off in cooper_openrlhf.cli.train_cooper = the static-RM arm.",
-    )
-    group = parser.add_argument_group("Cooper", "reward-model co-training (read only by cooper_openrlhf.cli.train_cooper)")
-    add = group.add_argument
+        "of step t+1 come from the updated RM. Off in `cooper train` = the static-RM arm.")
     # Reward
     add("--cooper.reward_source", type=str, default="rm", choices=PAYERS,
         help="Where GRPO's rewards come from: 'rm' = the reward model at --reward.model_name_or_path, scored from "
@@ -265,20 +266,21 @@ def validate_cooper_args(args, cuda: bool | None = None) -> None:
     if cooper.assistant == "model" and not getattr(args, "remote_rm_trainable", False):
         problems.append("--cooper.assistant model starts an engine for the RM's negatives, which only "
                         "--remote_rm_trainable asks for; drop it or add --remote_rm_trainable")
-    if cooper.negative_source == "rollout" and cooper.assistant == "model":
-        problems.append("--cooper.assistant model is never used with --cooper.negative_source rollout (negatives are "
-                        "the policy's own wrong rollouts); drop it or use --cooper.negative_source mixed")
+    source = NEGATIVE_SOURCES[cooper.negative_source]
+    if not source.writes_rewrites and cooper.assistant == "model":
+        problems.append(f"--cooper.assistant model is never used with --cooper.negative_source {source.name} (it "
+                        "asks no assistant for rewrites); drop it or use --cooper.negative_source mixed")
     if cooper.offline_pairs is not None:
         if not getattr(args, "remote_rm_trainable", False):
             problems.append("--cooper.offline_pairs feeds the RM update, which needs --remote_rm_trainable")
         if not os.path.isfile(cooper.offline_pairs):
             problems.append(f"--cooper.offline_pairs {cooper.offline_pairs}: no such file")
-    if cooper.negative_validity != "strict" and cooper.negative_source == "rollout":
+    if cooper.negative_validity != "strict" and not source.writes_rewrites:
         problems.append(f"--cooper.negative_validity {cooper.negative_validity} judges the assistant's rewrites, and "
-                        "--cooper.negative_source rollout asks for none; use assistant or mixed")
-    if cooper.answerless_negatives and cooper.negative_source == "assistant":
+                        f"--cooper.negative_source {source.name} asks for none; use assistant or mixed")
+    if cooper.answerless_negatives and not source.reads_rollouts:
         problems.append("--cooper.answerless_negatives picks among the policy's own rollouts and is never used with "
-                        "--cooper.negative_source assistant; use rollout or mixed")
+                        f"--cooper.negative_source {source.name}; use rollout or mixed")
     positive_ints = ("rm_updates_per_step", "rm_mini_batch_size", "rm_micro_batch_size", "rm_score_batch_size",
                      "negative_retries", "negative_max_new_tokens", "verifier_workers")
     for name in positive_ints:

@@ -1,13 +1,13 @@
 """The `cooper` command: one entry point for every command-line tool of the package.
 
     cooper SUBCOMMAND [ARGS...]           # e.g. cooper demo, cooper train ..., cooper serve --rm DIR
-    cooper inspect TOOL [ARGS...]         # the research tools (blind spot, RM probe, rollouts, ...)
+    cooper inspect TOOL [ARGS...]         # the read-only research tools (blind spot, RM probe, rollouts, ...)
     cooper SUBCOMMAND --help              # that tool's own help
 
-Each subcommand is `cooper_openrlhf.cli.<module>.main(ARGS)`, unchanged: `python -m cooper_openrlhf.cli.<module>`
-runs the same thing (the launchers and older notes use that form). The one-line descriptions `cooper --help`
-lists are the first lines of those modules' docstrings, read from their source so that listing them imports
-nothing (train_cooper imports OpenRLHF, Ray and torch).
+Each subcommand is `cooper_openrlhf.<module>.main(ARGS)`, unchanged; the docs use `cooper`, and the launchers
+(launch_scripts/, the lab's Ray and Slurm jobs) run the modules with `python -m`, which runs the same thing. The
+one-line descriptions `cooper --help` lists are the first lines of those modules' docstrings, read from their source
+so that listing them imports nothing (train_cooper imports OpenRLHF, Ray and torch).
 """
 
 import ast
@@ -15,30 +15,35 @@ import importlib
 import importlib.util
 import sys
 
-# What a user runs: training, the service, the lab, reports, the VerifyRM recipe, evaluation, the launchers' checks.
+PACKAGE = "cooper_openrlhf"
+
+# What a user runs: training, the service, the lab and its batches, reports, data and the VerifyRM recipe,
+# evaluation, the launchers' checks, and the runs that compare Cooper with stock OpenRLHF and with the service.
 COMMANDS = {
-    "train": "train_cooper",
-    "serve": "serve",
-    "demo": "demo",
-    "lab": "lab",
-    "report": "report",
-    "verifyrm": "verifyrm",
-    "evaluate": "evaluate",
-    "preflight": "preflight",
-    "gpu-smoke": "gpu_smoke",
+    "train": "cli.train_cooper",
+    "serve": "cli.serve",
+    "demo": "cli.demo",
+    "lab": "cli.lab",
+    "batch": "cli.batch",
+    "report": "cli.report",
+    "prompts": "cluster.prompts",
+    "verifyrm": "cli.verifyrm",
+    "evaluate": "cli.evaluate",
+    "preflight": "cli.preflight",
+    "gpu-smoke": "cli.gpu_smoke",
+    "stock-openrlhf": "cli.stock_openrlhf",
+    "serve-parity": "cli.serve_parity",
 }
 
-# Research tools: they look into finished runs, RMs and verifiers, or re-run the lab's pre-registered batches and
-# stock OpenRLHF for comparison; the lab notebook (docs/lab/notebook.md) uses them, a first-time user does not.
+# Read-only research tools: they look into finished runs, RMs, verifiers and cluster sizes and write only what
+# they print or the figures and tables asked for; the lab notebook (docs/lab/notebook.md) uses them.
 INSPECT_TOOLS = {
-    "blindspot": "blindspot",
-    "probe-rm": "probe_rm",
-    "rollouts": "rollouts",
-    "replay-monitor": "replay_monitor",
-    "eval-verifier": "eval_verifier",
-    "stock-openrlhf": "stock_openrlhf",
-    "batch": "batch",
-    "serve-parity": "serve_parity",
+    "blindspot": "cli.blindspot",
+    "probe-rm": "cli.probe_rm",
+    "rollouts": "cli.rollouts",
+    "replay-monitor": "cli.replay_monitor",
+    "eval-verifier": "cli.eval_verifier",
+    "sizing": "cluster.sizing",
 }
 
 INSPECT = "inspect"
@@ -47,8 +52,8 @@ EXIT_USAGE = 2
 
 
 def summary(module: str) -> str:
-    """The first line of `cooper_openrlhf.cli.<module>`'s docstring, without importing the module."""
-    path = importlib.util.find_spec(f"cooper_openrlhf.cli.{module}").origin
+    """The first line of `cooper_openrlhf.<module>`'s docstring, without importing the module."""
+    path = importlib.util.find_spec(f"{PACKAGE}.{module}").origin
     with open(path, encoding="utf-8") as source:
         docstring = ast.get_docstring(ast.parse(source.read())) or ""
     return docstring.splitlines()[0] if docstring else ""
@@ -63,7 +68,7 @@ def overview(prog: str, commands: dict[str, str], tail: str = "") -> str:
 
 def top_level_help() -> str:
     text = overview("cooper", COMMANDS,
-                    f"  {INSPECT:<{max(map(len, COMMANDS)) + 2}}research tools: {', '.join(INSPECT_TOOLS)}")
+                    f"  {INSPECT:<{max(map(len, COMMANDS)) + 2}}read-only research tools: {', '.join(INSPECT_TOOLS)}")
     return f"{__doc__.splitlines()[0]}\n\n{text}"
 
 
@@ -72,10 +77,14 @@ def dispatch(argv: list[str], prog: str, commands: dict[str, str], help_text) ->
         print(help_text())
         return 0 if argv else EXIT_USAGE
     name, rest = argv[0], argv[1:]
+    if prog == f"cooper {INSPECT}" and name in COMMANDS:  # `cooper inspect batch` and the like, from before
+        print(f"{prog}: error: {name!r} runs things and is not an inspect tool: run `cooper {name} ...`",
+              file=sys.stderr)
+        return EXIT_USAGE
     if name not in commands:
         print(f"{prog}: error: unknown subcommand {name!r}; valid: {', '.join(commands)}", file=sys.stderr)
         return EXIT_USAGE
-    module = importlib.import_module(f"cooper_openrlhf.cli.{commands[name]}")
+    module = importlib.import_module(f"{PACKAGE}.{commands[name]}")
     return module.main(rest)
 
 

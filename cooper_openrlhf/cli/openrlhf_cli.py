@@ -18,4 +18,4 @@ def reject_cooper_flags_without_trainable(args) -> None:
         raise CooperArgsError(
             f"{', '.join(changed)} given without --remote_rm_trainable: stock training would ignore them. Add "
             "--remote_rm_trainable for Cooper; the static-RM and rule-reward arms run with "
-            "python -m cooper_openrlhf.cli.train_cooper")
+            "cooper train")

@@ -1,6 +1,6 @@
 """Learning parity: a `train_cooper` run's rollouts replayed through the reward service's learner.
 
-`python -m cooper_openrlhf.cli.serve_parity --samples RUN/samples --rm-checkpoints RUN/ckpt/_rm [cli.serve flags]`
+`cooper serve-parity --samples RUN/samples --rm-checkpoints RUN/ckpt/_rm [cli.serve flags]`
 
 The trainer (`ray/trainer.py` + `ray/reward_actor.py`) and the service (`serve/learner.py`) both train the RM with
 `rm.pairwise_update`; this shows they learn the same thing from the same rollouts. It reads the rollouts the run
@@ -224,7 +224,7 @@ async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[di
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cooper inspect serve-parity", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="cooper serve-parity", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False,  # else cli.serve's --rm would be read as --rm-checkpoints
                                 epilog="Every other flag is cli.serve's (--rm, --group-size, --groups-per-update, "
                                        "--seed, --rm-lr, ...); --learn, --no-chat-template and a --state-dir are "

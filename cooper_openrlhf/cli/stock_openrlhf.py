@@ -1,7 +1,7 @@
 """Run stock OpenRLHF's `train_ppo_ray`, unchanged, on a machine without CUDA.
 
-    cooper inspect stock-openrlhf ARGS...   # = python -m cooper_openrlhf.cli.stock_openrlhf ARGS...
-                                            # = stock python -m openrlhf.cli.train_ppo_ray ARGS..., CPU runtime
+    cooper stock-openrlhf ARGS...   # = python -m cooper_openrlhf.cli.stock_openrlhf ARGS...
+                                    # = stock python -m openrlhf.cli.train_ppo_ray ARGS..., CPU runtime
 
 Nothing of OpenRLHF is patched or extended: this only starts the local Ray cluster with the package's CPU runtime
 in every worker (`runtime.ray_cluster.init_local_ray`: the shims of `runtime/cpu.py`, logical over-commit of CPUs

@@ -38,7 +38,8 @@ import sys
 import ray
 from ray.util.placement_group import placement_group
 
-from cooper_openrlhf.cli.cooper_args import add_cooper_args, validate_cooper_args
+from cooper_openrlhf.cli.cooper_args import COOPER_GROUP, add_cooper_args, validate_cooper_args
+from cooper_openrlhf.cli.train_help import arrange_help
 from cooper_openrlhf.runtime.openrlhf_args import validated_train_ppo_ray_args
 
 logger = logging.getLogger("cooper_openrlhf.train_cooper")
@@ -49,11 +50,12 @@ PROG = "cooper train"  # `python -m cooper_openrlhf.cli.train_cooper` runs the s
 
 
 def add_train_cooper_args(parser):
-    """Cooper's flags on OpenRLHF's parser, which is named here: without it `--help` opens with ~390 stock flags."""
+    """Cooper's flags on OpenRLHF's parser, which is named here; `--help` leads with Cooper's flags and shows
+    defaults (`cli.train_help`): without it, it opens with ~390 stock flags."""
     parser.prog = PROG
-    parser.usage = f"{PROG} [OpenRLHF train_ppo_ray flags] [--remote_rm_trainable] [--cooper.* flags]"
+    parser.usage = f"{PROG} [--remote_rm_trainable] [--cooper.* flags] [OpenRLHF train_ppo_ray flags]"
     parser.description = __doc__.split("\n\n")[0]
-    return add_cooper_args(parser)
+    return arrange_help(add_cooper_args(parser), COOPER_GROUP)
 
 
 def parse_args(argv: list[str] | None = None, gpu_run: bool | None = None):

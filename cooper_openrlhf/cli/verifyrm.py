@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--verifier-timeout", type=float, default=5.0)
     comp.add_argument("--json-out", help="also write the report as JSON")
     comp.add_argument("--verifybench-out", help="also write the rows with their gold as VerifyBench JSON Lines "
-                      "(for `python -m cooper_openrlhf.cli.eval_verifier`)")
+                      "(for `cooper inspect eval-verifier`)")
     _add_engine_flags(comp)
     return parser
 

@@ -137,7 +137,7 @@ def check_prompts_prepared(prompts: str, rows: list[dict], input_key: str, label
     from cooper_openrlhf.rm.data import detect_prompt_format
 
     fmt = detect_prompt_format(rows[0]) if rows and "instruction" not in rows[0] else None
-    prepare = (f"prepare it first: python -m cooper_openrlhf.cluster.prompts --input {prompts} --out prompts.jsonl "
+    prepare = (f"prepare it first: cooper prompts --input {prompts} --out prompts.jsonl "
                "(appends the answer-format instruction; writes question and answer), then PROMPTS=prompts.jsonl")
     if fmt == "gsm8k" and label_key == "answer":
         raise PreflightError(f"PROMPTS={prompts}: a GSM8K file (row 1's 'answer' is a worked solution ending "

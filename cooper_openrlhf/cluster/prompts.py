@@ -1,6 +1,6 @@
 """Prompt data for the RL arms: the question with the answer-format instruction appended, and its reference.
 
-`python -m cooper_openrlhf.cluster.prompts --input my_problems.jsonl --out prompts.jsonl`
+`cooper prompts --input my_problems.jsonl --out prompts.jsonl` (= python -m cooper_openrlhf.cluster.prompts)
 
 Input: JSON Lines (or JSON, Parquet), one problem per row: a question and its final answer, e.g.
 {"question": "What is 2 + 3?", "reference": "5"}, or a common dataset's own keys, told from the first row
@@ -57,7 +57,7 @@ def write_rows(path: str, rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from cooper_openrlhf.rm.data import PROMPT_FORMATS, RecipeDataError, load_prompts
 
-    parser = argparse.ArgumentParser(prog="python -m cooper_openrlhf.cluster.prompts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cooper prompts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="JSON Lines of questions with reference answers")
     parser.add_argument("--format", default="auto", choices=PROMPT_FORMATS,
                         help="auto (default): told from the first row's keys (README, quick start 2); plain = {question, "

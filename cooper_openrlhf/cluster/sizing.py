@@ -1,9 +1,10 @@
 """GPU memory per role from parameter counts, optimizer state and KV-cache arithmetic (docs/cluster.md).
 
-`python -m cooper_openrlhf.cluster.sizing` prints the estimates docs/cluster.md quotes. Estimates, not
+`cooper inspect sizing` prints the estimates docs/cluster.md quotes. Estimates, not
 measurements: CUDA context, NCCL buffers and fragmentation add a few GB per GPU.
 """
 
+import argparse
 from dataclasses import dataclass
 
 GB, GIB = 1e9, 2**30
@@ -60,13 +61,11 @@ def report(policy: Shape, actor_gpus: int, engines: int, seq: int = 1024, micro:
     ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="cooper inspect sizing", description=__doc__.split("\n\n")[0]).parse_args(argv)
     print("1.5B policy, 1 x 8:", *report(QWEN25_1_5B, 4, 2), sep="\n  ")
     print(f"1.5B VerifyRM trained on 1 GPU: {zero2_train_bytes(QWEN25_1_5B.params, 1) / GB:.1f} GB + activations")
     print("7B policy, 1 x 8:", *report(QWEN25_7B, 4, 2), sep="\n  ")
     print("7B policy, 1 x 8, rollout micro-batch 4:", *report(QWEN25_7B, 4, 2, rollout_micro=4), sep="\n  ")
     print("7B policy, 2 x 8:", *report(QWEN25_7B, 8, 5), sep="\n  ")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

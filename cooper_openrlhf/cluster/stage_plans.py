@@ -123,7 +123,7 @@ def rl_arm(env: Env) -> tuple[str, str | None]:
     arm = env.choice("ARM", "cooper", PAPER_ARMS)
     negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
     assistant = None
-    if ARMS[arm].trains_rm and negative_source != "rollout":
+    if ARMS[arm].trains_rm and NEGATIVE_SOURCES[negative_source].writes_rewrites:
         assistant = env.require("ASSISTANT_MODEL", "the model that rewrites correct rollouts into wrong ones "
                                 "(a folder, or 'policy' for the policy on its own engines)")
     return arm, assistant
@@ -158,7 +158,7 @@ def plan_rl(env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -> Plan
     arm, assistant = rl_arm(env)
     negative_source = env.choice("NEGATIVE_SOURCE", "assistant", NEGATIVE_SOURCES)
     policy = env.require("POLICY", "the policy model folder (the paper: Qwen2.5-1.5B-Instruct)")
-    prompts = env.require("PROMPTS", "a prompt file written by `python -m cooper_openrlhf.cluster.prompts` "
+    prompts = env.require("PROMPTS", "a prompt file written by `cooper prompts` "
                           "(question with the answer-format instruction, reference answer)")
     out = env.require("OUT", "the run folder (checkpoints, final policy, tensorboard, samples)")
     verify_rm = env.require("VERIFY_RM", "a VerifyRM export (verifyrm train's best/)") if ARMS[arm].reward == "rm" else None
@@ -176,7 +176,7 @@ def plan_rl(env: Env, extra_args: list[str] = (), *, entry: EntryPoints) -> Plan
     if not any("instruction" in row for row in rows[:1]):
         notes.append(f"PROMPTS={prompts}: rows carry no 'instruction' field; OpenRLHF ignores --data.input_template "
                      "under a chat template, so the answer-format instruction must be inside the question: prepare "
-                     "the file with `python -m cooper_openrlhf.cluster.prompts`")
+                     "the file with `cooper prompts`")
 
     placement = _rl_placement(env, arm, assistant_model=assistant not in (None, "policy"))
     n = env.int("N_SAMPLES", 16, minimum=2)

@@ -1,4 +1,4 @@
-"""The reward-hacking lab (`python -m cooper_openrlhf.cli.lab`): the paper's arms on one machine, several seeds.
+"""The reward-hacking lab (`cooper lab`): the paper's arms on one machine, several seeds.
 
   task        the problem family, its RL / held-out split, and the files every arm reads
   warm_start  the starting policy: the tiny Qwen2 fine-tuned into RL's useful accuracy band

@@ -4,6 +4,6 @@
   aggregate.py  pure: bands over seeds, per-arm summaries, stage times, alarm steps
   figures.py    matplotlib (Agg) figures
   markdown.py   report.md and summary.json
-`python -m cooper_openrlhf.cli.report RUN_DIR [RUN_DIR ...] --out DIR` composes them; docs/report.md says
+`cooper report RUN_DIR [RUN_DIR ...] --out DIR` composes them; docs/report.md says
 how to read the result.
 """

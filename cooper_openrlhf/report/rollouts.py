@@ -3,7 +3,7 @@ held-out evaluations' `samples/heldout.jsonl`).
 
 A window's most common rollouts, their mean RM reward, the verified share, what right and wrong rollouts were
 paid, the highest-paid ones, the most common wrong ones and what each was paid:
-`python -m cooper_openrlhf.cli.rollouts RUN_DIR... --steps 38-40`.
+`cooper inspect rollouts RUN_DIR... --steps 38-40`.
 """
 
 from collections import Counter
