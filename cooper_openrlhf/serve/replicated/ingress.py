@@ -163,13 +163,14 @@ def _answer(scored: ScoredSample) -> tuple:
     return scored.reward, scored.logit, scored.outcome.verdict
 
 
-def ingress_class(config, args, build_splitter, token: str | None, registry, keeps_groups: bool, version: int | None,
+def ingress_class(config, args, token: str | None, registry, keeps_groups: bool, version: int | None,
                   scorer_name: str, app_name: str):
-    """The ingress deployment's class: `serve.app.build_app` around a `RemoteService`, built in each replica
-    (`build_splitter(args)`: the prompt splitter, `cli.serve`'s)."""
+    """The ingress deployment's class: `serve.app.build_app` around a `RemoteService`, built in each replica (the
+    prompt splitter of the flags: `serve.build.build_splitter`)."""
     from ray import serve
 
     from cooper_openrlhf.serve.app import build_app
+    from cooper_openrlhf.serve.build import build_splitter
 
     def build():
         from cooper_openrlhf.serve.replicated.registry import worker_logging

@@ -59,15 +59,17 @@ def cpu_state_dict(module) -> dict:
 
 
 class LearnerActor:
-    """See the module docstring. `build_learner(args)` -> (`serve.learner.Learner`, `serve.checkpoint.
-    ServiceCheckpoint`), called only with `args.learn`; without it the actor runs the rounds' monitor and log only."""
+    """See the module docstring. With `args.learn` it builds its learner and checkpointer as one process does
+    (`serve.build.build_learner`); without, it runs the rounds' monitor and log only."""
 
-    def __init__(self, config, args, build_learner, log_dir: str | None):
+    def __init__(self, config, args, log_dir: str | None):
         worker_logging()
         self.config, self.args = config, args
         self.pay = REWARD_MODES[config.mode]
         self.learner = self.checkpointer = None
         if args.learn:
+            from cooper_openrlhf.serve.build import build_learner
+
             self.learner, self.checkpointer = build_learner(args)
         restored = self.checkpointer.load() if self.checkpointer is not None else None
         self.state = restored.state if restored else None
@@ -161,15 +163,12 @@ class LearnerActor:
         """An `rm.scorer.RMScorer` of the latest version: the weights this actor trains (between updates), or,
         learning off, the RM the replicas serve."""
         from cooper_openrlhf.rm.scorer import RMScorer
-        from cooper_openrlhf.serve.replicated.scoring import served_rm
+        from cooper_openrlhf.serve.build import served_scorer
 
         if self.learner is None:
-            self._served = self._served or served_rm(self.args)
+            self._served = self._served or served_scorer(self.args)
             return self._served
-        trainer = self.learner.trainer
-        return RMScorer(trainer.model.module, trainer.tokenizer, max_length=trainer.max_length,
-                        template_version=trainer.template_version, batch_size=self.args.max_batch,
-                        version=self.version)
+        return RMScorer.of_trainer(self.learner.trainer, batch_size=self.args.max_batch, version=self.version)
 
     def _checkpoint(self, pinned_refs: dict, registry) -> str:
         """The one-process checkpoint: the engine, the registry's groups and counters with ours, the pinned
