@@ -53,12 +53,12 @@ from cooper_openrlhf.core import REWARD_MODES, HackingResponse, RolloutVerdicts,
 from cooper_openrlhf.runtime.cpu_threads import pin_threads
 from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.serve.batcher import MicroBatcher
+from cooper_openrlhf.serve.contract import NonFiniteScore, Scored
 from cooper_openrlhf.serve.groups import (DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, Group, GroupTracker, ScoredSample,
                                           fingerprint)
 from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.serve.round_supervisor import RoundSupervisor, group_gauges, round_summary
-from cooper_openrlhf.verify.rule import Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -99,22 +99,8 @@ def _log_failed_preparation(future) -> None:
         logger.warning("preparing a complete group failed (retried at its round): %s", future.exception())
 
 
-class NonFiniteScore(RuntimeError):
-    """The RM's logit of a sample is NaN or infinite: no reward to pay and nothing to learn from."""
-
-
-@dataclass
-class Scored:
-    """What the service answers for one sample."""
-
-    reward: float
-    logit: float
-    verdict: Verdict
-    version: int
-
-
 class RewardService(RoundSupervisor):
-    """See the module docstring. `scorer`: an `rm.scorer.RMScorer`; `verify_lanes`: one blocking
+    """See the module docstring; the one-process host of `serve.contract.RewardHost`. `scorer`: an `rm.scorer.RMScorer`; `verify_lanes`: one blocking
     (references, completions) -> outcomes function per lane; `learner`: a `serve.learner.Learner` or None;
     `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None; `log`: a `serve.metrics.ServiceLog`."""
 
@@ -360,8 +346,8 @@ class RewardService(RoundSupervisor):
         logger.info("checkpoint %s of RM version %d in %.1fs", tag, state["version"], time.perf_counter() - start)
 
     # -------------------------------------------------------------------------------------- metrics
-    def gauges(self) -> dict[str, float]:
-        """Point-in-time numbers for /metrics and /health."""
+    async def gauges(self) -> dict[str, float]:
+        """Point-in-time numbers for /metrics and /health (`serve/contract.py`)."""
         stats = self.rm_batcher.stats
         return {"rm_version": float(self.version), "open_groups": float(len(self.groups.open)),
                 "ready_groups": float(len(self.ready)), "groups_completed": float(self.groups.completed),

@@ -2,7 +2,7 @@
 
 Ray Serve's proxy hands each HTTP request to an ingress replica, which runs `serve.app.build_app` unchanged (auth,
 body limits, parsing, text validation, prompt splitting, the memory bound, the statuses, the answer) around
-`RemoteService`, which has what the app asks of `serve.service.RewardService`:
+`RemoteService`, which keeps the contract the app asks of a service (`serve/contract.py`):
   1. `score(samples)`: a place per sample from the group registry (its group's RM version; a new group waits there
      while an update is in flight; a sample identical to one already answered gets that answer back instead), the samples of concurrent requests gathered into one call to the scoring
      deployment (`serve/batcher.py`'s `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per
@@ -30,12 +30,12 @@ import ray
 from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.core import REWARD_MODES, RolloutVerdicts, rewards
 from cooper_openrlhf.serve.batcher import MicroBatcher
+from cooper_openrlhf.serve.contract import NonFiniteScore, Scored
 from cooper_openrlhf.serve.groups import ScoredSample, fingerprint
 from cooper_openrlhf.serve.metrics import ServiceLog
 from cooper_openrlhf.serve.replicated.registry import NO_GROUP, Place, Wanted
 from cooper_openrlhf.serve.replicated.retry import backoff, until_answered
 from cooper_openrlhf.serve.replicated.scoring import ScoreItem
-from cooper_openrlhf.serve.service import NonFiniteScore, Scored
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ COUNT_FLUSH_S = 1.0  # how often an ingress that asks no places reports its samp
 
 
 class RemoteService:
-    """See the module docstring. `registry`: the group registry's actor handle; `scorer`: the scoring deployment's
+    """See the module docstring; the replicated host of `serve.contract.RewardHost`. `registry`: the group registry's actor handle; `scorer`: the scoring deployment's
     handle; `keeps_groups`: whether the service keeps groups (rounds or learning): without, no place is asked for
     and the version is the one served at start (nothing publishes another)."""
 
