@@ -48,7 +48,7 @@ class _Learner:
     def prepare(self, group):
         pass
 
-    def learn(self, groups, group_size, index):
+    def learn(self, groups, index):
         if self.failures:
             self.failures -= 1
             raise OSError(28, "No space left on device")

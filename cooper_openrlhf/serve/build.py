@@ -84,6 +84,7 @@ def build_learner(args):
     builder (a verifier pool of its own, the assistant of --negative-source) and the RM guard; the one-process
     service and the replicated learner actor build theirs here."""
     from cooper_openrlhf.algo.negatives import NegativeConfig
+    from cooper_openrlhf.core import PairConfig
     from cooper_openrlhf.core.pair_builder import PairBuilder
     from cooper_openrlhf.rm.bce_train import make_strategy
     from cooper_openrlhf.rm.model import adamw_config, load_rm, recorded_max_length, usable_max_length
@@ -117,10 +118,10 @@ def build_learner(args):
                                                     max_new_tokens=args.negative_max_new_tokens,
                                                     temperature=args.negative_temperature, seed=args.seed),
                           answer_fallback=args.answer_fallback)
+    pairs = PairConfig(args.group_size, args.negative_source, args.rollout_negative_pick, args.answerless_negatives,
+                       args.seed)
     learner = Learner(trainer, builder, LearnConfig(
-        groups_per_update=args.groups_per_update, negative_source=args.negative_source,
-        rollout_negative_pick=args.rollout_negative_pick, answerless_negatives=args.answerless_negatives,
-        passes=args.rm_updates_per_round, seed=args.seed, anchor_weight=args.rm_anchor_weight,
+        pairs, passes=args.rm_updates_per_round, anchor_weight=args.rm_anchor_weight,
         anchor_batch=args.rm_anchor_batch, health_batch_size=args.max_batch), **learner_guard(args))
     checkpointer = ServiceCheckpoint(trainer, args.state_dir, keep=args.keep_checkpoints)
     return learner, checkpointer

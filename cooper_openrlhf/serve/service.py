@@ -237,7 +237,7 @@ class RewardService(GroupBook):
             self.update_done.clear()
             try:
                 updated, learned = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self.learner.learn, groups, self.config.group_size, index)
+                    self._executor, self.learner.learn, groups, index)
                 metrics.update(learned)
                 if updated:
                     start = time.perf_counter()

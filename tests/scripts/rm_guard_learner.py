@@ -89,7 +89,7 @@ def run(learner, rounds: int = ROUNDS, first: int = 0) -> list[dict]:
     out = []
     for step in range(first, first + rounds):
         before = weights_sum(learner.trainer)
-        updated, metrics = learner.learn(round_groups(step), 4, step)
+        updated, metrics = learner.learn(round_groups(step), step)
         health = learner.health() if learner.anchors else None  # the engine's RM now: what `updated` publishes
         out.append({"updated": updated, **({"auc": health.auc, "right_pay": health.right_pay,
                                             "wrong_pay": health.wrong_pay} if health else {}),

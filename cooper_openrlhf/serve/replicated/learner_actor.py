@@ -120,7 +120,7 @@ class LearnerActor:
         if self.learner is not None:
             metrics["timing/serve_waited"] = waited
             try:
-                updated, learned = self.learner.learn(groups, self.config.group_size, index)
+                updated, learned = self.learner.learn(groups, index)
                 metrics.update(learned)
                 if updated:
                     # one past the registry's and every version ever published here, on disk before it is returned
