@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cooper_openrlhf"
+REPLICATED = ["serve/replicated/ingress.py", "serve/replicated/registry.py", "serve/replicated/learner_actor.py",
+              "serve/replicated/scoring.py"]
 TRANSPORTS = ["ray/trainer.py", "ray/rm_scoring.py", "ray/evaluation.py", "serve/learner.py", "serve/service.py",
-              "serve/probing.py"]
+              "serve/probing.py", *REPLICATED]
 # What only the core may call: the pair pipeline (algo/selection, PairBuilder's serial path) and the reward forms.
 CORE_ONLY_MODULES = {"cooper_openrlhf.algo.selection", "cooper_openrlhf.algo.rewards"}
 CORE_ONLY_NAMES = {"PairBuilder", "plan_negatives", "select_positives", "select_rollout_negatives", "assemble_pairs",
@@ -55,8 +57,39 @@ def test_a_transport_calls_the_core_not_the_pipeline_or_a_reward_form(module):
     assert reaches_past_the_core((PACKAGE / module).read_text()) == []
 
 
-@pytest.mark.parametrize("module", ["ray/trainer.py", "serve/learner.py", "serve/service.py"])
+@pytest.mark.parametrize("module", ["ray/trainer.py", "serve/learner.py", "serve/service.py",
+                                    "serve/replicated/ingress.py", "serve/replicated/learner_actor.py"])
 def test_both_transports_call_the_core(module):
     imported = {node.module for node in ast.walk(ast.parse((PACKAGE / module).read_text()))
                 if isinstance(node, ast.ImportFrom) and node.module}
     assert any(name == "cooper_openrlhf.core" or name.startswith("cooper_openrlhf.core.") for name in imported)
+
+
+# The service's two hosts and the contract the HTTP app calls (serve/contract.py): its coroutines are coroutines in
+# both, so the app awaits them alike.
+HOSTS = {"serve/service.py": "RewardService", "serve/replicated/ingress.py": "RemoteService"}
+
+
+def coroutines_of(source: str, name: str) -> dict[str, bool]:
+    """{method: whether it is `async def`} of class `name` in `source`."""
+    cls = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == name)
+    return {f.name: isinstance(f, ast.AsyncFunctionDef) for f in cls.body
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+@pytest.mark.parametrize("module", HOSTS)
+def test_both_hosts_keep_the_contract_the_app_calls(module):
+    contract = coroutines_of((PACKAGE / "serve/contract.py").read_text(), "RewardHost")
+    assert {name for name, is_async in contract.items() if is_async} == {"start", "stop", "score", "gauges"}
+    host = coroutines_of((PACKAGE / module).read_text(), HOSTS[module])
+    for name, is_async in contract.items():
+        if is_async:
+            assert host.get(name) is True, f"{HOSTS[module]}.{name} is not a coroutine of its own"
+
+
+def test_the_replicated_service_stands_beside_the_one_process_service():
+    """It imports what both hosts share, never serve/service.py's host."""
+    for module in REPLICATED:
+        imported = {node.module for node in ast.walk(ast.parse((PACKAGE / module).read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.module}
+        assert "cooper_openrlhf.serve.service" not in imported, module

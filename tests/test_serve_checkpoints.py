@@ -98,7 +98,7 @@ def test_the_replicated_learners_pinned_weights_are_checked_as_modules_are():
 
 @pytest.mark.slow
 def test_a_restart_after_a_kill_between_publish_and_checkpoint_numbers_past_the_lost_versions(model_dir, tmp_path):
-    """`cli.serve.build_service --learn` (the tiny RM on DeepSpeed), in two processes: the first checkpoints version
+    """`serve.build.build_service --learn` (the tiny RM on DeepSpeed), in two processes: the first checkpoints version
     0, publishes 1 and 2, and ends without saving them; the second serves version 0's weights as version 0 and
     publishes its next version as 3."""
     model_dir("tiny-qwen2-rm")

@@ -7,7 +7,8 @@ import resource
 
 import pytest
 
-from cooper_openrlhf.cli.serve import build_parser, main, open_files_for, plain_http_warning
+from cooper_openrlhf.cli.serve import build_parser, main, plain_http_warning
+from cooper_openrlhf.serve.build import open_files_for
 
 
 def test_every_flag_has_a_help_line_and_shows_its_default():

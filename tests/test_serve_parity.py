@@ -69,7 +69,8 @@ def test_the_services_verifier_finds_answers_as_the_trainers_does(fallback):
     import argparse
 
     from cooper_openrlhf.cli.cooper_args import add_cooper_args
-    from cooper_openrlhf.cli.serve import build_parser, verifier_config
+    from cooper_openrlhf.cli.serve import build_parser
+    from cooper_openrlhf.serve.build import verifier_config
     from cooper_openrlhf.verify.rule import RuleVerifierConfig, Verdict, verify_one
 
     trainer_default = getattr(add_cooper_args(argparse.ArgumentParser()).parse_args([]), "cooper.answer_fallback")

@@ -25,12 +25,13 @@ def free_port() -> int:
 
 
 class CliServer:
-    """`cli.serve.one_process_server` of these flags, run in a thread of this process; `url`, `stop()`."""
+    """`serve.build.one_process_server` of these flags, run in a thread of this process; `url`, `stop()`."""
 
     def __init__(self, model_dir, tmp_path, *flags: str):
         from transformers import AutoTokenizer
 
-        from cooper_openrlhf.cli.serve import build_parser, check_args, one_process_server
+        from cooper_openrlhf.cli.serve import build_parser, check_args
+        from cooper_openrlhf.serve.build import one_process_server
 
         (tmp_path / "token").write_text(TOKEN)
         self.port = free_port()
@@ -238,7 +239,8 @@ def test_a_few_slow_answers_hold_up_no_other_sample(model_dir, tmp_path):
     deadline (one verifier pool per lane verifying its batch in turn kept the ordinary ones of a batch behind its
     slow ones, and the slow ones behind each other). The RM is left out: on a loaded CPU its forwards would blur the
     verifier's timing."""
-    from cooper_openrlhf.cli.serve import build_parser, build_service
+    from cooper_openrlhf.cli.serve import build_parser
+    from cooper_openrlhf.serve.build import build_service
 
     args = build_parser().parse_args(["--rm", model_dir("tiny-qwen2-rm"), "--no-chat-template"])
     service, _ = build_service(args)

@@ -48,7 +48,7 @@ class _Learner:
     def prepare(self, group):
         pass
 
-    def learn(self, groups, group_size, index):
+    def learn(self, groups, index):
         if self.failures:
             self.failures -= 1
             raise OSError(28, "No space left on device")
@@ -80,7 +80,7 @@ def test_a_round_that_raises_is_shown_counted_and_the_next_round_runs(tmp_path):
                 await asyncio.sleep(0.01)
                 if not service.ready and service.update_done.is_set():
                     break
-            statuses.append((service.learning_status, service.gauges()))
+            statuses.append((service.learning_status, await service.gauges()))
         await service.stop(save=False)
         return statuses
 
@@ -107,7 +107,7 @@ def test_a_restored_group_whose_version_the_checkpoint_lacks_is_re_pinned_and_co
     service = RewardService(ServiceConfig(group_size=4), _Scorer(latest=5, held=(5,)), [lambda r, c: []],
                             ServiceLog(None), state=state)
     assert sorted(g.version for g in service.groups.open.values()) == [5, 5]
-    assert service.gauges()["groups_repinned"] == 1.0
+    assert asyncio.run(service.gauges())["groups_repinned"] == 1.0
     assert service.groups.reserve("p", latest_version=6).version == 5  # the rest of the group joins it
 
 

@@ -5,7 +5,7 @@
 The trainer (`ray/trainer.py` + `ray/reward_actor.py`) and the service (`serve/learner.py`) both train the RM with
 `rm.pairwise_update`; this shows they learn the same thing from the same rollouts. It reads the rollouts the run
 logged per step (`--cooper.sample_log_dir`: rollouts.jsonl, in the trainer's batch order), sends each step's
-samples to an in-process `RewardService` built by `cli.serve.build_service` from the given flags (with `--learn`:
+samples to an in-process `RewardService` built by `serve.build.build_service` from the given flags (with `--learn`:
 the learner `cli.serve` builds, starting from the same `--rm`), one single-sample request each, all at once, as
 OpenRLHF's client sends them; a step's groups are one round. After each round it compares, with the trainer's
 records of that step:
@@ -193,7 +193,7 @@ def compare_step(step: int, rows: list[dict], answers: list, built, logged_pairs
 async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[dict]],
                  rm_checkpoints: Path) -> list[StepParity]:
     """Replay every logged step through a service built from `args` (cli.serve's namespace); see the module doc."""
-    from cooper_openrlhf.cli.serve import build_service
+    from cooper_openrlhf.serve.build import build_service
     from cooper_openrlhf.serve.protocol import Sample
 
     service, _ = build_service(args)

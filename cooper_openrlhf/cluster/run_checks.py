@@ -51,12 +51,11 @@ def rm_rewards(export: Path, rows: Sequence[dict], dtype: torch.dtype, reward_fo
                threshold: float = 0.5) -> torch.Tensor:
     """(B,) what the RM export pays the rows' completions, computed as the trainer does (`CooperPPOTrainer.rm_rewards`
     without --cooper.require_answer)."""
-    from cooper_openrlhf.rm.model import load_rm, score_logits, usable_max_length
+    from cooper_openrlhf.rm.scorer import RMScorer
 
-    model, tokenizer, version = load_rm(str(export), dtype=dtype)
-    logits = score_logits(model.eval(), tokenizer, [r["question"] for r in rows], [r["reference"] for r in rows],
-                          [normalize_solution(r["completion"]) for r in rows], template_version=version,
-                          max_length=usable_max_length(model), batch_size=8)
+    logits = RMScorer.load(str(export), dtype=dtype, batch_size=8).logits(
+        [r["question"] for r in rows], [r["reference"] for r in rows],
+        [normalize_solution(r["completion"]) for r in rows])
     return get_reward_form(reward_form)(torch.tensor(logits), threshold)
 
 

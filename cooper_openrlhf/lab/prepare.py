@@ -342,13 +342,11 @@ def verifier_quality(labels: list[bool], scores: list[float], threshold: float =
 
 def rm_eval_quality(rm: str | Path, rm_eval: Path, max_length: int) -> dict:
     """`verifier_quality` of the RM at `rm` on the lab's labelled held-out triples (data/rm_eval.jsonl)."""
-    from cooper_openrlhf.rm.model import load_rm, score_logits
+    from cooper_openrlhf.rm.scorer import RMScorer
 
     rows = [json.loads(line) for line in rm_eval.read_text(encoding="utf-8").splitlines() if line.strip()]
-    model, tokenizer, template_version = load_rm(str(rm))
-    logits = score_logits(model, tokenizer, [r["question"] for r in rows], [r["answer"] for r in rows],
-                          [r["completion"] for r in rows], max_length=max_length, template_version=template_version,
-                          batch_size=32)
+    logits = RMScorer.load(str(rm), max_length=max_length, batch_size=32).logits(
+        [r["question"] for r in rows], [r["answer"] for r in rows], [r["completion"] for r in rows])
     return verifier_quality([r["gold_correct"] for r in rows], logits)
 
 

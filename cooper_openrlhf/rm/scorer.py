@@ -1,12 +1,13 @@
 """The one RM scorer: logits and P(correct) of (question, reference, completion) triples, by weights version.
 
-Offline (`RMScorer.load(path)`: `cli.eval_verifier`, `verifyrm score`, the lab's probes, the report) it holds one
-version, the checkpoint's. The reward service holds several: version 0 is the RM it started from (or the version
-its checkpoint recorded), and every learner update publishes the next. Scoring never runs on the weights being
-trained: `publish` copies the trained weights into a scoring copy between batches, so a batch is scored by one
-version from start to end. Older versions are kept while an open GRPO group is pinned to them (`serve/groups.py`)
-and then dropped (`retire`), so memory holds the latest version plus the few that groups still use; a checkpoint
-keeps those few too, and a restart `restore`s them.
+The package builds it two ways: `RMScorer.load(path)`, a checkpoint (`cli.eval_verifier`, `verifyrm score`, the lab's
+probes, the report, the reward service without --learn), and `RMScorer.of_trainer`, the weights a learner trains.
+Offline it holds one version, the checkpoint's. The reward service holds several: version 0 is the RM it started
+from (or the version its checkpoint recorded), and every learner update publishes the next. Scoring never runs on
+the weights being trained: `publish` copies the trained weights into a scoring copy between batches, so a batch is
+scored by one version from start to end. Older versions are kept while an open GRPO group is pinned to them
+(`serve/groups.py`) and then dropped (`retire`), so memory holds the latest version plus the few that groups still
+use; a checkpoint keeps those few too, and a restart `restore`s them.
 
 The checkpoint is any one-logit sequence classifier that `rm.model.load_rm` accepts (a VerifyRM export, or e.g. the
 tiny Qwen2 RM). Its input is the RM template (`algo/template.py`) in the version its config records (`CONFIG_KEY`),
@@ -61,14 +62,23 @@ class RMScorer:
 
     @classmethod
     def load(cls, model_path: str, device: str = "cpu", max_length: int | None = None, batch_size: int = 8,
-             template_version: str | None = None) -> "RMScorer":
-        """The RM checkpoint at `model_path` as version 0."""
-        model, tokenizer, recorded_version = load_rm(model_path)
+             template_version: str | None = None, dtype: torch.dtype = torch.float32, version: int = 0) -> "RMScorer":
+        """The RM checkpoint at `model_path` (`rm.model.load_rm`, weights in `dtype` on `device`) as `version`."""
+        model, tokenizer, recorded_version = load_rm(model_path, dtype=dtype)
         if template_version is not None and template_version != recorded_version:
             raise ValueError(f"{model_path} was trained with template {recorded_version!r}, not {template_version!r}")
         model = model.to(device)
         return cls(model, tokenizer, max_length=usable_max_length(model, max_length),
-                   template_version=recorded_version, batch_size=batch_size)
+                   template_version=recorded_version, batch_size=batch_size, version=version)
+
+    @classmethod
+    def of_trainer(cls, trainer, *, batch_size: int, version: int = 0, copy_weights: bool = False) -> "RMScorer":
+        """The weights an `rm.pairwise_update.RMTrainer` trains, as `version`, read with the trainer's tokenizer,
+        length and template. `copy_weights`: score a copy (a service scores while the learner trains in place, and
+        `publish` moves each update into it); without, the trained module itself (read between updates only)."""
+        module = trainer.model.module
+        return cls(copy.deepcopy(module) if copy_weights else module, trainer.tokenizer, max_length=trainer.max_length,
+                   template_version=trainer.template_version, batch_size=batch_size, version=version)
 
     @property
     def tokenizer(self):

@@ -3,5 +3,5 @@
 A transport around the Cooper core (`core/`: the reward paid, the pairs, the metrics, the hacking response):
 protocol (requests in, responses out, prompt splitting), batcher (across concurrent requests), groups (GRPO groups
 pinned to an RM version; the versions themselves are `rm/scorer.py`'s), learner (Cooper's RM update on complete groups), service (the async loop), checkpoint,
-metrics, app (HTTP: auth, limits). `cli.serve` wires them.
+metrics, app (HTTP: auth, limits). `build` wires them from `cooper serve`'s flags (`cli/serve.py`).
 """

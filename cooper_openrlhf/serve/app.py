@@ -29,7 +29,6 @@ cannot fix or what no trainer sends.
 
 import asyncio
 import hmac
-import inspect
 import json
 import logging
 import time
@@ -39,6 +38,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from cooper_openrlhf.serve.admission import Admission, Overloaded
+from cooper_openrlhf.serve.contract import RewardHost
 from cooper_openrlhf.serve.metrics import CONTENT_TYPE_LATEST
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, build_response, parse_request
 from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS, check_sample_texts
@@ -130,12 +130,13 @@ async def send_json(send, status: int, payload: dict, headers: dict | None = Non
     await send({"type": "http.response.body", "body": body})
 
 
-def build_app(service, splitter: PromptSplitter, *, token: str | None = None, max_body_bytes: int = 4 << 20,
+def build_app(service: RewardHost, splitter: PromptSplitter, *, token: str | None = None, max_body_bytes: int = 4 << 20,
               max_request_samples: int = 256, request_timeout_s: float = 150.0,
               max_queued_samples: int = DEFAULT_MAX_QUEUED_SAMPLES, max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
               max_sample_chars: int = DEFAULT_MAX_SAMPLE_CHARS, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
               on_shutdown=None):
-    """The ASGI app around a `serve.service.RewardService`, started and stopped (checkpointed) by its lifespan.
+    """The ASGI app around a service (`serve.contract.RewardHost`: one process, or the replicated service's ingress),
+    started and stopped (checkpointed) by its lifespan.
 
     `/get_reward` is served by plain ASGI code, the token checked there too; FastAPI serves the rest (`/metrics`,
     `/health`, the lifespan) behind the same token check. The hot route skips FastAPI's middleware, routing and
@@ -160,9 +161,7 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
     admission = Admission(max_queued_samples, max_queued_bytes)
 
     async def gauges() -> dict[str, float]:
-        values = service.gauges()
-        if inspect.isawaitable(values):  # a service in other processes asks them (serve/replicated)
-            values = await values
+        values = await service.gauges()
         return {**values, "in_flight_samples": float(admission.samples),
                 "in_flight_bytes": float(admission.bytes), "refused_over_memory_bound": float(admission.refused)}
 
@@ -246,7 +245,7 @@ def build_app(service, splitter: PromptSplitter, *, token: str | None = None, ma
     return app
 
 
-def _scoring_rate(service) -> float:
+def _scoring_rate(service: RewardHost) -> float:
     """Samples a second the RM batcher has scored while busy (0 before its first batch)."""
     stats = service.rm_batcher.stats
     return stats.items / stats.busy_seconds if stats.busy_seconds > 0 else 0.0

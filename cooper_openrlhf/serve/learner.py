@@ -50,19 +50,14 @@ GUARD_STATE = "rm_guard"  # the guard's state in RMTrainer.counters (checkpointe
 
 @dataclass(frozen=True)
 class LearnConfig:
-    groups_per_update: int  # complete groups per step (the trainer's prompts per step)
-    negative_source: str = "rollout"  # algo.selection's sources: rollout | assistant | mixed
-    rollout_negative_pick: str = "hardest"  # hardest (the wrong rollout the RM pays most) | random
-    answerless_negatives: bool = False  # answerless rollouts may be rollout negatives too
+    """How the learner makes a step's pairs (the core's `PairConfig`, as the trainer's: its n_samples_per_prompt is
+    the service's group size, its seed the update's too) and trains on them."""
+
+    pairs: PairConfig
     passes: int = 1  # optimizer steps over a step's pairs (--cooper.rm_updates_per_step)
-    seed: int = 0
     anchor_weight: float = 0.0  # > 0: anchored updates, BCE on labelled rows at this weight (--rm-anchor-weight)
     anchor_batch: int = 16  # labelled rows per anchored update
     health_batch_size: int = 32  # anchors per forward when the guard scores them
-
-    def pairs(self, group_size: int) -> PairConfig:
-        return PairConfig(group_size, self.negative_source, self.rollout_negative_pick, self.answerless_negatives,
-                          self.seed)
 
 
 def rollouts_of(groups: list[Group]) -> tuple[Rollouts, list]:
@@ -108,13 +103,13 @@ class Learner:
         group.proven_wrong = self.pair_builder.proven_wrong([s.sample.reference for s in group.scored],
                                                             [s.outcome for s in group.scored])
 
-    def pairs_of(self, groups: list[Group], group_size: int, step: int) -> tuple[PairBatch, dict[str, float]]:
+    def pairs_of(self, groups: list[Group], step: int) -> tuple[PairBatch, dict[str, float]]:
         """The step's PairBatch (one slot per group) and its `cooper/*` pair metrics (`core.build_pairs`)."""
         for group in groups:
             if group.proven_wrong is None:
                 self.prepare(group)
         rollouts, _ = rollouts_of(groups)
-        return build_pairs(self.config.pairs(group_size), rollouts.texts, rollouts.verdicts, rollouts.rm_logits,
+        return build_pairs(self.config.pairs, rollouts.texts, rollouts.verdicts, rollouts.rm_logits,
                            self.pair_builder.assistant_negatives, step)
 
     def discard_gradients(self) -> None:
@@ -137,11 +132,11 @@ class Learner:
                 for key in held:
                     held[key] = None
 
-    def learn(self, groups: list[Group], group_size: int, step: int) -> tuple[bool, dict[str, float]]:
+    def learn(self, groups: list[Group], step: int) -> tuple[bool, dict[str, float]]:
         """(whether a new version is to be published, metrics): the step's pairs and one Cooper RM update on them,
         kept only if its weights are finite and the guard finds it healthy (module docstring)."""
         start = time.perf_counter()
-        pairs, metrics = self.pairs_of(groups, group_size, step)
+        pairs, metrics = self.pairs_of(groups, step)
         metrics["timing/serve_pairs"] = time.perf_counter() - start
         guard = self._synced_guard()
         if guard is not None and not guard.started:  # the starting RM (or the one a guardless checkpoint held)
@@ -155,7 +150,7 @@ class Learner:
         snapshot = EngineSnapshot.take(self.trainer)
         metrics[HEALTH + "snapshot_seconds"] = time.perf_counter() - start
         anchored = self.config.anchor_weight > 0 and self.anchor_rows
-        rows = anchor_batch(self.anchor_rows, self.config.anchor_batch, step, self.config.seed) if anchored else ()
+        rows = anchor_batch(self.anchor_rows, self.config.anchor_batch, step, self.config.pairs.seed) if anchored else ()
         try:
             metrics.update(pairwise_update(self.trainer, pairs, pairs.num_valid, passes=self.config.passes,
                                            anchors=rows, anchor_weight=self.config.anchor_weight if anchored else 0.0))

@@ -1,10 +1,10 @@
 """RewardService: score, verify, group, learn, watch and checkpoint; the async core behind the HTTP app.
 
 Per sample (any number arrive concurrently, one per request from OpenRLHF):
-  1. reserve its place in its prompt's GRPO group (`serve/groups.py`): that fixes the RM version scoring it. With
-     `wait_for_update` (the default) the first sample of a NEW group waits while an update is in flight, so a
-     synchronous trainer's step t+1 is scored by the RM updated on step t, as in the paper; samples of groups
-     already open never wait (their version is pinned).
+  1. reserve its place in its prompt's GRPO group (`serve/book.py`, `serve/groups.py`): that fixes the RM version
+     scoring it. With `wait_for_update` (the default) the first sample of a NEW group waits while an update is in
+     flight, so a synchronous trainer's step t+1 is scored by the RM updated on step t, as in the paper; samples of
+     groups already open never wait (their version is pinned).
   2. RM logit (`rm/scorer.py`, by version, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
      at the same time; the reward of the service's mode (`core.REWARD_MODES`, the trainer's reward forms).
   3. record it in its group. Complete groups gather into rounds of `groups_per_update` (`serve/round_supervisor.py`);
@@ -39,7 +39,6 @@ in flight is the HTTP layer's (`serve/admission.py`).
 
 import asyncio
 import logging
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,18 +46,17 @@ from dataclasses import dataclass, field
 import torch
 
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
-from cooper_openrlhf.algo.metric_keys import ALARM
-from cooper_openrlhf.algo.negatives import normalize_solution
-from cooper_openrlhf.core import REWARD_MODES, HackingResponse, RolloutVerdicts, rewards
+from cooper_openrlhf.core import REWARD_MODES, HackingResponse
 from cooper_openrlhf.runtime.cpu_threads import pin_threads
 from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.serve.batcher import MicroBatcher
-from cooper_openrlhf.serve.groups import (DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, Group, GroupTracker, ScoredSample,
-                                          fingerprint)
-from cooper_openrlhf.serve.learner import step_metrics
+from cooper_openrlhf.serve.book import GroupBook, Wanted
+from cooper_openrlhf.serve.contract import NonFiniteScore, Scored  # noqa: F401 (tests read them here too)
+from cooper_openrlhf.serve.groups import DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, Group, GroupTracker, fingerprint
 from cooper_openrlhf.serve.protocol import Sample
-from cooper_openrlhf.serve.round_supervisor import RoundSupervisor, group_gauges, round_summary
-from cooper_openrlhf.verify.rule import Verdict
+from cooper_openrlhf.serve.round_supervisor import group_gauges
+from cooper_openrlhf.serve.steps import (answers, check_finite, count_update, paid_samples, rm_item, round_metrics,
+                                         watch_and_log)
 
 logger = logging.getLogger(__name__)
 
@@ -99,24 +97,11 @@ def _log_failed_preparation(future) -> None:
         logger.warning("preparing a complete group failed (retried at its round): %s", future.exception())
 
 
-class NonFiniteScore(RuntimeError):
-    """The RM's logit of a sample is NaN or infinite: no reward to pay and nothing to learn from."""
-
-
-@dataclass
-class Scored:
-    """What the service answers for one sample."""
-
-    reward: float
-    logit: float
-    verdict: Verdict
-    version: int
-
-
-class RewardService(RoundSupervisor):
-    """See the module docstring. `scorer`: an `rm.scorer.RMScorer`; `verify_lanes`: one blocking
-    (references, completions) -> outcomes function per lane; `learner`: a `serve.learner.Learner` or None;
-    `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None; `log`: a `serve.metrics.ServiceLog`."""
+class RewardService(GroupBook):
+    """See the module docstring; the one-process host of `serve.contract.RewardHost`. `scorer`: an
+    `rm.scorer.RMScorer`; `verify_lanes`: one blocking (references, completions) -> outcomes function per lane;
+    `learner`: a `serve.learner.Learner` or None; `checkpointer`: a `serve.checkpoint.ServiceCheckpoint` or None;
+    `log`: a `serve.metrics.ServiceLog`."""
 
     def __init__(self, config: ServiceConfig, scorer, verify_lanes, log, learner=None, checkpointer=None,
                  state: dict | None = None, probe=None):
@@ -187,56 +172,34 @@ class RewardService(RoundSupervisor):
         """Rewards of the samples (one request's); raises when any cannot be scored."""
         if self._closing:
             raise RuntimeError("the service is shutting down")
-        answers: list[Scored | None] = [None] * len(samples)
-        places: dict[int, Group | None] = {}  # sample index -> its group place (None: held out, never grouped)
-        arrivals: dict[int, int] = {}  # sample index -> its arrival, which orders its group's samples
+        keyed = self.keeps_groups  # (an identical sample is looked for only where groups are kept)
+        places = await self._reserve_places([Wanted(s.prompt, s.reference, fingerprint(s) if keyed else b"",
+                                                    s.question in self.config.heldout) for s in samples])
+        todo = [i for i, place in enumerate(places) if place.known is None]  # the rest were answered before
         try:
-            if self.keeps_groups:
-                self._arrived([(s.prompt, s.reference) for s in samples if s.question not in self.config.heldout])
-            for i, sample in enumerate(samples):  # inside the try: a request cancelled while waiting gives back
-                if sample.question in self.config.heldout:
-                    places[i] = None
-                elif self.keeps_groups and (known := self._identical_answer(fingerprint(sample))) is not None:
-                    answers[i] = Scored(known.scored.reward, known.scored.logit, known.scored.outcome.verdict,
-                                        known.version)
-                else:
-                    places[i] = await self._reserve(sample)
-                    arrivals[i] = self.groups.arrival()
-            todo = list(places)
-            # The RM reads the completion as the trainer's RM does (`normalize_solution`, also what the pairs hold).
-            items = [(places[i].version if places[i] else self.version, samples[i].question, samples[i].reference,
-                      normalize_solution(samples[i].completion)) for i in todo]
             # The verifier's first: its lane hands the items to its worker before the RM's lane may hold the loop
             # with a lone forward (serve/batcher.py), so the two still overlap.
             outcomes, logits = await asyncio.gather(
                 self.verify_batcher.submit_many([(samples[i].reference, samples[i].completion) for i in todo]),
-                self.rm_batcher.submit_many(items))
-            for i, logit in zip(todo, logits):
-                if not math.isfinite(logit):
-                    raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
-        except BaseException:
-            for group in places.values():
-                if group is not None:
-                    self.groups.release(group)
+                self.rm_batcher.submit_many([rm_item(places[i].version, samples[i]) for i in todo]))
+            check_finite(todo, logits)
+        except BaseException:  # (a request cancelled while waiting gives back too)
+            self._release_places([places[i] for i in todo])
             raise
-        paid = rewards(self.pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits,
-                       paying_rule=self.hacking.paying_rule).paid.tolist() if todo else []
-        for i, logit, outcome, reward, (version, *_) in zip(todo, logits, outcomes, paid, items):
-            group, sample = places[i], samples[i]
-            if group is None or not self.keeps_groups:  # held out, or a service that keeps no groups
-                if group is None:
-                    self.counters["heldout_samples"] += 1
-                answers[i] = Scored(reward, logit, outcome.verdict, version)
-                continue
-            self._completed(self.groups.record(group, ScoredSample(sample, logit, outcome, reward),
-                                               arrival=arrivals[i]))
-            answers[i] = Scored(reward, logit, outcome.verdict, group.version)
+        scored = paid_samples(self.pay, [samples[i] for i in todo], logits, outcomes, self.hacking.paying_rule)
+        self._record_places([places[i] for i in todo], scored)
         self.counters["samples"] += len(samples)
         self._wake_rounds()
-        return answers
+        return answers(places, todo, scored)
 
     def _repeated(self, complete: Group | None) -> None:
         self._completed(complete)
+
+    def _holds_version(self, version: int) -> bool:
+        return version in self.scorer.versions()
+
+    def _retire_versions(self, in_use: set[int]) -> None:
+        self.scorer.retire(in_use)
 
     def _completed(self, complete: Group | None) -> None:
         """After a sample is recorded: a group it completed joins the rounds, its pairs' slow part started now."""
@@ -245,23 +208,9 @@ class RewardService(RoundSupervisor):
             prepared = asyncio.get_running_loop().run_in_executor(self._executor, self.learner.prepare, complete)
             prepared.add_done_callback(_log_failed_preparation)
 
-    async def _reserve(self, sample: Sample) -> Group:
-        """The sample's group place; a new group first waits for an update in flight (module docstring)."""
-        await self._wait_for_update((sample.prompt, sample.reference))
-        if not self.keeps_groups:  # a place in no tracker: the version it names is all that is read from it
-            return Group("", sample.prompt, self.version, 0.0)
-        return self.groups.reserve(sample.prompt, self.version, sample.reference)
-
     # --------------------------------------------------------------------------------------- rounds
     def _wake_rounds(self) -> None:
         self._round_wakeup.set()
-
-    def _expire_and_retire(self) -> None:
-        for group in self.groups.expire():
-            logger.warning("group of prompt %r got no sample for %.0fs (--group-timeout-s) with %d of %d samples; it "
-                           "is not learned from", group.prompt[:60], self.config.group_timeout_s, len(group.scored),
-                           self.config.group_size)
-        self.scorer.retire(self.groups.versions_in_use())
 
     def _rounds_done(self) -> int:
         return self.counters["rounds"]
@@ -281,24 +230,21 @@ class RewardService(RoundSupervisor):
         the round is still watched); the round counts either way, and its groups are not retried."""
         self.counters["rounds"] += 1
         started = time.perf_counter()
-        metrics = step_metrics(groups, self.pay)
-        versions = [group.version for group in groups]  # the versions that scored the round's groups
-        metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
+        metrics = round_metrics(groups, self.pay)
         update_failure = None
         if self.learner is not None:
             metrics["timing/serve_waited"], self._waited = self._waited, 0.0  # new groups' waits for the last update
             self.update_done.clear()
             try:
                 updated, learned = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self.learner.learn, groups, self.config.group_size, index)
+                    self._executor, self.learner.learn, groups, index)
                 metrics.update(learned)
                 if updated:
                     start = time.perf_counter()
                     await asyncio.get_running_loop().run_in_executor(
                         self._executor, self.scorer.publish, self.learner.trainer.model.module)
                     metrics["timing/serve_publish"] = time.perf_counter() - start
-                    self.counters["updates"] += 1
-                    self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
+                    count_update(self.counters, learned)
             except Exception as exc:  # nothing new published; raised below, once the round is logged
                 update_failure = exc
                 metrics["cooper/rm_update_failed"] = 1.0
@@ -308,11 +254,8 @@ class RewardService(RoundSupervisor):
         if self.probe is not None and self.probe.due(index):  # before the monitor: its rules may read them
             metrics.update(await asyncio.get_running_loop().run_in_executor(self._executor, self.probe.read,
                                                                             self.scorer))
-        metrics.update(self.hacking.watch(index, metrics))  # with on_hacking rule_reward: the rule pays from now on
-        self.counters["alarms"] += int(metrics[ALARM])
+        watch_and_log(index, metrics, self.hacking, self.counters, self.log, started)
         self.last_round = metrics
-        self.log.round(index, metrics)
-        logger.info(round_summary(index, metrics, time.perf_counter() - started))
         if update_failure is not None:
             raise update_failure
         # Due counts from the last checkpoint that succeeded: one that failed is tried again next round.
@@ -323,31 +266,17 @@ class RewardService(RoundSupervisor):
     # ---------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict:
         """Everything but the RM's weights and optimizer that a restart needs (JSON-able)."""
-        from cooper_openrlhf.serve.groups import groups_to_dicts
-
-        return {"version": self.version, "mode": self.mode, "counters": dict(self.counters),
-                "groups": self.groups.state(), "ready": groups_to_dicts(self.ready)}
+        return {"version": self.version, "mode": self.mode, "counters": dict(self.counters), **self._group_state()}
 
     def pinned_models(self) -> dict:
         """{version: scoring module} of the versions older than the latest that open groups are pinned to."""
         return {v: self.scorer.model_of(v) for v in sorted(self.groups.versions_in_use()) if v != self.version}
 
     def _load_state(self, state: dict) -> None:
-        from cooper_openrlhf.serve.groups import groups_from_dicts
-
         self.counters.update(state.get("counters", {}))
         self._checkpointed_updates = self.counters["updates"]
         self.hacking.paying_rule = state.get("mode", self.mode) == "rule" and self.pay.source != "rule"
-        self.groups.load_state(state.get("groups", {}))
-        self.ready = groups_from_dicts(state.get("ready", []))
-        held = self.scorer.versions()
-        for group in self.groups.open.values():
-            if group.version not in held:  # a checkpoint without that version's weights: score on, with ours
-                logger.warning("open group of prompt %r was scored by RM version %d, which the checkpoint does not "
-                               "hold; its remaining samples are scored by version %d", group.prompt[:60],
-                               group.version, self.version)
-                group.version = self.version
-                self.groups_repinned += 1
+        self._load_groups(state, self.scorer.versions())
 
     async def _checkpoint(self) -> None:
         # Taken in the event loop (no request changes them meanwhile). The pinned modules are published copies
@@ -360,8 +289,8 @@ class RewardService(RoundSupervisor):
         logger.info("checkpoint %s of RM version %d in %.1fs", tag, state["version"], time.perf_counter() - start)
 
     # -------------------------------------------------------------------------------------- metrics
-    def gauges(self) -> dict[str, float]:
-        """Point-in-time numbers for /metrics and /health."""
+    async def gauges(self) -> dict[str, float]:
+        """Point-in-time numbers for /metrics and /health (`serve/contract.py`)."""
         stats = self.rm_batcher.stats
         return {"rm_version": float(self.version), "open_groups": float(len(self.groups.open)),
                 "ready_groups": float(len(self.ready)), "groups_completed": float(self.groups.completed),

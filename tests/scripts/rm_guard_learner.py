@@ -89,7 +89,7 @@ def run(learner, rounds: int = ROUNDS, first: int = 0) -> list[dict]:
     out = []
     for step in range(first, first + rounds):
         before = weights_sum(learner.trainer)
-        updated, metrics = learner.learn(round_groups(step), 4, step)
+        updated, metrics = learner.learn(round_groups(step), step)
         health = learner.health() if learner.anchors else None  # the engine's RM now: what `updated` publishes
         out.append({"updated": updated, **({"auc": health.auc, "right_pay": health.right_pay,
                                             "wrong_pay": health.wrong_pay} if health else {}),
@@ -122,11 +122,11 @@ def export(trainer, folder: str) -> str:
 
 
 def main(scenarios: list[str]) -> None:
-    from cooper_openrlhf.cli.serve import _build_learner, build_parser
+    from cooper_openrlhf.cli.serve import build_parser
     from cooper_openrlhf.core import GuardConfig, RMGuard
     from cooper_openrlhf.models import model_path
     from cooper_openrlhf.rm.snapshot import EngineSnapshot, scale_lr
-    from cooper_openrlhf.runtime.dtype import resolve_dtype_name
+    from cooper_openrlhf.serve.build import build_learner
     from cooper_openrlhf.serve.checkpoint import ServiceCheckpoint
     from cooper_openrlhf.serve.learner import Learner
 
@@ -134,7 +134,7 @@ def main(scenarios: list[str]) -> None:
     args = build_parser().parse_args(["--rm", str(model_path("tiny-qwen2-rm")), "--learn", "--state-dir", state_dir,
                                       "--groups-per-update", "4", "--group-size", "4", "--rm-lr", str(LR),
                                       "--rm-warmup-ratio", "0"])
-    built, _, *_ = _build_learner(args, resolve_dtype_name(args.dtype))
+    built, _ = build_learner(args)
     trainer = built.trainer
     warm_up(trainer)
     warm = EngineSnapshot.take(trainer)

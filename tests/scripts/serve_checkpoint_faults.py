@@ -1,5 +1,5 @@
 """`python tests/scripts/serve_checkpoint_faults.py STATE_DIR STAGE`: the learning service's checkpoints as
-`cooper serve --learn` builds them (`cli.serve.build_service`: the tiny RM on a DeepSpeed engine), one stage per
+`cooper serve --learn` builds them (`serve.build.build_service`: the tiny RM on a DeepSpeed engine), one stage per
 process, as one process of a service's life. Run by tests/test_serve_checkpoints.py (DeepSpeed and
 torch.distributed state never leak into pytest). Prints one JSON line of what it saw.
 
@@ -18,7 +18,8 @@ import sys
 
 
 def build(state_dir: str):
-    from cooper_openrlhf.cli.serve import build_parser, build_service
+    from cooper_openrlhf.cli.serve import build_parser
+    from cooper_openrlhf.serve.build import build_service
     from cooper_openrlhf.models import model_path
 
     args = build_parser().parse_args(["--rm", str(model_path("tiny-qwen2-rm")), "--no-chat-template", "--learn",

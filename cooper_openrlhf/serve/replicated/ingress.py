@@ -2,7 +2,7 @@
 
 Ray Serve's proxy hands each HTTP request to an ingress replica, which runs `serve.app.build_app` unchanged (auth,
 body limits, parsing, text validation, prompt splitting, the memory bound, the statuses, the answer) around
-`RemoteService`, which has what the app asks of `serve.service.RewardService`:
+`RemoteService`, which keeps the contract the app asks of a service (`serve/contract.py`):
   1. `score(samples)`: a place per sample from the group registry (its group's RM version; a new group waits there
      while an update is in flight; a sample identical to one already answered gets that answer back instead), the samples of concurrent requests gathered into one call to the scoring
      deployment (`serve/batcher.py`'s `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per
@@ -22,20 +22,20 @@ raised is not retried here (it is that sample's 500, as in one process).
 
 import asyncio
 import logging
-import math
 import time
 
 import ray
 
-from cooper_openrlhf.algo.negatives import normalize_solution
-from cooper_openrlhf.core import REWARD_MODES, RolloutVerdicts, rewards
+from cooper_openrlhf.core import REWARD_MODES
 from cooper_openrlhf.serve.batcher import MicroBatcher
-from cooper_openrlhf.serve.groups import ScoredSample, fingerprint
+from cooper_openrlhf.serve.book import NO_GROUP, Place, Wanted
+from cooper_openrlhf.serve.contract import Scored
+from cooper_openrlhf.serve.groups import fingerprint
 from cooper_openrlhf.serve.metrics import ServiceLog
-from cooper_openrlhf.serve.replicated.registry import NO_GROUP, Place, Wanted
+from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.serve.replicated.retry import backoff, until_answered
 from cooper_openrlhf.serve.replicated.scoring import ScoreItem
-from cooper_openrlhf.serve.service import NonFiniteScore, Scored
+from cooper_openrlhf.serve.steps import answers, check_finite, paid_samples, rm_item
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +43,10 @@ COUNT_FLUSH_S = 1.0  # how often an ingress that asks no places reports its samp
 
 
 class RemoteService:
-    """See the module docstring. `registry`: the group registry's actor handle; `scorer`: the scoring deployment's
-    handle; `keeps_groups`: whether the service keeps groups (rounds or learning): without, no place is asked for
-    and the version is the one served at start (nothing publishes another)."""
+    """See the module docstring; the replicated host of `serve.contract.RewardHost`. `registry`: the group
+    registry's actor handle; `scorer`: the scoring deployment's handle; `keeps_groups`: whether the service keeps
+    groups (rounds or learning): without, no place is asked for and the version is the one served at start (nothing
+    publishes another)."""
 
     def __init__(self, config, registry, scorer, keeps_groups: bool, version: int | None, calls_in_flight: int = 2,
                  retry_for_s: float = 150.0):
@@ -78,7 +79,7 @@ class RemoteService:
         await self.rm_batcher.stop()
         await self._flush_counts()
 
-    async def score(self, samples: list) -> list[Scored]:
+    async def score(self, samples: list[Sample]) -> list[Scored]:
         heldout = [s.question in self.config.heldout for s in samples]
         if self.keeps_groups:
             wanted = [Wanted(s.prompt, s.reference, fingerprint(s), held) for s, held in zip(samples, heldout)]
@@ -88,22 +89,16 @@ class RemoteService:
             places, paying_rule = [Place(NO_GROUP, self.version, held) for held in heldout], False
         todo = [i for i, place in enumerate(places) if place.known is None]  # the rest were answered before
         try:
-            items = [ScoreItem(places[i].version, samples[i].question, samples[i].reference,
-                               normalize_solution(samples[i].completion), samples[i].completion) for i in todo]
-            results = await self.rm_batcher.submit_many(items)
-            for i, (logit, _) in zip(todo, results):
-                if not math.isfinite(logit):
-                    raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
+            results = await self.rm_batcher.submit_many(
+                [ScoreItem(*rm_item(places[i].version, samples[i]), samples[i].completion) for i in todo])
+            logits = [logit for logit, _ in results]
+            check_finite(todo, logits)
         except BaseException:
             if self.keeps_groups:  # not awaited: this request may be cancelled
                 self.registry.release.remote([places[i] for i in todo], self.holder_id)
             raise
-        logits = [logit for logit, _ in results]
-        outcomes = [outcome for _, outcome in results]
-        paid = rewards(self.pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits,
-                       paying_rule=paying_rule).paid.tolist() if todo else []
-        scored = [ScoredSample(samples[i], logit, outcome, reward)
-                  for i, logit, outcome, reward in zip(todo, logits, outcomes, paid)]
+        scored = paid_samples(self.pay, [samples[i] for i in todo], logits, [outcome for _, outcome in results],
+                              paying_rule)
         if self.keeps_groups and todo:
             done = [places[i] for i in todo]
             await self._registry_call(lambda: self.registry.record.remote(done, scored, self.holder_id),
@@ -111,8 +106,7 @@ class RemoteService:
         elif not self.keeps_groups:
             self._uncounted[0] += len(samples)
             self._uncounted[1] += sum(heldout)
-        answers = {i: s for i, s in zip(todo, scored)}
-        return [Scored(*_answer(answers.get(i) or place.known), place.version) for i, place in enumerate(places)]
+        return answers(places, todo, scored)
 
     def _score_remote(self, items: list[ScoreItem]) -> list:
         """A batch through the scoring deployment (blocking: a batcher lane's thread), sent again while the replica
@@ -158,18 +152,14 @@ class RemoteService:
         return {**status["gauges"], "scoring_retries": float(self.retried)}
 
 
-def _answer(scored: ScoredSample) -> tuple:
-    """(reward, logit, verdict) of a scored sample, as `Scored` starts."""
-    return scored.reward, scored.logit, scored.outcome.verdict
-
-
-def ingress_class(config, args, build_splitter, token: str | None, registry, keeps_groups: bool, version: int | None,
+def ingress_class(config, args, token: str | None, registry, keeps_groups: bool, version: int | None,
                   scorer_name: str, app_name: str):
-    """The ingress deployment's class: `serve.app.build_app` around a `RemoteService`, built in each replica
-    (`build_splitter(args)`: the prompt splitter, `cli.serve`'s)."""
+    """The ingress deployment's class: `serve.app.build_app` around a `RemoteService`, built in each replica (the
+    prompt splitter of the flags: `serve.build.build_splitter`)."""
     from ray import serve
 
     from cooper_openrlhf.serve.app import build_app
+    from cooper_openrlhf.serve.build import build_splitter
 
     def build():
         from cooper_openrlhf.serve.replicated.registry import worker_logging

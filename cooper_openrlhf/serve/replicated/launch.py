@@ -38,9 +38,9 @@ class Deployed:
     version: int  # the RM version served at start
 
 
-def deploy(args, config, *, token: str | None, build_splitter, build_learner) -> Deployed:
+def deploy(args, config, *, token: str | None) -> Deployed:
     """The actors and the Serve app of `args` (`cli.serve`'s flags with `--replicas`); returns once every replica
-    is up. `build_splitter(args)` and `build_learner(args)` are `cli.serve`'s builders, run where they are used."""
+    is up. Each part builds what it holds where it runs, with `serve/build.py`'s builders."""
     from ray import serve
 
     compat.install()
@@ -49,7 +49,7 @@ def deploy(args, config, *, token: str | None, build_splitter, build_learner) ->
     if keeps_groups:
         log_dir = os.path.join(args.state_dir, "logs") if args.state_dir else None
         learner = ray.remote(LearnerActor).options(
-            max_restarts=-1, max_task_retries=0, num_cpus=1).remote(config, args, build_learner, log_dir)
+            max_restarts=-1, max_task_retries=0, num_cpus=1).remote(config, args, log_dir)
     # Ray starts the registry again if it dies (registry.py: it then starts itself and the callers resend).
     registry = ray.remote(GroupRegistry).options(num_cpus=0, max_concurrency=100_000, max_restarts=-1).remote(
         config, learner)
@@ -63,7 +63,7 @@ def deploy(args, config, *, token: str | None, build_splitter, build_learner) ->
                               max_ongoing_requests=SCORER_ONGOING_BATCHES * args.max_batch,
                               ray_actor_options={"num_cpus": 1}).bind(args, registry)
     ingress = serve.deployment(
-        ingress_class(config, args, build_splitter, token, registry, keeps_groups, version, SCORER_NAME, APP_NAME),
+        ingress_class(config, args, token, registry, keeps_groups, version, SCORER_NAME, APP_NAME),
         name=INGRESS_NAME, num_replicas=args.ingress_replicas, max_ongoing_requests=args.max_queued_samples,
         ray_actor_options={"num_cpus": 1})
     serve.run(ingress.bind(scorer), name=APP_NAME, route_prefix="/")
@@ -84,7 +84,7 @@ def shutdown(deployed: Deployed) -> str | None:
     return exported
 
 
-def serve_replicated(args, config, *, token: str | None, build_splitter, build_learner) -> int:
+def serve_replicated(args, config, *, token: str | None) -> int:
     """`cli.serve --replicas N`: serve until SIGTERM or SIGINT, then checkpoint, export and stop (exit code)."""
     from cooper_openrlhf.runtime.ray_cluster import init_local_ray
     from cooper_openrlhf.runtime.ray_env import cooper_runtime_env
@@ -102,7 +102,7 @@ def serve_replicated(args, config, *, token: str | None, build_splitter, build_l
         signal.signal(sig, lambda *_: stop.set())
     deployed = None
     try:
-        deployed = deploy(args, config, token=token, build_splitter=build_splitter, build_learner=build_learner)
+        deployed = deploy(args, config, token=token)
         logger.info("serving RM version %d on Ray Serve: %d scoring replicas, %d ingress, learning %s, at "
                     "%s://%s:%d/get_reward", deployed.version, args.replicas, args.ingress_replicas,
                     "on" if args.learn else "off", "https" if args.ssl_certfile else "http", args.host, args.port)

@@ -1,9 +1,10 @@
 """The one learner of a replicated service: the rounds, the RM update, the hacking monitor, the checkpoints.
 
-What `serve/service.py`'s `_run_round` does in one process, in an actor of its own: the round's metrics
-(`serve.learner.step_metrics`), the core's pairs and `rm/pairwise_update.py` (`serve.learner.Learner`), the hacking
-monitor (`core.HackingResponse`), the rounds' log (`serve.metrics.ServiceLog`: `STATE_DIR/logs/metrics.jsonl`) and
-the checkpoint (`serve.checkpoint.ServiceCheckpoint`, the one-process format, so either mode resumes the other's).
+What `serve/service.py`'s `_run_round` does in one process, in an actor of its own, with the same round body
+(`serve/steps.py`): the round's metrics (`serve.learner.step_metrics`), the core's pairs and
+`rm/pairwise_update.py` (`serve.learner.Learner`), the hacking monitor (`core.HackingResponse`), the rounds' log
+(`serve.metrics.ServiceLog`: `STATE_DIR/logs/metrics.jsonl`) and the checkpoint (`serve.checkpoint.ServiceCheckpoint`,
+the one-process format, so either mode resumes the other's).
 
 Publishing: a round that changed the RM returns the new weights (a CPU state dict) as its second return value. The
 registry, which made the call, owns that object: it is put in the object store once, outlives this actor, and
@@ -29,12 +30,10 @@ import time
 
 import ray
 
-from cooper_openrlhf.algo.metric_keys import ALARM
 from cooper_openrlhf.core import REWARD_MODES, HackingResponse
-from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.metrics import ServiceLog
 from cooper_openrlhf.serve.replicated.registry import LEARNER_COUNTERS, worker_logging
-from cooper_openrlhf.serve.round_supervisor import round_summary
+from cooper_openrlhf.serve.steps import count_update, round_metrics, watch_and_log
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +58,17 @@ def cpu_state_dict(module) -> dict:
 
 
 class LearnerActor:
-    """See the module docstring. `build_learner(args)` -> (`serve.learner.Learner`, `serve.checkpoint.
-    ServiceCheckpoint`), called only with `args.learn`; without it the actor runs the rounds' monitor and log only."""
+    """See the module docstring. With `args.learn` it builds its learner and checkpointer as one process does
+    (`serve.build.build_learner`); without, it runs the rounds' monitor and log only."""
 
-    def __init__(self, config, args, build_learner, log_dir: str | None):
+    def __init__(self, config, args, log_dir: str | None):
         worker_logging()
         self.config, self.args = config, args
         self.pay = REWARD_MODES[config.mode]
         self.learner = self.checkpointer = None
         if args.learn:
+            from cooper_openrlhf.serve.build import build_learner
+
             self.learner, self.checkpointer = build_learner(args)
         restored = self.checkpointer.load() if self.checkpointer is not None else None
         self.state = restored.state if restored else None
@@ -114,21 +115,18 @@ class LearnerActor:
         """One round (`RewardService._run_round`): (status with "error", the new weights or None)."""
         self.counters["rounds"] = index + 1
         started = time.perf_counter()
-        metrics = step_metrics(groups, self.pay)
-        versions = [group.version for group in groups]
-        metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
+        metrics = round_metrics(groups, self.pay)
         failure, weights = None, None
         if self.learner is not None:
             metrics["timing/serve_waited"] = waited
             try:
-                updated, learned = self.learner.learn(groups, self.config.group_size, index)
+                updated, learned = self.learner.learn(groups, index)
                 metrics.update(learned)
                 if updated:
                     # one past the registry's and every version ever published here, on disk before it is returned
                     self.version = self.checkpointer.next_version(max(self.version, version_floor))
                     weights = cpu_state_dict(self.learner.trainer.model.module)
-                    self.counters["updates"] += 1
-                    self.counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
+                    count_update(self.counters, learned)
             except Exception as exc:
                 failure = exc
                 metrics["cooper/rm_update_failed"] = 1.0
@@ -137,10 +135,7 @@ class LearnerActor:
         try:
             if self.probe is not None and self.probe.due(index):  # before the monitor: its rules may read them
                 metrics.update(self.probe.read(self._latest_scorer()))
-            metrics.update(self.hacking.watch(index, metrics))
-            self.counters["alarms"] += int(metrics[ALARM])
-            self.log.round(index, metrics)
-            logger.info(round_summary(index, metrics, time.perf_counter() - started))
+            watch_and_log(index, metrics, self.hacking, self.counters, self.log, started)
             every = self.config.checkpoint_every
             if failure is None and self.checkpointer is not None and every \
                     and self.counters["updates"] - self._checkpointed_updates >= every:
@@ -161,15 +156,12 @@ class LearnerActor:
         """An `rm.scorer.RMScorer` of the latest version: the weights this actor trains (between updates), or,
         learning off, the RM the replicas serve."""
         from cooper_openrlhf.rm.scorer import RMScorer
-        from cooper_openrlhf.serve.replicated.scoring import served_rm
+        from cooper_openrlhf.serve.build import served_scorer
 
         if self.learner is None:
-            self._served = self._served or served_rm(self.args)
+            self._served = self._served or served_scorer(self.args)
             return self._served
-        trainer = self.learner.trainer
-        return RMScorer(trainer.model.module, trainer.tokenizer, max_length=trainer.max_length,
-                        template_version=trainer.template_version, batch_size=self.args.max_batch,
-                        version=self.version)
+        return RMScorer.of_trainer(self.learner.trainer, batch_size=self.args.max_batch, version=self.version)
 
     def _checkpoint(self, pinned_refs: dict, registry) -> str:
         """The one-process checkpoint: the engine, the registry's groups and counters with ours, the pinned

@@ -2,10 +2,10 @@
 
 GRPO compares the n samples of a prompt with each other, so all n must be scored by one RM version; OpenRLHF's
 engines send them as n separate requests that Serve spreads over the scoring replicas. The pinning therefore lives
-in one place that every ingress replica asks, this actor, with exactly the one-process rules: `serve/groups.py`'s
-`GroupTracker` (reserve a place, which fixes the version; record or release it; drops; recorded answers for
-retries), the wait-for-update gate (the first sample of a new group waits while an update is in flight) and the
-rounds and trainer-group warnings of `serve/round_supervisor.py`. The glue around them is `serve/service.py`'s.
+in one place that every ingress replica asks, this actor, with the one-process service's own code: `serve/book.py`
+(reserve a place, which fixes the version; record or release it; recorded answers for retries; the wait-for-update
+gate: the first sample of a new group waits while an update is in flight) over `serve/groups.py`'s `GroupTracker`,
+and the rounds and trainer-group warnings of `serve/round_supervisor.py`.
 
 Why an actor of its own and not the ingress or the learner: the ingress may run several replicas and is
 restarted by Serve like any replica, and the learner is down for tens of seconds when it restarts (DeepSpeed,
@@ -39,17 +39,16 @@ that checkpoint already holds it; a round that kills the learner `MAX_ROUND_KILL
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 import ray
 
-from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample, groups_from_dicts, groups_to_dicts
+from cooper_openrlhf.serve.book import NO_GROUP, GroupBook, Place, Wanted  # noqa: F401 (the callers' names)
+from cooper_openrlhf.serve.groups import GroupTracker
 from cooper_openrlhf.serve.replicated.holders import PlaceHolders
-from cooper_openrlhf.serve.round_supervisor import RoundSupervisor, group_gauges
+from cooper_openrlhf.serve.round_supervisor import group_gauges
 
 logger = logging.getLogger(__name__)
 
-NO_GROUP = ""  # a place in no group: a held-out sample, a repeat, or a service that keeps no groups
 MAX_ROUND_KILLS = 3  # a round that killed the learner this often is dropped
 LIVENESS_TIMEOUT_S = 5.0  # a holder that does not answer a ping within this is taken as alive (its places stay)
 LEARNER_COUNTERS = ("rounds", "updates", "pairs", "alarms")
@@ -65,28 +64,7 @@ def worker_logging() -> None:
         package.addHandler(handler)
 
 
-@dataclass(frozen=True)
-class Place:
-    """A sample's place: its group (an id in the registry) and the RM version that scores it."""
-
-    group: str
-    version: int
-    heldout: bool = False
-    known: ScoredSample | None = None  # the recorded answer of an identical sample: answered, not scored
-    arrival: int = -1  # orders its group's samples (`GroupTracker.arrival`)
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """What a sample asks a place for: its group key and what makes it the same sample (`groups.fingerprint`)."""
-
-    prompt: str
-    label: str
-    fingerprint: bytes
-    heldout: bool = False
-
-
-class GroupRegistry(RoundSupervisor):
+class GroupRegistry(GroupBook):
     """See the module docstring. `config`: the service's `ServiceConfig`; `learner`: the learner actor's handle,
     or None for a service without rounds (then no group is kept)."""
 
@@ -170,32 +148,18 @@ class GroupRegistry(RoundSupervisor):
         await self._ready()
         if self._closing:
             raise RuntimeError("the service is shutting down")
-        places: list[Place] = []
-        try:
-            if self.keeps_groups:
-                self._arrived([(want.prompt, want.label) for want in wanted if not want.heldout])
-            for want in wanted:
-                if want.heldout:
-                    places.append(Place(NO_GROUP, self.version, heldout=True))
-                    continue
-                if self.keeps_groups and (known := self._identical_answer(want.fingerprint)) is not None:
-                    places.append(Place(NO_GROUP, known.version, known=known.scored))
-                    self.counters["samples"] += 1  # answered here: the ingress records only what it scores
-                    continue
-                await self._wait_for_update((want.prompt, want.label))
-                if not self.keeps_groups:
-                    places.append(Place(NO_GROUP, self.version))
-                    continue
-                await self._give_back_places_of_dead_holders(want)
-                group = self.groups.reserve(want.prompt, self.version, want.label)
-                places.append(Place(group.id, group.version, arrival=self.groups.arrival()))
-                self.holders.take(holder, group.id)
-        except BaseException:
-            self._release(places, holder[0] if holder else None)
-            raise
-        if any(p.known is not None for p in places):
-            self._round_wakeup.set()
+        places = await self._reserve_places(wanted, holder)
+        self.counters["samples"] += sum(place.known is not None for place in places)  # the ingress records the rest
         return places, self.paying_rule
+
+    def _took_place(self, holder, group_id: str) -> None:
+        self.holders.take(holder, group_id)
+
+    def _gave_back(self, holder_id, group_id: str) -> None:
+        self.holders.give_back(holder_id, group_id)
+
+    async def _before_new_place(self, want: Wanted) -> None:
+        await self._give_back_places_of_dead_holders(want)
 
     async def _give_back_places_of_dead_holders(self, want: Wanted) -> None:
         """Before a sample opens a new group: if its key's groups are full but not all scored, the places there of
@@ -228,44 +192,19 @@ class GroupRegistry(RoundSupervisor):
     async def release(self, places: list[Place], holder_id: str | None = None) -> None:
         """Give back the places of samples that were not scored (their retries reserve again)."""
         await self._ready()
-        self._release(places, holder_id)
-
-    def _release(self, places: list[Place], holder_id: str | None) -> None:
-        for place in places:
-            self.holders.give_back(holder_id, place.group)
-            group = self.groups.open.get(place.group)
-            if group is not None:
-                self.groups.release(group)
+        self._release_places(places, holder_id)
 
     async def record(self, places: list[Place], scored: list, holder_id: str | None = None) -> None:
         """The scored samples (`serve.groups.ScoredSample`) into their groups; a group that completes joins the
         next round. A place of an earlier incarnation is placed again (module docstring)."""
         await self._ready()
-        for place, sample in zip(places, scored):
-            self.holders.give_back(holder_id, place.group)
-            if place.heldout:
-                self.counters["heldout_samples"] += 1
-                continue
-            if place.group and not self.groups.owns(place.group):
-                self._record_placed_before_restart(place, sample)
-                continue
-            group = self.groups.open.get(place.group)
-            if group is None:  # no group kept, or dropped while the sample was scored
-                continue
-            self._recorded(self.groups.record(group, sample, arrival=place.arrival))
+        self._record_places(places, scored, holder_id)
         self.counters["samples"] += len(places)
         if self.keeps_groups:
             self._round_wakeup.set()
 
-    def _record_placed_before_restart(self, place: Place, sample: ScoredSample) -> None:
-        """A sample placed by the registry before it restarted: into its key's group at the version that scored it,
-        if there is one or one can be opened there; otherwise counted and dropped from learning."""
-        key = (sample.sample.prompt, sample.sample.reference)
-        filling = self.groups.filling(*key)
-        if filling is not None and filling.version != place.version or place.version not in self.weights:
-            self.samples_unplaced += 1
-            return
-        self._recorded(self.groups.record(self.groups.reserve(key[0], place.version, key[1]), sample))
+    def _holds_version(self, version: int) -> bool:
+        return version in self.weights
 
     def count(self, samples: int, heldout: int) -> None:
         """Samples an ingress scored without asking for places (a service that keeps no groups)."""
@@ -279,12 +218,8 @@ class GroupRegistry(RoundSupervisor):
         return [self.weights.get(version)], sorted(self._versions_in_use() | {self.version})
 
     # ------------------------------------------------------------------------------------ rounds
-    def _expire_and_retire(self) -> None:
-        for group in self.groups.expire():
-            logger.warning("group of prompt %r got no sample for %.0fs (--group-timeout-s) with %d of %d samples; it "
-                           "is not learned from", group.prompt[:60], self.config.group_timeout_s, len(group.scored),
-                           self.config.group_size)
-        keep = self._versions_in_use() | {self.version}
+    def _retire_versions(self, in_use: set[int]) -> None:
+        keep = in_use | {self.version}
         for version in [v for v in self.weights if v not in keep]:
             del self.weights[version]
 
@@ -364,20 +299,12 @@ class GroupRegistry(RoundSupervisor):
     # --------------------------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> dict:
         """The groups and counters a checkpoint keeps (`RewardService.state()` less what the learner adds)."""
-        return {"counters": dict(self.counters), "groups": self.groups.state(), "ready": groups_to_dicts(self.ready)}
+        return {"counters": dict(self.counters), **self._group_state()}
 
     def _load_state(self, state: dict, held: set[int]) -> None:
-        """`serve/service.py`'s `_load_state`: groups keep their versions where the checkpoint holds them."""
+        """Groups keep their versions where the checkpoint holds them (`serve/book.py`)."""
         self.counters.update({k: state.get("counters", {}).get(k, 0) for k in self.counters})
-        self.groups.load_state(state.get("groups", {}))
-        self.ready = groups_from_dicts(state.get("ready", []))
-        for group in self.groups.open.values():
-            if group.version not in held:
-                logger.warning("open group of prompt %r was scored by RM version %d, which the checkpoint does not "
-                               "hold; its remaining samples are scored by version %d", group.prompt[:60],
-                               group.version, self.version)
-                group.version = self.version
-                self.groups_repinned += 1
+        self._load_groups(state, held)
 
     async def shutdown(self) -> str | None:
         """Finish the round in flight, then the learner's last checkpoint and export (its path, or None)."""

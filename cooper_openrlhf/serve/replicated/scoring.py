@@ -35,32 +35,18 @@ class ScoreItem:
     completion: str  # the completion as the rule verifier reads it
 
 
-def served_rm(args):
-    """An `rm.scorer.RMScorer` of `--rm` as the replicas serve it (the flags' dtype, lengths and batch), version 0."""
-    import torch
-
-    from cooper_openrlhf.rm.model import load_rm, recorded_max_length, usable_max_length
-    from cooper_openrlhf.rm.scorer import RMScorer
-    from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
-
-    model, tokenizer, template_version = load_rm(args.rm, dtype=torch_dtype(resolve_dtype_name(args.dtype)))
-    model.to("cuda" if torch.cuda.is_available() else "cpu")
-    max_length = usable_max_length(model, args.rm_max_length or recorded_max_length(model.config))
-    return RMScorer(model, tokenizer, max_length=max_length, template_version=template_version,
-                    batch_size=args.max_batch)
-
-
 class Scorer:
     """See the module docstring. `args`: `cli.serve`'s flags (the RM, dtype, lengths, batching, verifier);
     `registry`: the group registry's handle (it holds the versions' weights)."""
 
     def __init__(self, args, registry):
+        from cooper_openrlhf.serve.build import served_scorer
         from cooper_openrlhf.serve.replicated.registry import worker_logging
         from cooper_openrlhf.verify.pool import VerifierPool
         from cooper_openrlhf.verify.rule import RuleVerifierConfig
 
         worker_logging()
-        self.rm = served_rm(args)
+        self.rm = served_scorer(args)
         self.pool = VerifierPool(num_workers=1, deadline_s=args.verify_deadline_s,
                                  config=RuleVerifierConfig(answer_fallback=args.answer_fallback))
         self.registry = registry

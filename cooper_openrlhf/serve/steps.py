@@ -1,0 +1,85 @@
+"""The service's step bodies, one copy for both hosts: what a request's samples are paid once scored, and what a
+round (a trainer's step) does around its RM update.
+
+Per request (`serve.service.RewardService.score`, `serve/replicated/ingress.py`'s `RemoteService.score`):
+`rm_item` is a sample as the RM reads it; `check_finite` refuses a non-finite logit (never paid nor learned from);
+`paid_samples` pays the scored samples the service's reward (`core.rewards`, the trainer's forms); `answers` gives
+each sample its `Scored`, the recorded answer of an identical sample included.
+
+Per round (`RewardService._run_round`, `serve/replicated/learner_actor.py`'s `run_round`): `round_metrics` is what the
+hacking monitor reads of the round's groups; `count_update` counts an RM update that is published; `watch_and_log`
+runs the hacking monitor, counts its alarm and writes the round to the rounds' log and its one log line.
+"""
+
+import logging
+import math
+import time
+
+from cooper_openrlhf.algo.metric_keys import ALARM
+from cooper_openrlhf.algo.negatives import normalize_solution
+from cooper_openrlhf.core import PayConfig, RolloutVerdicts, rewards
+from cooper_openrlhf.serve.contract import NonFiniteScore, Scored
+from cooper_openrlhf.serve.groups import ScoredSample
+from cooper_openrlhf.serve.learner import step_metrics
+from cooper_openrlhf.serve.protocol import Sample
+from cooper_openrlhf.serve.round_supervisor import round_summary
+
+logger = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------- a request
+def rm_item(version: int, sample: Sample) -> tuple[int, str, str, str]:
+    """(version, question, reference, completion) as the RM reads it: the completion as the trainer's RM reads it
+    (`normalize_solution`, also what the pairs hold)."""
+    return version, sample.question, sample.reference, normalize_solution(sample.completion)
+
+
+def check_finite(todo: list[int], logits: list[float]) -> None:
+    """Raise `NonFiniteScore` naming the first sample (by its index in the request) whose RM logit is not finite."""
+    for i, logit in zip(todo, logits):
+        if not math.isfinite(logit):
+            raise NonFiniteScore(f"sample {i}: the RM's logit is {logit}; it is not paid and not learned from")
+
+
+def paid_samples(pay: PayConfig, samples: list[Sample], logits: list[float], outcomes: list,
+                 paying_rule: bool) -> list[ScoredSample]:
+    """The scored samples with the reward each is paid (`core.rewards`; `paying_rule`: a hacking alarm switched
+    the pay to the rule reward)."""
+    if not samples:
+        return []
+    paid = rewards(pay, RolloutVerdicts.of([o.verdict for o in outcomes]), logits, paying_rule=paying_rule).paid
+    return [ScoredSample(sample, logit, outcome, reward)
+            for sample, logit, outcome, reward in zip(samples, logits, outcomes, paid.tolist())]
+
+
+def answers(places: list, todo: list[int], scored: list[ScoredSample]) -> list[Scored]:
+    """Per sample of a request, its `Scored`: scored now (`todo`, in order with `scored`) or answered before (its
+    place's `known`); the version is its place's."""
+    now = dict(zip(todo, scored))
+    return [Scored(s.reward, s.logit, s.outcome.verdict, place.version)
+            for s, place in ((now.get(i) or place.known, place) for i, place in enumerate(places))]
+
+
+# ---------------------------------------------------------------------------------------------- a round
+def round_metrics(groups: list, pay: PayConfig) -> dict[str, float]:
+    """What the hacking monitor reads of a round (`serve.learner.step_metrics`) and the versions that scored it."""
+    metrics = step_metrics(groups, pay)
+    versions = [group.version for group in groups]
+    metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
+    return metrics
+
+
+def count_update(counters: dict, learned: dict) -> None:
+    """An RM update that is published: counted, with its valid pairs."""
+    counters["updates"] += 1
+    counters["pairs"] += int(learned.get("cooper/rm_valid_pairs", 0))
+
+
+def watch_and_log(index: int, metrics: dict, hacking, counters: dict, log, started: float) -> None:
+    """The round read by the hacking monitor (`core.HackingResponse`: with on_hacking rule_reward the rule pays from
+    now on), its alarm counted, the round written to the rounds' log (`serve.metrics.ServiceLog`) and logged in one
+    line; `started`: its `time.perf_counter()` start."""
+    metrics.update(hacking.watch(index, metrics))
+    counters["alarms"] += int(metrics[ALARM])
+    log.round(index, metrics)
+    logger.info(round_summary(index, metrics, time.perf_counter() - started))
