@@ -250,7 +250,9 @@ def check_args(args) -> list[str]:
             problems.append("--learn needs --state-dir (checkpoints: nothing learned is lost on a restart)")
         if args.keep_checkpoints < 1:
             problems.append("--keep-checkpoints must be >= 1 (the checkpoint a restart loads is never deleted)")
-        if args.negative_source != "rollout" and not (args.assistant_url and args.assistant_model):
+        from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
+
+        if NEGATIVE_SOURCES[args.negative_source].writes_rewrites and not (args.assistant_url and args.assistant_model):
             problems.append(f"--negative-source {args.negative_source} needs --assistant-url and --assistant-model")
     problems += replicated_flag_problems(args)
     from cooper_openrlhf.serve.rm_guard import guard_flag_problems

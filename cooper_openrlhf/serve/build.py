@@ -84,6 +84,7 @@ def build_learner(args):
     builder (a verifier pool of its own, the assistant of --negative-source) and the RM guard; the one-process
     service and the replicated learner actor build theirs here."""
     from cooper_openrlhf.algo.negatives import NegativeConfig
+    from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES
     from cooper_openrlhf.core import PairConfig
     from cooper_openrlhf.core.pair_builder import PairBuilder
     from cooper_openrlhf.rm.bce_train import make_strategy
@@ -109,7 +110,7 @@ def build_learner(args):
     engine.eval()
     trainer = RMTrainer(strategy, engine, optimizer, scheduler, tokenizer, max_length, template_version, micro)
     assistant = _NoAssistant()
-    if args.negative_source != "rollout":
+    if NEGATIVE_SOURCES[args.negative_source].writes_rewrites:
         from cooper_openrlhf.engines.openai_api import OpenAIChatEngine
 
         assistant = OpenAIChatEngine(args.assistant_url, args.assistant_model, os.environ.get(args.assistant_key_env))
