@@ -1,6 +1,6 @@
 """Batch 46's pilot gates, read off the pilot's finished runs (docs/lab/batch46/plan.json "gates_before_arms").
 
-    python scripts/batch46_gates.py /work/runs/batch46/prep0
+    python scripts/plan_pilot_gates.py /work/runs/batch46/prep0
 
 Prints, from each finished pilot run's samples/rollouts.jsonl and tensorboard (rule, static and oracle, seeds 0 and
 1; no other arm's or seed's run is read, so the batch's primaries stay unread in a folder where they have run):

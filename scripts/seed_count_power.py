@@ -1,13 +1,13 @@
 """Batch 46's seed count: power of its paired test on its two primary measures, simulated from batch 45's archives.
 
-    python scripts/batch46_power.py [docs/results/batch45/main/runs]      # ~1 min
+    python scripts/seed_count_power.py [docs/results/batch45/main/runs]      # ~1 min
 
-What it reads (every number from the published archives, as scripts/reread_batch45.py reads them):
+What it reads (every number from the published archives, as scripts/exploit_detector_reread.py reads them):
 - the policy measure: per run, the share of the last 20 steps' rollouts that are verified wrong and state the
   reference (`algo/answer_style.is_exploit`), cooper - offline_pairs paired by seed;
 - the RM measure: batch 45 saved no RM and read no probe suite, so its stand-in is what each run's own RM paid its
   policy's exploit rollouts on steps 61-80 above what it paid its other verified-wrong rollouts (the premium of
-  scripts/reread_batch45.py), cooper - offline_pairs paired by seed. The probe suite's premium reads fixed probes
+  scripts/exploit_detector_reread.py), cooper - offline_pairs paired by seed. The probe suite's premium reads fixed probes
   of held-out problems rather than whatever the policy wrote, so its spread may differ: the pilot's static runs
   and the batch's own runs say by how much.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reread_batch45 import ARCHIVES, exploit, in_window, mean, read_runs  # noqa: E402
+from exploit_detector_reread import ARCHIVES, exploit, in_window, mean, read_runs  # noqa: E402
 
 LAST = (61, 80)
 ALPHA, COOPER_ARMS = 0.05, 3

@@ -1,15 +1,15 @@
-"""scripts/batch46_gates.py reads the pilot's runs only: the probe lab's folder also holds the Cooper arms and the
+"""scripts/plan_pilot_gates.py reads the pilot's runs only: the probe lab's folder also holds the Cooper arms and the
 control, whose primaries must stay unread until every run is done (docs/lab/batch46/plan.json)."""
 
 import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).parents[1] / "scripts" / "batch46_gates.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "plan_pilot_gates.py"
 
 
 def _reader():
-    spec = importlib.util.spec_from_file_location("batch46_gates", SCRIPT)
+    spec = importlib.util.spec_from_file_location("plan_pilot_gates", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

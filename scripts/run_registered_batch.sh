@@ -1,6 +1,6 @@
 #!/bin/bash
 # Batch 46 (docs/lab/batch46/plan.json), start to finish, resumable on any machine of the plan's kind:
-#   setsid nohup bash scripts/batch46_run.sh >> /work/runs/batch46-driver.log 2>&1 &
+#   setsid nohup bash scripts/run_registered_batch.sh >> /work/runs/batch46-driver.log 2>&1 &
 # Every step keeps what is committed to this checkout, so a replaced machine loses only the runs in flight:
 #   1. the worktree pinned at the plan's commit (made on first use);
 #   2. each preparation, in the plan's order: gates 1-4 (scripts/style_lab_gates.py) unless

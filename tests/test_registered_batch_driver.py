@@ -1,4 +1,4 @@
-"""scripts/batch46_run.sh on a new machine: the batch resumes from what is committed. The driver runs from the
+"""scripts/run_registered_batch.sh on a new machine: the batch resumes from what is committed. The driver runs from the
 worktree pinned at the plan's commit, whose package predates the helpers it takes from this checkout; here the pinned
 package is a stand-in that has none of them, so a helper that imported the pinned copy fails as it would there."""
 
@@ -47,7 +47,7 @@ def _publish(checkout: Path, lab: str, arm: str) -> None:
 def test_a_new_machine_restores_the_published_runs_and_remakes_only_the_first_unfinished_preparation(tmp_path):
     checkout, pinned, out = tmp_path / "checkout", tmp_path / "pinned", tmp_path / "out"
     (checkout / "scripts").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "batch46_run.sh", checkout / "scripts" / "batch46_run.sh")
+    shutil.copy(REPO / "scripts" / "run_registered_batch.sh", checkout / "scripts" / "run_registered_batch.sh")
     (checkout / "cooper_openrlhf").symlink_to(REPO / "cooper_openrlhf")  # this checkout's helpers
     _pinned_package(pinned)
     labs = [{"name": name, "seeds": 1, "args": ["--arms", "rule,static", "--preparation-seed", seed]}
@@ -71,7 +71,7 @@ def test_a_new_machine_restores_the_published_runs_and_remakes_only_the_first_un
     subprocess.run([*git, "commit", "-qm", "plan and published runs"], check=True, env=env)
 
     with open(tmp_path / "driver.log", "w") as log:  # a file, not a pipe: the publisher's sleep outlives the driver
-        result = subprocess.run(["bash", str(checkout / "scripts" / "batch46_run.sh")], stdout=log,
+        result = subprocess.run(["bash", str(checkout / "scripts" / "run_registered_batch.sh")], stdout=log,
                                 stderr=subprocess.STDOUT, env=env, timeout=120)
     assert result.returncode == 0, (tmp_path / "driver.log").read_text()
 

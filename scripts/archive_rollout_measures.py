@@ -1,7 +1,7 @@
 """Batch 46 read from its committed archives: every number docs/results.md ("Batch 46 as its archives show") and the
 README quote beside the registered verdict, and the headline figure.
 
-    python scripts/batch46_archives.py [--figure docs/results/batch46/exploit_pay.png]   # ~1 min
+    python scripts/archive_rollout_measures.py [--figure docs/results/batch46/exploit_pay.png]   # ~1 min
 
 Reads docs/results/batch46/<prep>/runs/*.tar.gz (84 run folders: samples/rollouts.jsonl with every training rollout,
 its rule-verifier verdict and what the run's RM paid it; samples/pairs.jsonl; tensorboard scalars with the probe
