@@ -31,8 +31,8 @@ How it departs from the paper and its official recipe:
   rewrites adds one wake_up/sleep pair (`cooper/vllm_wake_sleep_pairs`).
 - A negative counts only when the rule verifier proves its answer differs; positives are the first
   verified-correct rollout in batch order (the recipe iterated a set); both sides of a pair, and every
-  completion the RM scores, go through the same `normalize_solution`; prompts without a pair are
-  masked out and counted, never dropped silently; non-finite RM steps are skipped.
+  completion the RM scores, go through the same `normalize_solution` (the RM template applies it); prompts
+  without a pair are masked out and counted, never dropped silently; non-finite RM steps are skipped.
 - The RM reads (raw question, reference, completion) text, never the policy's chat-templated prompt: the
   raw question is recovered from the dataset (`prompt_question_map`) and a prompt it cannot recover fails.
 Beside the step, in files of their own: the policy and the RM checkpointed as one unit (`ray/checkpoints.py`),

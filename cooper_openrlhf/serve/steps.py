@@ -16,7 +16,6 @@ import math
 import time
 
 from cooper_openrlhf.algo.metric_keys import ALARM
-from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.core import PayConfig, RolloutVerdicts, rewards
 from cooper_openrlhf.serve.contract import NonFiniteScore, Scored
 from cooper_openrlhf.serve.groups import ScoredSample
@@ -29,9 +28,9 @@ logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------- a request
 def rm_item(version: int, sample: Sample) -> tuple[int, str, str, str]:
-    """(version, question, reference, completion) as the RM reads it: the completion as the trainer's RM reads it
-    (`normalize_solution`, also what the pairs hold)."""
-    return version, sample.question, sample.reference, normalize_solution(sample.completion)
+    """(version, question, reference, completion) as the RM is asked to score it (its template normalises the
+    completion, as the trainer's RM reads it)."""
+    return version, sample.question, sample.reference, sample.completion
 
 
 def check_finite(todo: list[int], logits: list[float]) -> None:

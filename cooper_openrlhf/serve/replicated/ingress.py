@@ -90,7 +90,7 @@ class RemoteService:
         todo = [i for i, place in enumerate(places) if place.known is None]  # the rest were answered before
         try:
             results = await self.rm_batcher.submit_many(
-                [ScoreItem(*rm_item(places[i].version, samples[i]), samples[i].completion) for i in todo])
+                [ScoreItem(*rm_item(places[i].version, samples[i])) for i in todo])
             logits = [logit for logit, _ in results]
             check_finite(todo, logits)
         except BaseException:
