@@ -18,7 +18,7 @@ Per prompt (arXiv 2508.05613, sec. 3.2):
   (`assistant_prompts` says which prompts need the assistant; `assemble_pairs` builds the PairBatch).
 A prompt without a positive, or whose chosen source gave nothing, keeps its slot with valid=False.
 
-The pipeline, run by the Cooper core (`core/pairs.py`) for both the trainer and the reward service:
+The pipeline, run by the Cooper core (`core/step_pairs.py`) for both the trainer and the reward service:
   plan = plan_negatives(...)          positives, rollout-negative candidates, the prompts to ask the assistant
   ... the assistant rewrites plan.positive_texts(completions) for plan.ask_assistant (an engine's work) ...
   pairs, metrics = finish_pairs(plan, ..., rewrites, rm_scores, pick, seed)

@@ -19,7 +19,7 @@ the two things that need the verifier or an engine:
    mislabelled pair); official (the Cooper recipe's), unless its answer is proved equal to the positive's.
    Never the positive unchanged, nor empty.
 
-The pair pipeline around them is the core's (`core/pairs.py`): the trainer runs it with these two calls on the
+The pair pipeline around them is the core's (`core/step_pairs.py`): the trainer runs it with these two calls on the
 pair-construction actor (`ray/pair_actor.py`), the reward service's learner in its own thread.
 
 Seeds: attempt k of step t samples with seed `config.seed + (t * retries + k) * SEED_STRIDE`

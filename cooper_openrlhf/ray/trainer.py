@@ -57,8 +57,8 @@ from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.core import (HackingResponse, PairConfig, PayConfig, RolloutTexts, RolloutVerdicts, finish_pairs,
                                   plan_pairs, rewards)
-from cooper_openrlhf.core.pairs import rewrite_request
-from cooper_openrlhf.core.rewards import reward_metrics
+from cooper_openrlhf.core.pay import reward_metrics
+from cooper_openrlhf.core.step_pairs import rewrite_request
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
 from cooper_openrlhf.ray.rm_guard import RMGuarding
@@ -279,7 +279,7 @@ class CooperPPOTrainer(RMGuarding, CheckpointUnit, HeldOutEvaluation, RMScoring,
     # ---------------------------------------------------------------------------------- scoring
     def score(self, samples, texts: RolloutTexts, verdicts: RolloutVerdicts) -> tuple[torch.Tensor, torch.Tensor | None,
                                                                                     dict]:
-        """Set each sample's reward (`core.rewards`: the RM's in the configured form, or the rule's); returns the (B,)
+        """Set each sample's reward (`core.pay`: the RM's in the configured form, or the rule's); returns the (B,)
         rewards, the (B,) RM logits (None without an RM) and the reward metrics."""
         logits = self.rm_logits(texts) if self.rm_group is not None else None
         paid = rewards(self.pay, verdicts, logits, paying_rule=self.hacking.paying_rule)

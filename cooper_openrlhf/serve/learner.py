@@ -33,7 +33,7 @@ import torch
 from cooper_openrlhf.algo.metric_keys import PAID_REWARD
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.core import PairConfig, PayConfig, RMGuard, Rollouts, RolloutTexts, RolloutVerdicts, build_pairs
-from cooper_openrlhf.core.rewards import reward_metrics, rm_pay
+from cooper_openrlhf.core.pay import reward_metrics, rm_pay
 from cooper_openrlhf.core.rm_health import HEALTH, RMHealth, health_of
 from cooper_openrlhf.core.rollouts import verdict_metrics
 from cooper_openrlhf.rm.anchors import anchor_batch

@@ -3,7 +3,7 @@ round (a trainer's step) does around its RM update.
 
 Per request (`serve.service.RewardService.score`, `serve/replicated/ingress.py`'s `RemoteService.score`):
 `rm_item` is a sample as the RM reads it; `check_finite` refuses a non-finite logit (never paid nor learned from);
-`paid_samples` pays the scored samples the service's reward (`core.rewards`, the trainer's forms); `answers` gives
+`paid_samples` pays the scored samples the service's reward (`core.pay`, the trainer's forms); `answers` gives
 each sample its `Scored`, the recorded answer of an identical sample included.
 
 Per round (`RewardService._run_round`, `serve/replicated/learner_actor.py`'s `run_round`): `round_metrics` is what the
@@ -42,7 +42,7 @@ def check_finite(todo: list[int], logits: list[float]) -> None:
 
 def paid_samples(pay: PayConfig, samples: list[Sample], logits: list[float], outcomes: list,
                  paying_rule: bool) -> list[ScoredSample]:
-    """The scored samples with the reward each is paid (`core.rewards`; `paying_rule`: a hacking alarm switched
+    """The scored samples with the reward each is paid (`core.pay`; `paying_rule`: a hacking alarm switched
     the pay to the rule reward)."""
     if not samples:
         return []
