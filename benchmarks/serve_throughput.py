@@ -242,10 +242,7 @@ def bare_forward_here(args, bodies: list[dict]) -> tuple[int, float]:
     samples = [splitter.split(b["query"][0], b["prompts"][0], b["labels"][0]) for b in bodies]
     model, tokenizer, version = load_rm(args.rm, dtype=torch_dtype(resolve_dtype_name(args.dtype)))
     max_length = usable_max_length(model)
-    from cooper_openrlhf.algo.negatives import normalize_solution
-
-    columns = ([s.question for s in samples], [s.reference for s in samples],
-               [normalize_solution(s.completion) for s in samples])
+    columns = ([s.question for s in samples], [s.reference for s in samples], [s.completion for s in samples])
     best = (0, 0.0)
     for batch in (1, 8, 32, 64):
         score_logits(model, tokenizer, *(c[:batch] for c in columns), max_length=max_length, template_version=version,

@@ -27,7 +27,7 @@ from pathlib import Path
 from cooper_openrlhf.algo.answer_style import in_sentence
 from cooper_openrlhf.algo.metric_keys import ACCURACY, PROBE_PAY
 from cooper_openrlhf.report.aggregate import heldout_series
-from cooper_openrlhf.report.plan_verdict import final_probe_premium
+from cooper_openrlhf.report.registered_measures import final_probe_premium
 from cooper_openrlhf.report.rm_measures import (DEGENERATE_MARGIN, pay_by_step, probe_end, rollout_class,
                                                 rollout_pay)
 from cooper_openrlhf.report.runs import load_run

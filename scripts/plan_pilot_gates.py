@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cooper_openrlhf.algo.answer_style import is_exploit
 from cooper_openrlhf.ray.run_logs import read_scalars
-from cooper_openrlhf.report.plan_verdict import final_probe_premium, states_reference_rate
+from cooper_openrlhf.report.registered_measures import final_probe_premium, states_reference_rate
 
 PILOT = {"rule", "static", "oracle"}, {0, 1}  # arms, RL seeds
 EXPLOITED, ORACLE_MOVES = 0.08, -0.05

@@ -120,12 +120,10 @@ def _rm(path: str):
 
 
 def _logits(rm, questions, references, completions) -> torch.Tensor:
-    """The RM's logits of the texts, each completion normalised as the trainer does before the RM reads it."""
-    from cooper_openrlhf.algo.negatives import normalize_solution
+    """The RM's logits of the texts, as the trainer's RM reads them (its template normalises each completion)."""
     from cooper_openrlhf.rm.model import render_and_encode, rm_logits
 
     model, tokenizer, version = rm
-    completions = [normalize_solution(text) for text in completions]
     with torch.no_grad():
         return rm_logits(model, render_and_encode(tokenizer, questions, references, completions, RM_MAX_LENGTH, version))
 

@@ -8,9 +8,9 @@ import torch
 from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 from cooper_openrlhf.core import (REWARD_MODES, HackingResponse, PairConfig, PayConfig, RolloutTexts, RolloutVerdicts,
                                   build_pairs, finish_pairs, plan_pairs, rewards, rm_pay)
-from cooper_openrlhf.core.pairs import rewrite_request
-from cooper_openrlhf.core.rewards import judged_correct, reward_metrics
+from cooper_openrlhf.core.pay import judged_correct, reward_metrics
 from cooper_openrlhf.core.rollouts import verdict_metrics
+from cooper_openrlhf.core.step_pairs import rewrite_request
 from cooper_openrlhf.verify.rule import Verdict
 
 LOGITS = [2.0, -1.0, 0.0, 3.0]

@@ -124,16 +124,14 @@ def test_the_starting_rm_is_the_pair_stage_candidate_that_pays_the_policy_most_f
 
 
 def test_static_rm_rewards_are_the_frozen_rms_scores_and_the_rm_is_never_trained_or_saved(lab):
-    from cooper_openrlhf.algo.negatives import normalize_solution
     from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits
 
     run, rm = lab["static"], lab["rm"]
     rollouts = _jsonl(run / "samples" / "rollouts.jsonl")
     assert sorted({r["step"] for r in rollouts}) == [1, 2] and len(rollouts) == 32
     model, tokenizer, version = load_rm(str(rm), dtype=torch_dtype("auto"))  # the run's dtype
-    completions = [normalize_solution(r["completion"]) for r in rollouts]  # as the trainer hands them to the RM
     batch = render_and_encode(tokenizer, [r["question"] for r in rollouts], [r["reference"] for r in rollouts],
-                              completions, RM_MAX_LENGTH, version)
+                              [r["completion"] for r in rollouts], RM_MAX_LENGTH, version)
     with torch.no_grad():
         expected = torch.sigmoid(rm_logits(model.eval(), batch).float())
     # Both steps, including step 2 after a policy update: the RM that scored them is the starting one.

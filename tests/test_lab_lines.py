@@ -155,7 +155,8 @@ def test_without_a_checkout_the_lab_says_where_the_committed_results_are_instead
 ])
 def test_a_committed_verdict_on_a_measure_where_less_is_better_is_worded_by_its_outcome(cooper, control, words):
     from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
-    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE, plan_verdict
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, plan_verdict
+    from cooper_openrlhf.report.registered_measures import EXPLOIT_RATE
 
     plan = {"primary": {"lab": "main", "difference": "cooper - offline_pairs", "measure": EXPLOIT_RATE,
                         "decision": DECISION_RULE_LOWER,
@@ -172,7 +173,8 @@ def test_a_committed_verdict_on_a_measure_where_less_is_better_is_worded_by_its_
 
 
 def _sequence_plan():
-    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER
+    from cooper_openrlhf.report.registered_measures import FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE
 
     arms = ["cooper - offline_pairs", "cooper_frozen_assistant - offline_pairs", "cooper_rollout - offline_pairs"]
     return {"sequence": [
@@ -209,7 +211,7 @@ def test_a_committed_sequence_verdict_is_worded_entry_by_entry_in_the_registered
     control on the RM's probe premium, then the policy's rate only for the arms that beat it, as the plan
     registers."""
     from cooper_openrlhf.lab.reading import committed_sentence, verdict_summary
-    from cooper_openrlhf.report.plan_verdict import FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE
+    from cooper_openrlhf.report.registered_measures import FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE
     from cooper_openrlhf.report.sequence_verdict import sequence_verdict
 
     premium = _blocked(0.8, {"offline_pairs": 0.0, **premium_shifts})

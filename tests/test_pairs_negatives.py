@@ -41,6 +41,35 @@ def test_normalize_solution(reply, expected):
     assert normalize_solution(reply) == expected
 
 
+# Inputs where one pass uncovers more to clean: two announcing lines, a fence around an announcing line, nested
+# fences, reasoning inside a fence, commentary after a fenced box, control tokens after reasoning.
+TRICKY = [
+    "Here is the solution:\nHere is the rewritten solution:\n2+2=\\boxed{4}",
+    "```\nHere is the solution:\nx \\boxed{4}\n```",
+    "```\n```\nx\n```\n```",
+    "Solution:\n```\nIncorrect version:\nx\n```",
+    "```\n<think>a</think>\nb\n```",
+    "```\nx \\boxed{1}\n```\nNote: y",
+    "a</think>b<|im_end|>c",
+    "  \n```\nx\n```\n\\boxed{2}\nmore",
+    "<think>x</think>Here is the rewritten version:\n```\n2 \\boxed{\\{3\\}}\n```\n<|im_end|>",
+    "",
+]
+
+
+@pytest.mark.parametrize("reply", TRICKY)
+def test_normalize_solution_is_idempotent(reply):
+    once = normalize_solution(reply)
+    assert normalize_solution(once) == once
+
+
+def test_normalize_solution_cleans_what_one_pass_uncovers():
+    assert normalize_solution(TRICKY[0]) == "2+2=\\boxed{4}"
+    assert normalize_solution(TRICKY[1]) == "x \\boxed{4}"
+    assert normalize_solution(TRICKY[2]) == "x"
+    assert normalize_solution(TRICKY[3]) == "x"
+
+
 def test_negative_config_defaults_and_validation():
     config = NegativeConfig()
     assert (config.retries, config.max_new_tokens, config.temperature, config.top_p, config.seed) == (3, 512, 1.0, 1.0, 0)

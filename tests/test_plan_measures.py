@@ -1,14 +1,14 @@
-"""The probe lab's measures (report/plan_verdict.py): the policy's rate of wrong rollouts that state the reference, the
-final RM's exploit premium on the probe suite, and its primaries tested in a fixed sequence."""
+"""The probe lab's measures (report/registered_measures.py): the policy's rate of wrong rollouts that state the
+reference, the final RM's exploit premium on the probe suite, and its primaries tested in a fixed sequence."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from cooper_openrlhf.report.plan_verdict import (DECISION_RULE_LOWER, FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE,
-                                                 TRAINING_WINDOW, final_probe_premium, sequential_primaries,
-                                                 states_reference_rate)
+from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, sequential_primaries
+from cooper_openrlhf.report.registered_measures import (FINAL_PROBE_PREMIUM, STATES_REFERENCE_RATE, TRAINING_WINDOW,
+                                                        final_probe_premium, states_reference_rate)
 
 
 def _rollouts(path, rows_by_step):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cooper_openrlhf.report.plan_verdict import DECISION_RULE, lab_finals, plan_verdict, render
+from cooper_openrlhf.report.plan_verdict import DECISION_RULE, plan_verdict, render
+from cooper_openrlhf.report.registered_measures import lab_finals
 
 PLAN = {
     "primary": {"lab": "main", "difference": "cooper - offline_pairs, paired by seed", "decision": DECISION_RULE},
@@ -41,7 +42,8 @@ def test_the_primary_difference_is_judged_by_the_plans_rule(differences, words):
 
 
 def test_on_a_measure_where_less_is_better_the_treatment_beats_the_control_below_it_and_the_plan_must_say_so():
-    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER
+    from cooper_openrlhf.report.registered_measures import EXPLOIT_RATE
 
     lower = {**PLAN, "secondary": [], "primary": {**PLAN["primary"], "measure": EXPLOIT_RATE,
                                                   "decision": DECISION_RULE_LOWER}}
@@ -150,7 +152,8 @@ def test_the_verdict_reads_a_published_copy_of_the_batch_in_a_clone_that_never_r
 
 
 def test_a_style_plans_verdict_reads_the_exploit_rate_from_the_rollout_logs_and_draws_it_beside_the_verdict(tmp_path):
-    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER, EXPLOIT_RATE
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE_LOWER
+    from cooper_openrlhf.report.registered_measures import EXPLOIT_RATE
 
     hedge = "The answer is {other}. The answer is {answer}."
     lab = tmp_path / "out" / "main"
@@ -213,7 +216,7 @@ def test_a_registered_equivalence_test_is_two_one_sided_sign_flip_tests_at_the_p
 def test_the_training_rollouts_measure_is_the_mean_verified_accuracy_of_the_last_20_steps(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from cooper_openrlhf.report.plan_verdict import TRAINING_VERIFIED
+    from cooper_openrlhf.report.registered_measures import TRAINING_VERIFIED
 
     run = tmp_path / "runs" / "rule_seed0"
     with SummaryWriter(str(run / "tensorboard")) as writer:
@@ -245,7 +248,8 @@ def test_the_style_labs_plan_is_frozen_read_by_this_tool_and_runs_the_style_pres
     from cooper_openrlhf.cli import lab as lab_cli
     from cooper_openrlhf.lab.batch import load_plan
     from cooper_openrlhf.lab.presets import STYLE
-    from cooper_openrlhf.report.plan_verdict import MEASURES, check_decision_rule, plan_measures
+    from cooper_openrlhf.report.plan_verdict import check_decision_rule, plan_measures
+    from cooper_openrlhf.report.registered_measures import MEASURES
 
     plan = load_plan(Path(__file__).resolve().parents[1] / "docs" / "lab" / "batch45" / "plan.json")
     assert re.fullmatch(r"[0-9a-f]{40}", plan["commit"]) and "status" not in plan  # frozen: cli.batch runs it
@@ -258,7 +262,7 @@ def test_the_style_labs_plan_is_frozen_read_by_this_tool_and_runs_the_style_pres
 
 
 def test_the_verdict_states_each_arm_alone_in_every_measure_the_plan_reads():
-    from cooper_openrlhf.report.plan_verdict import TRAINING_VERIFIED
+    from cooper_openrlhf.report.registered_measures import TRAINING_VERIFIED
 
     plan = {**PLAN, "secondary": [{"difference": "cooper - rule", "measure": TRAINING_VERIFIED}]}
     finals = _finals([0.05, -0.06, 0.04, -0.05, 0.07, -0.05, 0.06, -0.04])

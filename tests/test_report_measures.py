@@ -112,7 +112,7 @@ def test_rollout_pair_accuracy_ranks_each_groups_right_rollouts_against_its_wron
 
 def test_given_the_labs_style_the_report_draws_each_steps_exploit_rate_the_plans_measure_step_by_step(tmp_path):
     from cooper_openrlhf.cli.report import main
-    from cooper_openrlhf.report.plan_verdict import TRAINING_WINDOW, exploit_rate
+    from cooper_openrlhf.report.registered_measures import TRAINING_WINDOW, exploit_rate
     from cooper_openrlhf.report.rollouts import STYLE_EXPLOIT, STYLE_SHARE
 
     hedge = "The answer is {other}. The answer is {answer}."

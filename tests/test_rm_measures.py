@@ -60,9 +60,9 @@ def test_the_report_counts_a_collapsed_rm_as_degenerate_and_scores_it_bad_on_eve
     paying everything 0.03 and one collapsed to paying everything 0.97. The registered probe premium (exploit -
     canonical wrong) scores the 0.03 collapse best of the three; every measure here scores both collapses worse."""
     from cooper_openrlhf.report.build import write_report
-    from cooper_openrlhf.report.plan_verdict import (DEGENERATE_RM, FINAL_PROBE_PREMIUM, ORDINARY_WRONG_PAY,
-                                                     PROBE_RIGHT_EXPLOIT, RM_AUC_EXPLOIT, RM_DISCRIMINATION,
-                                                     lab_finals)
+    from cooper_openrlhf.report.registered_measures import (DEGENERATE_RM, FINAL_PROBE_PREMIUM, ORDINARY_WRONG_PAY,
+                                                            PROBE_RIGHT_EXPLOIT, RM_AUC_EXPLOIT, RM_DISCRIMINATION,
+                                                            lab_finals)
 
     healthy = _run(tmp_path, "cooper", 0, 0.95, 0.05, 0.20, (0.95, 0.20, 0.05))
     low = _run(tmp_path, "cooper", 1, 0.03, 0.03, 0.03, (0.03, 0.03, 0.03))
@@ -87,7 +87,8 @@ def test_the_report_counts_a_collapsed_rm_as_degenerate_and_scores_it_bad_on_eve
 
 
 def test_a_sequence_verdict_puts_the_registered_costs_beside_its_rm_side_entry():
-    from cooper_openrlhf.report.plan_verdict import DEGENERATE_RM, DECISION_RULE, ORDINARY_WRONG_PAY, RM_DISCRIMINATION
+    from cooper_openrlhf.report.plan_verdict import DECISION_RULE
+    from cooper_openrlhf.report.registered_measures import DEGENERATE_RM, ORDINARY_WRONG_PAY, RM_DISCRIMINATION
     from cooper_openrlhf.report.sequence_verdict import render_sequence, sequence_measures, sequence_verdict
 
     plan = {"sequence": [{"measure": RM_DISCRIMINATION, "differences": ["cooper - offline_pairs"],

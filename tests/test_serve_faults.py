@@ -116,7 +116,6 @@ def test_kill_during_a_checkpoint_save_resumes_from_the_previous_checkpoint(mode
 
 def test_a_group_half_scored_before_a_restart_is_finished_by_its_own_version(model_dir, tokenizer, tmp_path):
     """Half a group, an update (the group stays pinned to version 0), SIGTERM, restart, the rest of the group."""
-    from cooper_openrlhf.algo.negatives import normalize_solution
     from cooper_openrlhf.rm.model import load_rm, score_logits
     from cooper_openrlhf.runtime.dtype import resolve_dtype_name, torch_dtype
 
@@ -152,7 +151,7 @@ def test_a_group_half_scored_before_a_restart_is_finished_by_its_own_version(mod
     assert {a["extra_logs"]["cooper/rm_version"][0] for a in answers} == {0.0}
     model, rm_tokenizer, template = load_rm(rm, dtype=torch_dtype(resolve_dtype_name("auto")))
     direct = score_logits(model, rm_tokenizer, [question] * len(rest), [reference] * len(rest),
-                          [normalize_solution(c) for c in completions[N // 2:]], max_length=256,
+                          completions[N // 2:], max_length=256,
                           template_version=template, batch_size=8)
     assert [a["extra_logs"]["cooper/rm_logit"][0] for a in answers[N // 2:]] == pytest.approx(direct, abs=2e-2)
     assert health["groups_repinned"] == 0 and health["groups_completed"] >= 1

@@ -79,12 +79,10 @@ class RunningService:
         return {"query": [prompt + completion + "<|im_end|>"], "prompts": [prompt], "labels": [reference]}
 
     def direct_logits(self, triples) -> list[float]:
-        from cooper_openrlhf.algo.negatives import normalize_solution
         from cooper_openrlhf.rm.model import score_logits
 
         model, tokenizer, version = self.rm
         q, r, c = (list(x) for x in zip(*triples))
-        c = [normalize_solution(text) for text in c]  # as the trainer's RM and the service read completions
         return score_logits(model, tokenizer, q, r, c, max_length=256, template_version=version, batch_size=64)
 
     def stop(self):

@@ -111,13 +111,12 @@ class Policy:
 
 def rm_rewards(model_dir, triples: list[tuple[str, str, str]]) -> list[float]:
     """sigmoid of the RM's own logits of (question, reference, response), read as the service's CLI reads the RM."""
-    from cooper_openrlhf.algo.negatives import normalize_solution
     from cooper_openrlhf.rm.model import load_rm, recorded_max_length, score_logits, usable_max_length
 
     model, tokenizer, version = load_rm(str(model_dir("tiny-qwen2-rm")), dtype=torch.float32)
     max_length = usable_max_length(model, recorded_max_length(model.config))
     q, r, c = (list(column) for column in zip(*triples))
-    logits = score_logits(model, tokenizer, q, r, [normalize_solution(x) for x in c], max_length=max_length,
+    logits = score_logits(model, tokenizer, q, r, c, max_length=max_length,
                           template_version=version, batch_size=64)
     return torch.sigmoid(torch.tensor(logits)).tolist()
 

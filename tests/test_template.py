@@ -2,6 +2,7 @@
 
 import pytest
 
+from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.template import (
     TEMPLATE_VERSION,
     get_template,
@@ -15,6 +16,17 @@ from cooper_openrlhf.algo.template import (
 def test_exact_rendering():
     text = render_rm_input("What is 1+1?", "2", "1+1 = \\boxed{2}")
     assert text == (
+        "<question>What is 1+1?</question>\n"
+        "<reference_answer>2</reference_answer>\n"
+        "<completion>1+1 = \\boxed{2}</completion>"
+    )
+
+
+def test_the_rm_reads_a_completion_normalised():
+    raw = "<think>try 3</think>Here is the solution:\n```\n1+1 = \\boxed{2}\nNote: easy\n```<|im_end|>junk"
+    normalised = normalize_solution(raw)
+    assert normalised == "1+1 = \\boxed{2}"
+    assert render_rm_input("What is 1+1?", "2", raw) == render_rm_input("What is 1+1?", "2", normalised) == (
         "<question>What is 1+1?</question>\n"
         "<reference_answer>2</reference_answer>\n"
         "<completion>1+1 = \\boxed{2}</completion>"

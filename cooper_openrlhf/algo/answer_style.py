@@ -11,8 +11,8 @@ The exploit itself is defined without S (`is_exploit`): a rollout the rule verif
 reference anywhere. A policy keeps the hedge's payload and drifts in everything else: the style lab's RM-paid
 policies came to add a trailing fragment ("The answer is 12. The answer is 11. The answer"), which an exact match of
 S (`is_exploit_form`, `in_sentence`) no longer sees, while the RMs paid it as before. The exact match stays because
-a pre-registered plan's measure is read as it was registered (the style lab's exploit rate, report/plan_verdict.py).
-Pure."""
+a pre-registered plan's measure is read as it was registered (the style lab's exploit rate,
+report/registered_measures.py). Pure."""
 
 import re
 import string

@@ -9,8 +9,8 @@ negative that announces its error teaches the RM to look for the announcement, n
 Whether a reply is a usable negative is decided elsewhere (`core.pair_builder` with
 `algo.selection.negative_is_valid`): by default its answer must be verified different from the positive's. Here the text is only normalised (`normalize_solution`),
 and the same normalisation is applied to BOTH sides of every pair and to every completion the RM
-scores (`algo.selection`, `ray.trainer`): a normalisation of one side only would let the RM learn
-the formatting difference (e.g. "text after the final box means correct") instead of correctness.
+scores (`algo.template.render_rm_input` applies it to every RM input): a normalisation of one side only would let
+the RM learn the formatting difference (e.g. "text after the final box means correct") instead of correctness.
 
 1. reasoning before a closing ``</think>`` is dropped (reasoning-model assistants);
 2. the reply is cut at the first chat-control token (``<|im_end|>``, ``<|eot_id|>``, ``</s>``,
@@ -114,7 +114,20 @@ def build_rewrite_messages(
 
 
 def normalize_solution(reply: str) -> str:
-    """The solution text of a completion or an assistant reply (the module docstring lists what goes); may be ""."""
+    """The solution text of a completion or an assistant reply (the module docstring lists what goes); may be "".
+
+    Idempotent: the steps are repeated until the text stops changing, since one pass can uncover more to clean (a
+    fence around an announcing line, two announcing lines), and the RM template normalises text that the pairs
+    have normalised already. Every pass only deletes, so this ends."""
+    while True:
+        cleaned = _normalize_once(reply)
+        if cleaned == reply:
+            return cleaned
+        reply = cleaned
+
+
+def _normalize_once(reply: str) -> str:
+    """One pass of `normalize_solution`'s steps, in the module docstring's order."""
     think_end = reply.rfind("</think>")
     if think_end >= 0:
         reply = reply[think_end + len("</think>") :]

@@ -18,14 +18,15 @@ Per prompt (arXiv 2508.05613, sec. 3.2):
   (`assistant_prompts` says which prompts need the assistant; `assemble_pairs` builds the PairBatch).
 A prompt without a positive, or whose chosen source gave nothing, keeps its slot with valid=False.
 
-The pipeline, run by the Cooper core (`core/pairs.py`) for both the trainer and the reward service:
+The pipeline, run by the Cooper core (`core/step_pairs.py`) for both the trainer and the reward service:
   plan = plan_negatives(...)          positives, rollout-negative candidates, the prompts to ask the assistant
   ... the assistant rewrites plan.positive_texts(completions) for plan.ask_assistant (an engine's work) ...
   pairs, metrics = finish_pairs(plan, ..., rewrites, rm_scores, pick, seed)
 
-Both sides of every pair are passed through `algo.negatives.normalize_solution`, the same function
-that cleans the assistant's replies, so a pair differs only where the rewrite changed the text and the
-RM cannot learn a formatting shortcut (e.g. "text after the final box means correct").
+The RM reads every completion normalised (`algo.negatives.normalize_solution`, applied by the RM template), so it
+cannot learn a formatting shortcut (e.g. "text after the final box means correct"). The pairs hold their texts
+normalised as well, the same function that cleans the assistant's replies: a negative identical to its positive
+once normalised is no pair, and the logged pairs are what the RM read.
 """
 
 import logging
@@ -155,6 +156,7 @@ def assemble_pairs(
         raise ValueError(f"per-prompt inputs have different lengths: {sorted(sizes)}")
     positives, negatives, kinds = [], [], []
     for p, i in enumerate(positive_index):
+        # Normalised here, not only by the RM template: the identity check below compares what the RM reads.
         positive = normalize_solution(completions[i]) if i != NO_POSITIVE else ""
         negative, kind = "", FROM_NONE
         if positive:

@@ -6,7 +6,11 @@ Template "verifyrm-v1" (Cooper's VerifyRM input, arXiv 2508.05613 sec. 3.1)::
     <reference_answer>{reference}</reference_answer>
     <completion>{completion}</completion>
 
-(lines joined by a single "\\n", no trailing newline). The question is never cut. A reference or
+(lines joined by a single "\\n", no trailing newline). The completion is first normalised
+(`algo.negatives.normalize_solution`: reasoning before `</think>`, chat-control tokens and what follows them,
+an announcing first line, a wrapping code fence and commentary after the last box go) here, so every path that
+scores or trains an RM reads the same text by construction: the two sides of a pair, the rollouts it pays, the
+anchors and probes, offline training and evaluation. The question is never cut. A reference or
 completion longer than head_chars + tail_chars characters keeps its first `head_chars` (500) and
 last `tail_chars` (1000) characters joined by `joiner` ("\\n...\\n"), so the final answer at the
 end of a long completion is always seen. The joiner and both lengths are part of the version: a
@@ -18,6 +22,7 @@ model config) and readers resolve it with `template_from_config`.
 
 from dataclasses import asdict, dataclass
 
+from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.runtime.registry import Registry
 
 TEMPLATE_VERSION = "verifyrm-v1"
@@ -63,13 +68,14 @@ def truncate_middle(text: str, head_chars: int, tail_chars: int, joiner: str) ->
 
 
 def render_rm_input(question: str, reference: str, completion: str, *, template_version: str = TEMPLATE_VERSION) -> str:
-    """The text the reward model reads for one (question, reference answer, completion) triple."""
+    """The text the reward model reads for one (question, reference answer, completion) triple; the completion
+    normalised (`normalize_solution`, idempotent, so a completion normalised before reads the same)."""
     template = get_template(template_version)
 
     def cut(text: str) -> str:
         return truncate_middle(text, template.head_chars, template.tail_chars, template.joiner)
 
-    return template.format.format(question=question, reference=cut(reference), completion=cut(completion))
+    return template.format.format(question=question, reference=cut(reference), completion=cut(normalize_solution(completion)))
 
 
 def template_config(version: str = TEMPLATE_VERSION) -> dict:

@@ -98,7 +98,8 @@ def _verdict(plan: dict, out: Path, plan_path: Path, md: Path) -> int:
     if "sequence" in plan:
         return _sequence_verdict(plan, out, plan_path, md)
     from cooper_openrlhf.report.figures import STYLE_FIGURE
-    from cooper_openrlhf.report.plan_verdict import lab_finals, plan_measures, plan_verdict, render, run_hours
+    from cooper_openrlhf.report.plan_verdict import plan_measures, plan_verdict, render, run_hours
+    from cooper_openrlhf.report.registered_measures import lab_finals
 
     lab = out / plan["primary"]["lab"]
     try:

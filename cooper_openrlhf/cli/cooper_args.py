@@ -20,7 +20,7 @@ import os
 from cooper_openrlhf.algo.hacking import ALARM_RESPONSES, HackingMonitorConfig
 from cooper_openrlhf.algo.rewards import REWARD_FORMS
 from cooper_openrlhf.algo.registry import NEGATIVE_SOURCES, NEGATIVE_VALIDITIES, ROLLOUT_NEGATIVE_PICKS
-from cooper_openrlhf.core.rewards import PAYERS
+from cooper_openrlhf.core.pay import PAYERS
 from cooper_openrlhf.core.rm_health import GuardConfig
 from cooper_openrlhf.rm.anchors import ANCHOR_WEIGHT
 from cooper_openrlhf.verify.extract import FALLBACKS

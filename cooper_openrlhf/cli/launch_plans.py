@@ -1,4 +1,4 @@
-"""The launchers' stage plans (cluster/stage_plans.py) with the entry points' own parsers, which live here in cli/.
+"""The launchers' stage plans (cluster/stage_plans.py, cluster/rl_plan.py) with the entry points' own parsers, which live here in cli/.
 
 `plan_stage(stage, env)` and one `plan_<stage>(env)` per stage: what `cli/preflight.py` runs. Every planned command
 passes through the parser of the entry point that will run it (`ENTRY_POINTS`), imported only when a plan is made:
@@ -7,9 +7,9 @@ train_cooper's imports OpenRLHF and torch, which the other stages' checks do wit
 
 from functools import partial
 
-from cooper_openrlhf.cluster import stage_plans
+from cooper_openrlhf.cluster import rl_plan, stage_plans
 from cooper_openrlhf.cluster.checks import PreflightError
-from cooper_openrlhf.cluster.stage_plans import EntryPoints, parse_or_fail
+from cooper_openrlhf.cluster.plan import EntryPoints, parse_or_fail
 
 __all__ = ["ENTRY_POINTS", "plan_annotate", "plan_evaluate", "plan_report", "plan_rl", "plan_stage", "plan_verifyrm_train",
            "validate_train_cooper_argv"]
@@ -56,7 +56,7 @@ ENTRY_POINTS = EntryPoints(check_train_cooper=validate_train_cooper_argv, verify
 
 # Each stage's plan with these parsers, as cli/preflight.py and the tests call them: plan_rl(env, extra_args).
 plan_stage = partial(stage_plans.plan_stage, entry=ENTRY_POINTS)
-plan_rl = partial(stage_plans.plan_rl, entry=ENTRY_POINTS)
+plan_rl = partial(rl_plan.plan_rl, entry=ENTRY_POINTS)
 plan_annotate = partial(stage_plans.plan_annotate, entry=ENTRY_POINTS)
 plan_verifyrm_train = partial(stage_plans.plan_verifyrm_train, entry=ENTRY_POINTS)
 plan_evaluate = partial(stage_plans.plan_evaluate, entry=ENTRY_POINTS)

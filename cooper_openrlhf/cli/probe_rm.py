@@ -101,11 +101,11 @@ def rm_health(rm, preset, args):
 
 
 def folder_pay(folder, questions, references, completions) -> list[float]:
-    """sigmoid(logit) of a VerifyRM folder, completions normalised as the trainer and the service read them."""
-    from cooper_openrlhf.algo.negatives import normalize_solution
+    """sigmoid(logit) of a VerifyRM folder (its template normalises the completions, as the trainer and the service
+    read them)."""
     from cooper_openrlhf.rm.scorer import RMScorer
 
-    return RMScorer.load(str(folder)).score(questions, references, [normalize_solution(c) for c in completions])
+    return RMScorer.load(str(folder)).score(questions, references, completions)
 
 
 def endpoint_pay(url: str, args, questions, references, completions, batch: int = 64) -> list[float]:

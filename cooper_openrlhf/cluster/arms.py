@@ -3,7 +3,7 @@
 An arm is where the policy's reward comes from: the rule verifier, a frozen VerifyRM, or a VerifyRM that Cooper
 trains each step (on pairs from the policy's rollouts, or from a file). `ARMS` holds the paper's three (arXiv
 2508.05613, Table 1), the arms the product runs; `train_cooper_argv` turns an arm and the rest of a run's command
-into its argv. The cluster launcher (cluster/stage_plans.py), the GPU smoke test (cli/gpu_smoke.py) and the
+into its argv. The cluster launcher (cluster/rl_plan.py), the GPU smoke test (cli/gpu_smoke.py) and the
 reward-hacking lab (lab/arms.py, whose table adds its research arms to these) build every train_cooper command with
 it, so an arm means the same flags wherever it runs; what differs between them (sizes, devices, folders) is the
 `shared` part each passes in.

@@ -46,7 +46,7 @@ def _write(path: str, data: dict) -> None:
 
 
 def record_attempt(path: str, plan, command: list[str], env: Env) -> None:
-    """Append this job's attempt to `path` (launch.json); for an RL plan (`cluster.stage_plans.Plan`) also mark
+    """Append this job's attempt to `path` (launch.json); for an RL plan (`cluster.plan.Plan`) also mark
     OUT/run_info.json running."""
     record = _read(path)
     record["stage"] = plan.stage

@@ -15,8 +15,8 @@ run's own logs, in this order, for a step t in which
 `resumed_rm_problems(run_dir, ckpt_dir, tag, step)` asks it of a resumed run: its first step after `step` was paid
 by the RM of checkpoint `tag` (after a best save, `best_global_stepN`).
 
-Rewards are recomputed as the trainer computes them (`normalize_solution`, the RM template, the reward form) on the
-CPU; `atol` absorbs the dtype difference between that and the run's own scoring. Each function returns a list of
+Rewards are recomputed as the trainer computes them (the RM template, which normalises the completion, the reward
+form) on the CPU; `atol` absorbs the dtype difference between that and the run's own scoring. Each function returns a list of
 problems, each naming what it read; an empty list is a pass. Reused rows: when a resumed run wrote a step again,
 its newest rows and scalars count (as ray/run_logs.py reads them).
 """
@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.rewards import get_reward_form
 from cooper_openrlhf.ray.checkpoint_tags import tag_step
 from cooper_openrlhf.ray.run_logs import iter_rollouts, read_scalars
@@ -55,7 +54,7 @@ def rm_rewards(export: Path, rows: Sequence[dict], dtype: torch.dtype, reward_fo
 
     logits = RMScorer.load(str(export), dtype=dtype, batch_size=8).logits(
         [r["question"] for r in rows], [r["reference"] for r in rows],
-        [normalize_solution(r["completion"]) for r in rows])
+        [r["completion"] for r in rows])
     return get_reward_form(reward_form)(torch.tensor(logits), threshold)
 
 

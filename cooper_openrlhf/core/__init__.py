@@ -18,11 +18,11 @@ Knows nothing of Ray, HTTP or DeepSpeed engines: built on `algo/`, `verify/` and
 above them and below `ray/` and `serve/`).
 """
 
-from cooper_openrlhf.core.hacking import HackingResponse
-from cooper_openrlhf.core.pairs import PairConfig, build_pairs, finish_pairs, plan_pairs
-from cooper_openrlhf.core.rewards import REWARD_MODES, PayConfig, Rewards, rewards, rm_pay
+from cooper_openrlhf.core.hacking_response import HackingResponse
+from cooper_openrlhf.core.pay import REWARD_MODES, PayConfig, Rewards, rewards, rm_pay
 from cooper_openrlhf.core.rm_health import GuardConfig, GuardDecision, RMGuard, RMHealth, health_metrics, health_of
 from cooper_openrlhf.core.rollouts import Rollouts, RolloutTexts, RolloutVerdicts
+from cooper_openrlhf.core.step_pairs import PairConfig, build_pairs, finish_pairs, plan_pairs
 
 __all__ = ["GuardConfig", "GuardDecision", "HackingResponse", "PairConfig", "PayConfig", "REWARD_MODES", "RMGuard",
            "RMHealth", "Rewards", "RolloutTexts", "RolloutVerdicts", "Rollouts", "build_pairs", "finish_pairs",

@@ -19,7 +19,7 @@ the two things that need the verifier or an engine:
    mislabelled pair); official (the Cooper recipe's), unless its answer is proved equal to the positive's.
    Never the positive unchanged, nor empty.
 
-The pair pipeline around them is the core's (`core/pairs.py`): the trainer runs it with these two calls on the
+The pair pipeline around them is the core's (`core/step_pairs.py`): the trainer runs it with these two calls on the
 pair-construction actor (`ray/pair_actor.py`), the reward service's learner in its own thread.
 
 Seeds: attempt k of step t samples with seed `config.seed + (t * retries + k) * SEED_STRIDE`
@@ -155,6 +155,8 @@ class PairBuilder:
             raise ValueError(f"step must be an int >= 0 or None, got {step!r}")
         step = self.calls if step is None else step
         self.calls += 1
+        # Normalised for the assistant's prompt and the answer extraction, and to compare each rewrite with what
+        # the pairs hold (`algo.selection.assemble_pairs`), not for the RM (its template normalises).
         normalised = {p: normalize_solution(positives[p]) for p in prompts}
         # A positive whose answer cannot be extracted cannot be proved different from anything.
         answers = {p: extract_answer(normalised[p], fallback=self.answer_fallback) if normalised[p] else None
@@ -190,6 +192,8 @@ class PairBuilder:
             if len(replies) != len(missing):
                 raise RuntimeError(f"assistant returned {len(replies)} replies for {len(missing)} prompts")
             counts["attempts"] += len(missing)
+            # A reply is cleaned before its answer is extracted (text after a chat-control token is another turn)
+            # and it is stored as the pair's negative.
             rewrites = [normalize_solution(reply) for reply in replies]
             found = [extract_answer(text, fallback=self.config.answer_fallback) if text else None for text in rewrites]
             checked = [k for k, answer in enumerate(found) if answer is not None]

@@ -1,8 +1,9 @@
 """RM health at every version, and the guard that decides whether a version may score.
 
-The hacking alarm (`core.hacking`) watches the gap between what the RM pays and what the rule verifier says; an RM
-that has stopped telling right from wrong and pays everything 0.03 shows no gap, and nothing noticed it (in the
-probe lab, 8 of 36 Cooper-arm RMs ended paying canonical right answers barely above wrong ones: docs/results.md).
+The hacking alarm (`core.hacking_response`) watches the gap between what the RM pays and what the rule verifier
+says; an RM that has stopped telling right from wrong and pays everything 0.03 shows no gap, and nothing noticed it
+(in the probe lab, 8 of 36 Cooper-arm RMs ended paying canonical right answers barely above wrong ones:
+docs/results.md).
 Health reads the RM itself, after every update, on a fixed labelled anchor set (`rm/anchors.py` builds it: held-out
 labelled triples of the VerifyRM's own data and the probe suite's canonical right, wrong and attack completions,
 `rm/probes.py`):

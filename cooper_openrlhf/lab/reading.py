@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from cooper_openrlhf.report.plan_verdict import (EXPLOIT_RATE, FINAL_PROBE_PREMIUM, HELDOUT_FINAL, LOWER_IS_BETTER,
-                                                 STATES_REFERENCE_RATE, TRAINING_VERIFIED)
+from cooper_openrlhf.report.registered_measures import (EXPLOIT_RATE, FINAL_PROBE_PREMIUM, HELDOUT_FINAL,
+                                                        LOWER_IS_BETTER, STATES_REFERENCE_RATE, TRAINING_VERIFIED)
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from openrlhf.utils.logging_utils import init_logger
 from cooper_openrlhf.algo.hacking_stats import heldout_rm_gap
 from cooper_openrlhf.rm.probes import build_probes, probe_metrics, read_pay
 from cooper_openrlhf.core import RolloutTexts
-from cooper_openrlhf.core.rewards import judged_correct
+from cooper_openrlhf.core.pay import judged_correct
 from cooper_openrlhf.ray.step_records import append_jsonl, rollout_rows
 from cooper_openrlhf.ray.trainer_state import CooperTrainerState
 

@@ -3,7 +3,7 @@
 A thin shell around `core/pair_builder.PairBuilder`: it owns a `VerifierPool` (worker processes
 with hard deadlines; math-verify cannot run in an actor's threads) and the assistant engine, and
 forwards `verify` / `assistant_negatives` unchanged (the pairs around them are the core's,
-`core/pairs.py`, run by the trainer). It asks Ray for no CPU
+`core/step_pairs.py`, run by the trainer). It asks Ray for no CPU
 (num_cpus=0): it spends its time waiting on the verifier processes and on vLLM.
 
 Assistant sources:

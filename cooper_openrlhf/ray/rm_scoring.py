@@ -4,7 +4,6 @@ held-out evaluation (`ray/evaluation.py`) both pay through it, so every RM metri
 import ray
 import torch
 
-from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import distinct, even_slices
 from cooper_openrlhf.core import RolloutTexts, rm_pay
 from cooper_openrlhf.ray.trainer_state import CooperTrainerState, rank_actors
@@ -19,10 +18,9 @@ class RMScoring(CooperTrainerState):
         return rm_pay(self.pay, logits, answerless)
 
     def rm_logits(self, texts: RolloutTexts) -> torch.Tensor:
-        """(B,) RM logits of the normalised completions: each distinct triple scored once, the distinct ones split
-        evenly over the RM ranks."""
-        completions = [normalize_solution(text) for text in texts.completions]
-        triples, inverse = distinct(list(zip(texts.questions, texts.references, completions)))
+        """(B,) RM logits of the completions (the RM template normalises them): each distinct triple scored once,
+        the distinct ones split evenly over the RM ranks."""
+        triples, inverse = distinct(list(zip(texts.questions, texts.references, texts.completions)))
         actors = rank_actors(self.rm_group)
         parts = [part for part in even_slices(len(triples), len(actors)) if part.stop > part.start]
         refs = [actor.score.remote(*(list(column) for column in zip(*triples[part])))

@@ -31,8 +31,8 @@ How it departs from the paper and its official recipe:
   rewrites adds one wake_up/sleep pair (`cooper/vllm_wake_sleep_pairs`).
 - A negative counts only when the rule verifier proves its answer differs; positives are the first
   verified-correct rollout in batch order (the recipe iterated a set); both sides of a pair, and every
-  completion the RM scores, go through the same `normalize_solution`; prompts without a pair are
-  masked out and counted, never dropped silently; non-finite RM steps are skipped.
+  completion the RM scores, go through the same `normalize_solution` (the RM template applies it); prompts
+  without a pair are masked out and counted, never dropped silently; non-finite RM steps are skipped.
 - The RM reads (raw question, reference, completion) text, never the policy's chat-templated prompt: the
   raw question is recovered from the dataset (`prompt_question_map`) and a prompt it cannot recover fails.
 Beside the step, in files of their own: the policy and the RM checkpointed as one unit (`ray/checkpoints.py`),
@@ -57,8 +57,8 @@ from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.core import (HackingResponse, PairConfig, PayConfig, RolloutTexts, RolloutVerdicts, finish_pairs,
                                   plan_pairs, rewards)
-from cooper_openrlhf.core.pairs import rewrite_request
-from cooper_openrlhf.core.rewards import reward_metrics
+from cooper_openrlhf.core.pay import reward_metrics
+from cooper_openrlhf.core.step_pairs import rewrite_request
 from cooper_openrlhf.ray.checkpoints import CheckpointUnit
 from cooper_openrlhf.ray.evaluation import HeldOutEvaluation
 from cooper_openrlhf.ray.rm_guard import RMGuarding
@@ -279,7 +279,7 @@ class CooperPPOTrainer(RMGuarding, CheckpointUnit, HeldOutEvaluation, RMScoring,
     # ---------------------------------------------------------------------------------- scoring
     def score(self, samples, texts: RolloutTexts, verdicts: RolloutVerdicts) -> tuple[torch.Tensor, torch.Tensor | None,
                                                                                     dict]:
-        """Set each sample's reward (`core.rewards`: the RM's in the configured form, or the rule's); returns the (B,)
+        """Set each sample's reward (`core.pay`: the RM's in the configured form, or the rule's); returns the (B,)
         rewards, the (B,) RM logits (None without an RM) and the reward metrics."""
         logits = self.rm_logits(texts) if self.rm_group is not None else None
         paid = rewards(self.pay, verdicts, logits, paying_rule=self.hacking.paying_rule)

@@ -22,9 +22,9 @@ class CooperTrainerState:
     rm_group: object | None  # the TrainableRewardModelActor RayActorGroup (None: the rule arm without an RM)
     pair_actor: object  # the PairConstructionActor handle (verifier pool + assistant)
     rm_trainable: bool  # --remote_rm_trainable
-    pay: PayConfig  # what the policy is paid (core.rewards)
-    pair_config: PairConfig  # how the step's pairs are made (core.pairs)
-    hacking: HackingResponse  # the hacking rule's state and the response it took (core.hacking)
+    pay: PayConfig  # what the policy is paid (core.pay)
+    pair_config: PairConfig  # how the step's pairs are made (core.step_pairs)
+    hacking: HackingResponse  # the hacking rule's state and the response it took (core.hacking_response)
     questions: dict[str, str]  # OpenRLHF's rendered prompt -> raw question
     beside: ThreadPoolExecutor  # the trainer's second thread (rewrites, pairs, the overlapped RM update)
     sample_log_dir: str | None  # --cooper.sample_log_dir

@@ -27,7 +27,7 @@ def chosen_climb(lab: Path) -> float | None:
 
 def dependence_points(labs: Sequence[Path], arms: Sequence[str] = DEPENDENCE_ARMS) -> list[dict]:
     """One row per (lab, arm): {"lab", "climb", "arm", "finals": {seed: final}}."""
-    from cooper_openrlhf.report.plan_verdict import lab_finals
+    from cooper_openrlhf.report.registered_measures import lab_finals
 
     rows = []
     for lab in labs:

@@ -207,7 +207,7 @@ class RunRM:
         return None if self.margin is None else self.margin[1] < DEGENERATE_MARGIN
 
 
-TRAINING_WINDOW = 20  # the plans' last-20-steps window (report/plan_verdict.py)
+TRAINING_WINDOW = 20  # the plans' last-20-steps window (report/registered_measures.py)
 
 
 def run_rm(run) -> RunRM | None:

@@ -59,7 +59,7 @@ def rollout_window(rows: Iterable[dict], first: int, last: int, top: int = 3) ->
 def style_series(rows: Iterable[dict], style: str) -> dict[str, list[tuple[int, float]]]:
     """Pure: rollout rows (step, completion, verified) -> {STYLE_SHARE: [(step, share)], STYLE_EXPLOIT: [...]}, one
     point per logged step. The exploit rate over a window of equal-sized steps is the plan's measure
-    (report/plan_verdict.py `exploit_rate`), drawn step by step."""
+    (report/registered_measures.py `exploit_rate`), drawn step by step."""
     counts: dict[int, list[int]] = {}  # step -> [rollouts, in S, in S and wrong]
     for row in rows:
         count = counts.setdefault(row["step"], [0, 0, 0])

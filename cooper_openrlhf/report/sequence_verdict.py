@@ -11,12 +11,14 @@ decision wording is checked against the measure's (`plan_verdict.decision_rule`)
 
 from pathlib import Path
 
-from cooper_openrlhf.report.plan_verdict import (DEGENERATE_RM, FINAL_PROBE_PREMIUM, MEASURE_LABELS, PROBE_RIGHT_EXPLOIT,
-                                                 RM_AUC_EXPLOIT, RM_DISCRIMINATION, _compare, arm_summaries,
-                                                 holm_adjusted, lab_finals, sequential_primaries)
+from cooper_openrlhf.report.plan_verdict import _compare, arm_summaries, holm_adjusted, sequential_primaries
+from cooper_openrlhf.report.registered_measures import (DEGENERATE_RM, FINAL_PROBE_PREMIUM, MEASURE_LABELS,
+                                                        PROBE_RIGHT_EXPLOIT, RM_AUC_EXPLOIT, RM_DISCRIMINATION,
+                                                        lab_finals)
 
 # The entries that read the RM itself: beside each, the plan's registered costs ("costs": measures such as
-# plan_verdict.ORDINARY_WRONG_PAY and DEGENERATE_RM), so an RM that closed a blind spot by breaking is seen as broken.
+# registered_measures.ORDINARY_WRONG_PAY and DEGENERATE_RM), so an RM that closed a blind spot by breaking is seen as
+# broken.
 RM_SIDE = (FINAL_PROBE_PREMIUM, RM_DISCRIMINATION, RM_AUC_EXPLOIT, PROBE_RIGHT_EXPLOIT)
 
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import torch
 
 from cooper_openrlhf.algo.losses import bce_rm_loss, pairwise_rm_loss
-from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.algo.selection import FROM_ASSISTANT, FROM_ROLLOUT
 from cooper_openrlhf.rm.model import render_and_encode, rm_logits
@@ -194,7 +193,7 @@ class _Anchored:
         if not part:
             return rm_logits(trainer.model, trainer.filler).sum() * 0.0
         batch = render_and_encode(trainer.tokenizer, [r.question for r in part], [r.reference for r in part],
-                                  [normalize_solution(r.completion) for r in part], trainer.max_length,
+                                  [r.completion for r in part], trainer.max_length,
                                   trainer.template_version)
         logits = rm_logits(trainer.model, batch)
         labels = torch.tensor([float(r.correct) for r in part], device=logits.device)

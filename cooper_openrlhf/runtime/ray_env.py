@@ -1,7 +1,7 @@
 """The Ray runtime environment of a Cooper run, owned in one place.
 
 Two parties set it: the launcher, which submits the job (`ray job submit --runtime-env-json`, from the plan in
-`cluster/stage_plans.py`), and the driver, whose `ray.init(runtime_env=...)` (`cli/train_cooper.start_ray`)
+`cluster/rl_plan.py`), and the driver, whose `ray.init(runtime_env=...)` (`cli/train_cooper.start_ray`)
 runs inside that job. Ray merges the two and refuses any field or environment variable both name, even with the
 same value ("Failed to merge the Job's runtime env ... because of a conflict", ray/_private/worker.py). So both
 build their env with `cooper_runtime_env`, and the driver passes only what the submitted job does not already

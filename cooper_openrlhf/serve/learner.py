@@ -31,10 +31,9 @@ from dataclasses import dataclass
 import torch
 
 from cooper_openrlhf.algo.metric_keys import PAID_REWARD
-from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.algo.pairs import PairBatch
 from cooper_openrlhf.core import PairConfig, PayConfig, RMGuard, Rollouts, RolloutTexts, RolloutVerdicts, build_pairs
-from cooper_openrlhf.core.rewards import reward_metrics, rm_pay
+from cooper_openrlhf.core.pay import reward_metrics, rm_pay
 from cooper_openrlhf.core.rm_health import HEALTH, RMHealth, health_of
 from cooper_openrlhf.core.rollouts import verdict_metrics
 from cooper_openrlhf.rm.anchors import anchor_batch
@@ -176,7 +175,7 @@ class Learner:
         start = time.perf_counter()
         t, anchors = self.trainer, self.anchors
         logits = score_logits(t.model, t.tokenizer, [a.question for a in anchors], [a.reference for a in anchors],
-                              [normalize_solution(a.completion) for a in anchors], max_length=t.max_length,
+                              [a.completion for a in anchors], max_length=t.max_length,
                               template_version=t.template_version, batch_size=self.config.health_batch_size)
         health = health_of(anchors, torch.sigmoid(torch.tensor(logits, dtype=torch.float64)).tolist())
         if metrics is not None:

@@ -10,7 +10,6 @@ a tokenizer of their own (`rm.scorer.PROBE`).
 
 import logging
 
-from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.core import REWARD_MODES, rm_pay
 from cooper_openrlhf.data.records import MathProblem
 from cooper_openrlhf.data.rows import RowFormatError, iter_rows
@@ -56,7 +55,7 @@ class ServiceProbe:
         version = scorer.latest
 
         def pay(questions, references, completions):
-            logits = scorer.logits_of([(version, q, r, normalize_solution(c))
+            logits = scorer.logits_of([(version, q, r, c)
                                        for q, r, c in zip(questions, references, completions)], reader=PROBE)
             return rm_pay(REWARD_MODES["rm"], logits, [False] * len(logits)).tolist()
 

@@ -3,7 +3,7 @@ round (a trainer's step) does around its RM update.
 
 Per request (`serve.service.RewardService.score`, `serve/replicated/ingress.py`'s `RemoteService.score`):
 `rm_item` is a sample as the RM reads it; `check_finite` refuses a non-finite logit (never paid nor learned from);
-`paid_samples` pays the scored samples the service's reward (`core.rewards`, the trainer's forms); `answers` gives
+`paid_samples` pays the scored samples the service's reward (`core.pay`, the trainer's forms); `answers` gives
 each sample its `Scored`, the recorded answer of an identical sample included.
 
 Per round (`RewardService._run_round`, `serve/replicated/learner_actor.py`'s `run_round`): `round_metrics` is what the
@@ -16,7 +16,6 @@ import math
 import time
 
 from cooper_openrlhf.algo.metric_keys import ALARM
-from cooper_openrlhf.algo.negatives import normalize_solution
 from cooper_openrlhf.core import PayConfig, RolloutVerdicts, rewards
 from cooper_openrlhf.serve.contract import NonFiniteScore, Scored
 from cooper_openrlhf.serve.groups import ScoredSample
@@ -29,9 +28,9 @@ logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------- a request
 def rm_item(version: int, sample: Sample) -> tuple[int, str, str, str]:
-    """(version, question, reference, completion) as the RM reads it: the completion as the trainer's RM reads it
-    (`normalize_solution`, also what the pairs hold)."""
-    return version, sample.question, sample.reference, normalize_solution(sample.completion)
+    """(version, question, reference, completion) as the RM is asked to score it (its template normalises the
+    completion, as the trainer's RM reads it)."""
+    return version, sample.question, sample.reference, sample.completion
 
 
 def check_finite(todo: list[int], logits: list[float]) -> None:
@@ -43,7 +42,7 @@ def check_finite(todo: list[int], logits: list[float]) -> None:
 
 def paid_samples(pay: PayConfig, samples: list[Sample], logits: list[float], outcomes: list,
                  paying_rule: bool) -> list[ScoredSample]:
-    """The scored samples with the reward each is paid (`core.rewards`; `paying_rule`: a hacking alarm switched
+    """The scored samples with the reward each is paid (`core.pay`; `paying_rule`: a hacking alarm switched
     the pay to the rule reward)."""
     if not samples:
         return []

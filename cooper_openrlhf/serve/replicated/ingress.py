@@ -7,7 +7,7 @@ body limits, parsing, text validation, prompt splitting, the memory bound, the s
      while an update is in flight; a sample identical to one already answered gets that answer back instead), the samples of concurrent requests gathered into one call to the scoring
      deployment (`serve/batcher.py`'s `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per
      replica; Serve routes each to a replica, whose `@serve.batch` merges the calls it gets), the reward of the
-     service's mode (`core.rewards`, as in one process), the scored samples recorded in their groups; on any failure
+     service's mode (`core.pay`, as in one process), the scored samples recorded in their groups; on any failure
      the places are given back, so the client's retry takes them again. One call per batch, not per sample: each
      Serve call costs CPU in its router and Ray's RPC, which on a small machine is the front's ceiling.
   2. `gauges()`: the registry's numbers, with this ingress's own.
@@ -90,7 +90,7 @@ class RemoteService:
         todo = [i for i, place in enumerate(places) if place.known is None]  # the rest were answered before
         try:
             results = await self.rm_batcher.submit_many(
-                [ScoreItem(*rm_item(places[i].version, samples[i]), samples[i].completion) for i in todo])
+                [ScoreItem(*rm_item(places[i].version, samples[i])) for i in todo])
             logits = [logit for logit, _ in results]
             check_finite(todo, logits)
         except BaseException:

@@ -31,8 +31,7 @@ class ScoreItem:
     version: int  # the RM version its group is pinned to
     question: str
     reference: str
-    rm_completion: str  # the completion as the trainer's RM reads it (`normalize_solution`)
-    completion: str  # the completion as the rule verifier reads it
+    completion: str  # as the client sent it: the RM's template normalises it, the rule verifier reads it whole
 
 
 class Scorer:
@@ -78,7 +77,7 @@ class Scorer:
             return [exc] * len(items)
         logits, outcomes = await asyncio.gather(
             asyncio.to_thread(results_or_errors, self.rm.logits_of,
-                              [(i.version, i.question, i.reference, i.rm_completion) for i in items], "rm"),
+                              [(i.version, i.question, i.reference, i.completion) for i in items], "rm"),
             asyncio.to_thread(results_or_errors, self._verify, [(i.reference, i.completion) for i in items],
                               "verifier"))
         return [logit if isinstance(logit, Exception) else outcome if isinstance(outcome, Exception)

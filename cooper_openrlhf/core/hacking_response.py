@@ -2,7 +2,7 @@
 
 Each step's metrics (and the latest held-out evaluation's, if any) go to `algo.hacking`'s rule (`guard_step`); when
 the alarm turns on the response named by on_hacking (`algo.hacking.ALARM_RESPONSES`) is taken once: rule_reward
-pays the policy by the rule verifier from the next step on (`paying_rule`, read by `core.rewards.rewards`), stop
+pays the policy by the rule verifier from the next step on (`paying_rule`, read by `core.pay.rewards`), stop
 asks the transport to checkpoint and end the run (`stop`; the reward service offers no stop, it has no run to end).
 """
 
