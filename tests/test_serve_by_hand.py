@@ -64,7 +64,9 @@ def test_the_documented_request_by_hand_gets_the_documented_answer(model_dir, tm
     assert answer["extra_logs"]["cooper/rule_correct"] == [1.0] and answer["extra_logs"]["cooper/rm_version"] == [0.0]
     shown = json.loads(re.search(r"^(\{\"rewards\".*\})$", section, re.M).group(1))  # the documented answer
     assert answer["rewards"] == pytest.approx(shown["rewards"], abs=1e-3)
+    # The logit to 0.01: where the CPU has bf16 units the RM runs in bf16 (`auto`), which moves it in the third
+    # decimal from the documented fp32 reading; the reward, near 0.5, moves ~4x less.
     assert answer["extra_logs"] == {**shown["extra_logs"],
-                                    "cooper/rm_logit": pytest.approx(shown["extra_logs"]["cooper/rm_logit"], abs=1e-3)}
+                                    "cooper/rm_logit": pytest.approx(shown["extra_logs"]["cooper/rm_logit"], abs=1e-2)}
     warnings = [line for line in (tmp_path / "serve.log").read_text().splitlines() if " WARNING " in line]
     assert len(warnings) == 1 and "listening on 0.0.0.0 over plain http" in warnings[0], warnings
