@@ -365,7 +365,8 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
     stock_kinds = [k for k in ("serve_rm", "serve_rm_passive") if k in results]
     stock = {level: max(stock_kinds, key=lambda k: results[k][level][0]) for level in levels} if stock_kinds else None
     if cooper and 64 in cooper:
-        print(f"cooper / bare forward at concurrency 64: {cooper[64][0] / limit:.2f}x (target >= 0.7)")
+        print(f"cooper / {'stand-in' if stand_in else 'bare'} forward at concurrency 64: {cooper[64][0] / limit:.2f}x"
+              f" (target >= 0.7)")
     if ceiling and 64 in ceiling:
         print(f"HTTP ceiling / bare forward at concurrency 64: {ceiling[64][0] / limit:.2f}x (no server of this "
               f"protocol on this machine and client can pass this ratio)")
