@@ -5,6 +5,7 @@
     python benchmarks/serve_throughput.py --servers cooper --server-env OMP_NUM_THREADS=1   # cooper under an env
     python benchmarks/serve_throughput.py --servers cooper,serve_rm --concurrency 1 --alone  # one server up at a time
     python benchmarks/serve_throughput.py --servers serve_rm,cooper,cooper_stub_verifier --concurrency 1 --blocks 12
+    python benchmarks/serve_throughput.py --replicas 1,2,4 --stand-in-forward-ms 50   # the forward as a GPU's wait
 
 Without --rm it measures two RMs in turn: the tiny Qwen2 RM (per-request work is the cost) and the lab's MiniLM
 VerifyRM architecture (the forward is the cost; stock serve_rm cannot load an encoder, so it is left out there).
@@ -40,6 +41,11 @@ CPU per request at concurrency 64), so every server's rate, the ceiling's includ
 Servers are measured in turn on loopback ports; each is warmed up, and timed only once every server is idle (its
 process tree, Ray's included, under 0.25 core): a learning server goes on training on the groups a stream completed
 after the stream ends, and the next server measured would otherwise share its cores.
+With `--stand-in-forward-ms X` cooper and the replicated servers run `stand_in_forward_serve.py`: the RM's forward
+is a wait of X ms per batch of up to --max-batch samples (plus `--stand-in-per-sample-ms` per sample) that leaves the
+CPU free, as a GPU's does, and everything else is real; the bare forward is then not measured, and each replicated
+server's rate per replica is printed against the stand-in's own bound (max-batch samples per wait).
+
 Each sample of a group is a distinct text, as a policy sampling at temperature 1 writes them (the verifier's
 parse cache and any other cache get no help from repeats).
 
@@ -171,6 +177,14 @@ def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 90
     raise RuntimeError(f"server not up after {timeout_s}s: {open(log).read()[-3000:]}")
 
 
+def cooper_command(args) -> list[str]:
+    """`cli.serve`, or with --stand-in-forward-ms the same behind `stand_in_forward_serve.py`."""
+    if args.stand_in_forward_ms is None:
+        return [sys.executable, "-m", "cooper_openrlhf.cli.serve"]
+    return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_in_forward_serve.py"),
+            "--forward-ms", str(args.stand_in_forward_ms), "--per-sample-ms", str(args.stand_in_per_sample_ms)]
+
+
 def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if kind in ("http_ceiling", "serve_ceiling"):
@@ -191,7 +205,7 @@ def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
                 "--host", "127.0.0.1", "--ds.param_dtype", args.openrlhf_dtype, "--ds.attn_implementation", "eager"]
     else:
         env.update(args.server_env)  # --server-env: this package's servers only
-        argv = [sys.executable, "-m", "cooper_openrlhf.cli.serve", "--rm", args.rm, "--policy", args.policy,
+        argv = [*cooper_command(args), "--rm", args.rm, "--policy", args.policy,
                 "--port", str(port), "--dtype", args.dtype, "--group-size", str(args.group_size),
                 "--max-batch", str(args.max_batch)]
         if kind.startswith("learning"):
@@ -318,12 +332,20 @@ def ratio(results: dict, kind: str, baseline: str, level: int) -> float:
     return rate / base
 
 
+def stand_in_bound(args) -> float:
+    """Samples/s of one scorer whose every batch is full and waits the stand-in's time: what no host passes."""
+    return args.max_batch / (args.stand_in_forward_ms / 1000 + args.max_batch * args.stand_in_per_sample_ms / 1000)
+
+
 def measure(args, levels: list[int], kinds: list[str]) -> None:
     """One RM: the bare forward, every server at every level, and the ratios the targets are set in."""
     per = f"per block, {args.blocks} blocks and a warm-up block per level" if args.blocks > 1 else "per level"
     print(f"\n== RM {args.rm} ({args.dtype}; serve_rm {args.openrlhf_dtype}): {args.requests} single-sample "
           f"requests {per}; {os.cpu_count()} CPUs", flush=True)
-    first_batch, first_limit = bare_forward(args)  # before and after the servers: the better is the limit
+    stand_in = args.stand_in_forward_ms is not None
+    # the limit: the better of the bare forward before and after the servers, or the stand-in's samples per wait
+    forward_limit = (lambda: (args.max_batch, stand_in_bound(args))) if stand_in else (lambda: bare_forward(args))
+    first = forward_limit()
     results: dict[str, dict[int, tuple]] = {}  # kind -> level -> (samples/s, p50 s, p99 s, block rates)
     with tempfile.TemporaryDirectory() as workdir:
         if args.alone:  # each server with the machine to itself: up, measured at every level, down
@@ -333,14 +355,15 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
             # All servers up at once, measured in turn at each level: a machine whose load drifts during the run
             # shifts every server's numbers alike, so the ratios hold.
             time_servers(args, levels, kinds, workdir, results)
-    batch, limit = max((first_batch, first_limit), bare_forward(args), key=lambda x: x[1])
-    print(f"\nlimit: bare forward {limit:.1f} samples/s at batch {batch}")
+    batch, limit = max(first, forward_limit(), key=lambda x: x[1])
+    print(f"\nlimit: {'stand-in' if stand_in else 'bare'} forward {limit:.1f} samples/s at batch {batch}")
     cooper, ceiling = results.get("cooper"), results.get("http_ceiling")
     # serve_rm's better OpenMP policy at each level is the baseline "never below" is judged against
     stock_kinds = [k for k in ("serve_rm", "serve_rm_passive") if k in results]
     stock = {level: max(stock_kinds, key=lambda k: results[k][level][0]) for level in levels} if stock_kinds else None
     if cooper and 64 in cooper:
-        print(f"cooper / bare forward at concurrency 64: {cooper[64][0] / limit:.2f}x (target >= 0.7)")
+        print(f"cooper / {'stand-in' if stand_in else 'bare'} forward at concurrency 64: {cooper[64][0] / limit:.2f}x"
+              f" (target >= 0.7)")
     if ceiling and 64 in ceiling:
         print(f"HTTP ceiling / bare forward at concurrency 64: {ceiling[64][0] / limit:.2f}x (no server of this "
               f"protocol on this machine and client can pass this ratio)")
@@ -366,6 +389,9 @@ def measure(args, levels: list[int], kinds: list[str]) -> None:
                   + (f"; / cooper (one process): {ratio(results, kind, 'cooper', level):.2f}x" if cooper else "")
                   + (f"; / Serve's ceiling: {ratio(results, kind, 'serve_ceiling', level):.2f}x"
                      if serve_ceiling else ""))
+            if stand_in:
+                per_replica = results[kind][level][0] / int(kind[len("replicas"):])
+                print(f"  per replica: {per_replica:.1f} samples/s, {per_replica / limit:.2f} of the stand-in's bound")
     for kind in ("learning", "learning_nowait"):
         if cooper and kind in results:
             for level in levels:
@@ -396,6 +422,10 @@ def main() -> None:
                         "docstring); default 1: each server's whole stream in turn")
     p.add_argument("--alone", action="store_true",
                    help="start each server alone, for its own levels only (default: all up at once, timed in turn)")
+    p.add_argument("--stand-in-forward-ms", type=float, default=None,
+                   help="cooper's and the replicated servers' RM forward: a wait of this many ms per batch, CPU left "
+                        "free (stand_in_forward_serve.py); default: the real forward")
+    p.add_argument("--stand-in-per-sample-ms", type=float, default=0.0, help="and this many ms per sample of it")
     p.add_argument("--bare-only", action="store_true", help=argparse.SUPPRESS)  # one bare_forward_here, as JSON
     args = p.parse_args()
     args.server_env = dict(item.split("=", 1) for item in args.server_env)
@@ -420,6 +450,9 @@ def main() -> None:
     args.openrlhf_dtype = "fp16" if args.dtype == "fp16" else "bf16"  # serve_rm offers only these two
     levels = [int(c) for c in args.concurrency.split(",")]
     kinds = args.servers.split(",")
+    if args.stand_in_forward_ms is not None and any(k.startswith("learning") or k == "cooper_stub_verifier"
+                                                    for k in kinds):
+        p.error("--stand-in-forward-ms: learning off only, and not with cooper_stub_verifier's own script")
     if args.rm:
         measure(args, levels, kinds)
         return
