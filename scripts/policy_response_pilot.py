@@ -1,15 +1,15 @@
-"""The policy-response pilots (docs/lab/policy_response_pilot/plan.md): whether a lab configuration lets the policy
-learn what it is paid for. Per candidate lab folder, the rule arm's held-out and training accuracy, first -> last,
-and the plan's gate.
+"""The policy-response pilots (docs/lab/policy_response_pilot/plan.md, plan2.md): whether a lab configuration lets
+the policy learn what it is paid for. Per candidate lab folder, the rule arm's held-out and training accuracy,
+first -> last, and the plan's gate.
 
-    python scripts/policy_response_pilot.py                                    # from the committed archives
+    python scripts/policy_response_pilot.py [--pilot 2]                        # from the committed archives
     python scripts/policy_response_pilot.py --lab /work/runs/policy-response/p1 --publish   # archive finished runs first
 
 A candidate is a lab folder `<lab>/<name>` (its `lab_settings.json` says its configuration). Measures per run:
 held-out accuracy (`eval/...accuracy`, the rule verifier's grade of held-out samples) as the mean of its evaluations
-at steps <= FIRST_STEPS and at the last LAST_STEPS steps; training accuracy (the rule verifier's grade of the
-training rollouts, samples/rollouts.jsonl) over the same windows. The gate (a): the seed-mean held-out rise >=
-RISE and every seed's rise > 0.
+at steps <= `first` and over the last `last` steps (each pilot's own, set in its plan: `PILOTS`); training accuracy
+(the rule verifier's grade of the training rollouts, samples/rollouts.jsonl) over the same windows. The gate (a):
+the seed-mean held-out rise >= RISE and every seed's rise > 0.
 """
 
 import argparse
@@ -18,16 +18,25 @@ import statistics
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from cooper_openrlhf.lab.batch import archive_run
 from cooper_openrlhf.report.aggregate import heldout_series
 from cooper_openrlhf.report.runs import load_run
 
-PUBLISHED = Path("docs/results/policy_response_pilot")
-FIRST_STEPS = 20  # the first window: evaluations at steps 1..20
-LAST_STEPS = 40  # the last window: evaluations in the last 40 steps
 RISE = 0.05
+
+
+@dataclass(frozen=True)
+class Pilot:
+    published: Path  # where its runs are archived
+    first: int  # the first window: evaluations at steps 1..first
+    last: int  # the last window: evaluations in the last `last` steps
+
+
+PILOTS = {1: Pilot(Path("docs/results/policy_response_pilot"), first=20, last=40),  # 240-step runs
+          2: Pilot(Path("docs/results/policy_response_pilot2"), first=6, last=12)}  # 30-step runs
 
 
 def finished(lab: Path) -> list[Path]:
@@ -35,10 +44,10 @@ def finished(lab: Path) -> list[Path]:
             if json.loads(info.read_text()).get("status") == "done"]
 
 
-def windows(points: list[tuple[int, float]], last_step: int) -> tuple[float | None, float | None]:
-    """(mean at steps <= FIRST_STEPS, mean at steps > last_step - LAST_STEPS) of (step, value) points."""
-    first = [v for s, v in points if s <= FIRST_STEPS]
-    last = [v for s, v in points if s > last_step - LAST_STEPS]
+def windows(points: list[tuple[int, float]], last_step: int, pilot: Pilot) -> tuple[float | None, float | None]:
+    """(mean at steps <= pilot.first, mean at steps > last_step - pilot.last) of (step, value) points."""
+    first = [v for s, v in points if s <= pilot.first]
+    last = [v for s, v in points if s > last_step - pilot.last]
     return (statistics.fmean(first) if first else None, statistics.fmean(last) if last else None)
 
 
@@ -52,12 +61,12 @@ def training_accuracy(rollouts: Path) -> list[tuple[int, float]]:
     return [(step, statistics.fmean(values)) for step, values in sorted(by_step.items())]
 
 
-def measures(folder: Path) -> dict:
+def measures(folder: Path, pilot: Pilot) -> dict:
     run = load_run(folder)
     train = training_accuracy(folder / "samples" / "rollouts.jsonl")
     last_step = train[-1][0] if train else 0
-    held = windows(heldout_series(run.scalars), last_step)
-    trained = windows(train, last_step)
+    held = windows(heldout_series(run.scalars), last_step, pilot)
+    trained = windows(train, last_step, pilot)
     info = json.loads((folder / "run_info.json").read_text())
     return {"arm": run.arm, "seed": run.seed, "steps": last_step, "heldout": held, "train": trained,
             "rise": None if None in held else held[1] - held[0], "seconds": info.get("seconds")}
@@ -67,13 +76,13 @@ def fmt(pair) -> str:
     return "-" if None in pair else f"{pair[0]:.3f} -> {pair[1]:.3f}"
 
 
-def report(candidates: dict[str, list[Path]]) -> None:
-    print(f"held-out and training accuracy: mean at steps <= {FIRST_STEPS} -> mean over the last {LAST_STEPS} steps; "
+def report(candidates: dict[str, list[Path]], pilot: Pilot) -> None:
+    print(f"held-out and training accuracy: mean at steps <= {pilot.first} -> mean over the last {pilot.last} steps; "
           f"gate (a): seed-mean held-out rise >= {RISE} and every seed's rise > 0")
     print("| candidate | arm | seed | steps | held-out accuracy | rise | training accuracy | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for name, folders in candidates.items():
-        rows = [measures(f) for f in folders]
+        rows = [measures(f, pilot) for f in folders]
         for r in rows:
             rise = "-" if r["rise"] is None else f"{r['rise']:+.3f}"
             print(f"| {name} | {r['arm']} | {r['seed']} | {r['steps']} | {fmt(r['heldout'])} | {rise} | "
@@ -90,26 +99,29 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", type=Path, default=None,
                         help="a folder of candidate lab folders: read their finished runs, not the archives")
-    parser.add_argument("--publish", action="store_true", help=f"archive finished runs into {PUBLISHED}/<candidate>")
+    parser.add_argument("--pilot", type=int, choices=sorted(PILOTS), default=1, help="which pilot's windows and archive")
+    parser.add_argument("--publish", action="store_true", help="archive finished runs into the pilot's folder")
     args = parser.parse_args(argv)
+    pilot = PILOTS[args.pilot]
+    published = pilot.published
     if args.lab:
         candidates = {lab.name: finished(lab) for lab in sorted(args.lab.iterdir()) if (lab / "runs").is_dir()}
         if args.publish:
             for name, folders in candidates.items():
-                fresh = [f for f in folders if not (PUBLISHED / name / f"{f.name}.tar.gz").exists()]
+                fresh = [f for f in folders if not (published / name / f"{f.name}.tar.gz").exists()]
                 for folder in fresh:  # a finished run never changes: each is archived once
-                    archive_run(folder, PUBLISHED / name / f"{folder.name}.tar.gz")
+                    archive_run(folder, published / name / f"{folder.name}.tar.gz")
                     print(f"archived {name}/{folder.name} (git add -f: runs are ignored)")
-        report(candidates)
+        report(candidates, pilot)
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         candidates = {}
-        for candidate in sorted(p for p in PUBLISHED.iterdir() if p.is_dir()) if PUBLISHED.is_dir() else []:
+        for candidate in sorted(p for p in published.iterdir() if p.is_dir()) if published.is_dir() else []:
             for archive in sorted(candidate.glob("*.tar.gz")):
                 with tarfile.open(archive) as tar:
                     tar.extractall(Path(scratch) / candidate.name, filter="data")
             candidates[candidate.name] = finished(Path(scratch) / candidate.name)
-        report(candidates)
+        report(candidates, pilot)
     return 0
 
 
