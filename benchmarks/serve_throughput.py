@@ -149,7 +149,7 @@ def wait_quiet(processes, max_cores: float = 0.25, window_s: float = 1.0, timeou
     return time.monotonic() - start
 
 
-def last_round_metric(metrics_url: str, key: str) -> float:
+def last_step_metric(metrics_url: str, key: str) -> float:
     """A `cooper_serve_round{key=...}` value at a server's /metrics (NaN before its first round)."""
     import re
 
@@ -316,7 +316,7 @@ def time_servers(args, levels: list[int], kinds: list[str], workdir: str, result
                       f"(waited {waited[kind]:.0f}s for idle servers)", flush=True)
         for kind, (url, _) in servers.items():
             if kind.startswith("learning"):  # what one RM update costs: the bound on learning / learning off
-                fit = last_round_metric(url.replace("/get_reward", "/metrics"), "cooper_rm_fit_seconds")
+                fit = last_step_metric(url.replace("/get_reward", "/metrics"), "cooper_rm_fit_seconds")
                 print(f"  {kind}: the last RM update took {fit:.2f} s (cooper/rm_fit_seconds)", flush=True)
     finally:
         for _, process in servers.values():

@@ -295,14 +295,14 @@ def test_cooper_report_on_a_users_own_trainer_run_prints_that_run_only(tmp_path,
     assert "Held-out against training accuracy" in printed  # where the two levels are explained
 
 
-def test_cooper_report_on_a_reward_services_logs_prints_the_services_rounds_only(tmp_path, capsys):
-    """docs/serve.md: `cooper report STATE_DIR/logs --out report` reads the service's rounds as a training run's."""
+def test_cooper_report_on_a_reward_services_logs_prints_the_services_steps_only(tmp_path, capsys):
+    """docs/serve.md: `cooper report STATE_DIR/logs --out report` reads the service's steps as a training run's."""
     from cooper_openrlhf.serve.metrics import ServiceLog
 
     log = ServiceLog(str(tmp_path / "rm-service" / "logs"))
-    for round_ in range(1, 9):
-        log.round(round_, {"cooper/rm_reward_mean": 0.6, "cooper/verified_accuracy": 0.4, "cooper/rm_loss": 0.5,
-                           "cooper/rm_pair_accuracy": 0.75, "cooper/hacking_alarm": 0.0})
+    for step in range(1, 9):
+        log.step(step, {"cooper/rm_reward_mean": 0.6, "cooper/verified_accuracy": 0.4, "cooper/rm_loss": 0.5,
+                        "cooper/rm_pair_accuracy": 0.75, "cooper/hacking_alarm": 0.0})
     log.close()
     printed = _report([tmp_path / "rm-service" / "logs"], tmp_path / "report", capsys)
     assert not _about_the_lab(printed), _about_the_lab(printed)

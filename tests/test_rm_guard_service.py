@@ -1,5 +1,5 @@
 """The reward service's learner under an RM learning rate 30x the default: without the RM guard the RM collapses
-within a few rounds; with it no version out of bounds (or with non-finite weights) is ever published, and a
+within a few steps; with it no version out of bounds (or with non-finite weights) is ever published, and a
 restarted service resumes mid-guard. One process runs every scenario (tests/scripts/rm_guard_learner.py says how
 the collapse is made); about 20 s on 2 cores."""
 
@@ -27,28 +27,28 @@ def scenarios(model_dir):
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
 
-def test_without_the_guard_the_rm_collapses_within_a_few_rounds(scenarios):
-    rounds = scenarios[0]["watch"]
-    assert rounds[0]["auc"] > 0.95 and rounds[0]["right_pay"] - rounds[0]["wrong_pay"] > 0.8  # healthy at first
-    assert min(r["auc"] for r in rounds) <= 0.6  # ranks right and wrong anchors as a coin would, or worse
-    assert all(r["updated"] for r in rounds)  # and every one of those versions was published
-    assert rounds[-1]["unhealthy_kept"] >= 1
+def test_without_the_guard_the_rm_collapses_within_a_few_steps(scenarios):
+    steps = scenarios[0]["watch"]
+    assert steps[0]["auc"] > 0.95 and steps[0]["right_pay"] - steps[0]["wrong_pay"] > 0.8  # healthy at first
+    assert min(r["auc"] for r in steps) <= 0.6  # ranks right and wrong anchors as a coin would, or worse
+    assert all(r["updated"] for r in steps)  # and every one of those versions was published
+    assert steps[-1]["unhealthy_kept"] >= 1
 
 
 def test_with_the_guard_no_version_out_of_bounds_is_ever_published(scenarios):
     results, log = scenarios
-    rounds = results["rollback"]
-    start = results["watch"][0]  # the same warmed-up engine's first round, kept by both (healthy)
+    steps = results["rollback"]
+    start = results["watch"][0]  # the same warmed-up engine's first step, kept by both (healthy)
     base_right, base_wrong, best = start["right_pay"], start["wrong_pay"], start["auc"]
-    for r in rounds:
+    for r in steps:
         if r["updated"]:  # the engine's RM now is the version published: measured here again
             assert r["auc"] >= best - AUC_DROP and r["right_pay"] >= base_right - PAY_DRIFT - 0.02
             assert r["wrong_pay"] <= base_wrong + PAY_DRIFT + 0.02
             best = max(best, r["auc"])
         else:  # rolled back: the last healthy weights, nothing new to publish
             assert r["weights_unchanged"] and r["unhealthy"] == 1.0
-    assert rounds[-1]["rollbacks"] >= 1 and rounds[-1]["lr_scale"] < 1.0
-    assert min(r["auc"] for r in rounds) > 0.9
+    assert steps[-1]["rollbacks"] >= 1 and steps[-1]["lr_scale"] < 1.0
+    assert min(r["auc"] for r in steps) > 0.9
     assert "is out of bounds (wrong pay" in log and "rolled back to the last healthy weights" in log
 
 

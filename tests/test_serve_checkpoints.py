@@ -87,7 +87,7 @@ def _stage(state_dir: Path, stage: str) -> dict:
 
 def test_the_replicated_learners_pinned_weights_are_checked_as_modules_are():
     """The learner actor saves pinned versions from the object store as plain state dicts (`_Weights`): the same
-    finiteness check as the one-process service's modules, no AttributeError failing every round's checkpoint."""
+    finiteness check as the one-process service's modules, no AttributeError failing every step's checkpoint."""
     from cooper_openrlhf.serve.checkpoint import NonFiniteWeights, refuse_non_finite
     from cooper_openrlhf.serve.replicated.learner_actor import _Weights
 

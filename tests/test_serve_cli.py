@@ -22,7 +22,7 @@ def test_listening_beyond_loopback_needs_a_token(capsys, model_dir):
                       "the token), or bind 127.0.0.1"]
 
 
-def test_learning_needs_its_round_size_and_a_state_dir(capsys, model_dir, tmp_path):
+def test_learning_needs_its_step_size_and_a_state_dir(capsys, model_dir, tmp_path):
     errors = _errors(capsys, ["--rm", str(tmp_path / "nope"), "--no-chat-template", "--learn",
                               "--negative-source", "assistant"])
     assert errors == [f"error: --rm {tmp_path / 'nope'}: no such folder",
@@ -60,7 +60,7 @@ def test_the_replicated_service_flags_are_checked(capsys, model_dir):
     assert _errors(capsys, [*base, "--ray-address", "auto"]) == [
         "error: --ray-address applies only with --replicas (one process starts no Ray)"]
     assert _errors(capsys, [*base, "--replicas", "-1"]) == ["error: --replicas must be >= 0 and --ingress-replicas >= 1"]
-    # flags that would do nothing are refused: probes are read at rounds; only a learning service trains an RM to export
+    # flags that would do nothing are refused: probes are read at steps; only a learning service trains an RM to export
     heldout = model_dir("tiny-qwen2-rm") + "/config.json"  # any file: the check names the missing flag first
     assert "error: --probe-every reads the probe suite at rounds, which need --groups-per-update" in _errors(
         capsys, [*base, "--probe-every", "2", "--probe-prompts", heldout])

@@ -31,8 +31,8 @@ def raw_service(model_dir, tmp_path):
 
 @pytest.fixture
 def monitored_service(model_dir, tmp_path):
-    """`raw_service` with rounds of one group (the hacking monitor reads them), so that groups are kept: without
-    rounds or learning the service keeps none."""
+    """`raw_service` with steps of one group (the hacking monitor reads them), so that groups are kept: without
+    steps or learning the service keeps none."""
     running = RunningService(model_dir, tmp_path, token=TOKEN, chat_template=False, group_size=4, groups_per_update=1)
     yield running
     running.stop()

@@ -82,7 +82,7 @@ class ServiceProcess:
     def health(self) -> dict:
         return requests.get(self.url + "/health", headers=self.auth, timeout=10).json()
 
-    def rounds(self) -> list[dict]:
+    def steps(self) -> list[dict]:
         path = self.work / "state" / "logs" / "metrics.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -184,28 +184,28 @@ def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, mo
         _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}", *extra,
                         extra_env=None if async_training else CPU_WITHOUT_BF16)
         deadline = time.monotonic() + 60
-        while len(service.rounds()) < STEPS and time.monotonic() < deadline:
+        while len(service.steps()) < STEPS and time.monotonic() < deadline:
             time.sleep(0.5)
         health = service.health()
     finally:
         code = service.stop()
-    rounds = service.rounds()
+    steps = service.steps()
     # Every one of the 3 x 4 x 4 samples was scored and answered (none lost, none failed: OpenRLHF would have
     # stopped on a missing reward); every group completed, none expired.
     trained = health["samples"] - health["heldout_samples"]
     assert trained == STEPS * PROMPTS_PER_STEP * STOCK_N and health["groups_completed"] == STEPS * PROMPTS_PER_STEP
-    assert health["groups_expired"] == 0 and len(rounds) == STEPS and health["open_groups"] == 0
+    assert health["groups_expired"] == 0 and len(steps) == STEPS and health["open_groups"] == 0
     # How busy the RM and the verifier were (what a user reads to tell which one bounds the service).
     assert health["rm_busy_seconds"] > 0 and health["verify_busy_seconds"] > 0
     # The eval prompts were paid and never grouped: no group was learned from them, and no check was broken.
     assert health["heldout_samples"] >= 2 * 2 and health["groups"] == "ok"
     # The service learned from the groups' own rollouts: pairs built, the RM moved, versions published.
-    assert sum(r.get("cooper/rm_valid_pairs", 0) for r in rounds) > 0
+    assert sum(r.get("cooper/rm_valid_pairs", 0) for r in steps) > 0
     assert health["updates"] >= 1 and health["rm_version"] == health["updates"]
-    assert all(r["cooper/pairs_from_rollout"] in (0.0, 1.0) for r in rounds)
+    assert all(r["cooper/pairs_from_rollout"] in (0.0, 1.0) for r in steps)
     if not async_training:
         # The paper's timing: step t+1 is scored by the RM updated on step t, every group of it.
-        for before, after in zip(rounds, rounds[1:]):
+        for before, after in zip(steps, steps[1:]):
             assert after["cooper/scored_version_min"] == after["cooper/scored_version_max"] == before[
                 "cooper/rm_version_after"]
     assert code == 0 and (service.work / "state" / "final_rm" / "config.json").is_file()
@@ -241,7 +241,7 @@ def test_stock_openrlhf_goes_through_a_real_runs_events_with_every_sample_paid(p
                 time.sleep(0.05)
             _kill_session(killed.pid)
             killed.wait(60)
-        time.sleep(5)  # what the killed run completed forms its (partial) round once it is quiet
+        time.sleep(5)  # what the killed run completed forms its (partial) step once it is quiet
         before = service.health()
 
         def send_by_hand():  # once the new run is scoring: one sample of a prompt the trainer never sends
@@ -256,7 +256,7 @@ def test_stock_openrlhf_goes_through_a_real_runs_events_with_every_sample_paid(p
         hand.start()
         _stock_openrlhf(tmp_path / "run", policy, ten, url, "--train.num_episodes", "2")
         hand.join(30)
-        time.sleep(35)  # the last partial step's round forms once the trainer is quiet (--partial-round-after-s)
+        time.sleep(35)  # the last partial step forms its step once the trainer is quiet (--partial-round-after-s)
         health = service.health()
     finally:
         code = service.stop()
@@ -265,23 +265,23 @@ def test_stock_openrlhf_goes_through_a_real_runs_events_with_every_sample_paid(p
     # after the silence, never joined by the new run's samples; every one of the new run's 20 groups (steps of 4, 4
     # and 2 prompts an episode) was learned from, none left out as split when the next episode re-sent a prompt of
     # the partial step (a step here is quicker than STEP_GAP_S, so a partial step whose prompts the next step does
-    # not re-send shares its round with that step's first groups: 5 or 6 rounds)
+    # not re-send shares its step with that step's first groups: 5 or 6 steps)
     # (here they may time out first: --group-timeout-s is shorter than the trainer's restart)
     killed_partial = health["groups_dropped_silence"] + health["groups_dropped_timeout"]
     assert killed_partial >= before["open_groups"] and health["round_failures"] == 0
     assert health["groups_completed"] - before["groups_completed"] == 20
-    killed_runs_last = 1 if before["ready_groups"] else 0  # the killed run's complete groups short of a round
+    killed_runs_last = 1 if before["ready_groups"] else 0  # the killed run's complete groups short of a step
     assert 5 <= health["rounds"] - before["rounds"] - killed_runs_last <= 6
     assert health["groups_dropped_split_trainer_group"] == 0 and health["ready_groups"] == 0
     assert health["updates"] >= before["updates"] + 2 and health["learning"] == "ok"
     assert code == 0
 
 
-def _send_round(service: ServiceProcess, tokenizer, round_index: int) -> list[dict]:
-    """One round of groups as OpenRLHF sends them (one sample per request), right and wrong answers mixed."""
+def _send_step(service: ServiceProcess, tokenizer, step_index: int) -> list[dict]:
+    """One step of groups as OpenRLHF sends them (one sample per request), right and wrong answers mixed."""
     out = []
     for p in range(PROMPTS_PER_STEP):
-        a, b = round_index + p + 2, p + 3
+        a, b = step_index + p + 2, p + 3
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False,
                                                add_generation_prompt=True)
         for k in range(N):
@@ -300,13 +300,13 @@ def test_kill_during_an_update_and_restart_continues_from_the_last_checkpoint(mo
     tokenizer = AutoTokenizer.from_pretrained(policy)
     slow = ("--rm-updates-per-round", "200")  # an update long enough to be killed in the middle of
     service = ServiceProcess(tmp_path, model_dir("tiny-qwen2-rm"), policy, *slow)
-    _send_round(service, tokenizer, 0)
+    _send_step(service, tokenizer, 0)
     deadline = time.monotonic() + 120
     while service.health()["updates"] < 1 and time.monotonic() < deadline:  # update 1 done and checkpointed
         time.sleep(0.2)
     saved = service.health()
     assert saved["updates"] == 1 and saved["rm_version"] == 1
-    _send_round(service, tokenizer, 1)
+    _send_step(service, tokenizer, 1)
     while not service.health()["update_in_flight"]:
         time.sleep(0.05)
     assert service.stop(signal.SIGKILL) == -signal.SIGKILL  # killed in the middle of update 2
@@ -317,7 +317,7 @@ def test_kill_during_an_update_and_restart_continues_from_the_last_checkpoint(mo
         # Update 2 was lost with the kill; everything up to the last checkpoint is back, the counter continues.
         assert resumed["rm_version"] == 1 and resumed["updates"] == 1 and resumed["rounds"] == 1
         assert resumed["samples"] == saved["samples"]
-        answers = _send_round(restarted, tokenizer, 2)
+        answers = _send_step(restarted, tokenizer, 2)
         assert {a["extra_logs"]["cooper/rm_version"][0] for a in answers} == {1.0}
         deadline = time.monotonic() + 120
         while restarted.health()["rm_version"] < 2 and time.monotonic() < deadline:
@@ -408,21 +408,21 @@ def test_assistant_rewrites_through_an_openai_endpoint_become_negatives(prompts,
                              "assistant", "--assistant-url", vllm_server, "--assistant-model", "assistant",
                              "--negative-max-new-tokens", "16")
     try:
-        for round_index in range(2):
-            _send_round(service, tokenizer, round_index)
+        for step_index in range(2):
+            _send_step(service, tokenizer, step_index)
         deadline = time.monotonic() + 120
-        while len(service.rounds()) < 2 and time.monotonic() < deadline:
+        while len(service.steps()) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
     finally:
         service.stop()
-    rounds = service.rounds()
-    assert sum(r["cooper/negative_attempts"] for r in rounds) >= 2 * PROMPTS_PER_STEP  # every positive was sent
-    assert all(r["cooper/pairs_from_rollout"] == 0.0 for r in rounds)
-    assert sum(r.get("cooper/rm_valid_pairs", 0) for r in rounds) > 0  # some rewrites proved wrong, trained on
+    steps = service.steps()
+    assert sum(r["cooper/negative_attempts"] for r in steps) >= 2 * PROMPTS_PER_STEP  # every positive was sent
+    assert all(r["cooper/pairs_from_rollout"] == 0.0 for r in steps)
+    assert sum(r.get("cooper/rm_valid_pairs", 0) for r in steps) > 0  # some rewrites proved wrong, trained on
 
 
 def test_scoring_goes_on_while_the_rm_learns(model_dir, tmp_path):
-    """Requests keep arriving while updates run (--no-wait-for-update, a round per group, long updates): scoring
+    """Requests keep arriving while updates run (--no-wait-for-update, a step per group, long updates): scoring
     and learning happen at once in two threads and every request is answered. (The two once shared one fast
     tokenizer, which fails with "Already borrowed" when two threads use it at the same moment; the throughput
     benchmark hit it, this test rarely does on the tiny RM.)"""
@@ -433,7 +433,7 @@ def test_scoring_goes_on_while_the_rm_learns(model_dir, tmp_path):
 
     policy = model_dir("tiny-qwen2-policy")
     tokenizer = AutoTokenizer.from_pretrained(policy)
-    # 48 prompts at once against rounds of one group is no trainer's step (the group check would refuse it): this
+    # 48 prompts at once against steps of one group is no trainer's step (the group check would refuse it): this
     # test is about two threads, not the trainer's shape.
     service = ServiceProcess(tmp_path, model_dir("tiny-qwen2-rm"), policy, "--no-wait-for-update",
                              "--groups-per-update", "1", "--checkpoint-every", "0", "--rm-updates-per-round", "20",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from test_serve_e2e import N, ServiceProcess, _send_round
+from test_serve_e2e import N, ServiceProcess, _send_step
 
 pytestmark = pytest.mark.slow
 
@@ -44,18 +44,18 @@ def test_a_failing_checkpoint_is_shown_and_learning_resumes_when_the_folder_is_w
     service = ServiceProcess(tmp_path, model_dir("tiny-qwen2-rm"), model_dir("tiny-qwen2-policy"))
     checkpoints = tmp_path / "state" / "rm"
     try:
-        _send_round(service, tokenizer, 0)
+        _send_step(service, tokenizer, 0)
         _wait_for(lambda: _latest(service) == "version1", "the first checkpoint")
 
         # The checkpoint folder becomes unwritable. Tests run as root, whom chmod does not stop: a plain file takes
         # the folder's place, so creating anything in it fails (as a full or read-only disk would).
         checkpoints.rename(tmp_path / "rm.aside")
         checkpoints.write_text("not a folder")
-        _send_round(service, tokenizer, 1)  # every request answered 200 (asserted inside); round 1's checkpoint fails
-        _wait_for(lambda: service.health()["rm_version"] == 2, "round 1's update")
+        _send_step(service, tokenizer, 1)  # every request answered 200 (asserted inside); step 1's checkpoint fails
+        _wait_for(lambda: service.health()["rm_version"] == 2, "step 1's update")
 
-        # Scoring and learning go on while checkpoints fail; each round's checkpoint is tried again.
-        answers = _send_round(service, tokenizer, 2)
+        # Scoring and learning go on while checkpoints fail; each step's checkpoint is tried again.
+        answers = _send_step(service, tokenizer, 2)
         assert {a["extra_logs"]["cooper/rm_version"][0] for a in answers} == {2.0}
         _wait_for(lambda: service.health()["rm_version"] == 3, "learning to go on after a failed checkpoint", 60)
 
@@ -66,10 +66,10 @@ def test_a_failing_checkpoint_is_shown_and_learning_resumes_when_the_folder_is_w
         assert 'cooper_serve{name="round_failures"} 2.0' in metrics
         assert 'cooper_serve{name="learning_failing"} 1.0' in metrics
 
-        # Writable again: the next round learns, checkpoints, and the service says so.
+        # Writable again: the next step learns, checkpoints, and the service says so.
         checkpoints.unlink()
         (tmp_path / "rm.aside").rename(checkpoints)
-        _send_round(service, tokenizer, 3)
+        _send_step(service, tokenizer, 3)
         _wait_for(lambda: _latest(service) == "version4", "a checkpoint once the folder is writable again")
         healthy = service.health()
         assert healthy["learning"] == "ok" and healthy["round_failures"] == 2 and healthy["updates"] == 4
@@ -88,10 +88,10 @@ def test_kill_during_a_checkpoint_save_resumes_from_the_previous_checkpoint(mode
     pausing = [sys.executable, str(Path(__file__).parent / "serve_pausing_save.py")]
     service = ServiceProcess(tmp_path, rm, policy, "--keep-checkpoints", "1", launcher=pausing,
                              env={"COOPER_TEST_PAUSE_SAVE": "2", "COOPER_TEST_PAUSE_MARKER": str(marker)})
-    _send_round(service, tokenizer, 0)
+    _send_step(service, tokenizer, 0)
     _wait_for(lambda: service.health()["updates"] == 1 and _latest(service), "update 1 and its checkpoint")
     saved = service.health()
-    _send_round(service, tokenizer, 1)
+    _send_step(service, tokenizer, 1)
     _wait_for(marker.is_file, "the second save to reach its optimizer states")
     assert service.stop(signal.SIGKILL) == -signal.SIGKILL
 
@@ -101,7 +101,7 @@ def test_kill_during_a_checkpoint_save_resumes_from_the_previous_checkpoint(mode
         assert resumed["rm_version"] == 1 and resumed["updates"] == 1 and resumed["samples"] == saved["samples"]
         log = (tmp_path / "serve.log").read_text()
         assert f"resumed from checkpoint {tmp_path / 'state' / 'rm' / 'version1'} (RM version 1" in log
-        answers = _send_round(restarted, tokenizer, 2)
+        answers = _send_step(restarted, tokenizer, 2)
         assert {a["extra_logs"]["cooper/rm_version"][0] for a in answers} == {1.0}
         # Version 2 was published (and paid by) before the kill and lost with it: the next update is version 3.
         assert "RM version 2 was published after the checkpoint of version 1" in log
@@ -129,12 +129,12 @@ def test_a_group_half_scored_before_a_restart_is_finished_by_its_own_version(mod
         body = {"query": [prompt + completion + "<|im_end|>"], "prompts": [prompt], "labels": [reference]}
         return requests.post(service.url + "/get_reward", json=body, headers=service.auth, timeout=60)
 
-    # A half group beside a whole round of other prompts is a fault's shape, not a trainer's step: the trainer-group
+    # A half group beside a whole step of other prompts is a fault's shape, not a trainer's step: the trainer-group
     # checks (serve/trainer_groups.py) warn, and never refuse a sample.
     service = ServiceProcess(tmp_path, rm, policy)
     first = [post(service, c) for c in completions[:N // 2]]
     assert [r.status_code for r in first] == [200] * (N // 2)
-    _send_round(service, tokenizer, 0)  # other prompts complete a round: update 1
+    _send_step(service, tokenizer, 0)  # other prompts complete a step: update 1
     _wait_for(lambda: service.health()["rm_version"] == 1, "update 1")
     assert service.stop() == 0  # SIGTERM: the shutdown checkpoint
 

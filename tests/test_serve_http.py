@@ -177,7 +177,7 @@ def test_a_thousand_concurrent_requests_are_all_answered_with_real_scores(servic
     assert got == pytest.approx(expected, abs=1e-4)
     assert service.service.rm_batcher.stats.largest > 1  # requests were batched together
     assert service.service.counters["samples"] == 1000
-    assert not service.service.groups.open and not service.service.ready  # no learner, no rounds: nothing kept
+    assert not service.service.groups.open and not service.service.ready  # no learner, no steps: nothing kept
 
 
 def test_a_hung_verification_answers_at_its_deadline_while_others_flow(model_dir, tmp_path):
@@ -245,7 +245,7 @@ def test_rule_mode_pays_the_verifier(model_dir, tmp_path):
 
 def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_path):
     """The trainer's alarm rule on what the service sees: an RM paying ~0.5 for answers the verifier rejects
-    (rule B, gap over the ceiling for a window of rounds) turns the alarm on, and `rule_reward` pays 0 from then."""
+    (rule B, gap over the ceiling for a window of steps) turns the alarm on, and `rule_reward` pays 0 from then."""
     from cooper_openrlhf.algo.hacking import HackingMonitorConfig
 
     monitor = HackingMonitorConfig(window=3, gap_ceiling=0.3, rules="B")
@@ -258,20 +258,20 @@ def test_a_hacking_alarm_switches_the_service_to_the_rule_reward(model_dir, tmp_
             for wrong in (k + 11, k + 12):  # the group's two samples, both wrong
                 paid.append(requests.post(running.url + "/get_reward",
                                           json=running.body(question, str(k + 10), f"The answer is {wrong}.")).json())
-            for _ in range(3000):  # the round is read in the background (a minute's grace on a loaded machine)
+            for _ in range(3000):  # the step is read in the background (a minute's grace on a loaded machine)
                 if running.service.counters["rounds"] > k:
                     break
                 time.sleep(0.02)
     finally:
         running.stop()
-    # Read after the stop, as the report reads it below: every round's line and scalar are written by then.
-    rounds = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
-    alarms = [r["cooper/hacking_alarm"] for r in rounds]
-    assert alarms[:2] == [0.0, 0.0] and alarms[2] == 1.0  # fires once the window of 3 rounds is full
-    assert all(0.3 < r["cooper/reward_hacking_gap"] < 0.7 for r in rounds)
+    # Read after the stop, as the report reads it below: every step's line and scalar are written by then.
+    steps = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    alarms = [r["cooper/hacking_alarm"] for r in steps]
+    assert alarms[:2] == [0.0, 0.0] and alarms[2] == 1.0  # fires once the window of 3 steps is full
+    assert all(0.3 < r["cooper/reward_hacking_gap"] < 0.7 for r in steps)
     assert [p["rewards"][0] > 0.3 for p in paid[:6]] == [True] * 6  # the RM's pay, before and at the alarm
-    assert [p["rewards"][0] for p in paid[6:]] == [0.0] * 4  # the rule's from the round after
-    assert rounds[-1]["cooper/reward_from_rule"] == 1.0  # the core's key, the trainer's too
+    assert [p["rewards"][0] for p in paid[6:]] == [0.0] * 4  # the rule's from the step after
+    assert steps[-1]["cooper/reward_from_rule"] == 1.0  # the core's key, the trainer's too
     from cooper_openrlhf.report.runs import load_run
 
     run = load_run(tmp_path / "logs")  # the package's report reads a service run like a training run

@@ -40,7 +40,7 @@ class _Ingress:
 
 def _registry(group_size: int) -> GroupRegistry:
     registry = GroupRegistry(ServiceConfig(group_size=group_size, groups_per_update=0, check_groups=False),
-                             learner=object())  # keeps groups; no rounds are started here
+                             learner=object())  # keeps groups; no steps are started here
 
     async def started_without_a_learner():
         pass

@@ -7,9 +7,9 @@ started is stopped with it (SIGTERM, then SIGKILL by pid of what is left; never 
   ingress retried the killed replica's calls, and Serve put a new replica in its place.
 - The learner killed -9 in the middle of an update: scoring goes on with the last published version meanwhile
   (200s, that version in `cooper/rm_version`), the learner comes back from its checkpoint with its counters, the
-  lost round is learned again, and the versions keep rising one by one.
+  lost step is learned again, and the versions keep rising one by one.
 - The group registry killed -9 in the middle of a step under load: every request 200 while Ray restarts it, the
-  groups it held not learned from, no group mixing two prompts, the rounds going on after.
+  groups it held not learned from, no group mixing two prompts, the steps going on after.
 - Stock `openrlhf.cli.train_ppo_ray` against 2 replicas + learner (the issue's target), sync (over HTTPS, two
   ingress replicas) and async, with a scoring replica and then an ingress replica killed -9 (sync) or the learner
   (async) during the run: every sample paid (no reward None: the run completes), each trainer group scored by one
@@ -110,7 +110,7 @@ class ReplicatedService:
     def health(self) -> dict:
         return requests.get(self.url + "/health", headers=AUTH, timeout=60, verify=self.verify).json()
 
-    def rounds(self) -> list[dict]:
+    def steps(self) -> list[dict]:
         path = self.work / "state" / "logs" / "metrics.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -247,7 +247,7 @@ def _wait_for(what, condition, timeout_s: float = 300, every_s: float = 0.5):
 
 def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scoring_goes_on(model_dir, tmp_path):
     """The learner killed -9 mid-update (module docstring). It also reads the probe suite (--probe-every 2) on the
-    weights it trains, before and after its restart: rounds 0 and 2 log what the RM pays each attack form, round 2
+    weights it trains, before and after its restart: steps 0 and 2 log what the RM pays each attack form, step 2
     what the exported final RM pays."""
     policy = Policy(model_dir)
     slow = ("--rm-updates-per-round", "200")  # an update long enough to be killed in the middle of
@@ -256,18 +256,18 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
                                   for a, b in [(2, 3), (7, 4), (12, 9)]))
     probing = ("--probe-every", "2", "--probe-prompts", str(probe_file))
     service = ReplicatedService(tmp_path, model_dir, *LEARN, *slow, *probing, "--state-dir", str(tmp_path / "state"))
-    rounds = learning_steps(policy, 3)
+    steps = learning_steps(policy, 3)
     try:
-        first = first_step_learned(service, rounds[0])
+        first = first_step_learned(service, steps[0])
         learner = service.pids("LearnerActor")
         assert len(learner) == 1, learner
-        second = asyncio.run(post_all(service.url, rounds[1], 16))
+        second = asyncio.run(post_all(service.url, steps[1], 16))
         _wait_for("update 2 in flight", lambda: service.health()["update_in_flight"], every_s=0.05)
         os.kill(learner[0], signal.SIGKILL)
         # the next step's samples while the learner is down: scored now, by the last published version
-        third = asyncio.run(post_all(service.url, rounds[2], 16))
+        third = asyncio.run(post_all(service.url, steps[2], 16))
         during = service.health()
-        after = _wait_for("the lost round and the next one learned", lambda: (h := service.health())["updates"] >= 3
+        after = _wait_for("the lost step and the next one learned", lambda: (h := service.health())["updates"] >= 3
                           and not h["update_in_flight"] and h)
         restarted = service.pids("LearnerActor")
         metrics = requests.get(service.url + "/metrics", headers=AUTH, timeout=60, verify=service.verify).text
@@ -279,16 +279,16 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
     assert versions == [{0.0}, {1.0}, {1.0}]  # the third step while update 2 was lost: the last published, 1
     assert during["learner_restarts"] == 1 and during["rm_version"] == 1
     assert len(restarted) == 1 and restarted != learner
-    # the counters went on from the checkpoint (update 1): the lost round learned again as update 2, then round 2
+    # the counters went on from the checkpoint (update 1): the lost step learned again as update 2, then step 2
     assert after["updates"] == 3 and after["rounds"] == 3 and after["rm_version"] == 3
     assert after["samples"] == 48 and after["groups_completed"] == 12 and after["round_failures"] == 0
-    log = service.rounds()
+    log = service.steps()
     assert [r["round"] for r in log] == [0, 1, 2]
     assert [r["cooper/rm_version_after"] for r in log] == [1, 2, 3]
     assert [(r["cooper/scored_version_min"], r["cooper/scored_version_max"]) for r in log] == [(0, 0), (1, 1),
                                                                                               (1, 1)]
     assert code == 0 and (tmp_path / "state" / "final_rm" / "config.json").is_file()
-    # the probes: due at rounds 0 and 2 only; round 2's read the weights the service ended with (version 3)
+    # the probes: due at steps 0 and 2 only; step 2's read the weights the service ended with (version 3)
     from cooper_openrlhf.rm.scorer import RMScorer
     from cooper_openrlhf.serve.probing import ServiceProbe, problems_of
 
@@ -298,7 +298,7 @@ def test_the_learner_killed_mid_update_comes_back_from_its_checkpoint_while_scor
     final = ServiceProbe(problems_of(str(probe_file)), every=2).read(final_rm)
     assert log[2]["cooper/probe_pay/exploit"] == pytest.approx(final["cooper/probe_pay/exploit"], abs=1e-4)
     assert log[2]["cooper/probe_premium/exploit"] == pytest.approx(final["cooper/probe_premium/exploit"], abs=1e-4)
-    # the front's /metrics shows the last round's numbers, as one process does
+    # the front's /metrics shows the last step's numbers, as one process does
     shown = {m.group(1): float(m.group(2)) for m in re.finditer(r'cooper_serve_round\{key="([^"]+)"\} (\S+)', metrics)}
     assert shown["cooper_rm_version_after"] == 3.0
     assert shown["cooper_probe_pay_exploit"] == pytest.approx(log[2]["cooper/probe_pay/exploit"], abs=1e-6)
@@ -309,7 +309,7 @@ def test_the_registry_killed_under_load_comes_back_while_scoring_and_learning_go
     starts it again, it starts itself from the learner, and the ingress sends its calls again meanwhile: every
     request 200, scored by the version the learner holds. The places reserved before the kill name groups of the
     dead incarnation, never one of the new one's (ids carry the incarnation), so no group ever holds two prompts:
-    no round fails in pair building, and the rounds go on."""
+    no step fails in pair building, and the steps go on."""
     policy = Policy(model_dir)
     service = ReplicatedService(tmp_path, model_dir, *LEARN, "--state-dir", str(tmp_path / "state"))
     steps = learning_steps(policy, 4)
@@ -337,10 +337,10 @@ def test_the_registry_killed_under_load_comes_back_while_scoring_and_learning_go
                 for step in (first, second, third, fourth)]
     assert versions[0] == [0.0] and versions[1] == [1.0] and min(versions[3]) >= 2.0
     assert after["registry_restarts"] == 1 and len(restarted) == 1 and restarted != registry
-    # Groups open at the kill are not learned from (their samples were paid); every round after is whole.
+    # Groups open at the kill are not learned from (their samples were paid); every step after is whole.
     assert after["round_failures"] == 0 and after["learning"] == "ok" and after["rounds"] >= 3
-    rounds = service.rounds()
-    assert all(r["cooper/samples"] % 4 == 0 and r.get("cooper/rm_update_failed", 0.0) == 0.0 for r in rounds)
+    logged = service.steps()
+    assert all(r["cooper/samples"] % 4 == 0 and r.get("cooper/rm_update_failed", 0.0) == 0.0 for r in logged)
     assert code == 0 and (tmp_path / "state" / "final_rm" / "config.json").is_file()
 
 
@@ -400,26 +400,26 @@ def test_stock_openrlhf_trains_against_two_replicas_and_a_learner(prompts, model
         _stock_openrlhf(tmp_path / "run", policy, prompt_file, f"{service.url}/get_reward?token={TOKEN}",
                         *(["--train.async_enable"] if asynchronous else []),
                         extra_env={"SSL_CERT_FILE": str(tls[0])} if tls else None)
-        health = _wait_for("every round learned", lambda: (h := service.health())["rounds"] >= STEPS
+        health = _wait_for("every step learned", lambda: (h := service.health())["rounds"] >= STEPS
                            and not h["update_in_flight"] and h, timeout_s=420)
     finally:
         for killer in killers:
             killer.done.set()
         code = service.stop()
-    rounds = service.rounds()
+    steps = service.steps()
     # the run completed, so no sample's reward was None; every one of the 3 x 4 x 8 was paid and grouped
     assert health["samples"] == STEPS * PROMPTS_PER_STEP * STOCK_N
     assert health["groups_completed"] == STEPS * PROMPTS_PER_STEP and health["groups_expired"] == 0
     assert health["groups"] == "ok" and health["round_failures"] == 0
-    assert [r["round"] for r in rounds] == list(range(STEPS))
+    assert [r["round"] for r in steps] == list(range(STEPS))
     if not asynchronous:
         # each step's groups, scored on both replicas, by one version (min = max over the step); an async trainer
         # sends step t+1 while step t's update runs, so its groups may see two versions (each group one)
-        assert all(r["cooper/scored_version_min"] == r["cooper/scored_version_max"] for r in rounds), rounds
-    after = [r["cooper/rm_version_after"] for r in rounds]
+        assert all(r["cooper/scored_version_min"] == r["cooper/scored_version_max"] for r in steps), steps
+    after = [r["cooper/rm_version_after"] for r in steps]
     assert after == sorted(after) and health["updates"] >= 1 and health["rm_version"] == health["updates"]
     if not asynchronous:  # the paper's timing: step t+1 scored by the RM updated on step t
-        for before, later in zip(rounds, rounds[1:]):
+        for before, later in zip(steps, steps[1:]):
             assert later["cooper/scored_version_min"] == before["cooper/rm_version_after"]
     assert all(killer.killed is not None for killer in killers), "the run ended before a kill"
     if asynchronous:

@@ -96,7 +96,7 @@ def test_a_trainer_with_fewer_samples_per_prompt_than_the_group_size_is_scored_a
 def test_a_trainer_with_more_samples_per_prompt_than_the_group_size_is_scored_and_its_split_groups_not_learned(
         model_dir, tmp_path):
     """n = 16 against --group-size 8: each prompt fills a group and goes on into a second one in the same step.
-    Every sample is answered; the groups that share a prompt at one RM version are left out of the rounds."""
+    Every sample is answered; the groups that share a prompt at one RM version are left out of the steps."""
     service = RunningService(model_dir, tmp_path, group_size=8, groups_per_update=2)
     try:
         steps = [_step(service, QUESTIONS[:2], n=16), _step(service, QUESTIONS[2:], n=16)]
@@ -108,14 +108,14 @@ def test_a_trainer_with_more_samples_per_prompt_than_the_group_size_is_scored_an
     assert "more samples per prompt than --group-size 8" in health["groups"]
 
 
-@pytest.mark.parametrize("partial_round_after_s, update_s", [(3.0, 5.0), (30.0, 4.0)], ids=["quiet", "next_step"])
-def test_an_episodes_partial_last_step_forms_a_round_of_its_own(model_dir, tmp_path, partial_round_after_s, update_s):
-    """Three prompts an episode at two a step: OpenRLHF trains the partial last step. Its lone group forms a round
+@pytest.mark.parametrize("partial_step_after_s, update_s", [(3.0, 5.0), (30.0, 4.0)], ids=["quiet", "next_step"])
+def test_an_episodes_partial_last_step_forms_a_step_of_its_own(model_dir, tmp_path, partial_step_after_s, update_s):
+    """Three prompts an episode at two a step: OpenRLHF trains the partial last step. Its lone group forms a step
     once the trainer is quiet for --partial-round-after-s, or, when the trainer's policy update is shorter than
-    that, at the next step's first sample (every group complete, STEP_GAP_S of quiet). So every round is one of the
+    that, at the next step's first sample (every group complete, STEP_GAP_S of quiet). So every step is one of the
     trainer's steps, and nothing is warned."""
     service = RunningService(model_dir, tmp_path, group_size=4, groups_per_update=2,
-                             partial_round_after_s=partial_round_after_s)
+                             partial_step_after_s=partial_step_after_s)
     try:
         results = []
         for take in range(2):  # two episodes, each with the trainer's policy update (quiet) after every step
@@ -127,9 +127,9 @@ def test_an_episodes_partial_last_step_forms_a_round_of_its_own(model_dir, tmp_p
         health = _health(service)
     finally:
         service.stop()
-    rounds = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert _answered(results)
-    assert [r["cooper/samples"] for r in rounds] == [8.0, 4.0, 8.0, 4.0, 8.0] and health["ready_groups"] == 0
+    assert [r["cooper/samples"] for r in steps] == [8.0, 4.0, 8.0, 4.0, 8.0] and health["ready_groups"] == 0
     assert health["groups_dropped_split_trainer_group"] == 0
     assert health["groups"] == "ok" and health["group_warnings_open_at_a_rounds_end"] == 0
 
@@ -159,7 +159,7 @@ def test_a_trainer_restarted_mid_step_does_not_finish_the_old_groups(model_dir, 
         results += _step_with(service, QUESTIONS[:2], ["Restarted: {}.", "Restarted, so 7.", "Restarted: {} it is.",
                                                        "Restarted: 0."])
         health = _health(service)
-        learned = service.service.last_round
+        learned = service.service.last_step
     finally:
         service.stop()
     assert _answered(results)
@@ -171,7 +171,7 @@ def test_a_retried_sample_gets_its_answer_again_and_is_not_scored_twice(model_di
     """A 200 lost on the wire: the client sends the byte-identical sample again. Inside an open group it gets the
     recorded answer and counts toward the group (OpenRLHF cannot tell it from the policy sampling the same text
     twice); after its group completed, in the same step, it gets the answer and counts nowhere. The next step's
-    policy writing the same text, after the step's round, is a new sample."""
+    policy writing the same text, after the step, is a new sample."""
     service = RunningService(model_dir, tmp_path, group_size=4, groups_per_update=2)
     question, answer = QUESTIONS[0]
     try:
@@ -180,7 +180,7 @@ def test_a_retried_sample_gets_its_answer_again_and_is_not_scored_twice(model_di
         again = _step_one(service, (question, answer), replies[0])  # inside the open group
         rest = [_step_one(service, (question, answer), reply)[0] for reply in replies[1:3]]
         after = _step_one(service, (question, answer), replies[2])  # after the group completed, before the update
-        other = _step_with(service, QUESTIONS[1:2], REPLIES)  # the step's other group: its round forms
+        other = _step_with(service, QUESTIONS[1:2], REPLIES)  # the step's other group: its step forms
         deadline = time.monotonic() + 60
         while _health(service)["rounds"] < 1 and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -228,12 +228,12 @@ def test_an_identical_sample_is_a_repeat_in_an_open_group_a_retry_soon_after_and
     assert [s.reward for s in group.scored] == [0.6, 0.6] and groups.completed == 1
     now[0] = RETRY_WINDOW_S - 1  # a retry of the answer lost on the wire, in its step: answered, counted nowhere
     assert groups.repeat(groups.answered(fingerprint(sample))) is None and not groups.open
-    groups.round_formed()  # the step's round: the same text after it is the next step's policy's, a new sample
+    groups.step_formed()  # the step: the same text after it is the next step's policy's, a new sample
     assert groups.answered(fingerprint(sample)) is None
     alone = GroupTracker(group_size=1, clock=lambda: now[0])
     alone.record(alone.reserve("p", 0, "1"), scored)
     assert alone.answered(fingerprint(sample)) is not None
-    now[0] += RETRY_WINDOW_S + 1  # no round formed, but too late for the client's retries: a new sample
+    now[0] += RETRY_WINDOW_S + 1  # no step formed, but too late for the client's retries: a new sample
     assert alone.answered(fingerprint(sample)) is None
     restarted = GroupTracker(group_size=2, clock=lambda: now[0], silence_s=60)
     restarted.record(restarted.reserve("p", 0, "1"), scored)
@@ -295,29 +295,29 @@ def test_a_heldout_file_names_its_bad_row(tmp_path):
 
 
 def test_the_warning_names_the_likely_cause_by_what_the_open_groups_hold():
-    from cooper_openrlhf.serve.trainer_groups import open_when_a_round_completes
+    from cooper_openrlhf.serve.trainer_groups import open_when_a_step_completes
 
-    assert open_when_a_round_completes([], {}, 8, 4) is None
-    more = open_when_a_round_completes([("p", 4)], {"p": 12}, 8, 4)  # a prompt past the group size: n > group size
+    assert open_when_a_step_completes([], {}, 8, 4) is None
+    more = open_when_a_step_completes([("p", 4)], {"p": 12}, 8, 4)  # a prompt past the group size: n > group size
     assert "A prompt has 12 samples" in more and "more than --group-size 8" in more
-    partial = open_when_a_round_completes([("q", 3)], {"q": 3}, 8, 4)  # a partial group of another prompt
+    partial = open_when_a_step_completes([("q", 3)], {"q": 3}, 8, 4)  # a partial group of another prompt
     assert "If it lasts, --groups-per-update 4 is below the trainer's prompts per step" in partial
     assert "an episode's partial last step" in partial  # the harmless causes are named too
     assert partial.index("--groups-per-update 4 is below") < partial.index("more than --group-size 8")
 
 
-class _Rounds:
-    """The least a `RoundSupervisor` needs: its config, groups and ready groups (serve/round_supervisor.py)."""
+class _Steps:
+    """The least a `StepSupervisor` needs: its config, groups and ready groups (serve/step_supervisor.py)."""
 
-    def __init__(self, per_round: int, clock):
+    def __init__(self, per_step: int, clock):
         from cooper_openrlhf.serve.groups import GroupTracker
-        from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
+        from cooper_openrlhf.serve.step_supervisor import StepSupervisor
         from cooper_openrlhf.serve.service import ServiceConfig
 
-        self.host = type("Host", (RoundSupervisor,), {})()
-        self.host.config = ServiceConfig(group_size=1, groups_per_update=per_round, partial_round_after_s=30.0)
+        self.host = type("Host", (StepSupervisor,), {})()
+        self.host.config = ServiceConfig(group_size=1, groups_per_update=per_step, partial_step_after_s=30.0)
         self.host.groups, self.host.ready = GroupTracker(1, clock=clock), []
-        self.host._round_wakeup, self.host.version = asyncio.Event(), 0
+        self.host._step_wakeup, self.host.version = asyncio.Event(), 0
         self.host._init_group_checks()
 
     def complete(self, prompt: str, version: int = 0, samples: int = 1):
@@ -333,57 +333,57 @@ class _Rounds:
             self.host._recorded(self.host.groups.record(group, scored))
 
 
-def test_rounds_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial_step():
+def test_steps_are_bounded_leave_out_split_groups_and_form_from_a_quiet_partial_step():
     now = [0.0]
-    rounds = _Rounds(per_round=2, clock=lambda: now[0])
-    for i in range(11):  # a learner that fell 5 rounds behind: the oldest beyond 4 rounds' worth are dropped
-        rounds.complete(f"p{i}")
-    first = rounds.host._next_round()
-    assert [g.prompt for g in first] == ["p3", "p4"] and rounds.host.groups.dropped["backlog"] == 3
-    rounds.host.ready = []
-    rounds.complete("q", samples=2)  # one prompt in two groups at one version: a trainer group split over two of ours
-    assert rounds.host._next_round() == [] and rounds.host.groups.dropped["split trainer group"] == 2
-    rounds.complete("r")
-    assert rounds.host._next_round() is None  # one group, and the trainer not quiet yet
+    steps = _Steps(per_step=2, clock=lambda: now[0])
+    for i in range(11):  # a learner that fell 5 steps behind: the oldest beyond 4 steps' worth are dropped
+        steps.complete(f"p{i}")
+    first = steps.host._next_step()
+    assert [g.prompt for g in first] == ["p3", "p4"] and steps.host.groups.dropped["backlog"] == 3
+    steps.host.ready = []
+    steps.complete("q", samples=2)  # one prompt in two groups at one version: a trainer group split over two of ours
+    assert steps.host._next_step() == [] and steps.host.groups.dropped["split trainer group"] == 2
+    steps.complete("r")
+    assert steps.host._next_step() is None  # one group, and the trainer not quiet yet
     now[0] += 31
-    assert [g.prompt for g in rounds.host._next_round()] == ["r"]  # the partial last step's round
-    rounds.complete("s")
+    assert [g.prompt for g in steps.host._next_step()] == ["r"]  # the partial last step
+    steps.complete("s")
     now[0] += 2  # quiet, but shorter than a trainer's policy update: the step goes on
-    rounds.complete("t")
-    assert [g.prompt for g in rounds.host._next_round()] == ["s", "t"]  # one step's round, in arrival order
-    rounds.complete("u")
-    now[0] += 4  # the next step's first sample after the policy update: u's step is over, its round forms first
-    rounds.host._arrived([("u2", "")])
-    assert [g.prompt for g in rounds.host._next_round()] == ["u"] and rounds.host._next_round() is None
-    rounds.host.groups.reserve("by hand", 0)  # one sample of a prompt the trainer never sends: its group stays open
+    steps.complete("t")
+    assert [g.prompt for g in steps.host._next_step()] == ["s", "t"]  # one step, in arrival order
+    steps.complete("u")
+    now[0] += 4  # the next step's first sample after the policy update: u's step is over, its step forms first
+    steps.host._arrived([("u2", "")])
+    assert [g.prompt for g in steps.host._next_step()] == ["u"] and steps.host._next_step() is None
+    steps.host.groups.reserve("by hand", 0)  # one sample of a prompt the trainer never sends: its group stays open
     now[0] += 20
-    rounds.complete("v")
+    steps.complete("v")
     now[0] += 4  # that group's sample came 24 s ago: it may be this step's group still waiting for samples
-    rounds.host._arrived([("v2", "")])
-    assert rounds.host._next_round() is None
-    rounds.complete("w")
-    assert [g.prompt for g in rounds.host._next_round()] == ["v", "w"]
+    steps.host._arrived([("v2", "")])
+    assert steps.host._next_step() is None
+    steps.complete("w")
+    assert [g.prompt for g in steps.host._next_step()] == ["v", "w"]
     now[0] += 10
-    rounds.complete("x")
+    steps.complete("x")
     now[0] += 4  # 38 s without a sample: a stray, which does not hold the step boundary back
-    rounds.host._arrived([("x2", "")])
-    assert [g.prompt for g in rounds.host._next_round()] == ["x"]
-    rounds.complete("y")
-    # at once: the next episode's step re-sends the partial step's prompt, so y's round forms first (and the new
+    steps.host._arrived([("x2", "")])
+    assert [g.prompt for g in steps.host._next_step()] == ["x"]
+    steps.complete("y")
+    # at once: the next episode's step re-sends the partial step's prompt, so y's step forms first (and the new
     # group, waiting for its update, is of the next version: not a split of y's)
-    rounds.complete("y", version=1)
-    rounds.host.version = 1
-    # the prompt again while y's round still waits for the round loop: nothing is taken from it or added to it
-    rounds.complete("y", version=2)
-    assert [g.prompt for g in rounds.host._next_round()] == ["y"]
-    assert [g.version for g in rounds.host._next_round()] == [1, 2]  # the two later groups, one round, not split
-    assert rounds.host.groups.dropped["split trainer group"] == 2
+    steps.complete("y", version=1)
+    steps.host.version = 1
+    # the prompt again while y's step still waits for the step loop: nothing is taken from it or added to it
+    steps.complete("y", version=2)
+    assert [g.prompt for g in steps.host._next_step()] == ["y"]
+    assert [g.version for g in steps.host._next_step()] == [1, 2]  # the two later groups, one step, not split
+    assert steps.host.groups.dropped["split trainer group"] == 2
 
 
-def test_a_round_is_one_log_line_with_version_pairs_loss_health_and_seconds():
-    from cooper_openrlhf.serve.round_supervisor import round_summary
+def test_a_step_is_one_log_line_with_version_pairs_loss_health_and_seconds():
+    from cooper_openrlhf.serve.step_supervisor import step_summary
 
-    line = round_summary(3, {"cooper/rm_version_after": 4.0, "cooper/rm_valid_pairs": 6.0, "cooper/rm_loss": 0.5312,
+    line = step_summary(3, {"cooper/rm_version_after": 4.0, "cooper/rm_valid_pairs": 6.0, "cooper/rm_loss": 0.5312,
                              "cooper/rm_health/auc": 0.91, "cooper/samples": 32.0}, 2.04)
-    assert line == "round 3: RM version 4, 6 pairs, loss 0.5312, anchor AUC 0.910, samples 32, 2.0s"
-    assert round_summary(0, {}, 0.0) == "round 0: RM version -, - pairs, loss -, anchor AUC -, samples -, 0.0s"
+    assert line == "step 3: RM version 4, 6 pairs, loss 0.5312, anchor AUC 0.910, samples 32, 2.0s"
+    assert step_summary(0, {}, 0.0) == "step 0: RM version -, - pairs, loss -, anchor AUC -, samples -, 0.0s"

@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     from cooper_openrlhf.runtime.dtype import DTYPE_CHOICES
     from cooper_openrlhf.serve import app
     from cooper_openrlhf.core import REWARD_MODES
+    from cooper_openrlhf.serve.published_names import (PARTIAL_STEP_AFTER_S_FLAG, RM_SCHEDULE_STEPS_FLAG,
+                                                       RM_UPDATES_PER_STEP_FLAG)
     from cooper_openrlhf.serve.service import ON_HACKING, ServiceConfig
     from cooper_openrlhf.serve.replicated.flags import VERIFY_LANES_DEFAULT, VERIFY_WORKERS_DEFAULT, add_replicated_flags
     from cooper_openrlhf.serve.validation import DEFAULT_MAX_SAMPLE_CHARS
@@ -123,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after this long without any sample (a trainer restarted mid-step), the partial groups are "
                         "dropped before the next sample is placed, so a new policy's samples never join them, and "
                         "identical texts count as new samples, not retries")
-    g.add_argument("--partial-round-after-s", type=float, default=ServiceConfig.partial_round_after_s,
+    g.add_argument(PARTIAL_STEP_AFTER_S_FLAG, dest="partial_step_after_s", type=float,
+                   default=ServiceConfig.partial_step_after_s,
                    help="complete groups left over when no sample came for this long (the trainer between steps: an "
                         "episode's partial last step) form a round of their own; set it above the trainer's longest "
                         "pause within a step")
@@ -167,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rm-weight-decay", type=float, default=0.0, help="the RM optimizer's AdamW weight decay")
     g.add_argument("--rm-max-norm", type=float, default=1.0, help="gradient clipping norm of the RM update")
     g.add_argument("--rm-micro-batch-size", type=int, default=4, help="RM inputs per training forward (a pair is two)")
-    g.add_argument("--rm-updates-per-round", type=int, default=1, help="optimizer steps over a round's pairs")
-    g.add_argument("--rm-schedule-rounds", type=int, default=1000,
+    g.add_argument(RM_UPDATES_PER_STEP_FLAG, dest="rm_updates_per_step", type=int, default=1,
+                   help="optimizer steps over a round's pairs")
+    g.add_argument(RM_SCHEDULE_STEPS_FLAG, dest="rm_schedule_steps", type=int, default=1000,
                    help="RM updates (rounds with a valid pair) the LR schedule spans, x --rm-updates-per-round "
                         "optimizer steps each")
     g.add_argument("--rm-lr-scheduler", default="constant_with_warmup", choices=RM_LR_SCHEDULERS,

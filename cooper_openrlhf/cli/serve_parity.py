@@ -7,8 +7,8 @@ The trainer (`ray/trainer.py` + `ray/reward_actor.py`) and the service (`serve/l
 logged per step (`--cooper.sample_log_dir`: rollouts.jsonl, in the trainer's batch order), sends each step's
 samples to an in-process `RewardService` built by `serve.build.build_service` from the given flags (with `--learn`:
 the learner `cli.serve` builds, starting from the same `--rm`), one single-sample request each, all at once, as
-OpenRLHF's client sends them; a step's groups are one round. After each round it compares, with the trainer's
-records of that step:
+OpenRLHF's client sends them; a trainer step's groups are one service step. After each step it compares, with the
+trainer's records of that step:
   scores   the reward the service paid each sample with the reward the trainer logged, and that the RM version of
            step t's groups is the one after t-1 updates (the trainer scores step t with the RM updated at t-1);
   verdicts the rule verifier's "correct" per sample;
@@ -150,23 +150,23 @@ def pair_differences(built, logged: list[dict]) -> list[str]:
 
 
 def recording_pairs(learner) -> list:
-    """Make `learner` keep every round's PairBatch (returned list, one per round): the replay reads the pairs the
+    """Make `learner` keep every step's PairBatch (returned list, one per step): the replay reads the pairs the
     learner trained on, so it wraps the learner's own `pairs_of` instead of building pairs a second way."""
-    rounds = []
+    kept = []
     pairs_of = learner.pairs_of
 
     def pairs_and_record(*args, **kwargs):
         pairs, metrics = pairs_of(*args, **kwargs)
-        rounds.append(pairs)
+        kept.append(pairs)
         return pairs, metrics
 
     learner.pairs_of = pairs_and_record
-    return rounds
+    return kept
 
 
 def compare_step(step: int, rows: list[dict], answers: list, built, logged_pairs: list[dict], learner,
                  rm_checkpoints: Path, before: dict[str, torch.Tensor]) -> tuple[StepParity, dict[str, torch.Tensor]]:
-    """The service after its round on step `step` against the trainer's records of that step; also returns the
+    """The service after its step `step` against the trainer's records of that step; also returns the
     trainer's weights of the step (the next step's `before`).
 
     rows: the step's logged rollouts; answers: the service's `Scored` per row; built: the learner's PairBatch."""
@@ -195,6 +195,7 @@ async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[di
     """Replay every logged step through a service built from `args` (cli.serve's namespace); see the module doc."""
     from cooper_openrlhf.serve.build import build_service
     from cooper_openrlhf.serve.protocol import Sample
+    from cooper_openrlhf.serve.published_names import STEPS_COUNTER
 
     service, _ = build_service(args)
     learner = service.learner
@@ -208,9 +209,9 @@ async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[di
             # The question is the group key too: the trainer's templated prompt is not logged, and is one per question.
             samples = [Sample(r["question"], r["question"], r["reference"], r["completion"]) for r in rows]
             answers = await asyncio.gather(*(service.score([sample]) for sample in samples))
-            while service.counters["rounds"] < len(found) + 1 or not service.update_done.is_set():
+            while service.counters[STEPS_COUNTER] < len(found) + 1 or not service.update_done.is_set():
                 await asyncio.sleep(0.05)
-            if service.last_round.get("cooper/rm_update_failed"):
+            if service.last_step.get("cooper/rm_update_failed"):
                 raise RuntimeError(f"step {step}: the service's RM update failed (traceback above)")
             result, before = compare_step(step, rows, [answer for (answer,) in answers], built[-1],
                                           pairs.get(step, []), learner, rm_checkpoints, before)

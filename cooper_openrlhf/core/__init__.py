@@ -10,9 +10,9 @@ the reward service (`serve/`, HTTP) are transports around it: neither selects a 
 
 One word for one thing: a *step*. The paper's Algorithm 1, OpenRLHF's `global_step`, the trainer's logs and
 checkpoints (`global_stepN`) and the hacking rule's window all count steps, and the reward service's groups are
-set up so that one synchronous trainer step is one update of the RM. The service's HTTP-visible counters keep
-their old name ("rounds" at /metrics, the round log) for the clients and dashboards that read them; inside the
-core it is a step.
+set up so that one synchronous trainer step is one update of the RM. The service's published names (/metrics and
+/health fields, its log's key, three flags) keep their old word for the clients and dashboards that read them, all
+in `serve/published_names.py`; inside the core and the service it is a step.
 
 Knows nothing of Ray, HTTP or DeepSpeed engines: built on `algo/`, `verify/` and `rm/` (the layer test places it
 above them and below `ray/` and `serve/`).

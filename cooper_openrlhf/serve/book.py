@@ -6,7 +6,7 @@ sample a `Place`: none for a held-out sample (scored, never grouped) or in a ser
 recorded answer of an identical sample (`serve/groups.py`: a retry, or the policy's duplicate), not scored again;
 else a place in its (prompt, label)'s group, which fixes the RM version scoring it, the first sample of a new group
 first waiting for an update in flight (`_wait_for_update`). After scoring, `_record_places` records the scored
-samples in their groups (a group a sample completes joins the rounds: `_completed`); a sample that was not scored
+samples in their groups (a group a sample completes joins the steps: `_completed`); a sample that was not scored
 has its place given back (`_release_places`), so its retry takes it again.
 
 A place names its group by id, so it crosses a process boundary as it is (the registry's callers hold it between two
@@ -18,7 +18,7 @@ Also shared: dropping groups that timed out (`_expire_and_retire`, with the host
 checkpoint's groups (`_group_state`, `_load_groups`: a restored group pinned to a version the checkpoint does not
 hold is re-pinned to the latest and counted, `groups_repinned`).
 
-A host is a `RoundSupervisor` (`serve/round_supervisor.py`) with `keeps_groups` and `counters`
+A host is a `StepSupervisor` (`serve/step_supervisor.py`) with `keeps_groups` and `counters`
 ("heldout_samples"), and may add to the hooks: `_before_new_place`, `_took_place`, `_gave_back` (the registry notes
 which ingress replica holds each place), `_completed`, `_holds_version`, `_retire_versions`.
 """
@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from cooper_openrlhf.serve.groups import ScoredSample, groups_from_dicts, groups_to_dicts
-from cooper_openrlhf.serve.round_supervisor import RoundSupervisor
+from cooper_openrlhf.serve.step_supervisor import StepSupervisor
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Wanted:
     heldout: bool = False
 
 
-class GroupBook(RoundSupervisor):
+class GroupBook(StepSupervisor):
     """See the module docstring."""
 
     groups_repinned = 0
@@ -87,7 +87,7 @@ class GroupBook(RoundSupervisor):
             self._release_places(places, holder[0] if holder else None)
             raise
         if any(place.known is not None for place in places):
-            self._round_wakeup.set()
+            self._step_wakeup.set()
         # a held-out sample is scored by the latest version when its request's places are all taken
         return [replace(place, version=self.version) if place.heldout else place for place in places]
 
@@ -100,7 +100,7 @@ class GroupBook(RoundSupervisor):
                 self.groups.release(group)
 
     def _record_places(self, places: list[Place], scored: list[ScoredSample], holder_id=None) -> None:
-        """The scored samples into their groups; a group one completes joins the rounds (`_completed`)."""
+        """The scored samples into their groups; a group one completes joins the steps (`_completed`)."""
         for place, sample in zip(places, scored):
             self._gave_back(holder_id, place.group)
             if place.heldout:

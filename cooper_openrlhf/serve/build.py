@@ -44,7 +44,7 @@ def service_config(args):
 
     return ServiceConfig(mode=args.mode, group_size=args.group_size, groups_per_update=args.groups_per_update,
                          group_timeout_s=args.group_timeout_s, stale_after_s=args.stale_after_s,
-                         partial_round_after_s=args.partial_round_after_s,
+                         partial_step_after_s=args.partial_step_after_s,
                          update_wait_timeout_s=args.update_wait_timeout_s, max_batch=args.max_batch,
                          max_wait_s=args.max_wait_ms / 1000,
                          wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,
@@ -105,7 +105,7 @@ def build_learner(args):
     max_length = usable_max_length(model, args.rm_max_length or recorded_max_length(model.config))
     optim = adamw_config(lr=args.rm_lr, weight_decay=args.rm_weight_decay, lr_scheduler=args.rm_lr_scheduler,
                          warmup_ratio=args.rm_warmup_ratio, max_norm=args.rm_max_norm,
-                         scheduler_steps=args.rm_schedule_rounds * args.rm_updates_per_round)
+                         scheduler_steps=args.rm_schedule_steps * args.rm_updates_per_step)
     engine, optimizer, scheduler = strategy.prepare((model, optim))
     engine.eval()
     trainer = RMTrainer(strategy, engine, optimizer, scheduler, tokenizer, max_length, template_version, micro)
@@ -122,7 +122,7 @@ def build_learner(args):
     pairs = PairConfig(args.group_size, args.negative_source, args.rollout_negative_pick, args.answerless_negatives,
                        args.seed)
     learner = Learner(trainer, builder, LearnConfig(
-        pairs, passes=args.rm_updates_per_round, anchor_weight=args.rm_anchor_weight,
+        pairs, passes=args.rm_updates_per_step, anchor_weight=args.rm_anchor_weight,
         anchor_batch=args.rm_anchor_batch, health_batch_size=args.max_batch), **learner_guard(args))
     checkpointer = ServiceCheckpoint(trainer, args.state_dir, keep=args.keep_checkpoints)
     return learner, checkpointer

@@ -26,11 +26,11 @@ What a real run does to groups, and what the tracker does then (each costs learn
   the same completion twice, and the second is common for short answers: not counting it would leave such groups
   one short forever. Its copy in the group is the first one's, so pairs built from the group are unchanged. A
   sample identical to one whose group completed is a retry (its 200 was lost after the group's last sample):
-  answered, counted nowhere, while it is less than `RETRY_WINDOW_S` old and no round has formed since it was
-  answered (a synchronous trainer retries within its step, and a round forms at a step's end). After a round it is a
-  new sample (the next step's policy answering a prompt it saw last step with the same text: a small data set, the
-  next episode), placed and scored like any other. (So a retry of a step's last answer that arrives after the
-  step's round formed is taken as a new sample: its key gets a stray group, which the key's next samples fill or
+  answered, counted nowhere, while it is less than `RETRY_WINDOW_S` old and no step has formed since it was
+  answered (a synchronous trainer retries within its step, and a step forms at the end of the trainer's). After
+  that it is a new sample (the next step's policy answering a prompt it saw last step with the same text: a small
+  data set, the next episode), placed and scored like any other. (So a retry of a step's last answer that arrives
+  after the step formed is taken as a new sample: its key gets a stray group, which the key's next samples fill or
   which times out. That costs one group's learning, never an answer.)
 Dropped groups are counted by reason (`dropped`).
 
@@ -98,7 +98,7 @@ class Answered:
     version: int  # the RM version that scored it
     scored: ScoredSample
     at: float  # when it was recorded
-    round: int  # rounds formed before it was recorded (`GroupTracker.round_formed`)
+    step: int  # steps formed before it was recorded (`GroupTracker.step_formed`)
 
 
 def fingerprint(sample: Sample) -> bytes:
@@ -129,7 +129,7 @@ class GroupTracker:
         self.completed = 0
         self.dropped: Counter = Counter()  # reason -> groups dropped from learning
         self.repeats = 0  # samples answered from a recorded answer
-        self.rounds_formed = 0
+        self.steps_formed = 0
         self._answers: OrderedDict[bytes, Answered] = OrderedDict()  # the most recent answers, for retries
         self._last_arrival: float | None = None
         self._made_at = clock()
@@ -173,11 +173,11 @@ class GroupTracker:
 
     def answered(self, sample_fingerprint: bytes) -> Answered | None:
         """The answer a sample with this `fingerprint` got, when its group is open, or when it is recent enough to
-        be a retry and no round formed since (module docstring); None: a sample to place and score."""
+        be a retry and no step formed since (module docstring); None: a sample to place and score."""
         known = self._answers.get(sample_fingerprint)
         if known is None or known.group_id in self.open:
             return known
-        if self.clock() - known.at <= RETRY_WINDOW_S and known.round == self.rounds_formed:
+        if self.clock() - known.at <= RETRY_WINDOW_S and known.step == self.steps_formed:
             return known
         return None
 
@@ -185,10 +185,10 @@ class GroupTracker:
         """A number for a sample being placed, increasing with arrival (`record` orders a group's samples by it)."""
         return next(self._arrivals)
 
-    def round_formed(self) -> None:
-        """The host took complete groups into a round: the trainer's step is over, so an identical sample after this
+    def step_formed(self) -> None:
+        """The host took complete groups into a step: the trainer's step is over, so an identical sample after this
         is the next step's, not a retry (module docstring)."""
-        self.rounds_formed += 1
+        self.steps_formed += 1
 
     def repeat(self, answered: Answered) -> Group | None:
         """Count a repeat of `answered` in its group when that is still open (module docstring); returns the group
@@ -248,7 +248,7 @@ class GroupTracker:
         group.last_at = self.clock()
         if remember:
             self._remember(fingerprint(scored.sample), Answered(group.id, group.version, scored, group.last_at,
-                                                                    self.rounds_formed))
+                                                                    self.steps_formed))
         if len(group.scored) < self.group_size:
             return None
         del self.open[group.id]

@@ -2,20 +2,20 @@
 
 A step is `groups_per_update` complete groups (set it to the trainer's prompts per step, `--rollout.batch_size`,
 and a synchronous trainer's step t is one step here: the RM moves exactly between steps, the paper's timing; the
-service's log and /metrics call it a round). Per step the core's pair pipeline (`core.build_pairs`, the one the
-trainer runs): positives are the rollouts the rule verifier marks correct, rollouts are proved wrong by the same
-verifier pool (`core.pair_builder.PairBuilder`), negatives come from the group's own proven-wrong rollouts
-(`negative_source` "rollout", the default here: no generation needed) or an assistant's rewrites through an
-OpenAI-compatible endpoint ("assistant" / "mixed"); then `rm.pairwise_update.pairwise_update`, the RM actor's own
-update, on a DeepSpeed engine prepared as the actor's. The trained weights are published to the scorer as the next
-version (`rm/scorer.py`).
+service's published names keep their old word: `serve/published_names.py`). Per step the core's pair pipeline
+(`core.build_pairs`, the one the trainer runs): positives are the rollouts the rule verifier marks correct,
+rollouts are proved wrong by the same verifier pool (`core.pair_builder.PairBuilder`), negatives come from the
+group's own proven-wrong rollouts (`negative_source` "rollout", the default here: no generation needed) or an
+assistant's rewrites through an OpenAI-compatible endpoint ("assistant" / "mixed"); then
+`rm.pairwise_update.pairwise_update`, the RM actor's own update, on a DeepSpeed engine prepared as the actor's. The
+trained weights are published to the scorer as the next version (`rm/scorer.py`).
 
 The RM guard (`core/rm_health.py`, `--rm-guard`): before an update the engine's state is held in memory
 (`rm/snapshot.py`); after it the RM scores its anchors (`rm/anchors.py`) and the guard judges the version. A version
 out of bounds, or whose weights are not finite (checked for every dtype, guard or not: DeepSpeed 0.19.6 has no
 overflow check in fp32), is never published, nor is what an update that raised half made (its snapshot is restored
 before the error goes on): `learn` restores the last healthy weights and optimizer state, takes
-the guard's response (a lower learning rate, or rounds without an update) and returns updated=False, so the
+the guard's response (a lower learning rate, or steps without an update) and returns updated=False, so the
 service keeps serving its last healthy version. The guard's state rides in the RM update's counters
 (`GUARD_STATE` in `RMTrainer.counters`), which `serve/checkpoint.py` checkpoints with the engine in either mode of
 the service, so a restart resumes mid-guard. With --rm-anchor-weight the update is anchored (`rm/pairwise_update.py`).

@@ -1,10 +1,10 @@
-"""What the reward service reports: per-round metrics to JSONL and tensorboard, live numbers at /metrics.
+"""What the reward service reports: per-step metrics to JSONL and tensorboard, live numbers at /metrics.
 
-`ServiceLog.round` writes one JSON line per round (`{out}/metrics.jsonl`, flushed: a crash keeps what was written)
+`ServiceLog.step` writes one JSON line per step (`{out}/metrics.jsonl`, flushed: a crash keeps what was written)
 and the same scalars to tensorboard (`{out}/tensorboard`), under the trainer's own keys (`cooper/*`), so the
 package's report and hacking replay read a service run as they read a training run. `/metrics` is Prometheus'
 text format (`prometheus_client`): request counters and latencies by route and status, and the service's gauges
-(RM version, queues, groups, updates, the last round's metrics). `{out}/run_info.json` names the run (arm
+(RM version, queues, groups, updates, the last step's metrics). `{out}/run_info.json` names the run (arm
 "reward-service"), so `python -m cooper_openrlhf.cli.report STATE_DIR/logs` draws a service run's figures.
 """
 
@@ -15,6 +15,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the app)
+
+from cooper_openrlhf.serve.published_names import STEP_LOG_KEY, STEP_METRICS_GAUGE
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -33,7 +35,7 @@ class ServiceLog:
         self.latency = Histogram("cooper_serve_request_seconds", "request latency", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.gauge = Gauge("cooper_serve", "service state", ["name"], registry=self.registry)
-        self.round_gauge = Gauge("cooper_serve_round", "the last round's metrics", ["key"], registry=self.registry)
+        self.step_gauge = Gauge(STEP_METRICS_GAUGE, "the last step's metrics", ["key"], registry=self.registry)
         self._jsonl = self._writer = None
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
@@ -45,12 +47,12 @@ class ServiceLog:
 
                 self._writer = SummaryWriter(os.path.join(out_dir, "tensorboard"))
 
-    def round(self, index: int, metrics: dict[str, float]) -> None:
+    def step(self, index: int, metrics: dict[str, float]) -> None:
         finite = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         for key, value in finite.items():
-            self.round_gauge.labels(key=prometheus_name(key)).set(value)
+            self.step_gauge.labels(key=prometheus_name(key)).set(value)
         if self._jsonl is not None:
-            self._jsonl.write(json.dumps({"round": index, "time": time.time(), **finite}) + "\n")
+            self._jsonl.write(json.dumps({STEP_LOG_KEY: index, "time": time.time(), **finite}) + "\n")
             self._jsonl.flush()
         if self._writer is not None:
             for key, value in finite.items():

@@ -1,7 +1,7 @@
-"""The probe suite (`rm/probes.py`) read on the service's current RM every few rounds.
+"""The probe suite (`rm/probes.py`) read on the service's current RM every few steps.
 
 A policy exploits a blind spot only after it has found it; the probe suite reads the RM itself, anchored by the rule
-verifier, so `/metrics` (and the rounds' log) shows what the RM being served pays each known attack form, and its
+verifier, so `/metrics` (and the steps' log) shows what the RM being served pays each known attack form, and its
 premium over canonical wrong answers, while it learns. The probes are built once at start-up (their labels come from
 math-verify, whose deadline needs the main thread) from a problem file: `--probe-prompts`, else the
 `--heldout-prompts` file. The reads run in the learner thread while the scoring lane scores, so they encode with
@@ -36,18 +36,18 @@ def problems_of(path: str, input_key: str = "input", label_key: str = "label") -
 
 
 class ServiceProbe:
-    """Reads the suite every `every` rounds on the scorer's latest version (`read` runs in the learner thread)."""
+    """Reads the suite every `every` steps on the scorer's latest version (`read` runs in the learner thread)."""
 
     def __init__(self, problems: list[MathProblem], every: int, limit: int = 16):
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
         self.every = every
         self.probes, self.dropped = build_probes(problems, limit)
-        logger.info("probe suite: %d probes over %d problems, read every %d rounds", len(self.probes),
+        logger.info("probe suite: %d probes over %d problems, read every %d steps", len(self.probes),
                     len({p.question for p in self.probes}), every)
 
-    def due(self, round_index: int) -> bool:
-        return round_index % self.every == 0
+    def due(self, step_index: int) -> bool:
+        return step_index % self.every == 0
 
     def read(self, scorer) -> dict[str, float]:
         """cooper/probe_pay/<form> and cooper/probe_premium/<form> of the latest version; pay is the RM's reward

@@ -7,13 +7,13 @@ Per sample (any number arrive concurrently, one per request from OpenRLHF):
      groups already open never wait (their version is pinned).
   2. RM logit (`rm/scorer.py`, by version, batched across requests) and rule verdict (`verify.pool`, batched, in lanes)
      at the same time; the reward of the service's mode (`core.REWARD_MODES`, the trainer's reward forms).
-  3. record it in its group. Complete groups gather into rounds of `groups_per_update` (`serve/round_supervisor.py`);
-     each round is read by the hacking response (`core.HackingResponse`, the trainer's) and, with learning on,
+  3. record it in its group. Complete groups gather into steps of `groups_per_update` (`serve/step_supervisor.py`);
+     each step is read by the hacking response (`core.HackingResponse`, the trainer's) and, with learning on,
      trained on (`serve/learner.py`) in the learner thread; the new version is published when the update ends. On
-     an alarm the service can switch to the rule reward (`on_hacking`). With neither rounds nor learning nothing
+     an alarm the service can switch to the rule reward (`on_hacking`). With neither steps nor learning nothing
      reads a group, so none is kept: the version never changes and a sample is scored and forgotten (memory stays
-     flat over any number of groups). With rounds, what is kept is the open groups (each until complete, or
-     dropped: `serve/groups.py`), a few rounds' complete groups and the last answers (for retries).
+     flat over any number of groups). With steps, what is kept is the open groups (each until complete, or
+     dropped: `serve/groups.py`), a few steps' complete groups and the last answers (for retries).
 A sample identical to one already answered (a retry whose 200 was lost, or the policy's duplicate) gets the
 recorded answer, unscored (`serve/groups.py`). Whatever the trainer's groups look like, a well-formed sample is
 scored and answered: a group the bookkeeping cannot place costs learning (counted and explained at /health and
@@ -25,11 +25,11 @@ loadable); a restart resumes from there and finishes the open groups with their 
 version the checkpoint does not hold is re-pinned to the restored version and counted (`groups_repinned`): its
 remaining samples are scored, never refused.
 
-Rounds are supervised: an exception anywhere in a round (pairs, RM update, publish, checkpoint, hacking monitor,
-metrics log) or in the loop's expiry is logged with its traceback, counted (`round_failures` at /metrics), shown
-in /health (`"learning": "failing: <error>"` until a round succeeds again, "ok" otherwise), the engine's
-gradients are discarded, and the next round runs as usual: scoring never stops for it. A checkpoint that failed is
-tried again at the next round.
+Steps are supervised: an exception anywhere in a step (pairs, RM update, publish, checkpoint, hacking monitor,
+metrics log) or in the loop's expiry is logged with its traceback, counted (`STEP_FAILURES` at /metrics), shown
+in /health (`"learning": "failing: <error>"` until a step succeeds again, "ok" otherwise), the engine's
+gradients are discarded, and the next step runs as usual: scoring never stops for it. A checkpoint that failed is
+tried again at the next step.
 
 Failures are never a reward: a sample that cannot be scored raises (the HTTP layer answers 5xx and the client
 retries), its group place is released; a non-finite RM logit is such a failure (`NonFiniteScore`), so it is
@@ -54,8 +54,9 @@ from cooper_openrlhf.serve.book import GroupBook, Wanted
 from cooper_openrlhf.serve.contract import NonFiniteScore, Scored  # noqa: F401 (tests read them here too)
 from cooper_openrlhf.serve.groups import DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, Group, GroupTracker, fingerprint
 from cooper_openrlhf.serve.protocol import Sample
-from cooper_openrlhf.serve.round_supervisor import group_gauges
-from cooper_openrlhf.serve.steps import (answers, check_finite, count_update, paid_samples, rm_item, round_metrics,
+from cooper_openrlhf.serve.published_names import STEP_FAILURES, STEPS_COUNTER
+from cooper_openrlhf.serve.step_supervisor import group_gauges
+from cooper_openrlhf.serve.steps import (answers, check_finite, count_update, monitored_metrics, paid_samples, rm_item,
                                          watch_and_log)
 
 logger = logging.getLogger(__name__)
@@ -70,10 +71,10 @@ class ServiceConfig:
 
     mode: str = "rm"  # core.REWARD_MODES
     group_size: int = 8  # the trainer's n_samples_per_prompt
-    groups_per_update: int = 0  # complete groups per round (the trainer's prompts per step); 0: group_size rounds off
+    groups_per_update: int = 0  # complete groups per step (the trainer's prompts per step); 0: no steps
     group_timeout_s: float = DEFAULT_TIMEOUT_S  # a group that gets no sample this long is dropped from learning
     stale_after_s: float = DEFAULT_SILENCE_S  # after this long without any sample, partial groups are dropped
-    partial_round_after_s: float = 30.0  # complete groups left when the trainer went quiet form a round after this
+    partial_step_after_s: float = 30.0  # complete groups left when the trainer went quiet form a step after this
     max_batch: int = 64
     max_wait_s: float = 0.005
     wait_for_update: bool = True
@@ -92,9 +93,9 @@ class ServiceConfig:
 
 
 def _log_failed_preparation(future) -> None:
-    """A group the learner could not prepare is prepared again when its round is learned from (and fails there)."""
+    """A group the learner could not prepare is prepared again when its step is learned from (and fails there)."""
     if not future.cancelled() and future.exception() is not None:
-        logger.warning("preparing a complete group failed (retried at its round): %s", future.exception())
+        logger.warning("preparing a complete group failed (retried at its step): %s", future.exception())
 
 
 class RewardService(GroupBook):
@@ -113,24 +114,24 @@ class RewardService(GroupBook):
         self.verify_batcher = MicroBatcher(
             [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],
             config.max_batch, config.max_wait_s, "verifier")
-        # Groups are read by rounds (the monitor) and the learner; with neither, none is kept (module docstring).
+        # Groups are read by steps (the monitor) and the learner; with neither, none is kept (module docstring).
         self.keeps_groups = learner is not None or config.groups_per_update > 0
         self.hacking = HackingResponse(config.monitor, config.on_hacking)
-        self.ready: list[Group] = []  # complete groups not yet in a round
-        self.counters = {"rounds": 0, "updates": 0, "pairs": 0, "samples": 0, "alarms": 0, "heldout_samples": 0}
-        self.last_round: dict[str, float] = {}
+        self.ready: list[Group] = []  # complete groups not yet in a step
+        self.counters = {STEPS_COUNTER: 0, "updates": 0, "pairs": 0, "samples": 0, "alarms": 0, "heldout_samples": 0}
+        self.last_step: dict[str, float] = {}
         self.update_done = asyncio.Event()
         self.update_done.set()
-        self._round_wakeup = asyncio.Event()
+        self._step_wakeup = asyncio.Event()
         # The learner trains on every core whatever thread count the scorer runs its forwards with
         # (`runtime/cpu_threads.py`): pinned when its thread starts.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooper-learner",
                                             initializer=pin_threads, initargs=(torch.get_num_threads(),))
-        self._rounds: asyncio.Task | None = None
+        self._steps: asyncio.Task | None = None
         self._closing = False
-        self._waited = 0.0  # seconds new groups spent waiting for updates since the last round
-        self.round_failures = 0
-        self.round_error: str | None = None  # the last round's failure; None once a round succeeds
+        self._waited = 0.0  # seconds new groups spent waiting for updates since the last step
+        self.step_failures = 0
+        self.step_error: str | None = None  # the last step's failure; None once a step succeeds
         self.groups_repinned = 0
         self._checkpointed_updates = 0  # `updates` at the last checkpoint
         self._init_group_checks()
@@ -141,14 +142,14 @@ class RewardService(GroupBook):
     async def start(self) -> None:
         self.rm_batcher.start()
         self.verify_batcher.start()
-        self._rounds = asyncio.get_running_loop().create_task(self._round_loop(), name="rounds")
+        self._steps = asyncio.get_running_loop().create_task(self._step_loop(), name="steps")
 
     async def stop(self, save: bool = True) -> None:
         """Finish the update in flight, checkpoint (with learning on), stop the batchers."""
         self._closing = True
         await self.update_done.wait()
-        if self._rounds is not None:
-            self._rounds.cancel()
+        if self._steps is not None:
+            self._steps.cancel()
         try:
             if save and self.checkpointer is not None:
                 await self._checkpoint()  # a new checkpoint beside the live one (serve/checkpoint.py)
@@ -189,7 +190,7 @@ class RewardService(GroupBook):
         scored = paid_samples(self.pay, [samples[i] for i in todo], logits, outcomes, self.hacking.paying_rule)
         self._record_places([places[i] for i in todo], scored)
         self.counters["samples"] += len(samples)
-        self._wake_rounds()
+        self._wake_steps()
         return answers(places, todo, scored)
 
     def _repeated(self, complete: Group | None) -> None:
@@ -202,35 +203,35 @@ class RewardService(GroupBook):
         self.scorer.retire(in_use)
 
     def _completed(self, complete: Group | None) -> None:
-        """After a sample is recorded: a group it completed joins the rounds, its pairs' slow part started now."""
+        """After a sample is recorded: a group it completed joins the steps, its pairs' slow part started now."""
         self._recorded(complete)
-        if complete is not None and self.learner is not None:  # in the learner thread, not at the round's end
+        if complete is not None and self.learner is not None:  # in the learner thread, not at the step's end
             prepared = asyncio.get_running_loop().run_in_executor(self._executor, self.learner.prepare, complete)
             prepared.add_done_callback(_log_failed_preparation)
 
-    # --------------------------------------------------------------------------------------- rounds
-    def _wake_rounds(self) -> None:
-        self._round_wakeup.set()
+    # --------------------------------------------------------------------------------------- steps
+    def _wake_steps(self) -> None:
+        self._step_wakeup.set()
 
-    def _rounds_done(self) -> int:
-        return self.counters["rounds"]
+    def _steps_done(self) -> int:
+        return self.counters[STEPS_COUNTER]
 
-    def _round_failed(self, what: str, exc: Exception) -> None:
-        """Log, count and show a failure; leave the engine as a fresh round expects it (no stale gradients)."""
-        super()._round_failed(what, exc)
+    def _step_failed(self, what: str, exc: Exception) -> None:
+        """Log, count and show a failure; leave the engine as a fresh step expects it (no stale gradients)."""
+        super()._step_failed(what, exc)
         if self.learner is not None:
             try:
                 self.learner.discard_gradients()
             except Exception:
-                logger.exception("discarding the failed round's gradients failed too")
+                logger.exception("discarding the failed step's gradients failed too")
 
-    async def _run_round(self, index: int, groups: list[Group]) -> None:
-        """One round: its metrics, the RM update and publish (with learning), the hacking monitor, the log line,
+    async def _run_step(self, index: int, groups: list[Group]) -> None:
+        """One step: its metrics, the RM update and publish (with learning), the hacking monitor, the log line,
         then a checkpoint when due. Raises what failed (after the monitor and the log line when the update failed:
-        the round is still watched); the round counts either way, and its groups are not retried."""
-        self.counters["rounds"] += 1
+        the step is still watched); the step counts either way, and its groups are not retried."""
+        self.counters[STEPS_COUNTER] += 1
         started = time.perf_counter()
-        metrics = round_metrics(groups, self.pay)
+        metrics = monitored_metrics(groups, self.pay)
         update_failure = None
         if self.learner is not None:
             metrics["timing/serve_waited"], self._waited = self._waited, 0.0  # new groups' waits for the last update
@@ -245,7 +246,7 @@ class RewardService(GroupBook):
                         self._executor, self.scorer.publish, self.learner.trainer.model.module)
                     metrics["timing/serve_publish"] = time.perf_counter() - start
                     count_update(self.counters, learned)
-            except Exception as exc:  # nothing new published; raised below, once the round is logged
+            except Exception as exc:  # nothing new published; raised below, once the step is logged
                 update_failure = exc
                 metrics["cooper/rm_update_failed"] = 1.0
             finally:
@@ -255,10 +256,10 @@ class RewardService(GroupBook):
             metrics.update(await asyncio.get_running_loop().run_in_executor(self._executor, self.probe.read,
                                                                             self.scorer))
         watch_and_log(index, metrics, self.hacking, self.counters, self.log, started)
-        self.last_round = metrics
+        self.last_step = metrics
         if update_failure is not None:
             raise update_failure
-        # Due counts from the last checkpoint that succeeded: one that failed is tried again next round.
+        # Due counts from the last checkpoint that succeeded: one that failed is tried again next step.
         every = self.config.checkpoint_every
         if self.checkpointer is not None and every and self.counters["updates"] - self._checkpointed_updates >= every:
             await self._checkpoint()
@@ -300,7 +301,7 @@ class RewardService(GroupBook):
                 # time inside the batch functions: against wall time, how busy the RM and the verifier are
                 "rm_busy_seconds": stats.busy_seconds, "verify_busy_seconds": self.verify_batcher.stats.busy_seconds,
                 "update_in_flight": float(not self.update_done.is_set()), "paying_rule": float(self.mode == "rule"),
-                "round_failures": float(self.round_failures), "learning_failing": float(self.round_error is not None),
+                STEP_FAILURES: float(self.step_failures), "learning_failing": float(self.step_error is not None),
                 "groups_repinned": float(self.groups_repinned), **group_gauges(self.groups, self.group_warnings),
                 **(getattr(self.learner, "health_gauges", dict)() if self.learner is not None else {}),
                 **self._thread_choices(), **{k: float(v) for k, v in self.counters.items()}}

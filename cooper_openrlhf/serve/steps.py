@@ -1,14 +1,14 @@
 """The service's step bodies, one copy for both hosts: what a request's samples are paid once scored, and what a
-round (a trainer's step) does around its RM update.
+step (one trainer step, one RM update) does around it.
 
 Per request (`serve.service.RewardService.score`, `serve/replicated/ingress.py`'s `RemoteService.score`):
 `rm_item` is a sample as the RM reads it; `check_finite` refuses a non-finite logit (never paid nor learned from);
 `paid_samples` pays the scored samples the service's reward (`core.pay`, the trainer's forms); `answers` gives
 each sample its `Scored`, the recorded answer of an identical sample included.
 
-Per round (`RewardService._run_round`, `serve/replicated/learner_actor.py`'s `run_round`): `round_metrics` is what the
-hacking monitor reads of the round's groups; `count_update` counts an RM update that is published; `watch_and_log`
-runs the hacking monitor, counts its alarm and writes the round to the rounds' log and its one log line.
+Per step (`RewardService._run_step`, `serve/replicated/learner_actor.py`'s `run_step`): `monitored_metrics` is what the
+hacking monitor reads of the step's groups; `count_update` counts an RM update that is published; `watch_and_log`
+runs the hacking monitor, counts its alarm and writes the step to the steps' log and its one log line.
 """
 
 import logging
@@ -21,7 +21,7 @@ from cooper_openrlhf.serve.contract import NonFiniteScore, Scored
 from cooper_openrlhf.serve.groups import ScoredSample
 from cooper_openrlhf.serve.learner import step_metrics
 from cooper_openrlhf.serve.protocol import Sample
-from cooper_openrlhf.serve.round_supervisor import round_summary
+from cooper_openrlhf.serve.step_supervisor import step_summary
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +59,9 @@ def answers(places: list, todo: list[int], scored: list[ScoredSample]) -> list[S
             for s, place in ((now.get(i) or place.known, place) for i, place in enumerate(places))]
 
 
-# ---------------------------------------------------------------------------------------------- a round
-def round_metrics(groups: list, pay: PayConfig) -> dict[str, float]:
-    """What the hacking monitor reads of a round (`serve.learner.step_metrics`) and the versions that scored it."""
+# ---------------------------------------------------------------------------------------------- a step
+def monitored_metrics(groups: list, pay: PayConfig) -> dict[str, float]:
+    """What the hacking monitor reads of a step (`serve.learner.step_metrics`) and the versions that scored it."""
     metrics = step_metrics(groups, pay)
     versions = [group.version for group in groups]
     metrics["cooper/scored_version_min"], metrics["cooper/scored_version_max"] = min(versions), max(versions)
@@ -75,10 +75,10 @@ def count_update(counters: dict, learned: dict) -> None:
 
 
 def watch_and_log(index: int, metrics: dict, hacking, counters: dict, log, started: float) -> None:
-    """The round read by the hacking monitor (`core.HackingResponse`: with on_hacking rule_reward the rule pays from
-    now on), its alarm counted, the round written to the rounds' log (`serve.metrics.ServiceLog`) and logged in one
+    """The step read by the hacking monitor (`core.HackingResponse`: with on_hacking rule_reward the rule pays from
+    now on), its alarm counted, the step written to the steps' log (`serve.metrics.ServiceLog`) and logged in one
     line; `started`: its `time.perf_counter()` start."""
     metrics.update(hacking.watch(index, metrics))
     counters["alarms"] += int(metrics[ALARM])
-    log.round(index, metrics)
-    logger.info(round_summary(index, metrics, time.perf_counter() - started))
+    log.step(index, metrics)
+    logger.info(step_summary(index, metrics, time.perf_counter() - started))

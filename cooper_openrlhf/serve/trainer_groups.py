@@ -5,10 +5,10 @@ invariants that hold whenever `--group-size` is the trainer's n and `--groups-pe
 because a step's P prompts each send exactly n samples, and the trainer sends no sample of step t+1 before every
 sample of step t is answered (in async mode too: generation of t+1 starts after generation of t ends):
   1. at most P prompts have a group open at once (the step's prompts);
-  2. (synchronous trainer) when the P-th complete group of a round completes, no other group is open: that was
+  2. (synchronous trainer) when the P-th complete group of a step completes, no other group is open: that was
      the step's last sample.
 A trainer with n < group size leaves every group incomplete, so step t+1's groups open beside step t's and (1)
-breaks; a trainer with n > group size fills a prompt's first group and goes on filling a second one, so the round
+breaks; a trainer with n > group size fills a prompt's first group and goes on filling a second one, so the step
 completes mid-step and (2) breaks. Held-out prompts that reach the same URL (OpenRLHF's `--eval.dataset`
 rollouts) break them the same way when they are not declared. But so do harmless events of a real run: the
 partial last step of an episode, a trainer restarted mid-step, a retried sample, one request sent by hand. So a
@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from cooper_openrlhf.data.rows import RowFormatError, iter_rows
+from cooper_openrlhf.serve.published_names import OPEN_AT_STEP_END
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +52,16 @@ def too_many_open(open_groups: list[tuple[str, int]], group_size: int, groups_pe
             f"the trainer's prompts per step (--rollout.batch_size). Once: {HARMLESS}")
 
 
-def open_when_a_round_completes(others: list[tuple[str, int]], prompt_samples: dict[str, int], group_size: int,
+def open_when_a_step_completes(others: list[tuple[str, int]], prompt_samples: dict[str, int], group_size: int,
                                 groups_per_update: int) -> str | None:
     """Invariant (2): the sentence of its breach, or None.
 
-    others: (prompt, samples so far) of each group still open when a round's last group completed; prompt_samples:
-    samples of each prompt scored by the round's RM version, complete groups included."""
+    others: (prompt, samples so far) of each group still open when a step's last group completed; prompt_samples:
+    samples of each prompt scored by the step's RM version, complete groups included."""
     if not others:
         return None
     most = max(prompt_samples.get(prompt, count) for prompt, count in others)
-    opening = (f"a round of {groups_per_update} complete GRPO groups formed while {len(others)} more were open: the "
+    opening = (f"a step of {groups_per_update} complete GRPO groups formed while {len(others)} more were open: the "
                f"trainer's step was not over. ")
     heldout = "held-out prompts reach the service (pass the trainer's --eval.dataset file as --heldout-prompts)"
     if most > group_size:
@@ -91,7 +92,7 @@ def shared_keys(groups: Iterable, others: Iterable) -> set:
     return {(group.key, group.version) for group in groups if seen[(group.key, group.version)] > 1}
 
 
-WARNING_KINDS = ("too many open", "open at a round's end", "split trainer group")
+WARNING_KINDS = ("too many open", OPEN_AT_STEP_END, "split trainer group")
 
 
 class GroupWarnings:

@@ -10,10 +10,10 @@ The same service as `serve/service.py`, cut where a process boundary does the le
   meets it.
 - `registry.py`: one actor holding the GRPO groups (`serve/groups.py`'s `GroupTracker`, the trainer-group checks
   of `serve/trainer_groups.py`, the wait-for-update gate), so the samples of one group are scored by one version
-  whichever replica scores them. It hands each complete round to the learner. Ray restarts it when it dies, and
+  whichever replica scores them. It hands each complete step to the learner. Ray restarts it when it dies, and
   the callers send their calls again meanwhile (`retry.py`).
-- `learner_actor.py`: one actor running the rounds (`serve/learner.py`: the core's pairs and
-  `rm/pairwise_update.py`), the hacking monitor, the rounds' log and the checkpoints (`serve/checkpoint.py`, the
+- `learner_actor.py`: one actor running the steps (`serve/learner.py`: the core's pairs and
+  `rm/pairwise_update.py`), the hacking monitor, the steps' log and the checkpoints (`serve/checkpoint.py`, the
   one-process format); each new version is returned once, as an object the registry owns.
 - `launch.py`: starts Ray (or joins `--ray-address`), the actors, Serve's proxy and the deployments.
 

@@ -45,7 +45,7 @@ COUNT_FLUSH_S = 1.0  # how often an ingress that asks no places reports its samp
 class RemoteService:
     """See the module docstring; the replicated host of `serve.contract.RewardHost`. `registry`: the group
     registry's actor handle; `scorer`: the scoring deployment's handle; `keeps_groups`: whether the service keeps
-    groups (rounds or learning): without, no place is asked for and the version is the one served at start (nothing
+    groups (steps or learning): without, no place is asked for and the version is the one served at start (nothing
     publishes another)."""
 
     def __init__(self, config, registry, scorer, keeps_groups: bool, version: int | None, calls_in_flight: int = 2,
@@ -147,8 +147,8 @@ class RemoteService:
         await self._flush_counts()
         status = await self._registry_call(lambda: self.registry.status.remote(), "reading the registry's status")
         self.mode, self.learning_status, self.groups_status = status["mode"], status["learning"], status["groups"]
-        if status["last_round"] is not None:  # the last round's metrics at /metrics, as in one process
-            self.log.round(*status["last_round"])
+        if status["last_step"] is not None:  # the last step's metrics at /metrics, as in one process
+            self.log.step(*status["last_step"])
         return {**status["gauges"], "scoring_retries": float(self.retried)}
 
 

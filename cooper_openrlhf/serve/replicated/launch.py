@@ -34,7 +34,7 @@ SCORER_ONGOING_BATCHES = 2
 @dataclass
 class Deployed:
     registry: object  # the group registry's actor handle
-    learner: object | None  # the learner actor's handle (None: a service without rounds)
+    learner: object | None  # the learner actor's handle (None: a service without steps)
     version: int  # the RM version served at start
 
 
@@ -54,7 +54,7 @@ def deploy(args, config, *, token: str | None) -> Deployed:
     registry = ray.remote(GroupRegistry).options(num_cpus=0, max_concurrency=100_000, max_restarts=-1).remote(
         config, learner)
     started = registry.start.remote()  # with a learner: its start-up (DeepSpeed) runs while Serve deploys
-    # Without rounds the ingress serves the version the registry starts at; with them each place names its version.
+    # Without steps the ingress serves the version the registry starts at; with them each place names its version.
     version = ray.get(started) if not keeps_groups else None
     tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile} if args.ssl_certfile else {}
     # Serve's proxy runs uvicorn (its TLS too); of the connection limits it takes the keep-alive timeout only

@@ -1,12 +1,12 @@
-"""The one learner of a replicated service: the rounds, the RM update, the hacking monitor, the checkpoints.
+"""The one learner of a replicated service: the steps, the RM update, the hacking monitor, the checkpoints.
 
-What `serve/service.py`'s `_run_round` does in one process, in an actor of its own, with the same round body
-(`serve/steps.py`): the round's metrics (`serve.learner.step_metrics`), the core's pairs and
-`rm/pairwise_update.py` (`serve.learner.Learner`), the hacking monitor (`core.HackingResponse`), the rounds' log
+What `serve/service.py`'s `_run_step` does in one process, in an actor of its own, with the same step body
+(`serve/steps.py`): the step's metrics (`serve.learner.step_metrics`), the core's pairs and
+`rm/pairwise_update.py` (`serve.learner.Learner`), the hacking monitor (`core.HackingResponse`), the steps' log
 (`serve.metrics.ServiceLog`: `STATE_DIR/logs/metrics.jsonl`) and the checkpoint (`serve.checkpoint.ServiceCheckpoint`,
 the one-process format, so either mode resumes the other's).
 
-Publishing: a round that changed the RM returns the new weights (a CPU state dict) as its second return value. The
+Publishing: a step that changed the RM returns the new weights (a CPU state dict) as its second return value. The
 registry, which made the call, owns that object: it is put in the object store once, outlives this actor, and
 every scoring replica fetches it by reference. Order: update, then checkpoint, then return, so a version the
 registry adopts is one a restarted learner can reproduce. The learner numbers a new version one past the
@@ -15,10 +15,10 @@ version log): after a kill that lost an update it had published without checkpoi
 service's, the numbers stay unique.
 
 Restarts: the actor is created with `max_restarts=-1`; a new incarnation loads the latest checkpoint in `__init__`
-(its counters, version and hacking state continue from there) and the registry sends the round it lost again.
+(its counters, version and hacking state continue from there) and the registry sends the step it lost again.
 
 The RM guard (`core/rm_health.py`) is the one-process service's: `Learner.learn` keeps a version only when its weights
-are finite and its health in bounds, so a rejected round returns no weights and the replicas keep the last healthy
+are finite and its health in bounds, so a rejected step returns no weights and the replicas keep the last healthy
 version; its state rides in the RM update's counters, which the checkpoint holds (`serve/learner.py`), so a new
 incarnation resumes mid-guard. `status()["rm_health"]` carries its gauges.
 """
@@ -32,8 +32,9 @@ import ray
 
 from cooper_openrlhf.core import REWARD_MODES, HackingResponse
 from cooper_openrlhf.serve.metrics import ServiceLog
+from cooper_openrlhf.serve.published_names import FAILED_STEP, STEPS_COUNTER
 from cooper_openrlhf.serve.replicated.registry import LEARNER_COUNTERS, worker_logging
-from cooper_openrlhf.serve.steps import count_update, round_metrics, watch_and_log
+from cooper_openrlhf.serve.steps import count_update, monitored_metrics, watch_and_log
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def cpu_state_dict(module) -> dict:
 
 class LearnerActor:
     """See the module docstring. With `args.learn` it builds its learner and checkpointer as one process does
-    (`serve.build.build_learner`); without, it runs the rounds' monitor and log only."""
+    (`serve.build.build_learner`); without, it runs the steps' monitor and log only."""
 
     def __init__(self, config, args, log_dir: str | None):
         worker_logging()
@@ -111,11 +112,11 @@ class LearnerActor:
         self.registry_restarts += 1
         return self.registry_restarts
 
-    def run_round(self, index: int, groups: list, version_floor: int, pinned_refs: dict, waited: float, registry):
-        """One round (`RewardService._run_round`): (status with "error", the new weights or None)."""
-        self.counters["rounds"] = index + 1
+    def run_step(self, index: int, groups: list, version_floor: int, pinned_refs: dict, waited: float, registry):
+        """One step (`RewardService._run_step`): (status with "error", the new weights or None)."""
+        self.counters[STEPS_COUNTER] = index + 1
         started = time.perf_counter()
-        metrics = round_metrics(groups, self.pay)
+        metrics = monitored_metrics(groups, self.pay)
         failure, weights = None, None
         if self.learner is not None:
             metrics["timing/serve_waited"] = waited
@@ -144,11 +145,11 @@ class LearnerActor:
             failure = failure or exc
         status = self.status()
         status["state"] = None  # the registry holds the live groups
-        # the round's numbers for the front's /metrics (`cooper_serve_round`), as one process shows them
-        status["round_metrics"] = {k: float(v) for k, v in metrics.items()
+        # the step's numbers for the front's /metrics (`STEP_METRICS_GAUGE`), as one process shows them
+        status["step_metrics"] = {k: float(v) for k, v in metrics.items()
                                    if isinstance(v, (int, float)) and math.isfinite(v)}
         if failure is not None:
-            logger.error("round %d failed", index, exc_info=failure)
+            logger.error("%s failed", FAILED_STEP.format(index=index), exc_info=failure)
             status["error"] = f"{type(failure).__name__}: {failure}"
         return status, weights
 
@@ -180,7 +181,7 @@ class LearnerActor:
         try:
             self.learner.discard_gradients()
         except Exception:
-            logger.exception("discarding the failed round's gradients failed too")
+            logger.exception("discarding the failed step's gradients failed too")
 
     def finish(self, pinned_refs: dict, registry) -> str | None:
         """Shutdown: a last checkpoint and the trained RM exported (its folder); None without learning."""

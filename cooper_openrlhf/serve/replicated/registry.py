@@ -1,11 +1,11 @@
-"""One group registry for every replica: which RM version scores a sample, and when a round is complete.
+"""One group registry for every replica: which RM version scores a sample, and when a step is complete.
 
 GRPO compares the n samples of a prompt with each other, so all n must be scored by one RM version; OpenRLHF's
 engines send them as n separate requests that Serve spreads over the scoring replicas. The pinning therefore lives
 in one place that every ingress replica asks, this actor, with the one-process service's own code: `serve/book.py`
 (reserve a place, which fixes the version; record or release it; recorded answers for retries; the wait-for-update
 gate: the first sample of a new group waits while an update is in flight) over `serve/groups.py`'s `GroupTracker`,
-and the rounds and trainer-group warnings of `serve/round_supervisor.py`.
+and the steps and trainer-group warnings of `serve/step_supervisor.py`.
 
 Why an actor of its own and not the ingress or the learner: the ingress may run several replicas and is
 restarted by Serve like any replica, and the learner is down for tens of seconds when it restarts (DeepSpeed,
@@ -24,16 +24,16 @@ seconds, not a failed try; `registry_restarts` counts it.
 
 Per request the ingress makes two calls (`reserve`, then `record` or `release`; a sample identical to one
 already answered gets that answer from `reserve` and is not scored); a service that keeps no groups
-(no rounds, no learning) never asks, its version never changes. Each place is noted with the ingress replica that
+(no steps, no learning) never asks, its version never changes. Each place is noted with the ingress replica that
 holds it (`holders.py`), so that an ingress that dies between the two calls does not strand its places: a retry
 that finds its prompt's groups full but not all scored first gives back the places of holders that are dead.
 
-Rounds: when `groups_per_update` groups are complete the registry hands them to the learner actor
+Steps: when `groups_per_update` groups are complete the registry hands them to the learner actor
 (`learner_actor.py`), which trains, publishes and checkpoints. A new version comes back as an object owned by this
 actor (the second return of the learner's call), so it outlives a learner that dies, and the scoring replicas
-fetch it by reference (`weights_of`). If the learner dies during a round, scoring goes on with the last published
-version (the gate is opened), and once the learner is back from its checkpoint the round is sent again, unless
-that checkpoint already holds it; a round that kills the learner `MAX_ROUND_KILLS` times is dropped (counted, and
+fetch it by reference (`weights_of`). If the learner dies during a step, scoring goes on with the last published
+version (the gate is opened), and once the learner is back from its checkpoint the step is sent again, unless
+that checkpoint already holds it; a step that kills the learner `MAX_STEP_KILLS` times is dropped (counted, and
 /health says so): whatever in it kills the learner would kill it forever.
 """
 
@@ -44,14 +44,15 @@ import ray
 
 from cooper_openrlhf.serve.book import NO_GROUP, GroupBook, Place, Wanted  # noqa: F401 (the callers' names)
 from cooper_openrlhf.serve.groups import GroupTracker
+from cooper_openrlhf.serve.published_names import FAILED_STEP, STEP_FAILURES, STEPS_COUNTER, STEPS_DROPPED
 from cooper_openrlhf.serve.replicated.holders import PlaceHolders
-from cooper_openrlhf.serve.round_supervisor import group_gauges
+from cooper_openrlhf.serve.step_supervisor import group_gauges
 
 logger = logging.getLogger(__name__)
 
-MAX_ROUND_KILLS = 3  # a round that killed the learner this often is dropped
+MAX_STEP_KILLS = 3  # a step that killed the learner this often is dropped
 LIVENESS_TIMEOUT_S = 5.0  # a holder that does not answer a ping within this is taken as alive (its places stay)
-LEARNER_COUNTERS = ("rounds", "updates", "pairs", "alarms")
+LEARNER_COUNTERS = (STEPS_COUNTER, "updates", "pairs", "alarms")
 
 
 def worker_logging() -> None:
@@ -66,33 +67,33 @@ def worker_logging() -> None:
 
 class GroupRegistry(GroupBook):
     """See the module docstring. `config`: the service's `ServiceConfig`; `learner`: the learner actor's handle,
-    or None for a service without rounds (then no group is kept)."""
+    or None for a service without steps (then no group is kept)."""
 
     def __init__(self, config, learner=None):
         worker_logging()
         self.config, self.learner = config, learner
         self.keeps_groups = learner is not None
         self.groups = GroupTracker(config.group_size, config.group_timeout_s, silence_s=config.stale_after_s)
-        self.ready = []  # complete groups not yet in a round
+        self.ready = []  # complete groups not yet in a step
         self.version = 0
         self.weights: dict[int, ray.ObjectRef] = {}  # version -> its weights (a state dict) in the object store
         self.counters = {"samples": 0, "heldout_samples": 0}
         self.learner_counters = dict.fromkeys(LEARNER_COUNTERS, 0)
         self.rm_health: dict[str, float] = {}  # the learner's RM guard gauges (`core.RMGuard.gauges`)
         self.paying_rule = False
-        self.round_failures = 0
-        self.round_error: str | None = None
+        self.step_failures = 0
+        self.step_error: str | None = None
         self.groups_repinned = 0
         self.holders = PlaceHolders()
         self.places_given_back = 0  # places of ingress replicas found dead, given back for their samples' retries
         self.samples_unplaced = 0  # samples placed by an earlier incarnation that could not be placed again
-        self.rounds_dropped = 0  # rounds that killed the learner MAX_ROUND_KILLS times
-        self.last_round: tuple[int, dict] | None = None  # (index, metrics) of the last round the learner ran
+        self.steps_dropped = 0  # steps that killed the learner MAX_STEP_KILLS times
+        self.last_step: tuple[int, dict] | None = None  # (index, metrics) of the last step the learner ran
         self.learner_restarts = 0
         self.learner_down = False
         self._waited = 0.0
         self._closing = False
-        self._rounds = None
+        self._steps = None
         # Every call that reads the groups or the version waits for the start (`_ready`), which hears from the
         # learner first (its DeepSpeed start-up runs while Serve deploys the replicas).
         self._starting: asyncio.Future | None = None
@@ -101,11 +102,11 @@ class GroupRegistry(GroupBook):
         self.registry_restarts = 0
         self.update_done = asyncio.Event()
         self.update_done.set()
-        self._round_wakeup = asyncio.Event()
+        self._step_wakeup = asyncio.Event()
         self._init_group_checks()
 
     async def start(self) -> int:
-        """Resume from the learner's checkpoint (when it loaded one) and start the rounds; the version served."""
+        """Resume from the learner's checkpoint (when it loaded one) and start the steps; the version served."""
         await self._ready()
         return self.version
 
@@ -136,7 +137,7 @@ class GroupRegistry(GroupBook):
                 self.registry_restarts = await self.learner.registry_restarted.remote()
             for version in status["versions"]:  # the weights replicas may need: the latest and the pinned ones
                 self.weights.setdefault(version, self.learner.weights.remote(version))
-            self._rounds = asyncio.get_running_loop().create_task(self._round_loop())
+            self._steps = asyncio.get_running_loop().create_task(self._step_loop())
         elif self.reconstructed:  # no learner outlives it to count them: "restarted at least once"
             self.registry_restarts = 1
 
@@ -196,12 +197,12 @@ class GroupRegistry(GroupBook):
 
     async def record(self, places: list[Place], scored: list, holder_id: str | None = None) -> None:
         """The scored samples (`serve.groups.ScoredSample`) into their groups; a group that completes joins the
-        next round. A place of an earlier incarnation is placed again (module docstring)."""
+        next step. A place of an earlier incarnation is placed again (module docstring)."""
         await self._ready()
         self._record_places(places, scored, holder_id)
         self.counters["samples"] += len(places)
         if self.keeps_groups:
-            self._round_wakeup.set()
+            self._step_wakeup.set()
 
     def _holds_version(self, version: int) -> bool:
         return version in self.weights
@@ -217,7 +218,7 @@ class GroupRegistry(GroupBook):
         await self._ready()
         return [self.weights.get(version)], sorted(self._versions_in_use() | {self.version})
 
-    # ------------------------------------------------------------------------------------ rounds
+    # ------------------------------------------------------------------------------------ steps
     def _retire_versions(self, in_use: set[int]) -> None:
         keep = in_use | {self.version}
         for version in [v for v in self.weights if v not in keep]:
@@ -226,49 +227,50 @@ class GroupRegistry(GroupBook):
     def _versions_in_use(self) -> set[int]:
         return self.groups.versions_in_use()
 
-    def _rounds_done(self) -> int:
-        return self.learner_counters["rounds"]
+    def _steps_done(self) -> int:
+        return self.learner_counters[STEPS_COUNTER]
 
-    async def _run_round(self, index: int, groups: list) -> None:
-        """One round in the learner; a new version is adopted when the learner returns it (after its checkpoint).
-        A learner that dies meanwhile is waited for and sent the round again, up to MAX_ROUND_KILLS deaths (module
+    async def _run_step(self, index: int, groups: list) -> None:
+        """One step in the learner; a new version is adopted when the learner returns it (after its checkpoint).
+        A learner that dies meanwhile is waited for and sent the step again, up to MAX_STEP_KILLS deaths (module
         docstring)."""
         waited, self._waited = self._waited, 0.0
         self.update_done.clear()
         kills = 0
         try:
             while True:
-                result_ref, weights_ref = self.learner.run_round.options(num_returns=2).remote(
+                result_ref, weights_ref = self.learner.run_step.options(num_returns=2).remote(
                     index, groups, self.version, self._pinned_refs(), waited, ray.get_runtime_context().current_actor)
                 try:
                     result = await result_ref
                     break
                 except ray.exceptions.RayActorError as exc:
                     kills += 1
-                    logger.warning("the learner died during round %d (%s; %d of %d); scoring goes on with RM version "
+                    logger.warning("the learner died during step %d (%s; %d of %d); scoring goes on with RM version "
                                    "%d while it restarts from its checkpoint", index, type(exc).__name__, kills,
-                                   MAX_ROUND_KILLS, self.version)
+                                   MAX_STEP_KILLS, self.version)
                     self.learner_restarts += 1
                     self.learner_down = True
                     self.update_done.set()  # new groups take the last published version meanwhile
                     status = await self._learner_back()
                     self.learner_down = False
-                    if status["counters"]["rounds"] > index:  # its checkpoint holds this round already
+                    if status["counters"][STEPS_COUNTER] > index:  # its checkpoint holds this step already
                         self._adopt(status)
                         if status["version"] > self.version:
                             self._take_version(status["version"], self.learner.weights.remote(status["version"]))
                         return
                     self._adopt(status)
-                    if kills >= MAX_ROUND_KILLS:
+                    if kills >= MAX_STEP_KILLS:
                         self.groups.drop(groups, "learner crash")
-                        self.rounds_dropped += 1
-                        raise RuntimeError(f"round {index} killed the learner {kills} times; its {len(groups)} groups "
-                                           f"are dropped from learning (the next round tries again)")
+                        self.steps_dropped += 1
+                        failed = FAILED_STEP.format(index=index)
+                        raise RuntimeError(f"{failed} killed the learner {kills} times; its {len(groups)} groups are "
+                                           f"dropped from learning (the next step tries again)")
                     self.update_done.clear()
         finally:
             self.update_done.set()
         self._adopt(result)
-        self.last_round = (index, result.get("round_metrics", {}))
+        self.last_step = (index, result.get("step_metrics", {}))
         if result["version"] > self.version:
             self._take_version(result["version"], weights_ref)
         if result["error"]:
@@ -307,11 +309,11 @@ class GroupRegistry(GroupBook):
         self._load_groups(state, held)
 
     async def shutdown(self) -> str | None:
-        """Finish the round in flight, then the learner's last checkpoint and export (its path, or None)."""
+        """Finish the step in flight, then the learner's last checkpoint and export (its path, or None)."""
         self._closing = True
         await self.update_done.wait()
-        if self._rounds is not None:
-            self._rounds.cancel()
+        if self._steps is not None:
+            self._steps.cancel()
         if self.learner is None:
             return None
         return await self.learner.finish.remote(self._pinned_refs(), ray.get_runtime_context().current_actor)
@@ -325,11 +327,11 @@ class GroupRegistry(GroupBook):
             learning = "learner restarting: scoring with the last published version"
         gauges = {"rm_version": self.version, "open_groups": len(self.groups.open), "ready_groups": len(self.ready),
                   "groups_completed": self.groups.completed, "update_in_flight": not self.update_done.is_set(),
-                  "paying_rule": self.paying_rule, "round_failures": self.round_failures,
+                  "paying_rule": self.paying_rule, STEP_FAILURES: self.step_failures,
                   "learning_failing": learning.startswith("failing"), "groups_repinned": self.groups_repinned,
                   "learner_restarts": self.learner_restarts, "places_given_back": self.places_given_back,
                   "registry_restarts": self.registry_restarts, "samples_unplaced": self.samples_unplaced,
-                  "rounds_dropped": self.rounds_dropped, **group_gauges(self.groups, self.group_warnings),
+                  STEPS_DROPPED: self.steps_dropped, **group_gauges(self.groups, self.group_warnings),
                   **self.rm_health, **self.counters, **self.learner_counters}
-        return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning, "last_round": self.last_round,
+        return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning, "last_step": self.last_step,
                 "groups": self.groups_status, "mode": "rule" if self.paying_rule else self.config.mode}

@@ -1,50 +1,52 @@
 """What the one-process service (`serve/service.py`) and the replicated service's group registry
-(`serve/replicated/registry.py`) share about rounds and the trainer's groups: the trainer-group checks (warnings,
-never refusals: serve/trainer_groups.py), the groups a round leaves out, and the supervised round loop (expire,
-then run each complete round, one at a time; nothing a round raises ends the loop).
+(`serve/replicated/registry.py`) share about steps and the trainer's groups: the trainer-group checks (warnings,
+never refusals: serve/trainer_groups.py), the groups a step leaves out, and the supervised step loop (expire,
+then run each complete step, one at a time; nothing a step raises ends the loop).
 
-A round is `groups_per_update` complete groups: a synchronous trainer's step. Three things keep rounds in step
-with the trainer when a real run is not:
-- a round leaves out the groups whose (prompt, label) another group holds at the same RM version (one trainer
-  group split over two of ours: n > group size, or a prompt twice in a step): learned from, they would make the
-  update land mid-step, and the rest of the trainer's group would be scored by the next version;
-- complete groups left over when a step ends with fewer than a round (an episode's partial last step, the end of
-  a run) form a round of their own, so the next step starts a fresh one. The step is over when no sample has come
-  for `partial_round_after_s`, or sooner, when a sample comes whose prompt is one of theirs (a synchronous trainer
-  sends a prompt once a step: the next episode re-sends it), or after `STEP_GAP_S` of quiet with every group
-  complete but strays (no sample for `partial_round_after_s`: a request by hand, a retry's group): the trainer
-  updated its policy and began its next step. The step boundary is found before that sample is placed, and the
-  next step's new groups wait for that round's update. (A trainer whose steps are quicker than `STEP_GAP_S` and
-  whose next step has none of the partial step's prompts makes the round of the next step's first groups with
-  them: every group is still learned from, some a version earlier than the rest of their step.) Groups still open after
-  `partial_round_after_s` do not hold it back: a synchronous trainer between steps has no sample in flight, so
-  they are left over from before (a retry, a restart) and complete with nothing of this step. (A step whose last
-  samples come more than that after all others gets two updates instead of one.);
-- complete groups waiting for a round are bounded (`MAX_READY_ROUNDS` rounds' worth: a learner that cannot keep
+A step is `groups_per_update` complete groups and one RM update: a synchronous trainer's step. Three things keep
+the service's steps aligned with the trainer's when a real run is not:
+- a step leaves out the groups whose (prompt, label) another group holds at the same RM version (one trainer
+  group split over two of ours: n > group size, or a prompt twice in a trainer step): learned from, they would make
+  the update land mid-step, and the rest of the trainer's group would be scored by the next version;
+- complete groups left over when the trainer's step ends with fewer than `groups_per_update` of them (an episode's
+  partial last step, the end of a run) form a step of their own, so the trainer's next step starts a fresh one. The
+  trainer's step is over when no sample has come for `partial_step_after_s`, or sooner, when a sample comes whose
+  prompt is one of theirs (a synchronous trainer sends a prompt once a step: the next episode re-sends it), or after
+  `STEP_GAP_S` of quiet with every group complete but strays (no sample for `partial_step_after_s`: a request by
+  hand, a retry's group): the trainer updated its policy and began its next step. The step boundary is found before
+  that sample is placed, and the trainer's next step's new groups wait for that step's update. (A trainer whose
+  steps are quicker than `STEP_GAP_S` and whose next step has none of the partial step's prompts makes one step of
+  them and its next step's first groups: every group is still learned from, some a version earlier than the rest of
+  their trainer step.) Groups still open after `partial_step_after_s` do not hold it back: a synchronous trainer
+  between steps has no sample in flight, so they are left over from before (a retry, a restart) and complete with
+  nothing of this step. (A trainer step whose last samples come more than that after all others gets two updates
+  instead of one.);
+- complete groups waiting for a step are bounded (`MAX_READY_STEPS` steps' worth: a learner that cannot keep
   up or keeps failing): the oldest are dropped, counted.
 Every group left out is counted by reason (`groups.dropped`) and shown at /health and /metrics.
 
 A class using it has `config` (a `ServiceConfig`), `groups` (a `GroupTracker`), `ready` (complete groups not yet
-in a round), `version` (the RM version it publishes), `update_done` (an asyncio.Event, set while no update is in
-flight), `_waited` (seconds new groups waited for updates), `round_error`, `round_failures`, `_round_wakeup` (an
+in a step), `version` (the RM version it publishes), `update_done` (an asyncio.Event, set while no update is in
+flight), `_waited` (seconds new groups waited for updates), `step_error`, `step_failures`, `_step_wakeup` (an
 asyncio.Event), calls `_init_group_checks()`,
 `_arrived()` before placing a request's samples and `_recorded(complete)` after recording each, and defines
-`_rounds_done()`, `_expire_and_retire()` and `async _run_round(index, groups)`.
+`_steps_done()`, `_expire_and_retire()` and `async _run_step(index, groups)`.
 """
 
 import asyncio
 import logging
 import time
 
+from cooper_openrlhf.serve.published_names import FAILED_STEP, OPEN_AT_STEP_END
 from cooper_openrlhf.serve.trainer_groups import (WARNING_KINDS, GroupWarnings, no_group_completes,
-                                                  open_when_a_round_completes, samples_by_prompt, shared_keys,
+                                                  open_when_a_step_completes, samples_by_prompt, shared_keys,
                                                   too_many_open)
 
 logger = logging.getLogger(__name__)
 
-MAX_READY_ROUNDS = 4  # complete groups kept waiting for the learner, in rounds
+MAX_READY_STEPS = 4  # complete groups kept waiting for the learner, in steps
 CHECK_EVERY_S = 1.0  # invariant (1) is read at most this often (it walks the open groups)
-LOOP_TICK_S = 5.0  # the round loop looks at expiry and quiet at least this often
+LOOP_TICK_S = 5.0  # the step loop looks at expiry and quiet at least this often
 # Quiet, with every group complete, that ends a trainer's step: its policy update between steps is longer (seconds
 # on a GPU), while a step's samples, all generated at once, come closer together.
 STEP_GAP_S = 3.0
@@ -61,31 +63,31 @@ def group_gauges(groups, warnings) -> dict[str, float]:
     return {**dropped, "groups_expired": float(groups.expired), "samples_repeated": float(groups.repeats), **warned}
 
 
-def round_summary(index: int, metrics: dict, seconds: float) -> str:
-    """The one log line of a round: version, pairs, loss, the RM's health on its anchors, seconds."""
+def step_summary(index: int, metrics: dict, seconds: float) -> str:
+    """The one log line of a step: version, pairs, loss, the RM's health on its anchors, seconds."""
     def value(key: str, form: str) -> str:
         return form.format(metrics[key]) if key in metrics else "-"
 
-    return (f"round {index}: RM version {value('cooper/rm_version_after', '{:.0f}')}, "
+    return (f"step {index}: RM version {value('cooper/rm_version_after', '{:.0f}')}, "
             f"{value('cooper/rm_valid_pairs', '{:.0f}')} pairs, loss {value('cooper/rm_loss', '{:.4f}')}, "
             f"anchor AUC {value('cooper/rm_health/auc', '{:.3f}')}, samples {value('cooper/samples', '{:.0f}')}, "
             f"{seconds:.1f}s")
 
 
-class RoundSupervisor:
+class StepSupervisor:
     def _init_group_checks(self) -> None:
         self.group_warnings = GroupWarnings(self.groups.clock)
         self._samples_since_complete = 0
         self._checked_at = -float("inf")
         self._split: set = set()  # (key, version) of trainer groups split over two of ours, not learned from
-        self._step_end: list = []  # the groups of a step found over by a sample's arrival, for the next round
-        self._step_end_learned: asyncio.Future | None = None  # done once their round ran: new groups wait for it
+        self._step_end: list = []  # the groups of a trainer step found over by a sample's arrival, for the next step
+        self._step_end_learned: asyncio.Future | None = None  # done once their step ran: new groups wait for it
 
     # ------------------------------------------------------------------------------------ placing
     async def _wait_for_update(self, key: tuple[str, str]) -> None:
-        """A sample that opens a new group waits while an RM update is in flight, or while the round of a step
-        found over at its arrival has not run yet, so the step after a round is scored by the updated RM (a
-        synchronous trainer's next step would be, if its sample had come a moment later). `key`: the sample's
+        """A sample that opens a new group waits while an RM update is in flight, or while the step of a trainer
+        step found over at its arrival has not run yet, so the trainer's next step is scored by the updated RM (as
+        it would be, if its sample had come a moment later). `key`: the sample's
         (prompt, label); a sample joining its key's filling group never waits."""
         if not self.config.wait_for_update or self.groups.has_filling_group(*key):
             return
@@ -118,16 +120,16 @@ class RoundSupervisor:
     # ------------------------------------------------------------------------------ trainer groups
     def _arrived(self, keys: list[tuple[str, str]]) -> None:
         """Before a request's samples are placed (`keys`: their (prompt, label), held-out ones left out): the silence
-        rule (`serve/groups.py`), then the step boundary (module docstring). Fewer than a round's groups are ready,
-        and either a sample's prompt is one of theirs again at the same RM version (a synchronous trainer sends a
-        prompt once a step: this is its next step, or next episode), or the sample comes after `STEP_GAP_S` of quiet
-        with every group complete but strays: those groups are the last step's, and they form its round before this
-        sample is placed."""
+        rule (`serve/groups.py`), then the step boundary (module docstring). Fewer than `groups_per_update` groups
+        are ready, and either a sample's prompt is one of theirs again at the same RM version (a synchronous trainer
+        sends a prompt once a step: this is its next step, or next episode), or the sample comes after `STEP_GAP_S`
+        of quiet with every group complete but strays: those groups are the trainer's last step's, and they form a
+        step before this sample is placed."""
         quiet = self.groups.idle_s()
         self.groups.arrived()
-        per_round, after_s = self.config.groups_per_update, self.config.partial_round_after_s
-        if self._step_end or not (per_round and self.ready and len(self.ready) < per_round):
-            return  # (a step found over is still waiting for the round loop: its groups and waiters stay as they are)
+        per_step, after_s = self.config.groups_per_update, self.config.partial_step_after_s
+        if self._step_end or not (per_step and self.ready and len(self.ready) < per_step):
+            return  # (a trainer step found over still waits for the step loop: its groups and waiters stay as they are)
         if self._prompt_again(keys):
             why = "a prompt of theirs came again"
         elif quiet >= min(STEP_GAP_S, after_s) and self._only_strays_open(after_s):
@@ -135,13 +137,13 @@ class RoundSupervisor:
         else:
             return
         self._step_end, self.ready = self.ready, []
-        self.groups.round_formed()
+        self.groups.step_formed()
         try:
             self._step_end_learned = asyncio.get_running_loop().create_future()
         except RuntimeError:  # no event loop (unit tests drive the bookkeeping alone)
             self._step_end_learned = None
-        self._round_wakeup.set()
-        logger.info("a partial round of %d groups (%s: the trainer's step is over, an episode's partial last step)",
+        self._step_wakeup.set()
+        logger.info("a partial step of %d groups (%s: the trainer's step is over, an episode's partial last step)",
                     len(self._step_end), why)
 
     def _prompt_again(self, keys: list[tuple[str, str]]) -> bool:
@@ -162,7 +164,7 @@ class RoundSupervisor:
             return
         self._samples_since_complete = 0
         self.ready.append(complete)
-        self._check_round_at_step_end()
+        self._check_nothing_open_at_step_end()
 
     def _check_open_groups(self) -> None:
         """Invariant (1) of serve/trainer_groups.py, at most once every CHECK_EVERY_S."""
@@ -174,18 +176,18 @@ class RoundSupervisor:
             [(g.prompt, g.reserved) for g in self.groups.open.values()], self.config.group_size,
             self.config.groups_per_update))
 
-    def _check_round_at_step_end(self) -> None:
-        """Invariant (2), when a group completes a round: a synchronous trainer's round completes with its step's
-        last sample, so no other group is open then. Rounds can queue up (a learner restarting), so it is read when
-        a round's last group completes, not at every completion after."""
-        per_round = self.config.groups_per_update
-        if not (self.config.check_groups and self.config.wait_for_update and per_round) \
-                or not self.ready or len(self.ready) % per_round:
+    def _check_nothing_open_at_step_end(self) -> None:
+        """Invariant (2), when a group completes a step: a synchronous trainer's step completes with its last
+        sample, so no other group is open then. Steps can queue up (a learner restarting), so it is read when
+        a step's last group completes, not at every completion after."""
+        per_step = self.config.groups_per_update
+        if not (self.config.check_groups and self.config.wait_for_update and per_step) \
+                or not self.ready or len(self.ready) % per_step:
             return
         others = [(g.prompt, g.reserved) for g in self.groups.open.values()]
         counts = samples_by_prompt([*self.ready, *self.groups.open.values()], self.ready[-1].version)
-        self.group_warnings.note("open at a round's end",
-                                 open_when_a_round_completes(others, counts, self.config.group_size, per_round))
+        self.group_warnings.note(OPEN_AT_STEP_END,
+                                 open_when_a_step_completes(others, counts, self.config.group_size, per_step))
 
     @property
     def groups_status(self) -> str:
@@ -194,48 +196,48 @@ class RoundSupervisor:
 
     @property
     def learning_status(self) -> str:
-        """What /health says of learning: "ok", or "failing: <why>" while rounds fail or no group completes."""
-        if self.round_error is not None:
-            return f"failing: {self.round_error}"
-        per_round, size = self.config.groups_per_update, self.config.group_size
-        if self.config.check_groups and per_round and self._samples_since_complete >= 2 * per_round * size:
-            return "failing: " + no_group_completes(self._samples_since_complete, size, per_round,
+        """What /health says of learning: "ok", or "failing: <why>" while steps fail or no group completes."""
+        if self.step_error is not None:
+            return f"failing: {self.step_error}"
+        per_step, size = self.config.groups_per_update, self.config.group_size
+        if self.config.check_groups and per_step and self._samples_since_complete >= 2 * per_step * size:
+            return "failing: " + no_group_completes(self._samples_since_complete, size, per_step,
                                                     len(self.groups.open))
         return "ok"
 
-    # --------------------------------------------------------------------------------------- rounds
-    def _next_round(self) -> list | None:
-        """The next round's groups (module docstring), or None when none is due."""
-        per_round = self.config.groups_per_update
-        if self._step_end:  # found over at a sample's arrival (`_arrived`), which counted the round formed
+    # --------------------------------------------------------------------------------------- steps
+    def _next_step(self) -> list | None:
+        """The next step's groups (module docstring), or None when none is due."""
+        per_step = self.config.groups_per_update
+        if self._step_end:  # found over at a sample's arrival (`_arrived`), which counted the step formed
             batch, self._step_end = self._step_end, []
             return self._learned_from(batch)
-        if not per_round or not self.ready:
+        if not per_step or not self.ready:
             return None
-        if len(self.ready) > MAX_READY_ROUNDS * per_round:
-            backlog = len(self.ready) - MAX_READY_ROUNDS * per_round
+        if len(self.ready) > MAX_READY_STEPS * per_step:
+            backlog = len(self.ready) - MAX_READY_STEPS * per_step
             self.groups.drop(self.ready[:backlog], "backlog")
-            logger.warning("%d complete groups waited longer than %d rounds for the learner; the oldest %d are dropped "
-                           "from learning", len(self.ready), MAX_READY_ROUNDS, backlog)
+            logger.warning("%d complete groups waited longer than %d steps for the learner; the oldest %d are dropped "
+                           "from learning", len(self.ready), MAX_READY_STEPS, backlog)
             self.ready = self.ready[backlog:]
-        if len(self.ready) >= per_round:
-            batch, self.ready = self.ready[:per_round], self.ready[per_round:]
-        elif self.groups.idle_s() >= self.config.partial_round_after_s:
+        if len(self.ready) >= per_step:
+            batch, self.ready = self.ready[:per_step], self.ready[per_step:]
+        elif self.groups.idle_s() >= self.config.partial_step_after_s:
             batch, self.ready = self.ready, []
-            logger.info("a partial round of %d groups (no sample for %.0fs: the trainer's step is over, an episode's "
-                        "partial last step or the run's end)", len(batch), self.config.partial_round_after_s)
+            logger.info("a partial step of %d groups (no sample for %.0fs: the trainer's step is over, an episode's "
+                        "partial last step or the run's end)", len(batch), self.config.partial_step_after_s)
         else:
             return None
-        self.groups.round_formed()
+        self.groups.step_formed()
         return self._learned_from(batch)
 
     def _learned_from(self, batch: list) -> list:
-        """The groups of `batch` a round learns from: those not split with another group (module docstring)."""
+        """The groups of `batch` a step learns from: those not split with another group (module docstring)."""
         self._split |= shared_keys(batch, [*self.ready, *self.groups.open.values()])
         split = [g for g in batch if (g.key, g.version) in self._split]
         if split:
             self.groups.drop(split, "split trainer group")
-            self.group_warnings.note("split trainer group", f"{len(split)} groups of a round share their prompt with "
+            self.group_warnings.note("split trainer group", f"{len(split)} groups of a step share their prompt with "
                                      f"another group at the same RM version (the trainer sends more samples per prompt "
                                      f"than --group-size {self.config.group_size}, or a step holds a prompt twice): "
                                      f"they are not learned from")
@@ -245,41 +247,42 @@ class RoundSupervisor:
         return sorted((g for g in batch if (g.key, g.version) not in self._split),
                       key=lambda g: g.arrivals[0] if g.arrivals else -1)
 
-    async def _round_loop(self) -> None:
-        """Turn complete groups into rounds, one at a time, and expire stale groups; a failure is logged, counted
-        and shown (`_round_failed`), and the next round tries again."""
+    async def _step_loop(self) -> None:
+        """Turn complete groups into steps, one at a time, and expire stale groups; a failure is logged, counted
+        and shown (`_step_failed`), and the next step tries again."""
         while True:
             try:
                 # while groups are open, the throttled check of open groups runs within CHECK_EVERY_S of the last one
                 tick = CHECK_EVERY_S if self.groups.open or self.ready else LOOP_TICK_S
                 async with asyncio.timeout(tick):  # not wait_for: on 3.11 it can swallow a cancellation
-                    await self._round_wakeup.wait()
+                    await self._step_wakeup.wait()
             except TimeoutError:
                 pass
-            self._round_wakeup.clear()
+            self._step_wakeup.clear()
             try:
                 self._expire_and_retire()
                 self._check_open_groups()
             except Exception as exc:
-                self._round_failed("expiring groups", exc)
+                self._step_failed("expiring groups", exc)
             while True:
-                # the waiters of a step found over (`_arrived`) go on once its round ran: the one `_next_round` takes
+                # the waiters of a trainer step found over (`_arrived`) go on once its step ran (`_next_step` takes it)
                 step_end = self._step_end_learned if self._step_end else None
-                batch = self._next_round()
+                batch = self._next_step()
                 if batch is None:
                     break
-                if batch:  # (empty: every group of it left out, counted: no update, the next step scores as this)
-                    index = self._rounds_done()
+                # (empty: every group of it left out, counted: no update; the trainer's next step is scored as this)
+                if batch:
+                    index = self._steps_done()
                     try:
-                        await self._run_round(index, batch)
+                        await self._run_step(index, batch)
                     except Exception as exc:
-                        self._round_failed(f"round {index}", exc)
+                        self._step_failed(FAILED_STEP.format(index=index), exc)
                     else:
-                        self.round_error = None
+                        self.step_error = None
                 if step_end is not None and not step_end.done():
                     step_end.set_result(None)  # the next step's new groups go on (`_wait_for_update`)
 
-    def _round_failed(self, what: str, exc: Exception) -> None:
-        logger.error("%s failed; the next round tries again", what, exc_info=exc)
-        self.round_failures += 1
-        self.round_error = f"{what}: {type(exc).__name__}: {exc}"
+    def _step_failed(self, what: str, exc: Exception) -> None:
+        logger.error("%s failed; the next step tries again", what, exc_info=exc)
+        self.step_failures += 1
+        self.step_error = f"{what}: {type(exc).__name__}: {exc}"

@@ -1,4 +1,4 @@
-"""The reward service's rounds and restarts without HTTP or DeepSpeed: a round that raises is shown and the next
+"""The reward service's steps and restarts without HTTP or DeepSpeed: a step that raises is shown and the next
 one runs; a restored group whose version a checkpoint lacks is re-pinned (counted) instead of failing forever;
 an older version's weights come back into the scorer. (tests/test_serve_faults.py does the same with real
 processes, a real folder that cannot be written and real kills.)"""
@@ -18,7 +18,7 @@ from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
 
 
 class _Scorer:
-    """Holds versions by number; scores nothing (the rounds here are fed complete groups)."""
+    """Holds versions by number; scores nothing (the steps here are fed complete groups)."""
 
     def __init__(self, latest: int = 0, held=(0,)):
         self.latest, self.held = latest, set(held)
@@ -65,17 +65,17 @@ def _group(prompt: str, size: int) -> Group:
     return Group(-1, prompt, 0, 0.0, size, scored)
 
 
-def test_a_round_that_raises_is_shown_counted_and_the_next_round_runs(tmp_path):
+def test_a_step_that_raises_is_shown_counted_and_the_next_step_runs(tmp_path):
     learner = _Learner(failures=1)
     service = RewardService(ServiceConfig(group_size=2, groups_per_update=1), _Scorer(), [lambda r, c: []],
                             ServiceLog(str(tmp_path), tensorboard=False), learner=learner)
 
-    async def rounds():
+    async def steps():
         await service.start()
         statuses = []
         for prompt in ("p0", "p1"):
             service.ready.append(_group(prompt, 2))
-            service._wake_rounds()
+            service._wake_steps()
             for _ in range(200):
                 await asyncio.sleep(0.01)
                 if not service.ready and service.update_done.is_set():
@@ -84,13 +84,13 @@ def test_a_round_that_raises_is_shown_counted_and_the_next_round_runs(tmp_path):
         await service.stop(save=False)
         return statuses
 
-    (failed, after_failure), (recovered, after_recovery) = asyncio.run(rounds())
+    (failed, after_failure), (recovered, after_recovery) = asyncio.run(steps())
     assert failed.startswith("failing: round 0: OSError") and "No space left" in failed
     assert after_failure["round_failures"] == 1 and after_failure["learning_failing"] == 1
     assert learner.discarded == 1  # the failed update's gradients are not carried into the next one
     assert recovered == "ok" and after_recovery["learning_failing"] == 0 and after_recovery["round_failures"] == 1
     assert after_recovery["updates"] == 1 and after_recovery["rounds"] == 2
-    # The failed round is still watched and logged (the hacking monitor sees every round), marked as failed.
+    # The failed step is still watched and logged (the hacking monitor sees every step), marked as failed.
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("cooper/rm_update_failed", 0.0) for r in logged] == [1.0, 0.0]
     assert all("cooper/hacking_alarm" in r for r in logged)
