@@ -75,7 +75,8 @@ def render_rm_input(question: str, reference: str, completion: str, *, template_
     def cut(text: str) -> str:
         return truncate_middle(text, template.head_chars, template.tail_chars, template.joiner)
 
-    return template.format.format(question=question, reference=cut(reference), completion=cut(normalize_solution(completion)))
+    solution = normalize_solution(completion)
+    return template.format.format(question=question, reference=cut(reference), completion=cut(solution))
 
 
 def template_config(version: str = TEMPLATE_VERSION) -> dict:
