@@ -73,9 +73,10 @@ PROCESS_RULES = (
     ("scorer (replica: RM forward, batching)", SCORER_TITLE),
     ("Serve controller", "ray::ServeController"),
     ("Ray core (raylet, GCS, agents)", "raylet"),
+    ("Ray core (raylet, GCS, agents)", "ray::DashboardAgent"),
+    ("idle Ray workers", "ray::IDLE"),
     ("Ray core (raylet, GCS, agents)", "gcs_server"),
-    ("Ray core (raylet, GCS, agents)", "/ray/_private/"),
-    ("Ray core (raylet, GCS, agents)", "/ray/dashboard/"),
+    ("Ray core (raylet, GCS, agents)", "site-packages/ray/"),  # its Python daemons: log monitor, agents
     ("driver (cli.serve)", "cooper_openrlhf.cli.serve"),
 )
 VERIFIER_POOL = "verifier pool (math-verify worker processes)"
@@ -96,12 +97,14 @@ def component_of_frames(frames: Sequence[tuple[str, str]]) -> str:
 
 
 def component_of_process(title: str, ancestor_titles: Sequence[str]) -> str:
-    """The replicated service's component of a process, by its title (`PROCESS_RULES`); a process with no rule of
-    its own under the scoring replica is its verifier pool's (the pool's forkserver and its worker)."""
+    """The replicated service's component of a process, by its title (`PROCESS_RULES`); a process under the scoring
+    replica is its verifier pool's (the pool's forkserver and its worker, whose command line names Ray's paths)."""
+    if SCORER_TITLE not in title and any(SCORER_TITLE in t for t in ancestor_titles):
+        return VERIFIER_POOL
     for component, marker in PROCESS_RULES:
         if marker in title:
             return component
-    return VERIFIER_POOL if any(SCORER_TITLE in t for t in ancestor_titles) else OTHER
+    return OTHER
 
 
 def cpu_delta(before: dict, after: dict) -> dict[str, float]:
@@ -209,9 +212,9 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return {thread.id: thread.user_time + thread.system_time for thread in psutil.Process(pid).threads()}
 
 
-def one_process_stream(pid: int, run, workdir: str) -> dict[str, float]:
-    """CPU seconds per component of the one-process service while `run()` drives it (module docstring)."""
-    spy_out = os.path.join(workdir, f"py-spy-{pid}-{time.monotonic_ns()}.txt")
+def one_process_stream(pid: int, run, spy_out: str) -> dict[str, float]:
+    """CPU seconds per component of the one-process service while `run()` drives it (module docstring); py-spy's
+    samples go to `spy_out`."""
     spy_bin = os.path.join(os.path.dirname(sys.executable), "py-spy")
     spy = subprocess.Popen([spy_bin if os.path.exists(spy_bin) else "py-spy", "record", "-p", str(pid), "--threads",
                             "--nonblocking", "-r", str(SAMPLE_RATE), "-f", "raw", "-o", spy_out],
@@ -257,7 +260,8 @@ def measure(args, kind: str, levels: list[int], workdir: str) -> None:
                 timed["client"] = time.process_time() - started
 
             if kind == "cooper":
-                cpu_s[level] = one_process_stream(process.pid, run, workdir)
+                cpu_s[level] = one_process_stream(process.pid, run, os.path.join(
+                    args.keep_profiles or workdir, f"py-spy-c{level}.txt"))
             else:
                 before = replicated_reading(process.pid)
                 run()
@@ -296,6 +300,8 @@ def main() -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--keep-profiles", default=None, metavar="DIR",
+                   help="keep py-spy's samples of the one process here (py-spy-cLEVEL.txt, raw stacks)")
     args = p.parse_args()
     args.rm = args.rm or model_path("tiny-qwen2-rm")
     args.policy = args.policy or model_path("tiny-qwen2-policy")

@@ -20,8 +20,9 @@ SERVICE = "service (groups, rewards, answers)"
 def test_the_innermost_frame_that_matches_names_the_component():
     # the lone forward runs inline on the event loop: under uvicorn, the app, the batcher and the RM scorer
     stack = [("torch/nn/modules/module.py", "Module._call_impl"),
-             ("cooper_openrlhf/rm/scorer.py", "RMScorer.logits_of"), ("cooper_openrlhf/serve/batcher.py", "_timed"), ("cooper_openrlhf/serve/service.py", "score"),
-             ("cooper_openrlhf/serve/app.py", "get_reward"), ("uvicorn/server.py", "Server.serve")]
+             ("cooper_openrlhf/rm/scorer.py", "RMScorer.logits_of"), ("cooper_openrlhf/serve/batcher.py", "_timed"),
+             ("cooper_openrlhf/serve/service.py", "score"), ("cooper_openrlhf/serve/app.py", "get_reward"),
+             ("uvicorn/server.py", "Server.serve")]
     assert bench.component_of_frames(stack) == RM
     assert bench.component_of_frames(stack[2:]) == "batcher"
     assert bench.component_of_frames(stack[3:]) == SERVICE
@@ -46,10 +47,11 @@ def test_processes_are_named_by_title_and_the_verifier_by_its_scoring_replica():
     assert bench.component_of_process("ray::ServeReplica:cooper-serve:Ingress", []).startswith("ingress")
     assert bench.component_of_process("ray::ProxyActor", []) == "Serve proxy"
     assert bench.component_of_process("ray::GroupRegistry", []).startswith("registry")
-    forkserver = "python -c from multiprocessing.forkserver import main; main(7, 8)"
+    forkserver = "python -c from multiprocessing.forkserver import main; main(7, 8, sys_path=['/v/site-packages/ray/'])"
     assert bench.component_of_process(forkserver, [forkserver, scorer, "raylet"]) == bench.VERIFIER_POOL
-    assert bench.component_of_process(forkserver, ["ray::ServeReplica:cooper-serve:Ingress"]) == bench.OTHER
-    assert bench.component_of_process("ray::IDLE", ["raylet"]) == bench.OTHER
+    assert bench.component_of_process(forkserver, ["raylet"]).startswith("Ray core")
+    assert bench.component_of_process("ray::IDLE", ["raylet"]) == "idle Ray workers"
+    assert bench.component_of_process("python -m some.other.thing", []) == bench.OTHER
 
 
 def test_cpu_delta_counts_new_processes_from_their_start_and_drops_ended_ones():
