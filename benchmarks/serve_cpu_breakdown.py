@@ -221,7 +221,7 @@ def one_process_stream(pid: int, run, spy_out: str) -> dict[str, float]:
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(2.0)  # py-spy attaches
     if spy.poll() is not None:
-        raise RuntimeError(f"py-spy did not start (pip install py-spy): {spy.stderr.read().decode()[-2000:]}")
+        raise RuntimeError(f"py-spy did not start (pip install -e '.[bench]'): {spy.stderr.read().decode()[-2000:]}")
     children = lambda: {k: v for k, v in tree_cpu(pid, lambda p, _: WORKERS).items() if k != pid}  # noqa: E731
     threads_before, children_before = thread_cpu(pid), children()
     run()
