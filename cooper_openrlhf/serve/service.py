@@ -295,8 +295,8 @@ class RewardService(GroupBook):
         stats = self.rm_batcher.stats
         return {"rm_version": float(self.version), "open_groups": float(len(self.groups.open)),
                 "ready_groups": float(len(self.ready)), "groups_completed": float(self.groups.completed),
-"rm_queue": float(self.rm_batcher.queued),
-                "verify_queue": float(self.verify_batcher.queued), "rm_batches": float(stats.batches),
+                "rm_queue": float(self.rm_batcher.queued), "verify_queue": float(self.verify_batcher.queued),
+                "rm_batches": float(stats.batches),
                 "rm_batch_mean": stats.items / stats.batches if stats.batches else 0.0,
                 # time inside the batch functions: against wall time, how busy the RM and the verifier are
                 "rm_busy_seconds": stats.busy_seconds, "verify_busy_seconds": self.verify_batcher.stats.busy_seconds,
