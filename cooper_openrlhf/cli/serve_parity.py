@@ -10,7 +10,9 @@ the learner `cli.serve` builds, starting from the same `--rm`), one single-sampl
 OpenRLHF's client sends them; a trainer step's groups are one service step. After each step it compares, with the
 trainer's records of that step:
   scores   the reward the service paid each sample with the reward the trainer logged, and that the RM version of
-           step t's groups is the one after t-1 updates (the trainer scores step t with the RM updated at t-1);
+           step t's groups is the trainer's RM after step t-1 (the trainer scores step t with the RM updated at t-1):
+           the number of steps before t whose RM update changed the trainer's weights, since a step without a
+           valid pair (or one the guard rolled back) publishes no new version;
   verdicts the rule verifier's "correct" per sample;
   pairs    the pair slots the learner built (positive, negative, validity per prompt) with pairs.jsonl;
   schedule the learning rate, scheduler steps and optimizer steps of the service's engine and the trainer's;
@@ -57,16 +59,17 @@ class StepParity:
     weight_rel_update: float  # ||w_service - w_trainer|| / ||trainer's update this step|| (nan: no update)
     update_norm: float  # ||w_trainer(t) - w_trainer(t-1)||
     master_max_abs: float  # max |difference| of ZeRO's fp32 master weights (what bf16 weights are rounded from)
-    versions: list[int]  # the RM versions that scored the step's samples (the trainer: the RM after step t-1)
+    versions: list[int]  # the RM versions that scored the step's samples
+    trainer_version: int  # the trainer's RM after step t-1: how many earlier steps changed its weights
     schedule: dict = field(default_factory=dict)  # name -> (service, trainer)
 
     def problems(self) -> list[str]:
         found = [f"step {self.step}: {line}" for line in self.pair_mismatches]
         if self.score_max_abs > SCORE_ATOL:
             found.append(f"step {self.step}: rewards differ by up to {self.score_max_abs:.3g} (> {SCORE_ATOL})")
-        if self.versions != [self.step - 1]:
+        if self.versions != [self.trainer_version]:
             found.append(f"step {self.step}: scored by RM versions {self.versions}, the trainer's by the RM after "
-                         f"{self.step - 1} updates")
+                         f"{self.trainer_version} updates")
         if self.verdict_mismatches:
             found.append(f"step {self.step}: {self.verdict_mismatches} verdicts differ")
         if self.weight_max_abs > WEIGHT_ATOL:
@@ -165,11 +168,13 @@ def recording_pairs(learner) -> list:
 
 
 def compare_step(step: int, rows: list[dict], answers: list, built, logged_pairs: list[dict], learner,
-                 rm_checkpoints: Path, before: dict[str, torch.Tensor]) -> tuple[StepParity, dict[str, torch.Tensor]]:
+                 rm_checkpoints: Path, before: dict[str, torch.Tensor],
+                 trainer_version: int) -> tuple[StepParity, dict[str, torch.Tensor]]:
     """The service after its step `step` against the trainer's records of that step; also returns the
     trainer's weights of the step (the next step's `before`).
 
-    rows: the step's logged rollouts; answers: the service's `Scored` per row; built: the learner's PairBatch."""
+    rows: the step's logged rollouts; answers: the service's `Scored` per row; built: the learner's PairBatch;
+    trainer_version: how many earlier steps changed the trainer's RM."""
     paid = torch.tensor([answer.reward for answer in answers])
     logged = torch.tensor([row["reward"] for row in rows])
     verdicts = sum((answer.verdict.value == "correct") != row["verified"] for answer, row in zip(answers, rows))
@@ -182,7 +187,7 @@ def compare_step(step: int, rows: list[dict], answers: list, built, logged_pairs
     result = StepParity(step, len(rows), float((paid - logged).abs().max()), verdicts,
                         pair_differences(built, logged_pairs), max_abs, rel_update, update,
                         float((my_master - master).abs().max()), sorted({answer.version for answer in answers}),
-                        {key: (mine_schedule[key], schedule[key]) for key in schedule})
+                        trainer_version, {key: (mine_schedule[key], schedule[key]) for key in schedule})
     logger.info("step %d: %d samples, rewards max |diff| %.3g, %d verdicts differ, %d pair slots differ; weights max "
                 "|diff| %.3g, ||diff|| / ||update|| %.3g (||update|| %.3g), fp32 master max |diff| %.3g; lr %s / %s",
                 step, len(rows), result.score_max_abs, verdicts, len(result.pair_mismatches), max_abs, rel_update,
@@ -213,8 +218,9 @@ async def replay(args, rollouts: dict[int, list[dict]], pairs: dict[int, list[di
                 await asyncio.sleep(0.05)
             if service.last_step.get("cooper/rm_update_failed"):
                 raise RuntimeError(f"step {step}: the service's RM update failed (traceback above)")
+            trainer_version = sum(earlier.update_norm > 0 for earlier in found)
             result, before = compare_step(step, rows, [answer for (answer,) in answers], built[-1],
-                                          pairs.get(step, []), learner, rm_checkpoints, before)
+                                          pairs.get(step, []), learner, rm_checkpoints, before, trainer_version)
             found.append(result)
     finally:
         await service.stop(save=False)
