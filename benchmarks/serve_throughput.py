@@ -22,7 +22,9 @@ templated prompt + response, one sample per POST, as its vLLM actors send them),
   learning    the same with --learn: groups of --group-size, an RM update every --groups-per-update groups; new
               groups wait for an update in flight (the paper's timing)
   learning_nowait  the same with --no-wait-for-update (what the updates cost besides the wait)
-  replicasK   `cli.serve --replicas K` (Ray Serve: proxy, ingress, K scoring replicas; learning off), with
+  replicasK   `cli.serve --replicas K` (Ray Serve: proxy, ingress, K scoring replicas; learning off; with
+              `--keep-groups`, it and cooper keep groups in steps, so the group registry places and records
+              every sample, and its calls per sample are printed), with
               `--replicas K,...`; then the servers default to the two ceilings, cooper and the replicated ones, the
               concurrency to 64,256, the RM to the tiny one, and the ratios printed are each K against the first,
               against cooper and against Serve's ceiling
@@ -160,6 +162,17 @@ def last_step_metric(metrics_url: str, key: str) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
+def registry_calls(url: str) -> float:
+    """The group registry's `registry_calls` gauge at a replicated server's /metrics (NaN where it has none)."""
+    import re
+
+    import requests
+
+    text = requests.get(url.replace("/get_reward", "/metrics"), timeout=30).text
+    found = re.search(r'cooper_serve\{name="registry_calls"\} (\S+)', text)
+    return float(found.group(1)) if found else float("nan")
+
+
 def wait_up(url: str, process: subprocess.Popen, log: str, timeout_s: float = 900) -> None:
     """Until the server answers; Serve's proxy answers 404/503 before its app is deployed, so not those."""
     import requests
@@ -216,6 +229,8 @@ def start_server(kind: str, args, port: int, workdir: str) -> subprocess.Popen:
             argv += ["--no-wait-for-update"]
         if kind.startswith("replicas"):
             argv += ["--replicas", kind[len("replicas"):], "--ingress-replicas", str(args.ingress_replicas)]
+        if args.keep_groups and (kind == "cooper" or kind.startswith("replicas")):
+            argv += ["--groups-per-update", str(args.groups_per_update), "--no-group-check"]
     log = os.path.join(workdir, f"{kind}.log")
     process = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
     process.log = log
@@ -299,18 +314,24 @@ def time_servers(args, levels: list[int], kinds: list[str], workdir: str, result
                        for kind in servers}
             blocks = {kind: [] for kind in servers}  # per server: (samples/s, latencies) of each block
             waited = dict.fromkeys(servers, 0.0)
+            calls = dict.fromkeys(servers, 0.0)  # registry calls of the timed streams (replicated, --keep-groups)
             for block in range(count):
                 names = list(servers)
                 for kind in names[block % len(names):] + names[:block % len(names)]:
                     waited[kind] += wait_quiet([process for _, process in servers.values()])
                     stream = streams[kind][block * args.requests:(block + 1) * args.requests]
+                    counted = args.keep_groups and kind.startswith("replicas") and (count == 1 or block > 0)
+                    before = registry_calls(servers[kind][0]) if counted else 0.0
                     blocks[kind].append(asyncio.run(run_load(servers[kind][0], stream, level)))
+                    calls[kind] += registry_calls(servers[kind][0]) - before if counted else 0.0
             for kind, timed in blocks.items():
                 timed = timed[1:] if count > 1 else timed
                 rates = [rate for rate, _ in timed]
                 q = statistics.quantiles([x for _, latencies in timed for x in latencies], n=100)
                 results[kind][level] = (statistics.median(rates), q[49], q[98], rates)
                 spread = f" (blocks {min(rates):.0f}-{max(rates):.0f})" if len(rates) > 1 else ""
+                if calls[kind]:  # one sample per request
+                    spread += f", {calls[kind] / (args.requests * len(timed)):.3f} registry calls per sample"
                 print(f"  {kind:15s} concurrency {level:3d}: {statistics.median(rates):7.1f} samples/s{spread}, p50 "
                       f"{q[49] * 1000:7.1f} ms, p99 {q[98] * 1000:7.1f} ms "
                       f"(waited {waited[kind]:.0f}s for idle servers)", flush=True)
@@ -414,6 +435,10 @@ def main() -> None:
     p.add_argument("--max-batch", type=int, default=64)
     p.add_argument("--replicas", default=None, help="e.g. 1,2: also cli.serve --replicas K for each K (Ray Serve)")
     p.add_argument("--ingress-replicas", type=int, default=1, help="the replicated servers' --ingress-replicas")
+    p.add_argument("--keep-groups", action="store_true",
+                   help="cooper and the replicated servers keep groups, in steps of --groups-per-update, without "
+                        "learning: every sample is placed in its group and recorded (in the replicated servers, the "
+                        "group registry's calls); default: no groups, the services score and answer only")
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment variable for this package's servers (cooper, learning, replicas), e.g. "
                         "OMP_NUM_THREADS=1; repeatable")

@@ -18,6 +18,11 @@ A lane's first lone item, and any after one that took longer, runs in a thread.
 Lanes: one batch function per lane, one batch running per lane. The RM has one lane (one model). The rule
 verifier has several.
 
+A lane may be a coroutine function instead: it runs on the event loop, no thread, for a batch that is one remote
+call awaited (the replicated ingress's calls to its group registry). It returns one outcome per item, a result or
+an Exception; if it raises, every item of its batch gets the exception: a remote call is not split and sent again
+in halves (it may have done part of its work).
+
 Results that arrive later: a batch function may return, for an item, a `concurrent.futures.Future` of its result
 instead of the result. The lane is then free as soon as the call returns, and that item is answered when its future
 is, whatever the rest of its batch does: the rule verifier (`serve/verification.py`) hands its items to shared
@@ -50,7 +55,7 @@ class MicroBatcher:
     """`await submit(item)` -> the batch function's result for `item` (see the module docstring).
 
     fn: a blocking function of a list of items returning a list of results of the same length, in order; or a
-        list of such functions, one per lane.
+        list of such functions, one per lane; or coroutine functions (module docstring).
     inline_lone: whether a lone item may run in the event loop (module docstring); only for a function that never
         waits on anything but the CPU or GPU (not the verifier pools, not a remote call).
     """
@@ -138,7 +143,9 @@ class MicroBatcher:
         start = time.perf_counter()
         items = [item for item, _ in batch]
         try:
-            if len(batch) == 1 and self.inline_lone and self._lone_seconds is not None \
+            if asyncio.iscoroutinefunction(self.lanes[lane]):
+                outcomes = _checked(list(await self.lanes[lane](items)), items, self.name)
+            elif len(batch) == 1 and self.inline_lone and self._lone_seconds is not None \
                     and self._lone_seconds < self.max_wait_s:
                 outcomes, self._lone_seconds = _timed(self.lanes[lane], items, self.name)
             else:

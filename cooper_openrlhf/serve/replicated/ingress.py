@@ -4,12 +4,18 @@ Ray Serve's proxy hands each HTTP request to an ingress replica, which runs `ser
 body limits, parsing, text validation, prompt splitting, the memory bound, the statuses, the answer) around
 `RemoteService`, which keeps the contract the app asks of a service (`serve/contract.py`):
   1. `score(samples)`: a place per sample from the group registry (its group's RM version; a new group waits there
-     while an update is in flight; a sample identical to one already answered gets that answer back instead), the samples of concurrent requests gathered into one call to the scoring
-     deployment (`serve/batcher.py`'s `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per
-     replica; Serve routes each to a replica, whose `@serve.batch` merges the calls it gets), the reward of the
-     service's mode (`core.pay`, as in one process), the scored samples recorded in their groups; on any failure
-     the places are given back, so the client's retry takes them again. One call per batch, not per sample: each
-     Serve call costs CPU in its router and Ray's RPC, which on a small machine is the front's ceiling.
+     while an update is in flight; a sample identical to one already answered gets that answer back instead), the
+     samples of concurrent requests gathered into one call to the scoring deployment (`serve/batcher.py`'s
+     `MicroBatcher`, `--max-batch` / `--max-wait-ms`, a few calls in flight per replica; Serve routes each to a
+     replica, whose `@serve.batch` merges the calls it gets), the reward of the service's mode (`core.pay`, as in
+     one process), the scored samples recorded in their groups, and only then the answer; on any failure the places
+     are given back, so the client's retry takes them again. One call per batch, not per sample: each Serve or
+     actor call costs CPU in both processes and Ray's RPC, which on a small machine is the front's ceiling. So the
+     registry's calls are gathered too: the places of the requests that arrive while one `reserve_many` call is in
+     flight go in the next, and the same for `record_many` (registry.py: each request is placed on its own, and
+     one that waits for an update is answered apart, so it holds up no other). A request's answer waits for its
+     record: sent later, a retry of the sample could reach the registry before its record (and be scored and
+     placed again), and an ingress that died in between would leave answered samples out of their groups.
   2. `gauges()`: the registry's numbers, with this ingress's own.
 
 A replica that dies with calls in flight (kill -9, a lost node) fails them with `RayActorError` (Serve does not
@@ -33,6 +39,7 @@ from cooper_openrlhf.serve.contract import Scored
 from cooper_openrlhf.serve.groups import fingerprint
 from cooper_openrlhf.serve.metrics import ServiceLog
 from cooper_openrlhf.serve.protocol import Sample
+from cooper_openrlhf.serve.replicated.registry import Waiting
 from cooper_openrlhf.serve.replicated.retry import backoff, until_answered
 from cooper_openrlhf.serve.replicated.scoring import ScoreItem
 from cooper_openrlhf.serve.steps import answers, check_finite, paid_samples, rm_item
@@ -40,6 +47,8 @@ from cooper_openrlhf.serve.steps import answers, check_finite, paid_samples, rm_
 logger = logging.getLogger(__name__)
 
 COUNT_FLUSH_S = 1.0  # how often an ingress that asks no places reports its sample counts to the registry
+# Requests per registry call: a call's cost is mostly its own, not its size (a few KB per sample recorded)
+REGISTRY_MAX_REQUESTS = 256
 
 
 class RemoteService:
@@ -59,6 +68,10 @@ class RemoteService:
         self.rm_batcher = MicroBatcher([self._score_remote] * calls_in_flight, config.max_batch, config.max_wait_s,
                                        "scoring calls")
         self.mode, self.learning_status, self.groups_status = config.mode, "ok", "ok"
+        # One registry call in flight per kind; what arrives meanwhile is the next call (no window: under load the
+        # call in flight is the wait).
+        self.reservations = MicroBatcher([self._reserve_remote], REGISTRY_MAX_REQUESTS, 0.0, "registry reservations")
+        self.records = MicroBatcher([self._record_remote], REGISTRY_MAX_REQUESTS, 0.0, "registry records")
         self.retried = 0  # scoring calls sent again after their replica died
         # This ingress replica as the holder of the places it reserves (registry.py: a dead one's are given back).
         context = ray.get_runtime_context()
@@ -69,6 +82,8 @@ class RemoteService:
 
     async def start(self) -> None:
         self.rm_batcher.start()
+        self.reservations.start()
+        self.records.start()
         if not self.keeps_groups:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_counts_forever())
 
@@ -77,14 +92,15 @@ class RemoteService:
         if self._flusher is not None:
             self._flusher.cancel()
         await self.rm_batcher.stop()
+        await self.reservations.stop()
+        await self.records.stop()
         await self._flush_counts()
 
     async def score(self, samples: list[Sample]) -> list[Scored]:
         heldout = [s.question in self.config.heldout for s in samples]
         if self.keeps_groups:
             wanted = [Wanted(s.prompt, s.reference, fingerprint(s), held) for s, held in zip(samples, heldout)]
-            places, paying_rule = await self._registry_call(lambda: self.registry.reserve.remote(wanted, self.holder),
-                                                            "reserving places")
+            places, paying_rule = await self._reserve(wanted)
         else:
             places, paying_rule = [Place(NO_GROUP, self.version, held) for held in heldout], False
         todo = [i for i, place in enumerate(places) if place.known is None]  # the rest were answered before
@@ -100,9 +116,9 @@ class RemoteService:
         scored = paid_samples(self.pay, [samples[i] for i in todo], logits, [outcome for _, outcome in results],
                               paying_rule)
         if self.keeps_groups and todo:
-            done = [places[i] for i in todo]
-            await self._registry_call(lambda: self.registry.record.remote(done, scored, self.holder_id),
-                                      "recording scored samples")
+            # shielded: once scored, the record is sent even if this request is cancelled (a client gone, its
+            # timeout), as the sample's retry must find it
+            await asyncio.shield(self.records.submit(([places[i] for i in todo], scored)))
         elif not self.keeps_groups:
             self._uncounted[0] += len(samples)
             self._uncounted[1] += sum(heldout)
@@ -123,6 +139,30 @@ class RemoteService:
                 logger.warning("a scoring replica died with %d samples in flight (%s); sending them again in %.1fs",
                                len(items), type(exc).__name__, delay)
                 time.sleep(delay)
+
+    async def _reserve(self, wanted: list[Wanted]) -> tuple[list[Place], bool]:
+        """(a place per sample, whether the rule reward is paid), in this ingress's next `reserve_many` call, or
+        collected apart when its places wait for an update in flight."""
+        answer = await self.reservations.submit(wanted)
+        if not isinstance(answer, Waiting):
+            return answer
+
+        async def collected():  # a registry Ray restarted meanwhile knows no ticket: reserve again there
+            got = await self.registry.reservation.remote(answer.ticket)
+            return got if got is not None else await self.registry.reserve.remote(wanted, self.holder)
+
+        return await self._registry_call(collected, "reserving places")
+
+    async def _reserve_remote(self, requests: list[list[Wanted]]) -> list:
+        """The reservations of a batch of requests in one registry call: per request its answer, its exception or
+        `Waiting`."""
+        return await self._registry_call(lambda: self.registry.reserve_many.remote(requests, self.holder),
+                                         "reserving places")
+
+    async def _record_remote(self, requests: list[tuple[list[Place], list]]) -> list:
+        """The scored samples of a batch of requests in one registry call: per request None or its exception."""
+        return await self._registry_call(lambda: self.registry.record_many.remote(requests, self.holder_id),
+                                         "recording scored samples")
 
     async def _registry_call(self, call, what: str):
         """The registry's answer to `call()`, sent again while Ray restarts the registry (`retry.py`)."""

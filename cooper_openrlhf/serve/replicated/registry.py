@@ -22,9 +22,13 @@ is otherwise counted and dropped from learning (`samples_unplaced`); its release
 scoring replicas send their calls again until it answers (`retry.py`), so the trainer sees a pause of a few
 seconds, not a failed try; `registry_restarts` counts it.
 
-Per request the ingress makes two calls (`reserve`, then `record` or `release`; a sample identical to one
-already answered gets that answer from `reserve` and is not scored); a service that keeps no groups
-(no steps, no learning) never asks, its version never changes. Each place is noted with the ingress replica that
+Per request the ingress asks twice (a place per sample, then `record` or `release`; a sample identical to one
+already answered gets that answer with its place and is not scored); a service that keeps no groups (no steps, no
+learning) never asks, its version never changes. Each ingress gathers the asks of its concurrent requests into one
+call (`reserve_many`, `record_many`): a call costs CPU in both processes whatever it carries. Each request in a
+call is placed on its own, as if sent alone (Ray runs an async actor's calls side by side): one whose new group
+waits for an update in flight does not hold up the others of its call, whose answers go back at once, while its
+own is a `Waiting` ticket the ingress collects (`reservation`). Each place is noted with the ingress replica that
 holds it (`holders.py`), so that an ingress that dies between the two calls does not strand its places: a retry
 that finds its prompt's groups full but not all scored first gives back the places of holders that are dead.
 
@@ -39,6 +43,8 @@ that checkpoint already holds it; a step that kills the learner `MAX_STEP_KILLS`
 
 import asyncio
 import logging
+import uuid
+from dataclasses import dataclass
 
 import ray
 
@@ -53,6 +59,16 @@ logger = logging.getLogger(__name__)
 MAX_STEP_KILLS = 3  # a step that killed the learner this often is dropped
 LIVENESS_TIMEOUT_S = 5.0  # a holder that does not answer a ping within this is taken as alive (its places stay)
 LEARNER_COUNTERS = (STEPS_COUNTER, "updates", "pairs", "alarms")
+# A waiting reservation's answer is kept this long for its ingress to collect: far past any request's time (a
+# dead ingress never collects it; its places are given back as any dead holder's)
+WAITING_KEPT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """`reserve_many`'s answer for a request whose places wait (an update in flight): collect it by `ticket`."""
+
+    ticket: str  # unique across the registry's incarnations: a restarted one never answers another's ticket
 
 
 def worker_logging() -> None:
@@ -92,6 +108,8 @@ class GroupRegistry(GroupBook):
         self.learner_restarts = 0
         self.learner_down = False
         self._waited = 0.0
+        self._waiting: dict[str, asyncio.Task] = {}  # ticket -> a reservation that waits (`reserve_many`)
+        self.registry_calls = 0  # calls from the ingress replicas that place or record samples
         self._closing = False
         self._steps = None
         # Every call that reads the groups or the version waits for the start (`_ready`), which hears from the
@@ -146,12 +164,44 @@ class GroupRegistry(GroupBook):
                       holder: tuple[str, object] | None = None) -> tuple[list[Place], bool]:
         """(a place per sample, whether the rule reward is paid). `holder`: the calling ingress replica's (actor id,
         handle)."""
+        self.registry_calls += 1
+        return await self._reserve_request(wanted, holder)
+
+    async def _reserve_request(self, wanted: list[Wanted], holder) -> tuple[list[Place], bool]:
         await self._ready()
         if self._closing:
             raise RuntimeError("the service is shutting down")
         places = await self._reserve_places(wanted, holder)
         self.counters["samples"] += sum(place.known is not None for place in places)  # the ingress records the rest
         return places, self.paying_rule
+
+    async def reserve_many(self, requests: list[list[Wanted]], holder: tuple[str, object] | None = None) -> list:
+        """`reserve` for each of the requests an ingress gathered, each on its own (module docstring): per request
+        its answer, the exception it failed with, or `Waiting` when its places wait for an update in flight."""
+        await self._ready()
+        self.registry_calls += 1
+        tasks = [asyncio.ensure_future(self._reserve_request(wanted, holder)) for wanted in requests]
+        # Each task runs its first step before this one resumes: a request with nothing to wait for (no new group
+        # during an update, no dead holder to ping) is placed within it, without a pause, so is done here.
+        await asyncio.sleep(0)
+        return [self._answer_or_ticket(task) for task in tasks]
+
+    def _answer_or_ticket(self, task: asyncio.Task):
+        if task.done():
+            return task.exception() or task.result()
+        ticket = uuid.uuid4().hex
+        self._waiting[ticket] = task
+        loop = asyncio.get_running_loop()
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())  # collected or not, it is read
+        task.add_done_callback(lambda _: loop.call_later(WAITING_KEPT_S, self._waiting.pop, ticket, None))
+        return Waiting(ticket)
+
+    async def reservation(self, ticket: str) -> tuple[list[Place], bool] | None:
+        """The answer of a reservation `reserve_many` left waiting; None for a ticket this incarnation never gave
+        (Ray restarted the registry since: the ingress reserves again)."""
+        self.registry_calls += 1
+        task = self._waiting.pop(ticket, None)
+        return None if task is None else await task
 
     def _took_place(self, holder, group_id: str) -> None:
         self.holders.take(holder, group_id)
@@ -193,16 +243,35 @@ class GroupRegistry(GroupBook):
     async def release(self, places: list[Place], holder_id: str | None = None) -> None:
         """Give back the places of samples that were not scored (their retries reserve again)."""
         await self._ready()
+        self.registry_calls += 1
         self._release_places(places, holder_id)
 
     async def record(self, places: list[Place], scored: list, holder_id: str | None = None) -> None:
         """The scored samples (`serve.groups.ScoredSample`) into their groups; a group that completes joins the
         next step. A place of an earlier incarnation is placed again (module docstring)."""
         await self._ready()
+        self.registry_calls += 1
+        self._record_request(places, scored, holder_id)
+
+    def _record_request(self, places: list[Place], scored: list, holder_id: str | None) -> None:
         self._record_places(places, scored, holder_id)
         self.counters["samples"] += len(places)
         if self.keeps_groups:
             self._step_wakeup.set()
+
+    async def record_many(self, requests: list[tuple[list[Place], list]], holder_id: str | None = None) -> list:
+        """`record` for each (places, scored samples) of the requests an ingress gathered: per request None, or the
+        exception it failed with."""
+        await self._ready()
+        self.registry_calls += 1
+        outcomes = []
+        for places, scored in requests:
+            try:
+                self._record_request(places, scored, holder_id)
+                outcomes.append(None)
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
 
     def _holds_version(self, version: int) -> bool:
         return version in self.weights
@@ -331,6 +400,7 @@ class GroupRegistry(GroupBook):
                   "learning_failing": learning.startswith("failing"), "groups_repinned": self.groups_repinned,
                   "learner_restarts": self.learner_restarts, "places_given_back": self.places_given_back,
                   "registry_restarts": self.registry_restarts, "samples_unplaced": self.samples_unplaced,
+                  "registry_calls": self.registry_calls,
                   STEPS_DROPPED: self.steps_dropped, **group_gauges(self.groups, self.group_warnings),
                   **self.rm_health, **self.counters, **self.learner_counters}
         return {"gauges": {k: float(v) for k, v in gauges.items()}, "learning": learning, "last_step": self.last_step,

@@ -96,6 +96,8 @@ class Scorer:
 
     async def _fetch(self, version: int) -> None:
         if version not in self._fetching:
+            if version in self.rm.versions():  # loaded (and its fetch forgotten) since the batch asking looked
+                return
             self._fetching[version] = asyncio.ensure_future(self._load(version))
         try:
             await asyncio.shield(self._fetching[version])
