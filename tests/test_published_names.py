@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from test_serve_registry_start import _Learner as _RegistryLearner
-from test_serve_steps import _group, _Learner, _Scorer
+from test_serve_steps import _Learner, _Scorer, run_steps
 
 import cooper_openrlhf.serve as serve_package
 from cooper_openrlhf.serve import published_names
@@ -47,23 +47,8 @@ def test_metrics_health_and_the_steps_log_show_the_published_names(tmp_path):
     log = ServiceLog(str(tmp_path), tensorboard=False)
     service = RewardService(ServiceConfig(group_size=2, groups_per_update=1), _Scorer(), [lambda r, c: []], log,
                             learner=_Learner(failures=1))
-
-    async def two_steps():
-        await service.start()
-        learning = []
-        for prompt in ("p0", "p1"):
-            service.ready.append(_group(prompt, 2))
-            service._wake_steps()
-            for _ in range(200):
-                await asyncio.sleep(0.01)
-                if not service.ready and service.update_done.is_set():
-                    break
-            learning.append(service.learning_status)
-        gauges = await service.gauges()
-        await service.stop(save=False)
-        return learning, gauges
-
-    learning, gauges = asyncio.run(two_steps())
+    (first, _), (second, gauges) = run_steps(service, ("p0", "p1"))
+    learning = [first, second]
     assert learning[0].startswith("failing: round 0: OSError") and learning[1] == "ok"
     assert gauges["rounds"] == 2.0 and gauges["round_failures"] == 1.0
     assert "group_warnings_open_at_a_rounds_end" in gauges

@@ -65,15 +65,14 @@ def _group(prompt: str, size: int) -> Group:
     return Group(-1, prompt, 0, 0.0, size, scored)
 
 
-def test_a_step_that_raises_is_shown_counted_and_the_next_step_runs(tmp_path):
-    learner = _Learner(failures=1)
-    service = RewardService(ServiceConfig(group_size=2, groups_per_update=1), _Scorer(), [lambda r, c: []],
-                            ServiceLog(str(tmp_path), tensorboard=False), learner=learner)
+def run_steps(service: RewardService, prompts: tuple[str, ...]) -> list[tuple[str, dict]]:
+    """One step per prompt (a complete group of 2 each), waiting for each to end; per step the service's learning
+    status and gauges after it."""
 
     async def steps():
         await service.start()
         statuses = []
-        for prompt in ("p0", "p1"):
+        for prompt in prompts:
             service.ready.append(_group(prompt, 2))
             service._wake_steps()
             for _ in range(200):
@@ -84,7 +83,14 @@ def test_a_step_that_raises_is_shown_counted_and_the_next_step_runs(tmp_path):
         await service.stop(save=False)
         return statuses
 
-    (failed, after_failure), (recovered, after_recovery) = asyncio.run(steps())
+    return asyncio.run(steps())
+
+
+def test_a_step_that_raises_is_shown_counted_and_the_next_step_runs(tmp_path):
+    learner = _Learner(failures=1)
+    service = RewardService(ServiceConfig(group_size=2, groups_per_update=1), _Scorer(), [lambda r, c: []],
+                            ServiceLog(str(tmp_path), tensorboard=False), learner=learner)
+    (failed, after_failure), (recovered, after_recovery) = run_steps(service, ("p0", "p1"))
     assert failed.startswith("failing: round 0: OSError") and "No space left" in failed
     assert after_failure["round_failures"] == 1 and after_failure["learning_failing"] == 1
     assert learner.discarded == 1  # the failed update's gradients are not carried into the next one
