@@ -1,4 +1,4 @@
-"""The policy-response pilots (docs/lab/policy_response_pilot/plan.md, plan2.md): whether a lab configuration lets
+"""The policy-response pilots (docs/lab/policy_response_pilot/plan.md, plan2.md, plan3.md): whether a lab configuration lets
 the policy learn what it is paid for. Per candidate lab folder, the rule arm's held-out and training accuracy,
 first -> last, and the plan's gate.
 
@@ -36,7 +36,8 @@ class Pilot:
 
 
 PILOTS = {1: Pilot(Path("docs/results/policy_response_pilot"), first=20, last=40),  # 240-step runs
-          2: Pilot(Path("docs/results/policy_response_pilot2"), first=6, last=12)}  # 30-step runs
+          2: Pilot(Path("docs/results/policy_response_pilot2"), first=6, last=12),  # 30-step runs
+          3: Pilot(Path("docs/results/policy_response_pilot3"), first=6, last=12)}  # 30-step runs
 
 
 def finished(lab: Path) -> list[Path]:
