@@ -214,18 +214,24 @@ def test_memory_stays_flat_over_10000_groups_and_3000_unauthenticated_paths(mode
         send(service, groups(0, 1000))  # warm-up: allocator pools, tokenizer caches, a first 401 series
         for k in range(20):
             requests.get(f"{service.url}/warm-up/{k}", timeout=10)
-        rss_before, metrics_before = service.rss_mib(), len(service.metrics())
-        send(service, groups(1000, 10_000))
+        metrics_before = len(service.metrics())
+        rss = [service.rss_mib()]
+        for first in (1000, 6000):  # two halves of 5,000 groups
+            send(service, groups(first, 5000))
+            rss.append(service.rss_mib())
         for k in range(3000):
             assert requests.get(f"{service.url}/probe/{k}", timeout=10).status_code == 401
-        rss_after, metrics_after = service.rss_mib(), len(service.metrics())
+        metrics_after = len(service.metrics())
         health = service.health()
     finally:
         service.stop()
-    print(f"RSS {rss_before:.1f} -> {rss_after:.1f} MiB over 10,000 groups; /metrics {metrics_before} -> "
-          f"{metrics_after} bytes over 3,000 paths")
+    growth = [after - before for before, after in zip(rss, rss[1:])]
+    print(f"RSS {' -> '.join(f'{r:.1f}' for r in rss)} MiB over two halves of 5,000 groups; /metrics "
+          f"{metrics_before} -> {metrics_after} bytes over 3,000 paths")
     assert health["samples"] == 2 * 11_000 * 1.0 and health["ready_groups"] == 0 and health["open_groups"] == 0
     assert metrics_after - metrics_before < 200  # the same series, only their numbers' digits grow
-    # The exact bound is above (no group kept); RSS is the evidence that nothing else is kept per sample either:
-    # keeping only a `ScoredSample` per sample, no group, grows it past twice this bound.
-    assert rss_after - rss_before < 6  # MiB
+    # The exact bound is above (no group kept); RSS is the evidence that nothing else is kept per sample either.
+    # What is kept per sample grows RSS in every half alike (keeping only a `ScoredSample` per sample adds over
+    # 6 MiB a half); the allocator's one-off steps (a heap extended once, a pool grown) land in one half, by up to
+    # about 6 MiB under load. So the smaller half's growth is the reading: small whenever nothing is kept.
+    assert min(growth) < 3, growth  # MiB
