@@ -155,8 +155,8 @@ def test_verl_custom_reward_function_loaded_as_verl_does(raw_service, monkeypatc
         one("gsm8k", "x", "1", {"index": 3})
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("form", ["sync", "async"])
+@pytest.mark.slow  # nightly for the async form: test_client_pays_the_services_reward_... holds it in CI
+@pytest.mark.parametrize("form", ["sync", pytest.param("async", marks=pytest.mark.nightly)])
 def test_trl_grpo_trains_with_the_service_reward(form, monitored_service, model_dir, tmp_path, monkeypatch):
     """TRL's own GRPOTrainer, 2 steps on CPU with the tiny policy; every completion paid by the service, through
     `service_reward` or its `async def` form."""

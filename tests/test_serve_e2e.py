@@ -171,7 +171,10 @@ def heldout(prompts) -> Path:
 CPU_WITHOUT_BF16 = {"COOPER_CPU_BF16": "0", "COOPER_OPENRLHF_DTYPE": "fp32"}
 
 
-@pytest.mark.parametrize("async_training", [False, True], ids=["sync-cpu-without-bf16", "async"])
+# Nightly for the async trainer: the stock trainer against the learning service runs in CI synchronously, and
+# test_scoring_goes_on_while_the_rm_learns holds --no-wait-for-update's scoring during an update.
+@pytest.mark.parametrize("async_training", [False, pytest.param(True, marks=pytest.mark.nightly)],
+                         ids=["sync-cpu-without-bf16", "async"])
 def test_stock_openrlhf_trains_against_the_learning_service(prompts, heldout, model_dir, tmp_path, async_training):
     policy, prompt_file = prompts
     service = ServiceProcess(tmp_path / "service", model_dir("tiny-qwen2-rm"), str(policy), "--group-size",

@@ -444,6 +444,9 @@ def _job_times(kit: Kit, job: str) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+# Nightly: its links are this file's other tests (each launcher by plain sbatch, USR1 -> checkpoint -> requeue) and
+# test_launch_scripts.py's (the chain's afterok order); this runs them as one chain, the longest test of the suite.
+@pytest.mark.nightly
 def test_reproduce_paper_in_cpu_mode_runs_from_data_to_report_with_a_requeued_two_node_arm(kit, tmp_path):
     """annotate (array) -> VerifyRM training -> the cooper arm on both nodes -> evaluation (array) and report,
     chained by afterok (one arm: two arms' 2-node Ray clusters starting at once overload 2 cores; the fake-sbatch
