@@ -288,7 +288,8 @@ def minilm_verifyrm(workdir: str) -> str:
     """The lab's VerifyRM architecture (MiniLM-L6 with a one-logit head) as a VerifyRM folder: a real encoder, where
     the forward is the cost. Its head is fresh (throughput does not depend on what it learnt)."""
     from cooper_openrlhf.models import model_path
-    from cooper_openrlhf.rm.model import export_rm, load_rm
+    from cooper_openrlhf.rm.model import load_rm
+    from cooper_openrlhf.rm.export import export_rm
 
     model, tokenizer, version = load_rm(model_path("minilm-l6-v2"), init_head=True)
     return str(export_rm(model, tokenizer, os.path.join(workdir, "minilm-verifyrm"), template_version=version,

@@ -169,7 +169,8 @@ def test_the_report_draws_each_saved_rms_premium_per_form_against_step(tmp_path,
     import torch
 
     from cooper_openrlhf.report.robustness import FIGURE, rm_exports, robustness_curve, run_problems, write_robustness
-    from cooper_openrlhf.rm.model import export_rm, load_rm
+    from cooper_openrlhf.rm.model import load_rm
+    from cooper_openrlhf.rm.export import export_rm
 
     run = tmp_path / "cooper_seed0"
     (run / "samples").mkdir(parents=True)

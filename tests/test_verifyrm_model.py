@@ -1,4 +1,4 @@
-"""rm/model.py on real (tiny and small) checkpoints: load rules, encoding, logits, export round trip, RMScorer."""
+"""rm/model.py and rm/export.py on real (tiny and small) checkpoints: load rules, encoding, logits, export round trip, RMScorer."""
 
 import json
 import logging
@@ -8,17 +8,15 @@ import pytest
 import torch
 
 from cooper_openrlhf.algo.template import CONFIG_KEY, render_rm_input
+from cooper_openrlhf.rm.export import OpenRLHFIncompatibleError, export_rm, require_openrlhf_compatible
 from cooper_openrlhf.rm.model import (
     DEFAULT_RM_MAX_LENGTH,
     NotASequenceClassifierError,
-    OpenRLHFIncompatibleError,
     check_reward_model,
     encode_rm_texts,
-    export_rm,
     load_rm,
     recorded_max_length,
     render_and_encode,
-    require_openrlhf_compatible,
     rm_logits,
     score_logits,
     usable_max_length,

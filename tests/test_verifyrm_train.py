@@ -86,7 +86,8 @@ def test_export_gives_the_same_scores_through_transformers_and_openrlhf(two_rank
     from transformers import AutoModelForSequenceClassification
 
     from cooper_openrlhf.algo.template import CONFIG_KEY
-    from cooper_openrlhf.rm.model import load_rm, render_and_encode, require_openrlhf_compatible, rm_logits
+    from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits
+    from cooper_openrlhf.rm.export import require_openrlhf_compatible
 
     best = str(two_rank_run[0] / "best")
     config = json.loads((two_rank_run[0] / "best" / "config.json").read_text())

@@ -64,7 +64,8 @@ def train_on_pairs(rm_in: str | Path, out: Path, problems: Sequence[MathProblem]
     import torch
 
     from cooper_openrlhf.algo.losses import pairwise_rm_loss
-    from cooper_openrlhf.rm.model import export_rm, load_rm, render_and_encode, rm_logits
+    from cooper_openrlhf.rm.model import load_rm, render_and_encode, rm_logits
+    from cooper_openrlhf.rm.export import export_rm
 
     torch.manual_seed(seed)
     rng = random.Random(seed)

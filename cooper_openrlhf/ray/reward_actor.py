@@ -28,12 +28,12 @@ from cooper_openrlhf.ray.checkpoint_tags import RM_DIR
 from cooper_openrlhf.rm.model import (
     DEFAULT_RM_MAX_LENGTH,
     adamw_config,
-    export_rm,
     load_rm,
     recorded_max_length,
     score_logits,
     usable_max_length,
 )
+from cooper_openrlhf.rm.export import export_rm
 from cooper_openrlhf.rm.pairwise_update import RMTrainer, pairwise_update
 from cooper_openrlhf.rm.snapshot import EngineSnapshot, scale_lr, weights_finite
 
@@ -242,7 +242,7 @@ class TrainableRewardModelActor(BaseModelActor):
         return {key: states[key] for key in keep if key in states}
 
     def save_model(self, out_dir: str) -> str:
-        """Export the RM in the VerifyRM format (`rm.model.export_rm`); every rank must call it."""
+        """Export the RM in the VerifyRM format (`rm.export.export_rm`); every rank must call it."""
         return str(export_rm(self.model, self.tokenizer, out_dir, template_version=self.template_version,
                              max_length=self.max_length))
 

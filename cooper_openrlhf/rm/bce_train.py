@@ -8,7 +8,7 @@ AdamW optimizer and transformers' warm-up-and-decay scheduler inside DeepSpeed, 
 sampler comes from `strategy.setup_dataloader`.
 
 Each epoch ends with an evaluation on a held-out split (split by question, so its questions are unseen)
--- loss, accuracy, precision, recall, F1 -- and the best epoch so far is exported with `rm.model.export_rm`.
+-- loss, accuracy, precision, recall, F1 -- and the best epoch so far is exported with `rm.export.export_rm`.
 Run directory layout (`out`):
   best/               the best checkpoint (a VerifyRM export)
   metrics.jsonl       one line per optimizer step ("train") and per epoch ("eval")
@@ -231,7 +231,8 @@ def train(config: TrainConfig, openrlhf_argv: list[str] = ()) -> dict:
     import torch.distributed as dist
 
     from cooper_openrlhf.algo.losses import bce_rm_loss
-    from cooper_openrlhf.rm.model import adamw_config, export_rm, load_rm, rm_logits, usable_max_length
+    from cooper_openrlhf.rm.model import adamw_config, load_rm, rm_logits, usable_max_length
+    from cooper_openrlhf.rm.export import export_rm
     from cooper_openrlhf.runtime.dtype import torch_dtype
 
     train_rows, eval_rows = load_splits(config)  # before any process group: bad data fails fast

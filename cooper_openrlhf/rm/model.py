@@ -15,28 +15,15 @@ optimizer from `adamw_config`.
 - Input: the RM template text (`algo/template.py`) tokenised right-padded and right-truncated to
   `max_length` tokens (`usable_max_length`: the caller's, else the export's, else
   `DEFAULT_RM_MAX_LENGTH`); the template version comes from the checkpoint's config (`CONFIG_KEY`).
-- Export: `save_pretrained` of model and tokenizer with the template record (plus `max_length` and
-  whether OpenRLHF's loader reproduces the scores) in the config, written to a temporary sibling and
-  renamed into place, so a crash never leaves a half-written export. DeepSpeed engines are unwrapped
-  and ZeRO-3 partitions gathered.
 
-OpenRLHF compatibility: `openrlhf.models.get_llm_for_sequence_regression(path, "reward")` rebuilds the
-model as `AutoModel` backbone + a bias-free linear head named `score` applied to the last attended
-token. For decoder backbones (`Qwen2ForSequenceClassification`, `LlamaForSequenceClassification`, ...)
-that is exactly transformers' classifier, so both loaders give the same scores. Encoder classifiers
-(BERT/MiniLM: CLS pooler + `classifier` with a bias) cannot be rebuilt that way: OpenRLHF would
-score them with a fresh random head. `openrlhf_compatibility` detects this, `export_rm` records and
-warns about it, and `require_openrlhf_compatible` fails clearly before such a path is handed to
-stock OpenRLHF.
+Export and OpenRLHF compatibility: `rm/export.py`.
 """
 
 import contextlib
 import logging
 import os
 import re
-import shutil
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -45,7 +32,6 @@ from cooper_openrlhf.algo.template import (
     CONFIG_KEY,
     TEMPLATE_VERSION,
     render_rm_input,
-    template_config,
     template_from_config,
 )
 
@@ -56,10 +42,6 @@ DEFAULT_RM_MAX_LENGTH = 1024  # tokens per RM input, when neither the caller nor
 
 class NotASequenceClassifierError(ValueError):
     """The path does not hold a one-logit sequence classifier (and no new head was asked for)."""
-
-
-class OpenRLHFIncompatibleError(ValueError):
-    """OpenRLHF's `get_llm_for_sequence_regression` would not reproduce this reward model's scores."""
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -130,7 +112,7 @@ def _init_new_head(model: nn.Module, new_keys: list[str], zero3: bool) -> None:
     params = dict(model.named_parameters())
     new_params = [params[key] for key in new_keys if key in params]
     std = 1.0 / (model.config.hidden_size + 1)
-    gather = _gathered(new_params, modifier_rank=0) if zero3 else contextlib.nullcontext()
+    gather = gathered(new_params, modifier_rank=0) if zero3 else contextlib.nullcontext()
     with gather, torch.no_grad():
         if not zero3 or not dist.is_initialized() or dist.get_rank() == 0:
             for param in new_params:
@@ -141,7 +123,7 @@ def _init_new_head(model: nn.Module, new_keys: list[str], zero3: bool) -> None:
     logger.info("initialised a new one-logit head: %s", sorted(new_keys))
 
 
-def _gathered(params: list, modifier_rank=None):
+def gathered(params: list, modifier_rank=None):
     import deepspeed
 
     return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank, enabled=bool(params))
@@ -215,8 +197,8 @@ def usable_max_length(model, requested: int | None = None) -> int:
     Capped (with a warning) at the backbone's position limit (e.g. 512 for MiniLM).
     """
     if requested is None:
-        requested = recorded_max_length(_unwrap(model).config) or DEFAULT_RM_MAX_LENGTH
-    limit = getattr(_unwrap(model).config, "max_position_embeddings", None)
+        requested = recorded_max_length(unwrap(model).config) or DEFAULT_RM_MAX_LENGTH
+    limit = getattr(unwrap(model).config, "max_position_embeddings", None)
     if limit is not None and requested > limit:
         logger.warning("max_length %d exceeds the model's %d positions; using %d", requested, limit, limit)
         return limit
@@ -270,7 +252,7 @@ def render_and_encode(
     return encode_rm_texts(tokenizer, texts, max_length)
 
 
-def _unwrap(model) -> nn.Module:
+def unwrap(model) -> nn.Module:
     """The transformers model inside a DeepSpeed engine (`.module`), or the model itself."""
     return model.module if hasattr(model, "module") and isinstance(model.module, nn.Module) else model
 
@@ -280,7 +262,7 @@ def rm_logits(model, batch: dict) -> torch.Tensor:
 
     Gradients flow when called outside `torch.no_grad()`.
     """
-    device = next(_unwrap(model).parameters()).device
+    device = next(unwrap(model).parameters()).device
     output = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
     logits = output.logits if hasattr(output, "logits") else output
     if logits.dim() != 2 or logits.shape[-1] != 1:
@@ -351,107 +333,3 @@ def adamw_config(
         "max_norm": max_norm,
         "scheduler_steps": max(1, scheduler_steps),
     }
-
-
-# ------------------------------------------------------------------------------ OpenRLHF compatibility
-def openrlhf_compatibility(model) -> tuple[bool, str]:
-    """(True, "") when OpenRLHF's `get_llm_for_sequence_regression(..., "reward")` rebuilds the same scorer.
-
-    That loader builds `AutoModel` for the config plus a bias-free `nn.Linear(hidden, 1)` named `score`,
-    read at the last attended token. Transformers' decoder classifiers have exactly that shape (and pool
-    the last non-pad token, the same token under right padding); encoder classifiers do not.
-    """
-    from transformers import AutoModel
-
-    model = _unwrap(model)
-    head = getattr(model, "score", None)
-    try:
-        backbone_class = AutoModel._model_mapping[type(model.config)]
-    except KeyError:
-        backbone_class = None
-    backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    if isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is None and type(backbone) is backbone_class:
-        return True, ""
-    return False, (
-        f"{type(model).__name__} is not a decoder backbone with a bias-free linear `score` head on the last token, "
-        f"so openrlhf.models.get_llm_for_sequence_regression(..., 'reward') would score it with a new random head. "
-        f"Score it through cooper_openrlhf (rm.model.load_rm, rm.scorer.RMScorer, cooper serve --rm, "
-        f"cooper inspect eval-verifier --verifier rm); "
-        f"for a reward model stock OpenRLHF can load, train from a decoder backbone (e.g. Qwen2, Llama)."
-    )
-
-
-def require_openrlhf_compatible(path: str) -> None:
-    """Raise `OpenRLHFIncompatibleError` if stock OpenRLHF would not reproduce the scores of the RM at `path`."""
-    from transformers import AutoModelForSequenceClassification
-
-    config = check_reward_model(path)
-    record = getattr(config, CONFIG_KEY, None) or {}
-    if "openrlhf_compatible" in record:
-        compatible, reason = record["openrlhf_compatible"], record.get("openrlhf_incompatible_reason", "")
-    else:
-        with torch.device("meta"):
-            compatible, reason = openrlhf_compatibility(AutoModelForSequenceClassification.from_config(config))
-    if not compatible:
-        raise OpenRLHFIncompatibleError(f"{path}: {reason}")
-
-
-# ------------------------------------------------------------------------------------------ export
-def _is_zero3(module: nn.Module) -> bool:
-    return any(hasattr(param, "ds_id") for param in module.parameters())
-
-
-def _gathered_state_dict(module: nn.Module, rank: int) -> dict[str, torch.Tensor]:
-    """Full state dict of a ZeRO-3 partitioned module, on CPU on rank 0 (empty elsewhere); every rank must call."""
-    params = dict(module.named_parameters(remove_duplicate=False))
-    state = {}
-    for key, value in module.state_dict(keep_vars=True).items():
-        if key in params:
-            with _gathered([params[key]]):
-                if rank == 0:
-                    state[key] = params[key].data.detach().cpu().clone()
-        elif rank == 0:
-            state[key] = value.detach().cpu().clone()
-    return state
-
-
-def export_rm(model, tokenizer, out_dir, *, template_version: str = TEMPLATE_VERSION, max_length: int | None = None) -> Path:
-    """Save `model` (or a DeepSpeed engine's module) and `tokenizer` as a VerifyRM folder; returns its path.
-
-    The config records `template_config(template_version)` under `CONFIG_KEY`, plus `max_length` and
-    `openrlhf_compatible` (with the reason when False, also logged as a warning). Rank 0 writes into a
-    temporary sibling folder that is renamed into place (an existing export is replaced only then); in a
-    distributed run every rank must call this (ZeRO-3 gathers are collective) and all wait for rank 0.
-    """
-    import torch.distributed as dist
-
-    module = _unwrap(model)
-    out = Path(out_dir)
-    distributed = dist.is_available() and dist.is_initialized()
-    rank = dist.get_rank() if distributed else 0
-    state = _gathered_state_dict(module, rank) if _is_zero3(module) else None
-    if rank == 0:
-        compatible, reason = openrlhf_compatibility(module)
-        if not compatible:
-            logger.warning("export %s: the folder is a VerifyRM that this package's loaders read with its trained "
-                           "head (rm.model.load_rm, cli.serve --rm, cli.evaluate); only stock OpenRLHF's loader cannot: "
-                           "%s", out, reason)
-        record = dict(template_config(template_version), max_length=max_length, openrlhf_compatible=compatible)
-        if reason:
-            record["openrlhf_incompatible_reason"] = reason
-        setattr(module.config, CONFIG_KEY, record)
-        module.config.pad_token_id = tokenizer.pad_token_id
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        module.save_pretrained(tmp, state_dict=state)
-        tokenizer.save_pretrained(tmp)
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-        logger.info("exported reward model to %s (template %s, max_length %s)", out, template_version, max_length)
-    if distributed:
-        dist.barrier()
-    return out

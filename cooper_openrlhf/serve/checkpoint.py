@@ -26,7 +26,7 @@ the checkpoints) holds the highest version number ever published, written and fl
 published (`next_version`); a restart whose checkpoint is older serves the checkpoint's weights under their own
 number and publishes its next version past every lost one (`never_reuse_versions` wires a scorer).
 
-The export is the VerifyRM format (`rm.model.export_rm`) that `train_cooper --reward.model_name_or_path` and
+The export is the VerifyRM format (`rm.export.export_rm`) that `train_cooper --reward.model_name_or_path` and
 `evaluate` read.
 """
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cooper_openrlhf.rm.model import export_rm
+from cooper_openrlhf.rm.export import export_rm
 from cooper_openrlhf.rm.pairwise_update import RMTrainer
 from cooper_openrlhf.rm.snapshot import weights_finite
 

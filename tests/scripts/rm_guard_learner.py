@@ -105,7 +105,7 @@ def export(trainer, folder: str) -> str:
     """The warmed-up RM, its anchors and the rounds' pairs, for a training run (module docstring)."""
     import os
 
-    from cooper_openrlhf.rm.model import export_rm
+    from cooper_openrlhf.rm.export import export_rm
 
     path = export_rm(trainer.model, trainer.tokenizer, os.path.join(folder, "best"),
                      template_version=trainer.template_version, max_length=trainer.max_length)
