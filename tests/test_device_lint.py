@@ -55,7 +55,7 @@ ALLOWED = {
         "handed to strategy.all_gather, which moves it to the collective's device and back",
     ("rm/bce_train.py", "evaluate", ".cpu()"):
         "held-out logits gathered on the CPU, where collate's labels are, for the epoch's metrics",
-    ("rm/model.py", "_gathered_state_dict", ".cpu()"):
+    ("rm/export.py", "_gathered_state_dict", ".cpu()"):
         "the exported state dict is gathered on the CPU of rank 0 and saved from there",
 }
 
