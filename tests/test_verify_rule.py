@@ -109,3 +109,45 @@ def test_verify_one_works_outside_the_main_thread():
     thread.start()
     thread.join(timeout=30)
     assert results["outcome"].verdict == Verdict.CORRECT
+
+
+# (reference, completion, verdict, extracted): a final answer that is arithmetic on numerals. Graded as its value
+# (math-verify's semantics) any policy that restates the question's expression is paid on every problem; the first
+# two are SmolLM2's own, written under the rule reward (policy-response pilot 3's held-out samples, trimmed): the
+# result each states for its expression elsewhere is what is graded.
+UNEVALUATED = [
+    ("3", "We first calculate 9 - 6 = 5.\n\nThe final answer is 9 - 6 = 5.\n\nThe answer is 9 - 6.", Verdict.INCORRECT,
+     "5"),
+    ("9", "we have a total of 7 + 2 = 11.\n\nThe final answer is 81.\n\nThe final answer is 7 + 2 = ", Verdict.INCORRECT,
+     "11"),
+    ("4", "The final answer is 7 + 2 = ", Verdict.INCORRECT, "7 + 2"),  # no result stated for it
+    ("4", "The final answer is 9 - 5 = 7.", Verdict.INCORRECT, "7"),  # the result stated for it is graded
+    ("4", "The final answer is 9 - 5 = 4.", Verdict.CORRECT, "4"),
+    ("4", "\\boxed{9-5}", Verdict.INCORRECT, "9-5"),
+    ("12", "The answer is $3 \\cdot 4$", Verdict.INCORRECT, "3 \\cdot 4"),
+    ("4", "The final answer is 9 - 5 = 4 - 0.", Verdict.INCORRECT, "9 - 5"),  # a result that is arithmetic again
+]
+
+
+@pytest.mark.parametrize("reference, completion, verdict, extracted", UNEVALUATED)
+def test_arithmetic_on_numerals_is_not_an_answer_the_result_written_after_it_is(reference, completion, verdict,
+                                                                                 extracted):
+    outcome = verify_one(reference, completion)
+    assert (outcome.verdict, outcome.extracted) == (verdict, extracted)
+
+
+@pytest.mark.parametrize("reference, completion", [
+    ("\\frac{3}{4}", "The answer is 3/4"),  # a fraction is an answer's form, not a computation left over
+    ("-3", "The answer is -3"),
+    ("1+\\sqrt{2}", "The answer is $1+\\sqrt{2}$"),
+    ("6+9i", "\\boxed{9i+6}"),
+    ("12", "The answer is $3 \\cdot 4 = 12$"),
+])
+def test_answers_that_merely_contain_an_operator_keep_math_verifys_grade(reference, completion):
+    assert verify_one(reference, completion).verdict == Verdict.CORRECT
+
+
+def test_math_verifys_own_grade_of_arithmetic_stays_one_setting_away():
+    config = RuleVerifierConfig(grade_unevaluated_arithmetic=True)
+    for reference, completion, _, _ in UNEVALUATED[:2] + UNEVALUATED[3:4] + UNEVALUATED[5:7]:
+        assert verify_one(reference, completion, config).verdict == Verdict.CORRECT, completion

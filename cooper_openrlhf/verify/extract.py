@@ -15,6 +15,10 @@ settings*, in this order:
 4. only when math-verify finds nothing at all: "the answer is X" (or the ``####`` line X) where X
    is a bare LaTeX expression (``\\sqrt{2}``), which math-verify's patterns do not reach without ``$``.
 
+One answer form is graded apart (`rule.verify_one`): arithmetic on numerals (``9 - 5``, ``3 \\cdot 4``,
+`unevaluated_arithmetic`) is the computation left to the grader, not its result; the result the completion states
+for it (its last ``9 - 5 = 4``, `stated_result`) is graded instead, and without one the answer is wrong.
+
 `fallback` maps onto math-verify's own switch: "last_number" is its unanchored extraction (the
 rightmost LaTeX span or number anywhere, `try_extract_without_anchor=True`), "none" keeps only
 anchored forms (box, ``####``, "final answer is", "answer:"). No hand-written "last number"
@@ -214,6 +218,33 @@ def normalize_answer(answer: str) -> str | None:
     if _THOUSANDS.fullmatch(answer):
         answer = answer.replace(",", "")
     return answer or None
+
+
+# Arithmetic on numerals as a final answer. math-verify evaluates it, and its "final answer is" pattern stops before
+# an "=", so "The final answer is 9 - 5 = 7." grades as 9 - 5 = 4: a policy that restates the question's own
+# expression is paid on every problem whatever it computes (SmolLM2 under the rule reward learned it within 30
+# GRPO steps on digit sums; docs/lab/notebook.md, "Policy-response pilot 3"). Division is left out: "3/4" is a
+# fraction, an answer's usual form.
+_NUMERAL = r"-?\d+(?:\.\d+)?"
+_OPERATOR = r"(?:[-+*×]|\\cdot|\\times)"
+_ARITHMETIC = re.compile(rf"{_NUMERAL}(?:\s*{_OPERATOR}\s*{_NUMERAL})+")
+_TOKEN = re.compile(rf"\d+(?:\.\d+)?|{_OPERATOR}")
+
+
+def unevaluated_arithmetic(answer: str) -> bool:
+    """True when `answer` is arithmetic on numerals (``9 - 5``, ``7 + 2.``, ``3 \\cdot 4``): no result stated."""
+    return _ARITHMETIC.fullmatch(normalize_answer(answer) or "") is not None
+
+
+def stated_result(completion: str, expression: str) -> str | None:
+    """The result `completion` states for `expression`: the number after "=" at its last "9 - 5 = N", spaced as it
+    may be ("9 - 5 = 4" -> "4"; a result that is arithmetic again is none), or None."""
+    tokens = _TOKEN.findall(normalize_answer(expression) or "")
+    if not tokens:
+        return None
+    pattern = r"\s*".join(re.escape(token) for token in tokens) + rf"\s*=\s*\$?\s*({_NUMERAL})(?![\d.]*\s*{_OPERATOR}\s*\d)"
+    results = re.findall(pattern, completion)
+    return results[-1] if results else None
 
 
 def extract_answer(completion: str, fallback: str = "last_number") -> str | None:

@@ -4,7 +4,10 @@ The completion is parsed by math-verify's own extraction (``math_verify.parse`` 
 expression targets, boxes first), pointed by `extract.extraction_plan` at the ``#### X`` line
 when there is one; the parsed objects go to ``verify`` as they are, so grading keeps math-verify's
 semantics (interval brackets, bare ``\\frac13``, ``1 000``, relations). Only when math-verify finds
-nothing does a bare LaTeX "the answer is X" count (`extract.fallback_phrase`). A reference answer
+nothing does a bare LaTeX "the answer is X" count (`extract.fallback_phrase`). One departure from math-verify, on
+purpose: a final answer that is arithmetic on numerals (``9 - 5``) is not graded as its value; the result the
+completion states for it (``9 - 5 = 4``) is, and without one the verdict is INCORRECT (`extract.unevaluated_arithmetic`: a
+policy learns to restate the question's expression otherwise). A reference answer
 (and either side of an answer-to-answer comparison) is a bare answer string: it is wrapped as
 ``\\boxed{...}`` and parsed. math-verify's ``verify`` is not symmetric (assignments such as ``x=2`` and
 equation/interval conversions are simplified on one side only), so the reference is always passed
@@ -25,7 +28,14 @@ import time
 from dataclasses import dataclass
 from itertools import product
 
-from cooper_openrlhf.verify.extract import FALLBACKS, extraction_plan, fallback_phrase, normalize_answer
+from cooper_openrlhf.verify.extract import (
+    FALLBACKS,
+    extraction_plan,
+    fallback_phrase,
+    normalize_answer,
+    stated_result,
+    unevaluated_arithmetic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +59,8 @@ class RuleVerifierConfig:
         (box, `####`, "final answer is", "answer:"); without one the verdict is NO_ANSWER.
     parse_timeout_s / compare_timeout_s: math-verify's own alarms (whole seconds, main thread only).
     float_rounding / numeric_precision / strict: passed to `math_verify.verify` unchanged.
+    grade_unevaluated_arithmetic: grade an answer such as ``9 - 5`` as its value, as math-verify does (off: the
+        result the completion states for it is graded, else INCORRECT; the module docstring says why).
     """
 
     answer_fallback: str = "last_number"
@@ -57,6 +69,7 @@ class RuleVerifierConfig:
     float_rounding: int = 6
     numeric_precision: int = 15
     strict: bool = True
+    grade_unevaluated_arithmetic: bool = False
 
     def __post_init__(self) -> None:
         FALLBACKS.check(self.answer_fallback)
@@ -187,6 +200,11 @@ def verify_one(reference: str, completion: str, config: RuleVerifierConfig = Rul
         if not target:
             return VerifyOutcome(Verdict.NO_ANSWER, None, time.perf_counter() - start)
         extracted = normalize_answer(str(target[-1])) or str(target[-1])
+        if not config.grade_unevaluated_arithmetic and unevaluated_arithmetic(extracted):
+            result = stated_result(completion, extracted)
+            if result is None:  # the computation left to the grader: no result stated
+                return VerifyOutcome(Verdict.INCORRECT, extracted, time.perf_counter() - start)
+            extracted, target = result, _parse(result, timeout_parse)
         gold = _parse_reference(gold_text, timeout_parse)
         if not gold:
             return VerifyOutcome(Verdict.NO_ANSWER, extracted, time.perf_counter() - start)
