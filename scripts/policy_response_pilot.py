@@ -4,12 +4,18 @@ first -> last, and the plan's gate.
 
     python scripts/policy_response_pilot.py [--pilot 2]                        # from the committed archives
     python scripts/policy_response_pilot.py --lab /work/runs/policy-response/p1 --publish   # archive finished runs first
+    python scripts/policy_response_pilot.py --pilot 3 --regrade     # the samples graded again by today's verifier
 
 A candidate is a lab folder `<lab>/<name>` (its `lab_settings.json` says its configuration). Measures per run:
 held-out accuracy (`eval/...accuracy`, the rule verifier's grade of held-out samples) as the mean of its evaluations
 at steps <= `first` and over the last `last` steps (each pilot's own, set in its plan: `PILOTS`); training accuracy
 (the rule verifier's grade of the training rollouts, samples/rollouts.jsonl) over the same windows. The gate (a):
 the seed-mean held-out rise >= RISE and every seed's rise > 0.
+
+`--regrade` grades the logged samples again with this checkout's rule verifier (the run's answer fallback, the
+trainer's default "none") instead of reading the runs' own verdicts: a reading after the fact, not the plan's
+measure, for a verifier that changed since the runs (pilot 3: math-verify graded "The final answer is 9 - 5 = 7."
+right for 4, and the policy learned to write it).
 """
 
 import argparse
@@ -52,21 +58,28 @@ def windows(points: list[tuple[int, float]], last_step: int, pilot: Pilot) -> tu
     return (statistics.fmean(first) if first else None, statistics.fmean(last) if last else None)
 
 
-def training_accuracy(rollouts: Path) -> list[tuple[int, float]]:
-    """(step, share of that step's rollouts the rule verifier graded right)."""
+def accuracy_by_step(samples: Path, regrade: bool = False) -> list[tuple[int, float]]:
+    """(step, share of that step's logged samples the rule verifier graded right): the run's own verdicts, or
+    (`regrade`) this checkout's verifier's."""
+    from cooper_openrlhf.verify.rule import RuleVerifierConfig, Verdict, verify_one
+
+    config = RuleVerifierConfig(answer_fallback="none")
     by_step: dict[int, list[float]] = {}
-    with rollouts.open(encoding="utf-8") as lines:
+    with samples.open(encoding="utf-8") as lines:
         for line in lines:
             row = json.loads(line)
-            by_step.setdefault(int(row["step"]), []).append(float(bool(row["verified"])))
+            right = (verify_one(row["reference"], row["completion"], config).verdict == Verdict.CORRECT if regrade
+                     else bool(row["verified"]))
+            by_step.setdefault(int(row["step"]), []).append(float(right))
     return [(step, statistics.fmean(values)) for step, values in sorted(by_step.items())]
 
 
-def measures(folder: Path, pilot: Pilot) -> dict:
+def measures(folder: Path, pilot: Pilot, regrade: bool = False) -> dict:
     run = load_run(folder)
-    train = training_accuracy(folder / "samples" / "rollouts.jsonl")
+    train = accuracy_by_step(folder / "samples" / "rollouts.jsonl", regrade)
     last_step = train[-1][0] if train else 0
-    held = windows(heldout_series(run.scalars), last_step, pilot)
+    heldout = accuracy_by_step(folder / "samples" / "heldout.jsonl", True) if regrade else heldout_series(run.scalars)
+    held = windows(heldout, last_step, pilot)
     trained = windows(train, last_step, pilot)
     info = json.loads((folder / "run_info.json").read_text())
     return {"arm": run.arm, "seed": run.seed, "steps": last_step, "heldout": held, "train": trained,
@@ -77,13 +90,15 @@ def fmt(pair) -> str:
     return "-" if None in pair else f"{pair[0]:.3f} -> {pair[1]:.3f}"
 
 
-def report(candidates: dict[str, list[Path]], pilot: Pilot) -> None:
+def report(candidates: dict[str, list[Path]], pilot: Pilot, regrade: bool = False) -> None:
+    if regrade:
+        print("graded again by this checkout's rule verifier (not the runs' own verdicts, not the plan's measure)")
     print(f"held-out and training accuracy: mean at steps <= {pilot.first} -> mean over the last {pilot.last} steps; "
           f"gate (a): seed-mean held-out rise >= {RISE} and every seed's rise > 0")
     print("| candidate | arm | seed | steps | held-out accuracy | rise | training accuracy | seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for name, folders in candidates.items():
-        rows = [measures(f, pilot) for f in folders]
+        rows = [measures(f, pilot, regrade) for f in folders]
         for r in rows:
             rise = "-" if r["rise"] is None else f"{r['rise']:+.3f}"
             print(f"| {name} | {r['arm']} | {r['seed']} | {r['steps']} | {fmt(r['heldout'])} | {rise} | "
@@ -102,6 +117,8 @@ def main(argv=None) -> int:
                         help="a folder of candidate lab folders: read their finished runs, not the archives")
     parser.add_argument("--pilot", type=int, choices=sorted(PILOTS), default=1, help="which pilot's windows and archive")
     parser.add_argument("--publish", action="store_true", help="archive finished runs into the pilot's folder")
+    parser.add_argument("--regrade", action="store_true",
+                        help="grade the logged samples again with this checkout's rule verifier (a later reading)")
     args = parser.parse_args(argv)
     pilot = PILOTS[args.pilot]
     published = pilot.published
@@ -113,7 +130,7 @@ def main(argv=None) -> int:
                 for folder in fresh:  # a finished run never changes: each is archived once
                     archive_run(folder, published / name / f"{folder.name}.tar.gz")
                     print(f"archived {name}/{folder.name} (git add -f: runs are ignored)")
-        report(candidates, pilot)
+        report(candidates, pilot, args.regrade)
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         candidates = {}
@@ -122,7 +139,7 @@ def main(argv=None) -> int:
                 with tarfile.open(archive) as tar:
                     tar.extractall(Path(scratch) / candidate.name, filter="data")
             candidates[candidate.name] = finished(Path(scratch) / candidate.name)
-        report(candidates, pilot)
+        report(candidates, pilot, args.regrade)
     return 0
 
 
