@@ -126,6 +126,7 @@ UNEVALUATED = [
     ("4", "\\boxed{9-5}", Verdict.INCORRECT, "9-5"),
     ("12", "The answer is $3 \\cdot 4$", Verdict.INCORRECT, "3 \\cdot 4"),
     ("4", "The final answer is 9 - 5 = 4 - 0.", Verdict.INCORRECT, "9 - 5"),  # a result that is arithmetic again
+    ("4", "19 - 5 = 14, and the final answer is 9 - 5.", Verdict.INCORRECT, "9 - 5"),  # 14 is 19 - 5's result
 ]
 
 

@@ -242,7 +242,9 @@ def stated_result(completion: str, expression: str) -> str | None:
     tokens = _TOKEN.findall(normalize_answer(expression) or "")
     if not tokens:
         return None
-    pattern = r"\s*".join(re.escape(token) for token in tokens) + rf"\s*=\s*\$?\s*({_NUMERAL})(?![\d.]*\s*{_OPERATOR}\s*\d)"
+    # Not inside a longer number ("19 - 5 = 14" states nothing for "9 - 5"); a result that is arithmetic again is none.
+    expression_pattern = r"(?<![\d.])" + r"\s*".join(re.escape(token) for token in tokens)
+    pattern = expression_pattern + rf"\s*=\s*\$?\s*({_NUMERAL})(?![\d.]*\s*{_OPERATOR}\s*\d)"
     results = re.findall(pattern, completion)
     return results[-1] if results else None
 

@@ -6,8 +6,8 @@ when there is one; the parsed objects go to ``verify`` as they are, so grading k
 semantics (interval brackets, bare ``\\frac13``, ``1 000``, relations). Only when math-verify finds
 nothing does a bare LaTeX "the answer is X" count (`extract.fallback_phrase`). One departure from math-verify, on
 purpose: a final answer that is arithmetic on numerals (``9 - 5``) is not graded as its value; the result the
-completion states for it (``9 - 5 = 4``) is, and without one the verdict is INCORRECT (`extract.unevaluated_arithmetic`: a
-policy learns to restate the question's expression otherwise). A reference answer
+completion states for it (``9 - 5 = 4``) is, and without one the verdict is INCORRECT
+(`extract.unevaluated_arithmetic`: a policy learns to restate the question's expression otherwise). A reference answer
 (and either side of an answer-to-answer comparison) is a bare answer string: it is wrapped as
 ``\\boxed{...}`` and parsed. math-verify's ``verify`` is not symmetric (assignments such as ``x=2`` and
 equation/interval conversions are simplified on one side only), so the reference is always passed
