@@ -191,6 +191,7 @@ def test_a_retried_sample_gets_its_answer_again_and_is_not_scored_twice(model_di
     assert _answered(first + again + rest + after + other + next_step)
     assert again[0] == first[0] and after[0] == rest[-1]
     assert health["samples_repeated"] == 2 and health["groups_completed"] == 2 and health["rounds"] == 1
+    assert health["samples_retried"] == 1  # the one after its group completed; the one inside it counted there
     assert health["open_groups"] == 1 and health["samples"] == 10  # the next step's sample opened a group
     assert health["rm_batch_mean"] * health["rm_batches"] == 8  # the distinct samples of each step scored, once
 

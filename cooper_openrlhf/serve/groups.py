@@ -129,6 +129,7 @@ class GroupTracker:
         self.completed = 0
         self.dropped: Counter = Counter()  # reason -> groups dropped from learning
         self.repeats = 0  # samples answered from a recorded answer
+        self.retries = 0  # of those, the ones counted in no group (their group was full or complete): retries
         self.steps_formed = 0
         self._answers: OrderedDict[bytes, Answered] = OrderedDict()  # the most recent answers, for retries
         self._last_arrival: float | None = None
@@ -196,6 +197,7 @@ class GroupTracker:
         self.repeats += 1
         group = self.open.get(answered.group_id)
         if group is None or self._filling.get(group.key) != group.id:
+            self.retries += 1
             return None  # completed (a retry of an answered sample) or full: nothing to count
         group.reserved += 1
         if group.reserved == self.group_size:

@@ -56,11 +56,13 @@ DROP_REASONS = ("timeout", "silence", "split trainer group", "backlog", "learner
 
 
 def group_gauges(groups, warnings) -> dict[str, float]:
-    """/metrics numbers of the groups: dropped from learning by reason, repeats answered, warnings by kind."""
+    """/metrics numbers of the groups: dropped from learning by reason, repeats answered (`samples_retried`: those
+    counted in no group, so samples answered minus retried is what the trainer sent), warnings by kind."""
     dropped = {f"groups_dropped_{reason.replace(' ', '_')}": float(groups.dropped[reason]) for reason in DROP_REASONS}
     warned = {f"group_warnings_{kind.replace(' ', '_').replace(chr(39), '')}": float(warnings.counts[kind])
               for kind in WARNING_KINDS}
-    return {**dropped, "groups_expired": float(groups.expired), "samples_repeated": float(groups.repeats), **warned}
+    return {**dropped, "groups_expired": float(groups.expired), "samples_repeated": float(groups.repeats),
+            "samples_retried": float(groups.retries), **warned}
 
 
 def step_summary(index: int, metrics: dict, seconds: float) -> str:
