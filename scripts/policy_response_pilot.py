@@ -1,10 +1,11 @@
-"""The policy-response pilots (docs/lab/policy_response_pilot/plan.md, plan2.md, plan3.md): whether a lab configuration lets
+"""The policy-response pilots (docs/lab/policy_response_pilot/plan.md .. plan4.md): whether a lab configuration lets
 the policy learn what it is paid for. Per candidate lab folder, the rule arm's held-out and training accuracy,
-first -> last, and the plan's gate.
+first -> last, and the plan's gate; for an RM-paid arm (pilot 4: static) also the exploit rate and what its RM paid.
 
     python scripts/policy_response_pilot.py [--pilot 2]                        # from the committed archives
     python scripts/policy_response_pilot.py --lab /work/runs/policy-response/p1 --publish   # archive finished runs first
     python scripts/policy_response_pilot.py --pilot 3 --regrade     # the samples graded again by today's verifier
+    python scripts/policy_response_pilot.py --pilot 4               # the static arm against pilot 3's rule arm
 
 A candidate is a lab folder `<lab>/<name>` (its `lab_settings.json` says its configuration). Measures per run:
 held-out accuracy (`eval/...accuracy`, the rule verifier's grade of held-out samples) as the mean of its evaluations
@@ -16,6 +17,13 @@ the seed-mean held-out rise >= RISE and every seed's rise > 0.
 trainer's default "none") instead of reading the runs' own verdicts: a reading after the fact, not the plan's
 measure, for a verifier that changed since the runs (pilot 3: math-verify graded "The final answer is 9 - 5 = 7."
 right for 4, and the policy learned to write it).
+
+Pilot 4 (plan4.md) reads, per run and window, the exploit rate: the share of training rollouts verified wrong that
+state the reference (report/rm_measures.py `rollout_class`: what a reference-matching RM pays), beside accuracy,
+and for an RM-paid arm what its RM paid right, exploit and ordinary wrong rollouts (AUC right vs exploit). Its rule,
+the room gate (b) needs: the static arm's last-window exploit rate minus the rule arm's (pilot 3's runs, graded
+again by this checkout's verifier: the rule arm's best policy is the floor any oracle RM can push the rate to),
+seed mean >= ROOM and every static seed above the rule arm's mean.
 """
 
 import argparse
@@ -32,6 +40,7 @@ from cooper_openrlhf.report.aggregate import heldout_series
 from cooper_openrlhf.report.runs import load_run
 
 RISE = 0.05
+ROOM = 0.10  # gate (b)'s bar: an oracle must lower static's exploit rate by this much, so static must leave it
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,9 @@ class Pilot:
 
 PILOTS = {1: Pilot(Path("docs/results/policy_response_pilot"), first=20, last=40),  # 240-step runs
           2: Pilot(Path("docs/results/policy_response_pilot2"), first=6, last=12),  # 30-step runs
-          3: Pilot(Path("docs/results/policy_response_pilot3"), first=6, last=12)}  # 30-step runs
+          3: Pilot(Path("docs/results/policy_response_pilot3"), first=6, last=12),  # 30-step runs
+          4: Pilot(Path("docs/results/policy_response_pilot4"), first=6, last=12)}  # 30-step static runs
+REFERENCE_RULE = 3  # pilot 4's rule arm: pilot 3's runs (the same configuration), graded again
 
 
 def finished(lab: Path) -> list[Path]:
@@ -84,6 +95,72 @@ def measures(folder: Path, pilot: Pilot, regrade: bool = False) -> dict:
     info = json.loads((folder / "run_info.json").read_text())
     return {"arm": run.arm, "seed": run.seed, "steps": last_step, "heldout": held, "train": trained,
             "rise": None if None in held else held[1] - held[0], "seconds": info.get("seconds")}
+
+
+def rollout_rows(samples: Path, regrade: bool = False) -> list[dict]:
+    """The logged training rollouts; `regrade`: "verified" set by this checkout's rule verifier."""
+    from cooper_openrlhf.verify.rule import RuleVerifierConfig, Verdict, verify_one
+
+    config = RuleVerifierConfig(answer_fallback="none")
+    rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines() if line]
+    if regrade:
+        for row in rows:
+            row["verified"] = verify_one(row["reference"], row["completion"], config).verdict == Verdict.CORRECT
+    return rows
+
+
+def exploit_side(folder: Path, pilot: Pilot, regrade: bool = False) -> dict:
+    """Per window (first, last): the exploit rate, the exploit share of wrong rollouts, and what the run's RM paid
+    (report/rm_measures.py `rollout_pay`; None for the rule arm, whose rows carry the rule's reward)."""
+    from cooper_openrlhf.report.rm_measures import rollout_class, rollout_pay
+
+    rows = rollout_rows(folder / "samples" / "rollouts.jsonl", regrade)
+    last_step = max(int(r["step"]) for r in rows)
+    spans = ((1, pilot.first), (last_step - pilot.last + 1, last_step))
+    run = load_run(folder)
+    out = {"arm": run.arm, "seed": run.seed, "windows": []}
+    for first, last in spans:
+        classes = [rollout_class(r) for r in rows if first <= int(r["step"]) <= last]
+        wrong = [c for c in classes if c != "right"]
+        out["windows"].append({
+            "span": (first, last), "exploit_rate": classes.count("exploit") / len(classes),
+            "exploit_of_wrong": classes.count("exploit") / len(wrong) if wrong else None,
+            "pay": None if out["arm"] == "rule" else rollout_pay(rows, first, last)})
+    return out
+
+
+def _num(value, signed: bool = False) -> str:
+    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
+
+
+def exploit_report(candidates: dict[str, list[Path]], pilot: Pilot, reference: dict[str, list[Path]]) -> None:
+    """Pilot 4: the exploit rate and the RM's pay per run, then the room for gate (b) against the rule arm."""
+    print(f"\nexploit rate (verified wrong, stating the reference) and the RM's pay: steps 1-{pilot.first} -> the last "
+          f"{pilot.last} steps")
+    print("| candidate | arm | seed | exploit rate | exploit share of wrong | RM pays right | RM pays exploit | "
+          "RM pays ordinary wrong | AUC right vs exploit | wrong paid >= 0.5 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    rule_rates, static_rates = [], []
+    for name, folders in [*((f"{k} (pilot {REFERENCE_RULE}, re-graded)", v) for k, v in reference.items()),
+                          *candidates.items()]:
+        for folder in folders:
+            r = exploit_side(folder, pilot, regrade=name.endswith("re-graded)"))
+            first, last = r["windows"]
+            pays = [w["pay"] for w in (first, last)]
+            cell = (lambda attr: "-" if pays[0] is None else
+                    f"{_num(getattr(pays[0], attr))} -> {_num(getattr(pays[1], attr))}")
+            print(f"| {name} | {r['arm']} | {r['seed']} | {first['exploit_rate']:.3f} -> {last['exploit_rate']:.3f} | "
+                  f"{_num(first['exploit_of_wrong'])} -> {_num(last['exploit_of_wrong'])} | {cell('right_pay')} | "
+                  f"{cell('exploit_pay')} | {cell('ordinary_pay')} | {cell('auc')} | {cell('wrong_paid_share')} |")
+            (rule_rates if r["arm"] == "rule" else static_rates if r["arm"] == "static" else []).append(
+                last["exploit_rate"])
+    if rule_rates and static_rates:
+        floor = statistics.fmean(rule_rates)
+        room = statistics.fmean(static_rates) - floor
+        passed = room >= ROOM and all(rate > floor for rate in static_rates)
+        print(f"room for gate (b): static's last-window exploit rate {statistics.fmean(static_rates):.3f} (seed mean) - "
+              f"the rule arm's {floor:.3f} = {room:+.3f} (bar {ROOM}; every static seed above the rule arm's mean): "
+              f"{'there is room' if passed else 'no room'}")
 
 
 def fmt(pair) -> str:
@@ -131,16 +208,27 @@ def main(argv=None) -> int:
                     archive_run(folder, published / name / f"{folder.name}.tar.gz")
                     print(f"archived {name}/{folder.name} (git add -f: runs are ignored)")
         report(candidates, pilot, args.regrade)
+        if args.pilot == 4:
+            with tempfile.TemporaryDirectory() as scratch:
+                exploit_report(candidates, pilot, unpacked(PILOTS[REFERENCE_RULE].published, Path(scratch)))
         return 0
     with tempfile.TemporaryDirectory() as scratch:
-        candidates = {}
-        for candidate in sorted(p for p in published.iterdir() if p.is_dir()) if published.is_dir() else []:
-            for archive in sorted(candidate.glob("*.tar.gz")):
-                with tarfile.open(archive) as tar:
-                    tar.extractall(Path(scratch) / candidate.name, filter="data")
-            candidates[candidate.name] = finished(Path(scratch) / candidate.name)
+        candidates = unpacked(published, Path(scratch) / "pilot")
         report(candidates, pilot, args.regrade)
+        if args.pilot == 4:
+            exploit_report(candidates, pilot, unpacked(PILOTS[REFERENCE_RULE].published, Path(scratch) / "rule"))
     return 0
+
+
+def unpacked(published: Path, scratch: Path) -> dict[str, list[Path]]:
+    """{candidate: its finished run folders} of a pilot's archives, unpacked under `scratch`."""
+    candidates = {}
+    for candidate in sorted(p for p in published.iterdir() if p.is_dir()) if published.is_dir() else []:
+        for archive in sorted(candidate.glob("*.tar.gz")):
+            with tarfile.open(archive) as tar:
+                tar.extractall(scratch / candidate.name, filter="data")
+        candidates[candidate.name] = finished(scratch / candidate.name)
+    return candidates
 
 
 if __name__ == "__main__":
