@@ -170,8 +170,9 @@ def test_a_trainer_restarted_mid_step_does_not_finish_the_old_groups(model_dir, 
 def test_a_retried_sample_gets_its_answer_again_and_is_not_scored_twice(model_dir, tmp_path):
     """A 200 lost on the wire: the client sends the byte-identical sample again. Inside an open group it gets the
     recorded answer and counts toward the group (OpenRLHF cannot tell it from the policy sampling the same text
-    twice); after its group completed, in the same step, it gets the answer and counts nowhere. The next step's
-    policy writing the same text, after the step, is a new sample."""
+    twice); after its group completed, while the step's other group still takes samples, it gets the answer, counts
+    nowhere and does not end the step (a synchronous trainer cannot send its next step before every answer of this
+    one is in). The next step's policy writing the same text, after the step, is a new sample."""
     service = RunningService(model_dir, tmp_path, group_size=4, groups_per_update=2)
     question, answer = QUESTIONS[0]
     try:
@@ -179,19 +180,24 @@ def test_a_retried_sample_gets_its_answer_again_and_is_not_scored_twice(model_di
         first = _step_one(service, (question, answer), replies[0])
         again = _step_one(service, (question, answer), replies[0])  # inside the open group
         rest = [_step_one(service, (question, answer), reply)[0] for reply in replies[1:3]]
-        after = _step_one(service, (question, answer), replies[2])  # after the group completed, before the update
-        other = _step_with(service, QUESTIONS[1:2], REPLIES)  # the step's other group: its step forms
+        other = _step_with(service, QUESTIONS[1:2], REPLIES[:2])  # the step's other group, half sent
+        after = _step_one(service, (question, answer), replies[2])  # its group complete, the other still open
+        retried = _health(service)
+        other += _step_with(service, QUESTIONS[1:2], REPLIES[2:])  # the other group completes: the step forms
         deadline = time.monotonic() + 60
         while _health(service)["rounds"] < 1 and time.monotonic() < deadline:
             time.sleep(0.2)
+        learned = _health(service)
         next_step = _step_one(service, (question, answer), replies[2])  # the next step's policy, the same text
         health = _health(service)
     finally:
         service.stop()
     assert _answered(first + again + rest + after + other + next_step)
     assert again[0] == first[0] and after[0] == rest[-1]
-    assert health["samples_repeated"] == 2 and health["groups_completed"] == 2 and health["rounds"] == 1
-    assert health["samples_retried"] == 1  # the one after its group completed; the one inside it counted there
+    assert retried["samples_retried"] == 1 and retried["open_groups"] == 1  # no group opened for the retry
+    # one step of both groups: neither left waiting for a step of its own
+    assert learned["rounds"] == 1 and learned["ready_groups"] == 0 and learned["groups_completed"] == 2
+    assert health["samples_repeated"] == 2 and health["samples_retried"] == 1
     assert health["open_groups"] == 1 and health["samples"] == 10  # the next step's sample opened a group
     assert health["rm_batch_mean"] * health["rm_batches"] == 8  # the distinct samples of each step scored, once
 

@@ -67,7 +67,8 @@ class GroupBook(StepSupervisor):
         places: list[Place] = []
         try:
             if self.keeps_groups:
-                self._arrived([(want.prompt, want.label) for want in wanted if not want.heldout])
+                grouped = [want for want in wanted if not want.heldout]
+                self._arrived([(want.prompt, want.label) for want in grouped], [want.fingerprint for want in grouped])
             for want in wanted:
                 if want.heldout:
                     places.append(Place(NO_GROUP, self.version, heldout=True))

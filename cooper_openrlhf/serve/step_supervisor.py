@@ -11,7 +11,10 @@ the service's steps aligned with the trainer's when a real run is not:
 - complete groups left over when the trainer's step ends with fewer than `groups_per_update` of them (an episode's
   partial last step, the end of a run) form a step of their own, so the trainer's next step starts a fresh one. The
   trainer's step is over when no sample has come for `partial_step_after_s`, or sooner, when a sample comes whose
-  prompt is one of theirs (a synchronous trainer sends a prompt once a step: the next episode re-sends it), or after
+  prompt is one of theirs (a synchronous trainer sends a prompt once a step: the next episode re-sends it; but not
+  a retry, a sample identical to a recorded answer of theirs while another group of the step still takes samples:
+  a synchronous trainer sends its next step only once every answer of this one is in, so that is a 200 lost on
+  the way back, answered again from the record), or after
   `STEP_GAP_S` of quiet with every group complete but strays (no sample for `partial_step_after_s`: a request by
   hand, a retry's group): the trainer updated its policy and began its next step. The step boundary is found before
   that sample is placed, and the trainer's next step's new groups wait for that step's update. (A trainer whose
@@ -120,18 +123,21 @@ class StepSupervisor:
         self._recorded(complete)
 
     # ------------------------------------------------------------------------------ trainer groups
-    def _arrived(self, keys: list[tuple[str, str]]) -> None:
-        """Before a request's samples are placed (`keys`: their (prompt, label), held-out ones left out): the silence
-        rule (`serve/groups.py`), then the step boundary (module docstring). Fewer than `groups_per_update` groups
-        are ready, and either a sample's prompt is one of theirs again at the same RM version (a synchronous trainer
-        sends a prompt once a step: this is its next step, or next episode), or the sample comes after `STEP_GAP_S`
-        of quiet with every group complete but strays: those groups are the trainer's last step's, and they form a
-        step before this sample is placed."""
+    def _arrived(self, keys: list[tuple[str, str]], fingerprints: list[bytes] | None = None) -> None:
+        """Before a request's samples are placed (`keys`: their (prompt, label), held-out ones left out;
+        `fingerprints`: theirs, `groups.fingerprint`): the silence rule (`serve/groups.py`), then the step boundary
+        (module docstring). Fewer than `groups_per_update` groups are ready, and either a sample's prompt is one of
+        theirs again at the same RM version (a synchronous trainer sends a prompt once a step: this is its next step,
+        or next episode) and the sample is not a retry of their answers while the step's other groups still take
+        samples, or the sample comes after `STEP_GAP_S` of quiet with every group complete but strays: those groups
+        are the trainer's last step's, and they form a step before this sample is placed."""
         quiet = self.groups.idle_s()
         self.groups.arrived()
         per_step, after_s = self.config.groups_per_update, self.config.partial_step_after_s
         if self._step_end or not (per_step and self.ready and len(self.ready) < per_step):
             return  # (a trainer step found over still waits for the step loop: its groups and waiters stay as they are)
+        if fingerprints is not None and not self._only_strays_open(after_s):
+            keys = [key for key, fp in zip(keys, fingerprints) if not self._retry_of_complete(fp)]
         if self._prompt_again(keys):
             why = "a prompt of theirs came again"
         elif quiet >= min(STEP_GAP_S, after_s) and self._only_strays_open(after_s):
@@ -152,6 +158,12 @@ class StepSupervisor:
         """Whether a key of `keys` has a ready group at the version a new group of it would get (and none filling)."""
         ready = {group.key for group in self.ready if group.version == self.version}
         return any(key in ready and not self.groups.has_filling_group(*key) for key in keys)
+
+    def _retry_of_complete(self, sample_fingerprint: bytes) -> bool:
+        """Whether a sample is identical to a recorded answer of a complete group that it may still retry
+        (`groups.answered`): answered again, counted in no group."""
+        known = self.groups.answered(sample_fingerprint)
+        return known is not None and known.group_id not in self.groups.open
 
     def _only_strays_open(self, after_s: float) -> bool:
         """Whether every open group went without a sample for `after_s` (a request by hand, a retry's group): none
