@@ -7,7 +7,7 @@ import asyncio
 
 import ray
 
-from cooper_openrlhf.serve.groups import ScoredSample
+from cooper_openrlhf.serve.groups import ScoredSample, fingerprint
 from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.serve.replicated.holders import PlaceHolders
 from cooper_openrlhf.serve.replicated.registry import GroupRegistry, Wanted
@@ -73,6 +73,34 @@ def test_a_retry_takes_the_place_a_dead_ingress_held_and_the_group_completes_wit
     registry, held_by_a, retried = asyncio.run(scenario())
     assert {p.group for p in retried} == {held_by_a[0].group}  # the same group, not a new one
     assert registry.groups.completed == 1 and not registry.groups.open and registry.places_given_back == 2
+
+
+def test_the_retried_twin_of_a_recorded_sample_takes_its_dead_ingresss_place_and_completes_the_group():
+    """The policy wrote one text twice; the twin's replica died scoring it. Its retry is identical to the recorded
+    first copy, so it is answered from the record, and it must count in the group: the group's last place is the
+    dead replica's, given back first. Counted as a retry instead, the group waits forever one sample short."""
+    texts = ["The answer is 4.", "It is 5.", "So 4."]
+
+    def scored(text: str) -> ScoredSample:
+        sample = Sample("p", "What is 2 + 2?", "4", text)
+        return ScoredSample(sample, 1.0, VerifyOutcome(Verdict.CORRECT, "4", 0.0, None), 1.0)
+
+    def wanted(*chosen: str) -> list[Wanted]:
+        return [Wanted("p", "4", fingerprint(scored(text).sample)) for text in chosen]
+
+    async def scenario():
+        registry, a, b = _registry(group_size=4), _Ingress("a"), _Ingress("b")
+        held_by_b, _ = await registry.reserve(wanted(*texts), b.holder)
+        held_by_a, _ = await registry.reserve(wanted(texts[0]), a.holder)  # the twin, while its first is scored
+        await registry.record(held_by_b, [scored(text) for text in texts], b.id)
+        a.__ray_ready__.alive = False  # a dies before recording the twin
+        retried, _ = await registry.reserve(wanted(texts[0]), b.holder)  # the client's retry, via b
+        return registry, held_by_a, retried
+
+    registry, held_by_a, retried = asyncio.run(scenario())
+    assert retried[0].known is not None  # answered from the record, not scored again
+    assert registry.groups.completed == 1 and not registry.groups.open and registry.places_given_back == 1
+    assert registry.groups.retries == 0
 
 
 def test_a_live_ingresss_places_are_kept_and_a_new_group_opens_as_before():

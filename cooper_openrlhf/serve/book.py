@@ -19,7 +19,7 @@ checkpoint's groups (`_group_state`, `_load_groups`: a restored group pinned to 
 hold is re-pinned to the latest and counted, `groups_repinned`).
 
 A host is a `StepSupervisor` (`serve/step_supervisor.py`) with `keeps_groups` and `counters`
-("heldout_samples"), and may add to the hooks: `_before_new_place`, `_took_place`, `_gave_back` (the registry notes
+("heldout_samples"), and may add to the hooks: `_before_new_place`, `_before_repeat`, `_took_place`, `_gave_back` (the registry notes
 which ingress replica holds each place), `_completed`, `_holds_version`, `_retire_versions`.
 """
 
@@ -73,6 +73,8 @@ class GroupBook(StepSupervisor):
                 if want.heldout:
                     places.append(Place(NO_GROUP, self.version, heldout=True))
                     continue
+                if self.keeps_groups and self.groups.answered(want.fingerprint) is not None:
+                    await self._before_repeat(want)
                 if self.keeps_groups and (known := self._identical_answer(want.fingerprint)) is not None:
                     places.append(Place(NO_GROUP, known.version, known=known.scored))
                     continue
@@ -128,6 +130,10 @@ class GroupBook(StepSupervisor):
     # ------------------------------------------------------------------------------------- hooks
     async def _before_new_place(self, want: Wanted) -> None:
         """Before a sample takes a place (the registry gives back the places of dead holders first)."""
+
+    async def _before_repeat(self, want: Wanted) -> None:
+        """Before a sample identical to a recorded answer is counted (the registry gives back the places of dead
+        holders first: a full group's place may be this very sample's, held by a replica that died scoring it)."""
 
     def _took_place(self, holder, group_id: str) -> None:
         """`holder` took a place in `group_id`."""

@@ -30,7 +30,8 @@ call is placed on its own, as if sent alone (Ray runs an async actor's calls sid
 waits for an update in flight does not hold up the others of its call, whose answers go back at once, while its
 own is a `Waiting` ticket the ingress collects (`reservation`). Each place is noted with the ingress replica that
 holds it (`holders.py`), so that an ingress that dies between the two calls does not strand its places: a retry
-that finds its prompt's groups full but not all scored first gives back the places of holders that are dead.
+that finds its prompt's groups full but not all scored first gives back the places of holders that are dead (so
+does the retry of a sample identical to a recorded one, the policy's twin: its place may be the dead holder's).
 
 Steps: when `groups_per_update` groups are complete the registry hands them to the learner actor
 (`learner_actor.py`), which trains, publishes and checkpoints. A new version comes back as an object owned by this
@@ -210,6 +211,12 @@ class GroupRegistry(GroupBook):
         self.holders.give_back(holder_id, group_id)
 
     async def _before_new_place(self, want: Wanted) -> None:
+        await self._give_back_places_of_dead_holders(want)
+
+    async def _before_repeat(self, want: Wanted) -> None:
+        # The policy's twin of a recorded sample, retried after the replica scoring it died: its place in the full
+        # group is the dead replica's, given back here so the twin counts in its group instead of as a retry (the
+        # group would otherwise wait forever for a sample that was answered).
         await self._give_back_places_of_dead_holders(want)
 
     async def _give_back_places_of_dead_holders(self, want: Wanted) -> None:
