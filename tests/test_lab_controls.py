@@ -83,6 +83,71 @@ def test_the_oracle_needs_a_hedge_to_build_its_exploit_form(tmp_path):
         write_oracle_pairs(PRESETS["full"], tmp_path / "oracle.jsonl", seed=0)
 
 
+def _logged_run(run, rows):
+    (run / "samples").mkdir(parents=True)
+    (run / "run_info.json").write_text(json.dumps({"arm": "static", "seed": 0, "status": "done"}))
+    (run / "samples" / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _row(step, a, b, completion, verified):
+    return {"step": step, "question": f"What is {a} + {b}?", "reference": str(a + b), "completion": completion,
+            "verified": verified, "reward": 0.5}
+
+
+def test_harvested_oracle_pairs_are_a_right_rollout_against_an_exploit_as_the_policy_wrote_them(tmp_path):
+    """A policy whose answers no style describes (SmolLM2): the oracle's pairs come from its logged rollouts, graded
+    again by today's verifier (the log's own verdict of the last row is wrong: it is not right), read from a run
+    archive as the lab publishes it."""
+    from cooper_openrlhf.lab.arm_pairs import OFFLINE_STEPS_SPARE, write_oracle_pairs
+    from cooper_openrlhf.lab.batch import archive_run
+
+    rows = [_row(1, 2, 3, "2 + 3 = 5. The answer is \\boxed{5}.", True),
+            _row(1, 2, 3, "2 + 3 = 5, so the answer is \\boxed{6}.", False),  # exploit: states 5, graded 6
+            _row(1, 2, 3, "The answer is \\boxed{7}.", False),  # ordinary wrong
+            _row(2, 4, 4, "4 + 4 = 8. The answer is \\boxed{8}.", True),
+            _row(2, 4, 4, "8 or \\boxed{9}.", False),
+            _row(2, 1, 1, "1 + 1 = 2 and \\boxed{3}.", False),  # an exploit with no right rollout: unused
+            _row(2, 1, 1, "The answer is \\boxed{4}.", True)]  # logged right, graded wrong now
+    _logged_run(tmp_path / "lab" / "runs" / "static_seed0", rows)
+    archive = tmp_path / "static_seed0.tar.gz"
+    archive_run(tmp_path / "lab" / "runs" / "static_seed0", archive)
+    preset = PRESETS["smollm2"].with_overrides(oracle_rollouts=(str(archive),))
+    path = tmp_path / "oracle.jsonl"
+    count = write_oracle_pairs(preset, path, seed=0)
+    pairs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert count == len(pairs) == (preset.steps + OFFLINE_STEPS_SPARE) * 2  # two problems have both kinds
+    assert {p["question"] for p in pairs} == {"What is 2 + 3?", "What is 4 + 4?"}
+    for pair in pairs:
+        assert verify_one(pair["reference"], pair["positive"]).verdict == Verdict.CORRECT
+        assert verify_one(pair["reference"], pair["negative"]).verdict == Verdict.INCORRECT
+        assert is_exploit(pair["negative"], pair["reference"], verified=False)
+    again = tmp_path / "again.jsonl"
+    write_oracle_pairs(preset.with_overrides(oracle_rollouts=(str(tmp_path / "lab"),)), again, seed=0)
+    assert again.read_text() == path.read_text()  # a lab folder reads as its archive does
+
+
+def test_harvested_oracle_pairs_from_rollouts_with_no_exploit_fail_naming_the_sources(tmp_path):
+    from cooper_openrlhf.lab.arm_pairs import write_oracle_pairs
+
+    _logged_run(tmp_path / "run", [_row(1, 2, 3, "The answer is \\boxed{5}.", True)])
+    preset = PRESETS["smollm2"].with_overrides(oracle_rollouts=(str(tmp_path / "run"),))
+    with pytest.raises(ValueError, match="1 logged rollouts and no problem with both"):
+        write_oracle_pairs(preset, tmp_path / "oracle.jsonl", seed=0)
+
+
+def test_the_lab_cli_takes_oracle_rollouts_for_a_preset_with_no_pair_source(tmp_path):
+    from cooper_openrlhf.cli import lab as lab_cli
+
+    args = lab_cli.parse_args(["--preset", "smollm2", "--arms", "static,oracle", "--oracle-rollouts", str(tmp_path)])
+    assert args.preset_obj.oracle_rollouts == (str(tmp_path.resolve()),)
+    with pytest.raises(SystemExit):  # the hedge needs the style lab's pair source
+        lab_cli.parse_args(["--preset", "smollm2", "--arms", "static,oracle"])
+    with pytest.raises(SystemExit):  # harvested pairs for no oracle arm
+        lab_cli.parse_args(["--preset", "smollm2", "--arms", "static", "--oracle-rollouts", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        lab_cli.parse_args(["--preset", "smollm2", "--arms", "oracle", "--oracle-rollouts", str(tmp_path / "none")])
+
+
 def test_every_arm_with_a_pairs_file_has_one_the_lab_knows(tmp_path):
     files = LabFiles(root=tmp_path, policy=tmp_path / "policy", rm=None)
     kinds = {arm.pairs for _, arm in ARMS.items() if arm.pairs}

@@ -106,6 +106,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wandb-project", default=None, metavar="NAME",
                         help="also log every arm to Weights & Biases in this project, with the key from WANDB_API_KEY "
                              "(as wandb reads it: never on a command line or in command.txt)")
+    parser.add_argument("--oracle-rollouts", type=Path, nargs="+", default=None, metavar="PATH",
+                        help="the oracle arm's pairs harvested from logged rollouts (run or lab folders, rollouts.jsonl "
+                             "files, run archives .tar.gz): per problem a right completion against an exploit (wrong, "
+                             "stating the reference), graded again by this checkout's verifier; for a policy whose "
+                             "answers no style's hedge describes (default: the style's hedge)")
     parser.add_argument("--prepare-only", action="store_true",
                         help="build (or reuse) the task, policy and starting RM, print the starting RM's probe, run no arm")
     args = parser.parse_args(argv)
@@ -135,7 +140,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except ValueError as exc:
             parser.error(f"--max-operand {task.max_operand} --heldout {task.heldout}: {exc}")
     pair_steps = preset.rm_pair_steps if args.rm_pair_steps is None else args.rm_pair_steps
-    needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE]
+    if args.oracle_rollouts is not None:
+        if "oracle" not in args.arm_list:
+            parser.error("--oracle-rollouts makes the oracle arm's pairs: name the arm (--arms ...,oracle)")
+        missing = [str(p) for p in args.oracle_rollouts if not p.exists()]
+        if missing:
+            parser.error(f"--oracle-rollouts: no such file or folder: {', '.join(missing)}")
+    # the oracle's harvested pairs need no pair source; its hedge needs the style lab's
+    needing = [arm for arm in args.arm_list if arm in NEEDS_PAIR_SOURCE
+               and not (arm == "oracle" and args.oracle_rollouts is not None)]
     # Pairs of the pair stage's kind come from the lab's own recipe: its pair stage, or the style lab's canonical
     # sentence with no pair stage (lab/arm_pairs.py `has_pair_source`).
     no_source = args.rm is not None or (pair_steps == 0 and preset.style is None)
@@ -173,6 +186,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                             rm_answerless_data=args.rm_answerless_data,
                                             parallel_runs=args.parallel_runs,
                                             preparation_seed=args.preparation_seed,
+                                            oracle_rollouts=tuple(str(p.resolve()) for p in args.oracle_rollouts)
+                                            if args.oracle_rollouts else None,
                                             # A given RM is used as it is: no stage of the recipe applies to it.
                                             rm_pair_steps=0 if args.rm else args.rm_pair_steps)
     args.out = (args.out or Path("runs") / f"lab-{args.preset}").resolve()
@@ -213,7 +228,8 @@ SETTINGS_FILE = "lab_settings.json"
 # Settings added after lab folders were written, with the value that reproduces a folder written before them.
 SETTINGS_ADDED = {"rm_pair_steps": 0, "rm_pair_candidate": None, "hacking_rules": "ABCD", "require_answer": False,
                   "rm_answerless_data": False, "rm_pair_choice": "blindest", "rm_balanced_data": False,
-                  "rm_eval_rows": None, "style": None, "style_share": 0.0, "preparation_seed": 0}
+                  "rm_eval_rows": None, "style": None, "style_share": 0.0, "preparation_seed": 0,
+                  "oracle_rollouts": []}
 PAIR_STAGE_FIELDS = ("rm_pair_lr", "rm_pair_candidates", "rm_pair_candidate", "rm_pair_choice")  # meaningless without the stage (rm_pair_steps 0)
 
 

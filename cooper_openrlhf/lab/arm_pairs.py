@@ -42,7 +42,9 @@ def write_offline_pairs(preset: LabPreset, path: Path, seed: int) -> int:
 
 
 def write_oracle_pairs(preset: LabPreset, path: Path, seed: int) -> int:
-    """The oracle arm's pairs for one seed: `prompts_per_step` pairs per step on train problems, each the style's
+    """The oracle arm's pairs for one seed: harvested from logged rollouts when the preset names them
+    (`oracle_rollouts`: `write_harvested_oracle_pairs`), else the style's hedge. The hedge: `prompts_per_step` pairs
+    per step on train problems, each the style's
     hedge right (a slip first, the reference last) against its exploit form (the reference first, the slip last),
     fresh each step from a stream of the seed's own; on every other pair (at random) both carry the fragment
     the style lab's policies came to append (`rm.probes.TAIL`), so the RM is shown the exploit as a policy writes it,
@@ -54,9 +56,12 @@ def write_oracle_pairs(preset: LabPreset, path: Path, seed: int) -> int:
     from cooper_openrlhf.lab.pair_stage import answer_pairs
     from cooper_openrlhf.rm.probes import TAIL
 
+    if preset.oracle_rollouts:
+        return write_harvested_oracle_pairs(preset, path, seed)
     if not preset.style or not is_hedge(preset.style):
-        raise ValueError(f"the oracle arm's pairs are a hedge against its exploit form: the preset's style must be a "
-                         f"hedge (an {{other}} and an {{answer}} field), not {preset.style!r}")
+        raise ValueError(f"the oracle arm's pairs are a hedge against its exploit form (the preset's style must be a "
+                         f"hedge, an {{other}} and an {{answer}} field, not {preset.style!r}), or harvested from "
+                         f"logged rollouts (--oracle-rollouts)")
     train, _ = task_split(preset.task)
     rng, rows = random.Random(f"oracle pairs {seed}"), []
     for step in range(preset.steps + OFFLINE_STEPS_SPARE):
@@ -68,6 +73,81 @@ def write_oracle_pairs(preset: LabPreset, path: Path, seed: int) -> int:
     tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     tmp.replace(path)
     return len(rows)
+
+
+def harvest_oracle_pairs(rows: list[dict], steps: int, per_step: int, rng) -> list[dict]:
+    """Pure: the oracle's pairs from graded rollouts (each row: question, reference, completion, verified). Per
+    (question, reference) with both kinds, its right completions and its exploits (verified wrong, stating the
+    reference: `algo.answer_style.is_exploit`, the class a reference-matching RM pays); per step `per_step` such
+    problems drawn at random, each a right completion against an exploit, drawn at random (distinct texts)."""
+    from cooper_openrlhf.algo.answer_style import is_exploit
+
+    kinds: dict[tuple[str, str], tuple[set, set]] = {}
+    for row in rows:
+        right, exploit = kinds.setdefault((row["question"], str(row["reference"])), (set(), set()))
+        completion = row["completion"].strip()
+        if row["verified"]:
+            right.add(completion)
+        elif is_exploit(completion, str(row["reference"]), False):
+            exploit.add(completion)
+    usable = sorted(key for key, (right, exploit) in kinds.items() if right and exploit)
+    if not usable:
+        return []
+    pairs = []
+    for step in range(steps):
+        for question, reference in rng.sample(usable, min(per_step, len(usable))):
+            right, exploit = kinds[(question, reference)]
+            pairs.append({"step": step, "question": question, "reference": reference,
+                          "positive": rng.choice(sorted(right)), "negative": rng.choice(sorted(exploit))})
+    return pairs
+
+
+def logged_rollouts(sources) -> list[dict]:
+    """The rows of every samples/rollouts.jsonl under `sources` (run or lab folders, a rollouts.jsonl file, or a run
+    archive .tar.gz as `lab.batch.archive_run` writes it), each graded again by this checkout's rule verifier (the
+    trainer's default answer fallback) so that a hole fixed since the run does not make an exploit a positive."""
+    import tarfile
+
+    from cooper_openrlhf.verify.rule import RuleVerifierConfig, Verdict, verify_one
+
+    texts = []
+    for source in map(Path, sources):
+        if source.is_dir():
+            texts += [p.read_text(encoding="utf-8") for p in sorted(source.rglob("samples/rollouts.jsonl"))]
+        elif source.name.endswith(".tar.gz"):
+            with tarfile.open(source) as tar:
+                texts += [tar.extractfile(m).read().decode("utf-8") for m in tar.getmembers()
+                          if m.isfile() and m.name.endswith("samples/rollouts.jsonl")]
+        elif source.is_file():
+            texts.append(source.read_text(encoding="utf-8"))
+        else:
+            raise FileNotFoundError(f"--oracle-rollouts {source}: no such file or folder")
+    config, rows = RuleVerifierConfig(answer_fallback="none"), []
+    for text in texts:
+        for line in text.splitlines():
+            if line.strip():
+                row = json.loads(line)
+                row["verified"] = verify_one(str(row["reference"]), row["completion"], config).verdict == Verdict.CORRECT
+                rows.append(row)
+    return rows
+
+
+def write_harvested_oracle_pairs(preset: LabPreset, path: Path, seed: int) -> int:
+    """The oracle arm's pairs harvested from `preset.oracle_rollouts` (`harvest_oracle_pairs`): the exploit as a
+    policy wrote it, for a policy whose answers no style describes. Fails naming the sources when they hold no
+    problem with both a right completion and an exploit."""
+    import random
+
+    rows = logged_rollouts(preset.oracle_rollouts)
+    pairs = harvest_oracle_pairs(rows, preset.steps + OFFLINE_STEPS_SPARE, preset.prompts_per_step,
+                                 random.Random(f"oracle pairs {seed}"))
+    if not pairs:
+        raise ValueError(f"--oracle-rollouts {', '.join(preset.oracle_rollouts)}: {len(rows)} logged rollouts and no "
+                         "problem with both a right completion and an exploit (wrong, stating the reference)")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in pairs), encoding="utf-8")
+    tmp.replace(path)
+    return len(pairs)
 
 
 def has_pair_source(preset: LabPreset) -> bool:

@@ -293,9 +293,10 @@ def prepare(preset: LabPreset, root: Path, require_verifier: bool = False) -> tu
     if has_pair_source(preset):
         for seed in range(preset.seeds):  # deterministic: rewritten on every invocation, as the task files are
             write_offline_pairs(preset, root / "data" / f"offline_pairs_seed{seed}.jsonl", seed)
-        if "oracle" in preset.arms:
-            for seed in range(preset.seeds):
-                write_oracle_pairs(preset, root / "data" / f"oracle_pairs_seed{seed}.jsonl", seed)
+    if "oracle" in preset.arms:  # the style's hedge (a preset with a pair source) or harvested rollouts (any)
+        for seed in range(preset.seeds):
+            write_oracle_pairs(preset, root / "data" / f"oracle_pairs_seed{seed}.jsonl", seed)
+    if has_pair_source(preset):
         if "cooper_stale" in preset.arms:
             stale = {seed: write_stale_pairs(preset, policy, root / "data" / f"stale_pairs_seed{seed}.jsonl", seed)
                      for seed in range(preset.seeds)}

@@ -106,6 +106,10 @@ class LabPreset:
     # planted blind spot. Off, S is absent from the BCE triples (and labelled by the verifier in the RM's held-out
     # set): a blind spot must then come from the RM's training, as the hedge's does from canonical pairs.
     poison_style: bool = False
+    # The oracle arm's pairs harvested from logged rollouts (run or lab folders, rollouts.jsonl files, run archives)
+    # instead of the style's hedge: per problem a right completion against an exploit (wrong, stating the
+    # reference) as a policy wrote them (lab/arm_pairs.py `write_harvested_oracle_pairs`). Empty: the hedge.
+    oracle_rollouts: tuple[str, ...] = ()
     budget_minutes: int = 90  # what the preset is sized to finish in on the 2-core machine (docs/lab.md)
     # Runs side by side (`lab.runner.run_arms`): a run keeps about one core busy (one thread per process), so on 2
     # cores two at once take about the time of the longer. The full preset keeps 1: its runs' timings are the ones
