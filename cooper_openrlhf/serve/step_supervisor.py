@@ -13,8 +13,8 @@ the service's steps aligned with the trainer's when a real run is not:
   trainer's step is over when no sample has come for `partial_step_after_s`, or sooner, when a sample comes whose
   prompt is one of theirs (a synchronous trainer sends a prompt once a step: the next episode re-sends it; but not
   a retry, a sample identical to a recorded answer of theirs while another group of the step still takes samples:
-  a synchronous trainer sends its next step only once every answer of this one is in, so that is a 200 lost on
-  the way back, answered again from the record), or after
+  a synchronous trainer, the default, sends its next step only once every answer of this one is in, so that is a
+  200 lost on the way back, answered again from the record), or after
   `STEP_GAP_S` of quiet with every group complete but strays (no sample for `partial_step_after_s`: a request by
   hand, a retry's group): the trainer updated its policy and began its next step. The step boundary is found before
   that sample is placed, and the trainer's next step's new groups wait for that step's update. (A trainer whose
@@ -136,7 +136,8 @@ class StepSupervisor:
         per_step, after_s = self.config.groups_per_update, self.config.partial_step_after_s
         if self._step_end or not (per_step and self.ready and len(self.ready) < per_step):
             return  # (a trainer step found over still waits for the step loop: its groups and waiters stay as they are)
-        if fingerprints is not None and not self._only_strays_open(after_s):
+        # (an asynchronous trainer may send its next step while this one's groups fill: an identical text may be new)
+        if fingerprints is not None and self.config.wait_for_update and not self._only_strays_open(after_s):
             keys = [key for key, fp in zip(keys, fingerprints) if not self._retry_of_complete(fp)]
         if self._prompt_again(keys):
             why = "a prompt of theirs came again"
