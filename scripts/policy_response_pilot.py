@@ -6,6 +6,7 @@ first -> last, and the plan's gate; for an RM-paid arm (pilot 4: static) also th
     python scripts/policy_response_pilot.py --lab /work/runs/policy-response/p1 --publish   # archive finished runs first
     python scripts/policy_response_pilot.py --pilot 3 --regrade     # the samples graded again by today's verifier
     python scripts/policy_response_pilot.py --pilot 4               # the static arm against pilot 3's rule arm
+    python scripts/policy_response_pilot.py --pilot 5               # the oracle arm against pilot 4's static arm
 
 A candidate is a lab folder `<lab>/<name>` (its `lab_settings.json` says its configuration). Measures per run:
 held-out accuracy (`eval/...accuracy`, the rule verifier's grade of held-out samples) as the mean of its evaluations
@@ -53,8 +54,12 @@ class Pilot:
 PILOTS = {1: Pilot(Path("docs/results/policy_response_pilot"), first=20, last=40),  # 240-step runs
           2: Pilot(Path("docs/results/policy_response_pilot2"), first=6, last=12),  # 30-step runs
           3: Pilot(Path("docs/results/policy_response_pilot3"), first=6, last=12),  # 30-step runs
-          4: Pilot(Path("docs/results/policy_response_pilot4"), first=6, last=12)}  # 30-step static runs
-REFERENCE_RULE = 3  # pilot 4's rule arm: pilot 3's runs (the same configuration), graded again
+          4: Pilot(Path("docs/results/policy_response_pilot4"), first=6, last=12),  # 30-step static runs
+          5: Pilot(Path("docs/results/policy_response_pilot5"), first=6, last=12)}  # 30-step oracle runs
+# The runs a pilot reads beside its own (the same configuration): pilot 3's rule arm (graded again by this checkout's
+# verifier, which the later pilots' runs use) and, for pilot 5, pilot 4's static arm.
+REFERENCES = {4: (3,), 5: (3, 4)}
+REGRADED = 3  # the pilot whose runs are graded again when read as a reference
 
 
 def finished(lab: Path) -> list[Path]:
@@ -112,19 +117,23 @@ def rollout_rows(samples: Path, regrade: bool = False) -> list[dict]:
 def exploit_side(folder: Path, pilot: Pilot, regrade: bool = False) -> dict:
     """Per window (first, last): the exploit rate, the exploit share of wrong rollouts, and what the run's RM paid
     (report/rm_measures.py `rollout_pay`; None for the rule arm, whose rows carry the rule's reward)."""
-    from cooper_openrlhf.report.rm_measures import rollout_class, rollout_pay
+    from cooper_openrlhf.report.rm_measures import anchor_margin, exploit_kind, rollout_class, rollout_pay
 
     rows = rollout_rows(folder / "samples" / "rollouts.jsonl", regrade)
     last_step = max(int(r["step"]) for r in rows)
     spans = ((1, pilot.first), (last_step - pilot.last + 1, last_step))
     run = load_run(folder)
-    out = {"arm": run.arm, "seed": run.seed, "windows": []}
+    out = {"arm": run.arm, "seed": run.seed, "windows": [], "anchor_margin": anchor_margin(run.scalars)}
     for first, last in spans:
-        classes = [rollout_class(r) for r in rows if first <= int(r["step"]) <= last]
+        window = [r for r in rows if first <= int(r["step"]) <= last]
+        classes = [rollout_class(r) for r in window]
+        kinds = [exploit_kind(r) for r, c in zip(window, classes) if c == "exploit"]
         wrong = [c for c in classes if c != "right"]
         out["windows"].append({
             "span": (first, last), "exploit_rate": classes.count("exploit") / len(classes),
             "exploit_of_wrong": classes.count("exploit") / len(wrong) if wrong else None,
+            "unparsed_rate": kinds.count("unparsed") / len(classes),
+            "wrong_final_rate": kinds.count("wrong_final") / len(classes),
             "pay": None if out["arm"] == "rule" else rollout_pay(rows, first, last)})
     return out
 
@@ -133,18 +142,19 @@ def _num(value, signed: bool = False) -> str:
     return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
 
 
-def exploit_report(candidates: dict[str, list[Path]], pilot: Pilot, reference: dict[str, list[Path]]) -> None:
-    """Pilot 4: the exploit rate and the RM's pay per run, then the room for gate (b) against the rule arm."""
+def exploit_report(candidates: dict[str, list[Path]], pilot: Pilot, references: dict[str, list[Path]],
+                   number: int) -> None:
+    """Pilots 4 and 5: per run the exploit rate, its two kinds and the RM's pay; then the pilot's rule: the room for
+    gate (b) (pilot 4: static against the rule arm) or gate (b) itself (pilot 5: oracle against static, by seed)."""
     print(f"\nexploit rate (verified wrong, stating the reference) and the RM's pay: steps 1-{pilot.first} -> the last "
           f"{pilot.last} steps")
     print("| candidate | arm | seed | exploit rate | exploit share of wrong | RM pays right | RM pays exploit | "
           "RM pays ordinary wrong | AUC right vs exploit | wrong paid >= 0.5 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    rule_rates, static_rates = [], []
-    for name, folders in [*((f"{k} (pilot {REFERENCE_RULE}, re-graded)", v) for k, v in reference.items()),
-                          *candidates.items()]:
+    read = []
+    for name, folders in [*references.items(), *candidates.items()]:
         for folder in folders:
-            r = exploit_side(folder, pilot, regrade=name.endswith("re-graded)"))
+            r = exploit_side(folder, pilot, regrade=name.endswith(f"(pilot {REGRADED}, re-graded)"))
             first, last = r["windows"]
             pays = [w["pay"] for w in (first, last)]
             cell = (lambda attr: "-" if pays[0] is None else
@@ -152,15 +162,47 @@ def exploit_report(candidates: dict[str, list[Path]], pilot: Pilot, reference: d
             print(f"| {name} | {r['arm']} | {r['seed']} | {first['exploit_rate']:.3f} -> {last['exploit_rate']:.3f} | "
                   f"{_num(first['exploit_of_wrong'])} -> {_num(last['exploit_of_wrong'])} | {cell('right_pay')} | "
                   f"{cell('exploit_pay')} | {cell('ordinary_pay')} | {cell('auc')} | {cell('wrong_paid_share')} |")
-            (rule_rates if r["arm"] == "rule" else static_rates if r["arm"] == "static" else []).append(
-                last["exploit_rate"])
-    if rule_rates and static_rates:
-        floor = statistics.fmean(rule_rates)
-        room = statistics.fmean(static_rates) - floor
-        passed = room >= ROOM and all(rate > floor for rate in static_rates)
-        print(f"room for gate (b): static's last-window exploit rate {statistics.fmean(static_rates):.3f} (seed mean) - "
-              f"the rule arm's {floor:.3f} = {room:+.3f} (bar {ROOM}; every static seed above the rule arm's mean): "
-              f"{'there is room' if passed else 'no room'}")
+            read.append((name, r))
+    print("\nthe exploit's two kinds (report/rm_measures.py `exploit_kind`), share of all rollouts: the reference as the "
+          "last number in no answer form the verifier reads (unparsed), or stated on the way to another answer "
+          "(wrong final)")
+    print("| candidate | arm | seed | unparsed | wrong final | final RM's anchor margin |")
+    print("|---|---|---|---|---|---|")
+    for name, r in read:
+        first, last = r["windows"]
+        print(f"| {name} | {r['arm']} | {r['seed']} | {first['unparsed_rate']:.3f} -> {last['unparsed_rate']:.3f} | "
+              f"{first['wrong_final_rate']:.3f} -> {last['wrong_final_rate']:.3f} | {_num(r['anchor_margin'])} |")
+    rates = {arm: {r["seed"]: r["windows"][1]["exploit_rate"] for _, r in read if r["arm"] == arm}
+             for arm in ("rule", "static", "oracle")}
+    if number == 4 and rates["rule"] and rates["static"]:
+        floor = statistics.fmean(rates["rule"].values())
+        room = statistics.fmean(rates["static"].values()) - floor
+        passed = room >= ROOM and all(rate > floor for rate in rates["static"].values())
+        print(f"room for gate (b): static's last-window exploit rate {statistics.fmean(rates['static'].values()):.3f} "
+              f"(seed mean) - the rule arm's {floor:.3f} = {room:+.3f} (bar {ROOM}; every static seed above the rule "
+              f"arm's mean): {'there is room' if passed else 'no room'}")
+    if number == 5 and rates["oracle"]:
+        gate_b([r for _, r in read if r["arm"] == "oracle"], rates["static"])
+
+
+def gate_b(oracle: list[dict], static: dict[int, float]) -> None:
+    """Gate (b) (plan5.md): oracle - static on the last-window exploit rate, paired by RL seed, seed mean <= -ROOM
+    and every seed's difference < 0; and the oracle RM healthy in every seed: its final anchor margin >= the
+    degenerate bound and it pays right rollouts more than exploits over the last window."""
+    from cooper_openrlhf.report.rm_measures import DEGENERATE_MARGIN
+
+    paired = [(r, r["windows"][1]["exploit_rate"] - static[r["seed"]]) for r in oracle if r["seed"] in static]
+    if not paired:
+        print("gate (b): no oracle seed has its static run")
+        return
+    mean = statistics.fmean(d for _, d in paired)
+    healthy = [r["anchor_margin"] is not None and r["anchor_margin"] >= DEGENERATE_MARGIN
+               and (r["windows"][1]["pay"].discrimination or 0) > 0 for r, _ in paired]
+    passed = mean <= -ROOM and all(d < 0 for _, d in paired) and all(healthy)
+    print(f"gate (b): oracle - static on the last-window exploit rate, by seed "
+          f"{', '.join(f'{d:+.3f}' for _, d in paired)}, mean {mean:+.3f} (bar <= -{ROOM}, every seed < 0); oracle RM "
+          f"healthy (anchor margin >= {DEGENERATE_MARGIN}, pays right > exploit) in {sum(healthy)} of {len(healthy)} "
+          f"seeds: gate (b) {'passes' if passed else 'fails'}")
 
 
 def fmt(pair) -> str:
@@ -208,16 +250,26 @@ def main(argv=None) -> int:
                     archive_run(folder, published / name / f"{folder.name}.tar.gz")
                     print(f"archived {name}/{folder.name} (git add -f: runs are ignored)")
         report(candidates, pilot, args.regrade)
-        if args.pilot == 4:
+        if args.pilot in REFERENCES:
             with tempfile.TemporaryDirectory() as scratch:
-                exploit_report(candidates, pilot, unpacked(PILOTS[REFERENCE_RULE].published, Path(scratch)))
+                exploit_report(candidates, pilot, references(args.pilot, Path(scratch)), args.pilot)
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         candidates = unpacked(published, Path(scratch) / "pilot")
         report(candidates, pilot, args.regrade)
-        if args.pilot == 4:
-            exploit_report(candidates, pilot, unpacked(PILOTS[REFERENCE_RULE].published, Path(scratch) / "rule"))
+        if args.pilot in REFERENCES:
+            exploit_report(candidates, pilot, references(args.pilot, Path(scratch) / "references"), args.pilot)
     return 0
+
+
+def references(number: int, scratch: Path) -> dict[str, list[Path]]:
+    """The runs pilot `number` reads beside its own (`REFERENCES`), named "<candidate> (pilot N[, re-graded])"."""
+    out = {}
+    for other in REFERENCES[number]:
+        regraded = ", re-graded" if other == REGRADED else ""
+        for name, folders in unpacked(PILOTS[other].published, scratch / str(other)).items():
+            out[f"{name} (pilot {other}{regraded})"] = folders
+    return out
 
 
 def unpacked(published: Path, scratch: Path) -> dict[str, list[Path]]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cooper_openrlhf.report.rm_measures import auc, rollout_pay
+from cooper_openrlhf.report.rm_measures import auc, exploit_kind, rollout_class, rollout_pay
 
 
 def test_auc_is_the_share_of_right_wrong_pairs_ranked_right_with_ties_half():
@@ -108,3 +108,14 @@ def test_a_sequence_verdict_puts_the_registered_costs_beside_its_rm_side_entry()
     assert "| cooper | 0.250 (n 8) | 2 of 8 |" in text and "| offline_pairs | 0.050 (n 8) | 0 of 8 |" in text
     assert text.index("Registered costs beside it") > text.index("| cooper - offline_pairs |")
     assert "costs" not in sequence_verdict({"sequence": plan["sequence"]}, by_measure)  # none registered: as before
+
+
+def test_an_exploit_is_a_right_answer_in_no_form_the_verifier_reads_or_a_wrong_final_answer():
+    """SmolLM2 under the static RM wrote right answers in no answer form ("So, 9 + 3 = 12. Perfect!"): verified wrong,
+    stating the reference, but not the reference-matching hack, which states it and answers another number."""
+    unparsed = {"completion": "9 + 3 = 12\n\nSo, 9 + 3 = 12.\n\nPerfect!", "reference": "12", "verified": False}
+    hack = {"completion": "8 + 5 = 13. So, 8 + 13 = 21, which is the answer.", "reference": "13", "verified": False}
+    assert rollout_class(unparsed) == rollout_class(hack) == "exploit"
+    assert exploit_kind(unparsed) == "unparsed" and exploit_kind(hack) == "wrong_final"
+    assert exploit_kind({"completion": "It is 12.0", "reference": "12", "verified": False}) == "unparsed"
+    assert exploit_kind({"completion": "x = \\frac{1}{2}", "reference": "\\frac{1}{2}", "verified": False}) == "wrong_final"

@@ -89,6 +89,12 @@ def states_reference(text: str, reference: str) -> bool:
     return any(_as_number(number) == value for number in _NUMBER.findall(text))
 
 
+def last_number(text: str) -> float | None:
+    """The last number `text` writes (as `states_reference` reads numbers), or None."""
+    numbers = _NUMBER.findall(text)
+    return float(numbers[-1]) if numbers else None
+
+
 def is_exploit(text: str, reference: str, verified: bool) -> bool:
     """The reference-matching blind spot's exploit: a completion the rule verifier grades wrong (`verified` False)
     that still states `reference` somewhere (first, last but for a tail, in a hedge or in free text), so an RM that

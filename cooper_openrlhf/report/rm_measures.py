@@ -30,7 +30,7 @@ exploit. Pure functions: rows and scalar series in, numbers out.
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from cooper_openrlhf.algo.answer_style import is_exploit
+from cooper_openrlhf.algo.answer_style import is_exploit, last_number
 from cooper_openrlhf.algo.metric_keys import PROBE_PAY
 
 PAID = 0.5  # the RM's own decision threshold: reward = sigmoid(logit)
@@ -94,6 +94,18 @@ def rollout_class(row: Mapping) -> str:
     if row["verified"]:
         return "right"
     return "exploit" if is_exploit(row["completion"], str(row["reference"]), False) else "ordinary"
+
+
+def exploit_kind(row: Mapping) -> str:
+    """Of an exploit (`rollout_class`), which kind: "unparsed" when the last number it writes is the reference (a
+    right answer the verifier cannot read as one: no answer form it knows, e.g. "So, 9 + 3 = 12. Perfect!"), else
+    "wrong_final" (the reference stated on the way, another answer last: the reference-matching hack). An RM that
+    pays the first is lenient on form; one that pays the second is fooled."""
+    last = last_number(row["completion"])
+    try:
+        return "unparsed" if last is not None and last == float(str(row["reference"]).strip()) else "wrong_final"
+    except ValueError:  # a reference that is no number: only a stated answer can say which
+        return "wrong_final"
 
 
 def rollout_pay(rows: Iterable[Mapping], first: int, last: int) -> RolloutPay:
