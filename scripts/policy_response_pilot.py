@@ -194,19 +194,17 @@ def gate_b(oracle: list[dict], static: dict[int, float]) -> None:
     """Gate (b) (plan5.md): oracle - static on the last-window exploit rate, paired by RL seed, seed mean <= -ROOM
     and every seed's difference < 0; and the oracle RM healthy in every seed: its final anchor margin >=
     PILOT5_MARGIN (amendment 1) and it pays right rollouts more than exploits over the last window."""
-    DEGENERATE_MARGIN = PILOT5_MARGIN
-
     paired = [(r, r["windows"][1]["exploit_rate"] - static[r["seed"]]) for r in oracle if r["seed"] in static]
     if not paired:
         print("gate (b): no oracle seed has its static run")
         return
     mean = statistics.fmean(d for _, d in paired)
-    healthy = [r["anchor_margin"] is not None and r["anchor_margin"] >= DEGENERATE_MARGIN
+    healthy = [r["anchor_margin"] is not None and r["anchor_margin"] >= PILOT5_MARGIN
                and (r["windows"][1]["pay"].discrimination or 0) > 0 for r, _ in paired]
     passed = mean <= -ROOM and all(d < 0 for _, d in paired) and all(healthy)
     print(f"gate (b): oracle - static on the last-window exploit rate, by seed "
           f"{', '.join(f'{d:+.3f}' for _, d in paired)}, mean {mean:+.3f} (bar <= -{ROOM}, every seed < 0); oracle RM "
-          f"healthy (anchor margin >= {DEGENERATE_MARGIN:.3f}, pays right > exploit) in {sum(healthy)} of {len(healthy)} "
+          f"healthy (anchor margin >= {PILOT5_MARGIN:.3f}, pays right > exploit) in {sum(healthy)} of {len(healthy)} "
           f"seeds: gate (b) {'passes' if passed else 'fails'}")
 
 
