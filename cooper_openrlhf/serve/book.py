@@ -19,8 +19,8 @@ checkpoint's groups (`_group_state`, `_load_groups`: a restored group pinned to 
 hold is re-pinned to the latest and counted, `groups_repinned`).
 
 A host is a `StepSupervisor` (`serve/step_supervisor.py`) with `keeps_groups` and `counters`
-("heldout_samples"), and may add to the hooks: `_before_new_place`, `_before_repeat`, `_took_place`, `_gave_back` (the registry notes
-which ingress replica holds each place), `_completed`, `_holds_version`, `_retire_versions`.
+("heldout_samples"), and may add to the hooks: `_before_new_place`, `_before_repeat`, `_took_place`, `_gave_back`
+(the registry notes which ingress replica holds each place), `_completed`, `_holds_version`, `_retire_versions`.
 """
 
 import logging

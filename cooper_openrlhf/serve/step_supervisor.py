@@ -60,7 +60,7 @@ DROP_REASONS = ("timeout", "silence", "split trainer group", "backlog", "learner
 
 def group_gauges(groups, warnings) -> dict[str, float]:
     """/metrics numbers of the groups: dropped from learning by reason, repeats answered (`samples_retried`: those
-    counted in no group, so samples answered minus retried is what the trainer sent), warnings by kind."""
+    counted in no group, so samples answered minus retried is the samples of the trainer's steps), warnings by kind."""
     dropped = {f"groups_dropped_{reason.replace(' ', '_')}": float(groups.dropped[reason]) for reason in DROP_REASONS}
     warned = {f"group_warnings_{kind.replace(' ', '_').replace(chr(39), '')}": float(warnings.counts[kind])
               for kind in WARNING_KINDS}
