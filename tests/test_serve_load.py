@@ -216,8 +216,8 @@ def test_memory_stays_flat_over_10000_groups_and_3000_unauthenticated_paths(mode
             requests.get(f"{service.url}/warm-up/{k}", timeout=10)
         metrics_before = len(service.metrics())
         rss = [service.rss_mib()]
-        for first in (1000, 6000):  # two halves of 5,000 groups
-            send(service, groups(first, 5000))
+        for first in range(1000, 11_000, 2500):  # four quarters of 2,500 groups
+            send(service, groups(first, 2500))
             rss.append(service.rss_mib())
         for k in range(3000):
             assert requests.get(f"{service.url}/probe/{k}", timeout=10).status_code == 401
@@ -226,12 +226,14 @@ def test_memory_stays_flat_over_10000_groups_and_3000_unauthenticated_paths(mode
     finally:
         service.stop()
     growth = [after - before for before, after in zip(rss, rss[1:])]
-    print(f"RSS {' -> '.join(f'{r:.1f}' for r in rss)} MiB over two halves of 5,000 groups; /metrics "
+    print(f"RSS {' -> '.join(f'{r:.1f}' for r in rss)} MiB over four quarters of 2,500 groups; /metrics "
           f"{metrics_before} -> {metrics_after} bytes over 3,000 paths")
     assert health["samples"] == 2 * 11_000 * 1.0 and health["ready_groups"] == 0 and health["open_groups"] == 0
     assert metrics_after - metrics_before < 200  # the same series, only their numbers' digits grow
     # The exact bound is above (no group kept); RSS is the evidence that nothing else is kept per sample either.
-    # What is kept per sample grows RSS in every half alike (keeping only a `ScoredSample` per sample adds over
-    # 6 MiB a half); the allocator's one-off steps (a heap extended once, a pool grown) land in one half, by up to
-    # about 6 MiB under load. So the smaller half's growth is the reading: small whenever nothing is kept.
-    assert min(growth) < 3, growth  # MiB
+    # What is kept per sample grows RSS in every quarter alike (keeping only a `ScoredSample` per sample adds about
+    # 4 MiB a quarter); the allocator's one-off steps (a heap extended once, a pool grown) land in one, by up to
+    # about 6 MiB under load, and warm caches still settle over the first quarters (a CI run read +4.1 and +3.7 MiB
+    # over two halves; here, two runs at once: +1.7, +1.0, +0.3, +0.0). So the smallest quarter's growth is the
+    # reading: small whenever nothing is kept.
+    assert min(growth) < 1.5, growth  # MiB

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from cooper_openrlhf.serve.batcher import MicroBatcher
-from cooper_openrlhf.serve.groups import GroupTracker, ScoredSample, groups_from_dicts, groups_to_dicts
+from cooper_openrlhf.serve.contract import Scored
+from cooper_openrlhf.serve.groups import (RETRY_WINDOW_S, GroupTracker, ScoredSample, fingerprint, groups_from_dicts,
+                                          groups_to_dicts)
 from cooper_openrlhf.serve.protocol import PromptSplitter, RequestError, Sample, build_response, parse_request
 from cooper_openrlhf.verify.rule import Verdict, VerifyOutcome
 
@@ -117,6 +119,25 @@ def test_stale_groups_expire_and_state_round_trips():
     assert groups.expire() == [g] and groups.expired == 1 and not groups.open
     again = groups_from_dicts(groups_to_dicts([g2]))
     assert [s.sample.completion for s in again[0].scored] == ["c0", "c1"] and again[0].version == 3
+
+
+def test_the_record_of_answers_keeps_no_text_once_a_group_closes_and_stays_within_its_bound():
+    now = [0.0]
+    groups = GroupTracker(group_size=2, clock=lambda: now[0], remembered=4)
+    first, second = _scored("p", 0), _scored("p", 1)
+    g = groups.reserve("p", 0)
+    groups.record(g, first)
+    assert groups.answered(fingerprint(first.sample)).scored is first  # open: a repeat counts in the group
+    groups.record(groups.reserve("p", 0), second)
+    retry = groups.answered(fingerprint(second.sample))  # closed: a retry is answered, from no text
+    assert retry.scored is None and retry.answer == Scored(0.5, 0.1, Verdict.CORRECT, 0)
+    for prompt in ("q", "r"):  # 4 answers more: the bound keeps the newest 4
+        for k in range(2):
+            groups.record(groups.reserve(prompt, 0), _scored(prompt, k))
+    assert groups.answers_kept == 4 and groups.answered(fingerprint(first.sample)) is None
+    now[0] = RETRY_WINDOW_S + 1  # no longer retries: forgotten as the next answer is recorded
+    groups.record(groups.reserve("s", 0), _scored("s", 0))
+    assert groups.answers_kept == 1
 
 
 # ------------------------------------------------------------------------------------------------ batcher

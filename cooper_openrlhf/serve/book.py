@@ -26,6 +26,7 @@ A host is a `StepSupervisor` (`serve/step_supervisor.py`) with `keeps_groups` an
 import logging
 from dataclasses import dataclass, replace
 
+from cooper_openrlhf.serve.contract import Scored
 from cooper_openrlhf.serve.groups import ScoredSample, groups_from_dicts, groups_to_dicts
 from cooper_openrlhf.serve.step_supervisor import StepSupervisor
 
@@ -41,7 +42,7 @@ class Place:
     group: str
     version: int
     heldout: bool = False
-    known: ScoredSample | None = None  # the recorded answer of an identical sample: answered, not scored
+    known: Scored | None = None  # the recorded answer of an identical sample: answered, not scored
     arrival: int = -1  # orders its group's samples (`GroupTracker.arrival`)
 
 
@@ -76,7 +77,7 @@ class GroupBook(StepSupervisor):
                 if self.keeps_groups and self.groups.answered(want.fingerprint) is not None:
                     await self._before_repeat(want)
                 if self.keeps_groups and (known := self._identical_answer(want.fingerprint)) is not None:
-                    places.append(Place(NO_GROUP, known.version, known=known.scored))
+                    places.append(Place(NO_GROUP, known.version, known=known.answer))
                     continue
                 await self._wait_for_update((want.prompt, want.label))
                 if not self.keeps_groups:  # a place in no tracker: the version it names is all that is read from it

@@ -44,7 +44,7 @@ def service_config(args):
 
     return ServiceConfig(mode=args.mode, group_size=args.group_size, groups_per_update=args.groups_per_update,
                          group_timeout_s=args.group_timeout_s, stale_after_s=args.stale_after_s,
-                         partial_step_after_s=args.partial_step_after_s,
+                         partial_step_after_s=args.partial_step_after_s, retry_record=args.retry_record,
                          update_wait_timeout_s=args.update_wait_timeout_s, max_batch=args.max_batch,
                          max_wait_s=args.max_wait_ms / 1000,
                          wait_for_update=not args.no_wait_for_update, checkpoint_every=args.checkpoint_every,

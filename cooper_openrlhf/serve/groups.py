@@ -48,6 +48,7 @@ import uuid
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
+from cooper_openrlhf.serve.contract import Scored
 from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.verify.rule import VerifyOutcome
 
@@ -84,21 +85,26 @@ class Group:
     last_at: float = 0.0  # when its last sample arrived or was recorded
     repeats: int = 0  # samples identical to one already scored in it (retries, or the policy's duplicates)
     arrivals: list[int] = field(default_factory=list)  # per scored sample, its arrival (`GroupTracker.arrival`)
+    answers: list["Answered"] = field(default_factory=list)  # its samples' recorded answers (slimmed when it closes)
 
     @property
     def key(self) -> tuple[str, str]:
         return self.prompt, self.label
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Answered:
     """The answer a sample got, kept for its retries."""
 
     group_id: str
-    version: int  # the RM version that scored it
-    scored: ScoredSample
+    answer: Scored  # what a retry is answered (its version: the RM version that scored it)
     at: float  # when it was recorded
     step: int  # steps formed before it was recorded (`GroupTracker.step_formed`)
+    scored: ScoredSample | None  # the sample itself while its group is open (a repeat counts there); then None
+
+    @property
+    def version(self) -> int:
+        return self.answer.version
 
 
 def fingerprint(sample: Sample) -> bytes:
@@ -115,10 +121,11 @@ class GroupTracker:
     replicated registry is a new tracker: its ids never name an older incarnation's groups)."""
 
     def __init__(self, group_size: int, timeout_s: float = DEFAULT_TIMEOUT_S, clock=time.monotonic,
-                 silence_s: float = DEFAULT_SILENCE_S):
-        if group_size < 1:
-            raise ValueError(f"group_size must be >= 1, got {group_size}")
+                 silence_s: float = DEFAULT_SILENCE_S, remembered: int = REMEMBERED_ANSWERS):
+        if group_size < 1 or remembered < 1:
+            raise ValueError(f"group_size and remembered must be >= 1, got {group_size} and {remembered}")
         self.group_size = group_size
+        self.remembered = remembered
         self.timeout_s, self.silence_s = timeout_s, silence_s
         self.clock = clock
         self.incarnation = uuid.uuid4().hex[:8]
@@ -176,11 +183,17 @@ class GroupTracker:
         """The answer a sample with this `fingerprint` got, when its group is open, or when it is recent enough to
         be a retry and no step formed since (module docstring); None: a sample to place and score."""
         known = self._answers.get(sample_fingerprint)
-        if known is None or known.group_id in self.open:
-            return known
-        if self.clock() - known.at <= RETRY_WINDOW_S and known.step == self.steps_formed:
+        if known is None or known.group_id in self.open or self._may_retry(known):
             return known
         return None
+
+    @property
+    def answers_kept(self) -> int:
+        """Answers in the record (at most `remembered`)."""
+        return len(self._answers)
+
+    def _may_retry(self, known: Answered) -> bool:
+        return self.clock() - known.at <= RETRY_WINDOW_S and known.step == self.steps_formed
 
     def arrival(self) -> int:
         """A number for a sample being placed, increasing with arrival (`record` orders a group's samples by it)."""
@@ -249,19 +262,32 @@ class GroupTracker:
         group.scored.insert(at, scored)
         group.last_at = self.clock()
         if remember:
-            self._remember(fingerprint(scored.sample), Answered(group.id, group.version, scored, group.last_at,
-                                                                    self.steps_formed))
+            answer = Scored(scored.reward, scored.logit, scored.outcome.verdict, group.version)
+            answered = Answered(group.id, answer, group.last_at, self.steps_formed, scored)
+            group.answers.append(answered)
+            self._remember(fingerprint(scored.sample), answered)
         if len(group.scored) < self.group_size:
             return None
-        del self.open[group.id]
+        self._close(group)
         self.completed += 1
         return group
 
     def _remember(self, key: bytes, answered: Answered) -> None:
         self._answers[key] = answered
         self._answers.move_to_end(key)
-        while len(self._answers) > REMEMBERED_ANSWERS:
+        # Oldest first (recorded in order): an answer whose group closed and that may no longer be retried is dead.
+        while self._answers:
+            oldest = next(iter(self._answers.values()))
+            if len(self._answers) <= self.remembered and (oldest.scored is not None or self._may_retry(oldest)):
+                break
             self._answers.popitem(last=False)
+
+    def _close(self, group: Group) -> None:
+        """The group takes no more samples: out of `open`, its answers keep no text (module docstring)."""
+        del self.open[group.id]
+        for answered in group.answers:
+            answered.scored = None
+        group.answers = []
 
     def expire(self) -> list[Group]:
         """Drop and return the groups that got no sample for `timeout_s`."""
@@ -276,7 +302,7 @@ class GroupTracker:
 
     def _drop(self, groups: list[Group], reason: str) -> None:
         for group in groups:
-            del self.open[group.id]
+            self._close(group)
             if self._filling.get(group.key) == group.id:
                 del self._filling[group.key]
         self.dropped[reason] += len(groups)

@@ -52,7 +52,8 @@ from cooper_openrlhf.runtime.registry import Registry
 from cooper_openrlhf.serve.batcher import MicroBatcher
 from cooper_openrlhf.serve.book import GroupBook, Wanted
 from cooper_openrlhf.serve.contract import NonFiniteScore, Scored  # noqa: F401 (tests read them here too)
-from cooper_openrlhf.serve.groups import DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, Group, GroupTracker, fingerprint
+from cooper_openrlhf.serve.groups import (DEFAULT_SILENCE_S, DEFAULT_TIMEOUT_S, REMEMBERED_ANSWERS, Group, GroupTracker,
+                                          fingerprint)
 from cooper_openrlhf.serve.protocol import Sample
 from cooper_openrlhf.serve.published_names import STEP_FAILURES, STEPS_COUNTER
 from cooper_openrlhf.serve.step_supervisor import group_gauges
@@ -75,6 +76,7 @@ class ServiceConfig:
     group_timeout_s: float = DEFAULT_TIMEOUT_S  # a group that gets no sample this long is dropped from learning
     stale_after_s: float = DEFAULT_SILENCE_S  # after this long without any sample, partial groups are dropped
     partial_step_after_s: float = 30.0  # complete groups left when the trainer went quiet form a step after this
+    retry_record: int = REMEMBERED_ANSWERS  # answers kept to recognise a retried sample (serve/groups.py)
     max_batch: int = 64
     max_wait_s: float = 0.005
     wait_for_update: bool = True
@@ -109,7 +111,8 @@ class RewardService(GroupBook):
         self.config, self.scorer, self.learner, self.checkpointer, self.log = config, scorer, learner, checkpointer, log
         self.probe = probe  # a serve.probing.ServiceProbe, or None
         self.pay = REWARD_MODES[config.mode]
-        self.groups = GroupTracker(config.group_size, config.group_timeout_s, silence_s=config.stale_after_s)
+        self.groups = GroupTracker(config.group_size, config.group_timeout_s, silence_s=config.stale_after_s,
+                                   remembered=config.retry_record)
         self.rm_batcher = MicroBatcher(scorer.logits_of, config.max_batch, config.max_wait_s, "rm", inline_lone=True)
         self.verify_batcher = MicroBatcher(
             [lambda items, lane=lane: lane([r for r, _ in items], [c for _, c in items]) for lane in verify_lanes],

@@ -60,12 +60,13 @@ DROP_REASONS = ("timeout", "silence", "split trainer group", "backlog", "learner
 
 def group_gauges(groups, warnings) -> dict[str, float]:
     """/metrics numbers of the groups: dropped from learning by reason, repeats answered (`samples_retried`: those
-    counted in no group, so samples answered minus retried is the samples of the trainer's steps), warnings by kind."""
+    counted in no group, so samples answered minus retried is the samples of the trainer's steps), the answers kept
+    for retries (`retry_answers_kept`, at most --retry-record), warnings by kind."""
     dropped = {f"groups_dropped_{reason.replace(' ', '_')}": float(groups.dropped[reason]) for reason in DROP_REASONS}
     warned = {f"group_warnings_{kind.replace(' ', '_').replace(chr(39), '')}": float(warnings.counts[kind])
               for kind in WARNING_KINDS}
     return {**dropped, "groups_expired": float(groups.expired), "samples_repeated": float(groups.repeats),
-            "samples_retried": float(groups.retries), **warned}
+            "samples_retried": float(groups.retries), "retry_answers_kept": float(groups.answers_kept), **warned}
 
 
 def step_summary(index: int, metrics: dict, seconds: float) -> str:

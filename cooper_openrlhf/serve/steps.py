@@ -55,8 +55,8 @@ def answers(places: list, todo: list[int], scored: list[ScoredSample]) -> list[S
     """Per sample of a request, its `Scored`: scored now (`todo`, in order with `scored`) or answered before (its
     place's `known`); the version is its place's."""
     now = dict(zip(todo, scored))
-    return [Scored(s.reward, s.logit, s.outcome.verdict, place.version)
-            for s, place in ((now.get(i) or place.known, place) for i, place in enumerate(places))]
+    return [place.known if i not in now else Scored(now[i].reward, now[i].logit, now[i].outcome.verdict, place.version)
+            for i, place in enumerate(places)]
 
 
 # ---------------------------------------------------------------------------------------------- a step

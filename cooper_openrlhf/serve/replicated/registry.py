@@ -90,7 +90,8 @@ class GroupRegistry(GroupBook):
         worker_logging()
         self.config, self.learner = config, learner
         self.keeps_groups = learner is not None
-        self.groups = GroupTracker(config.group_size, config.group_timeout_s, silence_s=config.stale_after_s)
+        self.groups = GroupTracker(config.group_size, config.group_timeout_s, silence_s=config.stale_after_s,
+                                   remembered=config.retry_record)
         self.ready = []  # complete groups not yet in a step
         self.version = 0
         self.weights: dict[int, ray.ObjectRef] = {}  # version -> its weights (a state dict) in the object store
