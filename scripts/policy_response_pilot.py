@@ -7,6 +7,7 @@ first -> last, and the plan's gate; for an RM-paid arm (pilot 4: static) also th
     python scripts/policy_response_pilot.py --pilot 3 --regrade     # the samples graded again by today's verifier
     python scripts/policy_response_pilot.py --pilot 4               # the static arm against pilot 3's rule arm
     python scripts/policy_response_pilot.py --pilot 5               # the oracle arm against pilot 4's static arm
+    python scripts/policy_response_pilot.py --pilot 6               # on-policy pairs against pilot 4's static arm
 
 A candidate is a lab folder `<lab>/<name>` (its `lab_settings.json` says its configuration). Measures per run:
 held-out accuracy (`eval/...accuracy`, the rule verifier's grade of held-out samples) as the mean of its evaluations
@@ -55,10 +56,14 @@ PILOTS = {1: Pilot(Path("docs/results/policy_response_pilot"), first=20, last=40
           2: Pilot(Path("docs/results/policy_response_pilot2"), first=6, last=12),  # 30-step runs
           3: Pilot(Path("docs/results/policy_response_pilot3"), first=6, last=12),  # 30-step runs
           4: Pilot(Path("docs/results/policy_response_pilot4"), first=6, last=12),  # 30-step static runs
-          5: Pilot(Path("docs/results/policy_response_pilot5"), first=6, last=12)}  # 30-step oracle runs
+          5: Pilot(Path("docs/results/policy_response_pilot5"), first=6, last=12),  # 30-step oracle runs
+          6: Pilot(Path("docs/results/policy_response_pilot6"), first=6, last=12)}  # 30-step on-policy pair runs
 # The runs a pilot reads beside its own (the same configuration): pilot 3's rule arm (graded again by this checkout's
-# verifier, which the later pilots' runs use) and, for pilot 5, pilot 4's static arm.
-REFERENCES = {4: (3,), 5: (3, 4)}
+# verifier, which the later pilots' runs use) and, for pilots 5 and 6, pilot 4's static arm.
+REFERENCES = {4: (3,), 5: (3, 4), 6: (3, 4)}
+# The arm gate (b) reads against static: pilot 5's oracle (pairs harvested from earlier runs), pilot 6's pairs of the
+# policy's own rollouts (plan6.md: the right one against the wrong or answerless one the RM pays most).
+GATE_ARM = {5: "oracle", 6: "cooper_rollout_answerless"}
 REGRADED = 3  # the pilot whose runs are graded again when read as a reference
 
 
@@ -173,7 +178,7 @@ def exploit_report(candidates: dict[str, list[Path]], pilot: Pilot, references: 
         print(f"| {name} | {r['arm']} | {r['seed']} | {first['unparsed_rate']:.3f} -> {last['unparsed_rate']:.3f} | "
               f"{first['wrong_final_rate']:.3f} -> {last['wrong_final_rate']:.3f} | {_num(r['anchor_margin'])} |")
     rates = {arm: {r["seed"]: r["windows"][1]["exploit_rate"] for _, r in read if r["arm"] == arm}
-             for arm in ("rule", "static", "oracle")}
+             for arm in ("rule", "static", *GATE_ARM.values())}
     if number == 4 and rates["rule"] and rates["static"]:
         floor = statistics.fmean(rates["rule"].values())
         room = statistics.fmean(rates["static"].values()) - floor
@@ -181,29 +186,30 @@ def exploit_report(candidates: dict[str, list[Path]], pilot: Pilot, references: 
         print(f"room for gate (b): static's last-window exploit rate {statistics.fmean(rates['static'].values()):.3f} "
               f"(seed mean) - the rule arm's {floor:.3f} = {room:+.3f} (bar {ROOM}; every static seed above the rule "
               f"arm's mean): {'there is room' if passed else 'no room'}")
-    if number == 5 and rates["oracle"]:
-        gate_b([r for _, r in read if r["arm"] == "oracle"], rates["static"])
+    if number in GATE_ARM and rates[GATE_ARM[number]]:
+        gate_b([r for _, r in read if r["arm"] == GATE_ARM[number]], rates["static"])
 
 
-# plan5.md amendment 1: healthy = a final anchor margin of at least half the starting RM's (0.586 - 0.420, the RM
-# guard's reading when it armed), not the lab's degenerate bound of 0.5, which that starting RM itself is below.
+# plan5.md amendment 1 (plan6.md keeps it): healthy = a final anchor margin of at least half the starting RM's
+# (0.586 - 0.420, the RM guard's reading when it armed), not the lab's degenerate bound of 0.5, which that starting
+# RM itself is below.
 PILOT5_MARGIN = 0.5 * (0.586 - 0.420)
 
 
-def gate_b(oracle: list[dict], static: dict[int, float]) -> None:
-    """Gate (b) (plan5.md): oracle - static on the last-window exploit rate, paired by RL seed, seed mean <= -ROOM
-    and every seed's difference < 0; and the oracle RM healthy in every seed: its final anchor margin >=
-    PILOT5_MARGIN (amendment 1) and it pays right rollouts more than exploits over the last window."""
-    paired = [(r, r["windows"][1]["exploit_rate"] - static[r["seed"]]) for r in oracle if r["seed"] in static]
+def gate_b(runs: list[dict], static: dict[int, float]) -> None:
+    """Gate (b) (plan5.md, plan6.md): the gate arm - static on the last-window exploit rate, paired by RL seed, seed
+    mean <= -ROOM and every seed's difference < 0; and the gate arm's RM healthy in every seed: its final anchor
+    margin >= PILOT5_MARGIN (amendment 1) and it pays right rollouts more than exploits over the last window."""
+    paired = [(r, r["windows"][1]["exploit_rate"] - static[r["seed"]]) for r in runs if r["seed"] in static]
     if not paired:
-        print("gate (b): no oracle seed has its static run")
+        print("gate (b): no seed of the gate arm has its static run")
         return
     mean = statistics.fmean(d for _, d in paired)
     healthy = [r["anchor_margin"] is not None and r["anchor_margin"] >= PILOT5_MARGIN
                and (r["windows"][1]["pay"].discrimination or 0) > 0 for r, _ in paired]
     passed = mean <= -ROOM and all(d < 0 for _, d in paired) and all(healthy)
-    print(f"gate (b): oracle - static on the last-window exploit rate, by seed "
-          f"{', '.join(f'{d:+.3f}' for _, d in paired)}, mean {mean:+.3f} (bar <= -{ROOM}, every seed < 0); oracle RM "
+    print(f"gate (b): {runs[0]['arm']} - static on the last-window exploit rate, by seed "
+          f"{', '.join(f'{d:+.3f}' for _, d in paired)}, mean {mean:+.3f} (bar <= -{ROOM}, every seed < 0); its RM "
           f"healthy (anchor margin >= {PILOT5_MARGIN:.3f}, pays right > exploit) in {sum(healthy)} of {len(healthy)} "
           f"seeds: gate (b) {'passes' if passed else 'fails'}")
 
