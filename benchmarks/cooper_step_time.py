@@ -2,7 +2,8 @@
 
 Launches `python -m cooper_openrlhf.cli.train_cooper` with identical flags: without `--remote_rm_trainable`
 (the static-RM arm: the same rollouts, verification and template scoring by the same RM, no negatives, no
-RM update) and with it once per `--negative-source` (assistant, rollout, mixed), alternating the arms
+RM update) and with it once per `--negative-source` (assistant, rollout, mixed; each as shipped, its RM guard on
+with 64 labelled rows and the probe suite as anchors: `guard_flags`), alternating the arms
 `--repeats` times (on a shared machine, alternation spreads the load of others over every arm). Each step's
 scalars are read back from OpenRLHF's tensorboard log; step 1 of each launch is warm-up (vLLM's first
 batch, first DeepSpeed steps) and is left out; every number is the median over the other steps.
@@ -106,6 +107,22 @@ def write_prompts(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
+def labelled_rows(path: Path, count: int = 64) -> None:
+    """Labelled rows for the RM guard's anchors (`--cooper.rm_anchors`): right and wrong sums, half each."""
+    rows = [{"question": f"What is {a} + {b}?", "reference": str(a + b),
+             "completion": f"{a} + {b} = {a + b + wrong}. The answer is \\boxed{{{a + b + wrong}}}.",
+             "label": int(not wrong)} for a in range(count // 4) for b in (3, 7) for wrong in (0, 1)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows[:count]))
+
+
+def guard_flags(work: Path, prompts: Path) -> list[str]:
+    """A Cooper step as shipped runs the RM guard, which needs anchors: labelled rows and the probe suite on 4 of
+    the prompts' problems (`--eval.dataset` names them; no held-out evaluation runs, `--eval.steps` stays off)."""
+    labelled_rows(work / "anchors.jsonl")
+    return ["--cooper.rm_anchors", str(work / "anchors.jsonl"), "--eval.dataset", str(prompts),
+            "--cooper.rm_anchor_probe_problems", "4"]
+
+
 def train_cooper_argv(args, prompts: Path, out: Path) -> list[str]:
     return [
         sys.executable, "-m", "cooper_openrlhf.cli.train_cooper",
@@ -186,7 +203,8 @@ def main() -> None:
     prompts = work / "prompts.jsonl"
     write_prompts(prompts, args.steps * PROMPTS_PER_STEP)
 
-    arms = {"static": []} | {f"cooper-{source}": ["--remote_rm_trainable", "--cooper.negative_source", source]
+    guard = guard_flags(work, prompts)  # the Cooper arms as shipped: the RM guard on
+    arms = {"static": []} | {f"cooper-{source}": ["--remote_rm_trainable", "--cooper.negative_source", source, *guard]
                              for source in sources}
     scalars: dict[str, dict[str, Steps]] = {name: {} for name in arms}
     for repeat in range(args.repeats):

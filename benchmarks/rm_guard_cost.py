@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cooper_step_time import run_arm, train_cooper_argv, write_prompts  # noqa: E402
+from cooper_step_time import labelled_rows, run_arm, train_cooper_argv, write_prompts  # noqa: E402
 
 GUARD = ("cooper/rm_health/seconds", "cooper/rm_health/snapshot_seconds")
 TOTAL = "timing/step_total"
@@ -41,13 +41,6 @@ def lab_rm() -> str | None:
         if (folder / "best" / "config.json").is_file():
             return str(folder / "best")
     return None
-
-
-def labelled_rows(path: Path, count: int = 64) -> None:
-    rows = [{"question": f"What is {a} + {b}?", "reference": str(a + b),
-             "completion": f"{a} + {b} = {a + b + wrong}. The answer is \\boxed{{{a + b + wrong}}}.",
-             "label": int(not wrong)} for a in range(count // 4) for b in (3, 7) for wrong in (0, 1)]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows[:count]))
 
 
 def main() -> None:
