@@ -231,9 +231,9 @@ def test_memory_stays_flat_over_10000_groups_and_3000_unauthenticated_paths(mode
     assert health["samples"] == 2 * 11_000 * 1.0 and health["ready_groups"] == 0 and health["open_groups"] == 0
     assert metrics_after - metrics_before < 200  # the same series, only their numbers' digits grow
     # The exact bound is above (no group kept); RSS is the evidence that nothing else is kept per sample either.
-    # What is kept per sample grows RSS in every quarter alike (keeping only a `ScoredSample` per sample adds about
-    # 4 MiB a quarter); the allocator's one-off steps (a heap extended once, a pool grown) land in one, by up to
-    # about 6 MiB under load, and warm caches still settle over the first quarters (a CI run read +4.1 and +3.7 MiB
-    # over two halves; here, two runs at once: +1.7, +1.0, +0.3, +0.0). So the smallest quarter's growth is the
-    # reading: small whenever nothing is kept.
+    # What is kept per sample grows RSS in every quarter alike (keeping only a `ScoredSample` per sample adds
+    # several MiB a quarter); the allocator's one-off steps (a heap extended once, a pool grown) land in one, and
+    # warm caches still settle over the first quarters, more slowly under load (two halves could both catch that;
+    # docs/serve.md has the readings). So the smallest quarter's growth is the reading: small whenever nothing is
+    # kept.
     assert min(growth) < 1.5, growth  # MiB

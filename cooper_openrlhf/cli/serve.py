@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answers kept to recognise a retry (a client resends what it did not get back): a sample "
                         "identical to one answered in the same step is answered again, not scored or counted again. "
                         "Keep it at or above the trainer's samples per step (the default: 4,096 prompts x 16); an "
-                        "answer costs ~0.4 KiB, its text is not kept once its group closes")
+                        "answer's text is not kept once its group closes (benchmarks/group_bookkeeping.py measures "
+                        "what one costs)")
     g.add_argument(PARTIAL_STEP_AFTER_S_FLAG, dest="partial_step_after_s", type=float,
                    default=ServiceConfig.partial_step_after_s,
                    help="complete groups left over when no sample came for this long (the trainer between steps: an "
